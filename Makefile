@@ -1,0 +1,40 @@
+# The two-command quickstart: `make serve` and `make test`. Each target installs what is
+# missing (scripts/install-deps.sh, idempotent) and builds first.
+BUILD ?= build
+JOBS  ?= $(shell nproc)
+CMAKE_FLAGS ?=
+FUZZ_BUILD ?= build-fuzz
+FUZZ_RUNS ?= 10000000
+HOST ?= 127.0.0.1
+PORT ?= 8080
+
+.PHONY: all deps build test serve bench fuzz clean
+
+all: build
+
+deps:
+	@bash scripts/install-deps.sh
+
+$(BUILD)/build.ninja:
+	cmake -S . -B $(BUILD) -G Ninja $(CMAKE_FLAGS)
+
+build: deps $(BUILD)/build.ninja
+	cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900
+
+serve: build
+	./scripts/serve-default.sh $(BUILD)/mla $(HOST) $(PORT)
+
+bench: build
+	$(BUILD)/bench/mla_bench --benchmark_counters_tabular=true
+
+fuzz: deps
+	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -G Ninja -DMLA_FUZZ=ON -DMLA_SANITIZE=ON \
+	  -DMLA_BUILD_TESTS=OFF -DMLA_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
+	cmake --build $(FUZZ_BUILD) -j $(JOBS)
+	./scripts/run-fuzz.sh $(FUZZ_BUILD) $(FUZZ_RUNS)
+
+clean:
+	rm -rf $(BUILD) $(FUZZ_BUILD)

@@ -1,0 +1,13 @@
+#pragma once
+// Subcommand registration. Each register_* adds one subcommand (with its options and callback)
+// to the app; callbacks throw mla::Error for user-facing failures and may set exit_code().
+#include <CLI/CLI.hpp>
+
+namespace mla::cli {
+
+int& exit_code();
+
+void register_version(CLI::App& app);
+void register_gguf(CLI::App& app);  // mla gguf inspect|...
+
+}  // namespace mla::cli

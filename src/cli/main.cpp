@@ -1,0 +1,28 @@
+// mla: one binary, many subcommands. Each subcommand lives in its own file in src/cli/ and
+// registers itself on the CLI11 app; its callback does the work.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <exception>
+
+#include "cli/commands.h"
+#include "util/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"mla.cpp: inference server for Multi-head Latent Attention MoE models"};
+  app.require_subcommand(1);
+  mla::cli::register_version(app);
+  mla::cli::register_gguf(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const mla::Error& e) {
+    std::fprintf(stderr, "mla: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mla: internal error: %s\n", e.what());
+    return 1;
+  }
+  return mla::cli::exit_code();
+}

@@ -1,0 +1,165 @@
+#pragma once
+// GGUF v2/v3 reader (memory-mapped, validating) and writer.
+//
+// The reader never trusts the file: every count, length, offset and dimension is checked
+// against the bytes that exist, and each problem is reported as one mla::Error whose message
+// names the byte offset ("gguf: <file>: at byte 1234: string length 9e18 exceeds file size").
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "gguf/types.h"
+
+namespace mla {
+
+enum class GgufValueType : uint32_t {
+  UINT8 = 0, INT8 = 1, UINT16 = 2, INT16 = 3, UINT32 = 4, INT32 = 5, FLOAT32 = 6, BOOL = 7,
+  STRING = 8, ARRAY = 9, UINT64 = 10, INT64 = 11, FLOAT64 = 12,
+};
+std::string_view gguf_value_type_name(GgufValueType t);
+
+struct GgufValue;
+struct GgufArray {
+  GgufValueType elem_type = GgufValueType::UINT8;
+  std::vector<GgufValue> items;
+};
+
+struct GgufValue {
+  using Storage = std::variant<uint8_t, int8_t, uint16_t, int16_t, uint32_t, int32_t, float, bool,
+                               std::string, GgufArray, uint64_t, int64_t, double>;
+  Storage v;  // the variant index equals the GgufValueType id
+
+  GgufValueType type() const { return static_cast<GgufValueType>(v.index()); }
+  bool is_integer() const;
+  bool is_float() const;
+  // Lossless numeric views; throw mla::Error("... expected integer, got STRING") otherwise.
+  int64_t as_int() const;     // any integer type (UINT64 above INT64_MAX → error), BOOL not included
+  uint64_t as_uint() const;   // any non-negative integer
+  double as_float() const;    // FLOAT32/FLOAT64, or an integer
+  bool as_bool() const;
+  const std::string& as_string() const;
+  const GgufArray& as_array() const;
+
+  // Human-readable rendering; arrays longer than max_items are abbreviated "[a, b, ... (N items)]".
+  std::string to_string(size_t max_items = 8) const;
+
+  static GgufValue str(std::string s) { return GgufValue{Storage{std::in_place_index<8>, std::move(s)}}; }
+  static GgufValue u32(uint32_t x) { return GgufValue{Storage{std::in_place_index<4>, x}}; }
+  static GgufValue i32(int32_t x) { return GgufValue{Storage{std::in_place_index<5>, x}}; }
+  static GgufValue u64(uint64_t x) { return GgufValue{Storage{std::in_place_index<10>, x}}; }
+  static GgufValue f32(float x) { return GgufValue{Storage{std::in_place_index<6>, x}}; }
+  static GgufValue boolean(bool x) { return GgufValue{Storage{std::in_place_index<7>, x}}; }
+  static GgufValue array(GgufValueType elem, std::vector<GgufValue> items) {
+    return GgufValue{Storage{std::in_place_index<9>, GgufArray{elem, std::move(items)}}};
+  }
+  static GgufValue strings(const std::vector<std::string>& xs);
+  static GgufValue f32s(const std::vector<float>& xs);
+  static GgufValue i32s(const std::vector<int32_t>& xs);
+};
+
+struct GgufTensorInfo {
+  std::string name;
+  std::vector<int64_t> ne;   // dimensions in ggml order: ne[0] is the contiguous (row) length
+  GgmlType type;
+  uint64_t offset = 0;       // relative to the start of the data section
+  uint64_t n_bytes = 0;
+  int64_t n_elements = 0;
+  const uint8_t* data = nullptr;  // into the mapping; valid while the GgufFile lives
+
+  int64_t n_rows() const { return ne.empty() ? 1 : n_elements / ne[0]; }
+  std::string shape_string() const;  // "{7168, 1536}"
+};
+
+class GgufFile {
+ public:
+  // Maps and validates the whole file. Throws mla::Error.
+  static std::unique_ptr<GgufFile> open(const std::string& path);
+  // Parses bytes the caller keeps alive (tests, fuzzing). Throws mla::Error.
+  static std::unique_ptr<GgufFile> parse(const uint8_t* data, size_t size, std::string label = "<memory>");
+  ~GgufFile();
+  GgufFile(const GgufFile&) = delete;
+  GgufFile& operator=(const GgufFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  uint32_t version() const { return version_; }
+  uint64_t alignment() const { return alignment_; }
+  uint64_t data_offset() const { return data_offset_; }
+  uint64_t file_size() const { return size_; }
+
+  // Metadata in file order.
+  const std::vector<std::pair<std::string, GgufValue>>& metadata() const { return kv_; }
+  const GgufValue* find(std::string_view key) const;
+  bool has(std::string_view key) const { return find(key) != nullptr; }
+  // Required: a missing key throws "gguf: missing required key 'deepseek2.block_count'".
+  const GgufValue& require(std::string_view key) const;
+  int64_t get_int(std::string_view key) const;
+  uint64_t get_uint(std::string_view key) const;
+  double get_float(std::string_view key) const;
+  bool get_bool(std::string_view key) const;
+  const std::string& get_string(std::string_view key) const;
+  const GgufArray& get_array(std::string_view key) const;
+  std::vector<std::string> get_strings(std::string_view key) const;
+  std::vector<float> get_floats(std::string_view key) const;
+  std::vector<int64_t> get_ints(std::string_view key) const;
+  // Optional: nullopt when absent; a present key of the wrong type still throws.
+  std::optional<int64_t> opt_int(std::string_view key) const;
+  std::optional<uint64_t> opt_uint(std::string_view key) const;
+  std::optional<double> opt_float(std::string_view key) const;
+  std::optional<bool> opt_bool(std::string_view key) const;
+  std::optional<std::string> opt_string(std::string_view key) const;
+
+  const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
+  const GgufTensorInfo* find_tensor(std::string_view name) const;
+  const GgufTensorInfo& require_tensor(std::string_view name) const;
+
+ private:
+  GgufFile() = default;
+  void parse_all();
+
+  std::string path_;
+  const uint8_t* base_ = nullptr;
+  uint64_t size_ = 0;
+  void* map_ = nullptr;  // non-null when we own an mmap
+  uint32_t version_ = 0;
+  uint64_t alignment_ = 32;
+  uint64_t data_offset_ = 0;
+  std::vector<std::pair<std::string, GgufValue>> kv_;
+  std::unordered_map<std::string, size_t> kv_index_;
+  std::vector<GgufTensorInfo> tensors_;
+  std::unordered_map<std::string, size_t> tensor_index_;
+};
+
+// Builds a GGUF v3 file in memory. Keys keep insertion order; set() replaces an existing key.
+// Tensor data is laid out at `general.alignment` (default 32).
+class GgufWriter {
+ public:
+  void set(std::string key, GgufValue value);
+  const GgufValue* find(std::string_view key) const;
+  void remove(std::string_view key);
+  // data must hold ggml_row_bytes(type, ne[0]) * rows bytes. Throws on a bad shape or duplicate name.
+  void add_tensor(std::string name, GgmlType type, std::vector<int64_t> ne, std::vector<uint8_t> data);
+  void add_tensor(std::string name, GgmlType type, std::vector<int64_t> ne, const void* data, size_t n_bytes);
+  // Copies every key (except general.alignment handling) and tensor of an existing file.
+  void copy_metadata_from(const GgufFile& f);
+
+  std::vector<uint8_t> to_bytes() const;
+  void write(const std::string& path) const;  // atomic: writes path.tmp then renames
+
+ private:
+  struct Tensor {
+    std::string name;
+    GgmlType type;
+    std::vector<int64_t> ne;
+    std::vector<uint8_t> data;
+  };
+  std::vector<std::pair<std::string, GgufValue>> kv_;
+  std::vector<Tensor> tensors_;
+};
+
+}  // namespace mla

@@ -1,0 +1,39 @@
+#pragma once
+// ggml tensor types as stored in GGUF files: ids, block geometry and names. The ids are the
+// on-disk values llama.cpp writes; gaps are ids retired upstream (never valid in a file).
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace mla {
+
+enum class GgmlType : uint32_t {
+  F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q8_1 = 9,
+  Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15,
+  IQ2_XXS = 16, IQ2_XS = 17, IQ3_XXS = 18, IQ1_S = 19, IQ4_NL = 20, IQ3_S = 21, IQ2_S = 22,
+  IQ4_XS = 23, I8 = 24, I16 = 25, I32 = 26, I64 = 27, F64 = 28, IQ1_M = 29, BF16 = 30,
+  TQ1_0 = 34, TQ2_0 = 35, MXFP4 = 39,
+};
+
+struct GgmlTypeTraits {
+  std::string_view name;   // as llama.cpp prints it: "Q4_K", "BF16", ...
+  int64_t block_elems;     // elements per block (1 for plain types)
+  int64_t block_bytes;     // bytes per block
+};
+
+// nullopt for an id that is not a known type.
+std::optional<GgmlTypeTraits> ggml_type_traits(uint32_t id);
+// Precondition: t is a known type.
+const GgmlTypeTraits& ggml_traits(GgmlType t);
+std::string_view ggml_type_name(GgmlType t);
+// Parses a name like "q4_k" or "Q4_K" (case-insensitive); nullopt if unknown.
+std::optional<GgmlType> ggml_type_from_name(std::string_view name);
+// Bytes of a row of n elements; precondition: n % block_elems == 0.
+inline int64_t ggml_row_bytes(GgmlType t, int64_t n) {
+  const auto& tr = ggml_traits(t);
+  return n / tr.block_elems * tr.block_bytes;
+}
+// Every known type, in id order.
+const GgmlType* ggml_all_types(int* count);
+
+}  // namespace mla

@@ -1,0 +1,42 @@
+#pragma once
+// Tensor formats: dequantize, quantize and row dot products for ggml block types.
+//
+// Every function works on whole rows: n is the element count and must be a multiple of the
+// type's block size. `_ref` functions are the portable scalar references; the unsuffixed ones
+// pick the fastest kernel for this CPU once (see dispatch) and must agree with the reference
+// within the tolerance stated in tests/quant.
+#include <cstddef>
+#include <cstdint>
+
+#include "gguf/types.h"
+
+namespace mla {
+
+// True when dequantize_row() supports t (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K,
+// Q8_K, IQ4_NL, IQ4_XS, MXFP4).
+bool can_dequantize(GgmlType t);
+// True when quantize_row() supports t (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, and Q8_K).
+bool can_quantize(GgmlType t);
+
+// Throws mla::Error "tensor type IQ2_XXS is not supported yet" for an unsupported type.
+void dequantize_row_ref(GgmlType t, const void* src, float* dst, int64_t n);
+void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n);
+// imatrix-free quantization from F32; dst holds ggml_row_bytes(t, n) bytes.
+void quantize_row(GgmlType t, const float* src, void* dst, int64_t n);
+
+// The activation format a weight type's dot product consumes (llama.cpp's vec_dot_type):
+// Q8_0 for the 32-element block types, Q8_K for K-quants and IQ4_XS, F32 for F32, F16 for F16,
+// BF16 for BF16.
+GgmlType vec_dot_type(GgmlType weight_type);
+// dot(w, a) over n elements: w is one row of weight_type, a one row already quantized to
+// vec_dot_type(weight_type).
+float vec_dot_ref(GgmlType weight_type, int64_t n, const void* w, const void* a);
+float vec_dot(GgmlType weight_type, int64_t n, const void* w, const void* a);
+
+// fp16 / bf16 scalar conversions (IEEE round-to-nearest-even, as ggml).
+float fp16_to_fp32(uint16_t h);
+uint16_t fp32_to_fp16(float f);
+float bf16_to_fp32(uint16_t h);
+uint16_t fp32_to_bf16(float f);
+
+}  // namespace mla

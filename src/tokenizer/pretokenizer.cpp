@@ -182,9 +182,25 @@ std::string hf_regex_to_pcre2(std::string_view pattern) {
       continue;
     }
     char e = pattern[++i];
-    if (e == 's') out += "\\p{White_Space}";
-    else if (e == 'S') out += "\\P{White_Space}";
-    else {
+    if (e == 's') {
+      out += "\\p{White_Space}";
+    } else if (e == 'S') {
+      out += "\\P{White_Space}";
+    } else if ((e == 'p' || e == 'P') && i + 1 < pattern.size() && pattern[i + 1] == '{') {
+      // A bare script name means Script in Oniguruma and Rust regex but Script_Extensions in
+      // PCRE2 (where \p{Han} would also take U+3001 "、"): spell it \p{sc:Name}. Names of one
+      // or two letters are general categories.
+      size_t close = pattern.find('}', i + 2);
+      std::string_view name = pattern.substr(i + 2, close == std::string_view::npos ? 0 : close - i - 2);
+      out.push_back('\\');
+      out.push_back(e);
+      if (name.size() > 2 && name != "Any" && name != "White_Space" && name.find_first_of(":=&") == std::string_view::npos) {
+        out += "{sc:";
+        out += name;
+        out += '}';
+        i = close;
+      }
+    } else {
       out.push_back('\\');
       out.push_back(e);
     }

@@ -45,7 +45,9 @@ std::string pretokenizer_names();
 
 // Oniguruma (HF) pattern → PCRE2 pattern. \s and \S become \p{White_Space} / \P{White_Space}
 // (Oniguruma's \s is the Unicode White_Space property, which includes U+0085; PCRE2's UCP \s
-// does not). Everything else used by the known patterns is spelled alike in both.
+// does not); a bare script name \p{Han} becomes \p{sc:Han} (Script, as in Oniguruma and Rust
+// regex, not PCRE2's default Script_Extensions). Everything else used by the known patterns
+// is spelled alike in both.
 std::string hf_regex_to_pcre2(std::string_view pattern);
 
 class PreTokenizer {

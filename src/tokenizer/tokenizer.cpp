@@ -115,7 +115,7 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& f, const Tokeniz
          f.path(), pre, tok::pretokenizer_names());
   t->pre_ = std::make_unique<tok::PreTokenizer>(*spec);
   im.ignore_merges = spec->ignore_merges;
-  t->add_bos_ = v.has_add_bos ? v.add_bos : spec->add_bos;
+  t->add_bos_ = v.has_add_bos ? v.add_bos : spec->add_bos && v.bos >= 0;  // a default needs a bos id
   t->add_eos_ = v.has_add_eos && v.add_eos;
   if (t->add_bos_ && v.bos < 0) fail("tokenizer: {}: add_bos_token is true but {} is not set", f.path(), gguf_key::kBosId);
   if (t->add_eos_ && v.eos < 0) fail("tokenizer: {}: add_eos_token is true but {} is not set", f.path(), gguf_key::kEosId);

@@ -46,7 +46,8 @@ struct Vocab {
   std::string pre;                  // tokenizer.ggml.pre as stored ("" when absent)
   std::vector<std::string> texts;   // per id, as stored: byte-level text for NORMAL tokens
   std::vector<TokenType> types;     // per id
-  std::vector<std::string> merges;  // "left right" in rank order (byte-level text)
+  std::vector<std::string> merges;  // "left right" in rank order (byte-level text); the Tokenizer
+                                    // empties it once its merge table is built
   TokenId bos = -1, eos = -1, eot = -1, eom = -1, unk = -1, sep = -1, pad = -1, mask = -1;
   bool has_add_bos = false, add_bos = false;  // has_*: the key was present
   bool has_add_eos = false, add_eos = false;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <thread>
 
 #include "gguf/gguf.h"
 #include "test_data.h"
@@ -289,6 +290,30 @@ TEST(RealVocab, BytesAVocabLacksAreDroppedNotFatal) {
   ASSERT_TRUE(t);
   EXPECT_EQ(t->decode(t->encode("a\xFF" "b\xC0\xF5" "c")), "abc");
   EXPECT_EQ(t->decode(t->encode("a\xE9\x80" "b")), "a\xE9\x80" "b");  // other invalid bytes survive
+}
+
+TEST(RealVocab, ConcurrentEncodesAgreeWithSerialOnes) {
+  // Threads share the BPE word cache and keep their own match buffers.
+  auto t = open_shared("ggml-vocab-deepseek-coder.gguf");
+  ASSERT_TRUE(t);
+  std::string inp = test::read_file(test::shared_file("vocab/ggml-vocab-deepseek-coder.gguf.inp"));
+  std::vector<std::string> texts;
+  for (size_t pos = 0, next; pos < inp.size(); pos = next + 1) {
+    next = inp.find('\n', pos);
+    if (next == std::string::npos) next = inp.size();
+    texts.push_back(inp.substr(pos, next - pos) + " <\xEF\xBD\x9C" "begin\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C> 42");
+  }
+  std::vector<Ids> serial;
+  for (const auto& s : texts) serial.push_back(t->encode(s));
+  std::vector<int> mismatches(4, 0);
+  std::vector<std::thread> threads;
+  for (int k = 0; k < 4; ++k)
+    threads.emplace_back([&, k] {
+      for (int rep = 0; rep < 10; ++rep)
+        for (size_t i = 0; i < texts.size(); ++i) mismatches[k] += t->encode(texts[(i + k * 7) % texts.size()]) != serial[(i + k * 7) % texts.size()];
+    });
+  for (auto& th : threads) th.join();
+  for (int k = 0; k < 4; ++k) EXPECT_EQ(mismatches[k], 0) << "thread " << k;
 }
 
 }  // namespace

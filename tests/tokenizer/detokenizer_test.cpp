@@ -1,11 +1,12 @@
 // UTF-8 sanitizing (expected strings from Python's bytes.decode("utf-8", errors="replace")) and
 // the streaming detokenizer's contract: deltas are valid UTF-8 and add up to decode_text(ids).
+#include "tokenizer/detokenizer.h"
+
 #include <gtest/gtest.h>
 
 #include <random>
 
 #include "test_data.h"
-#include "tokenizer/detokenizer.h"
 #include "tokenizer/utf8.h"
 #include "util/error.h"
 
@@ -31,8 +32,12 @@ TEST(Utf8, SanitizeReplacesMaximalSubpartsLikePython) {
       {"\xF0\x9F\x98\x80", "\xF0\x9F\x98\x80"},
       {"\xF4\x90\x80\x80", R + R + R + R},  // above U+10FFFF
       {"\xC0\xAF", R + R},                  // overlong
-      {"a\x80" "b", "a" + R + "b"},
-      {"\xF0\x9F\x98" "a", R + "a"},
+      {"a\x80"
+       "b",
+       "a" + R + "b"},
+      {"\xF0\x9F\x98"
+       "a",
+       R + "a"},
       {"\xF8\x88\x80\x80\x80", R + R + R + R + R},
       {"\xC3\xC3\xA9", R + "\xC3\xA9"},
   };
@@ -77,7 +82,7 @@ TEST(StreamDetokenizer, IncompleteTailBecomesOneReplacementAtFinish) {
   StreamDetokenizer d(*t);
   EXPECT_EQ(d.feed(12520), " ");
   EXPECT_EQ(d.finish(), R);
-  EXPECT_EQ(d.feed(12520), " ");  // reusable after finish
+  EXPECT_EQ(d.feed(12520), " ");    // reusable after finish
   EXPECT_EQ(d.feed(220), R + " ");  // "\xF0\x9F" then a space: the prefix is invalid now
 }
 

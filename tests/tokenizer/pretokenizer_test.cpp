@@ -1,11 +1,12 @@
 // Pre-tokenizers: pieces for fixed inputs as HF tokenizers produces them (computed with PyPI
 // tokenizers 0.21.1 from the models' pre_tokenizer definitions), and invariants on arbitrary
 // bytes. tests/py/test_tokenizer_hf.py compares every pre-tokenizer with HF on a large corpus.
+#include "tokenizer/pretokenizer.h"
+
 #include <gtest/gtest.h>
 
 #include <random>
 
-#include "tokenizer/pretokenizer.h"
 #include "util/error.h"
 
 namespace mla {
@@ -65,8 +66,9 @@ TEST(PreTokenizer, UnknownNameListsTheKnownOnes) {
 
 TEST(PreTokenizer, EverySpecCoversArbitraryBytesExactly) {
   std::mt19937 rng(3);
-  const char* alphabet[] = {"a", "Z", " ", "  ", "\n", "\r\n", "\t", "1", "234", "'s", "!", "中", "ひ", "é", "\xCC\x81",
-                            "\xF0\x9F\x98\x80", "\xFF", "\xC3", "\x80", "\xE2\x82", "\u3000", "\u0085", "\xEF\xBD\x9C"};
+  const char* alphabet[] = {"a",    "Z",    " ",    "  ",       "\n",     "\r\n",   "\t",          "1",
+                            "234",  "'s",   "!",    "中",       "ひ",     "é",      "\xCC\x81",    "\xF0\x9F\x98\x80",
+                            "\xFF", "\xC3", "\x80", "\xE2\x82", "\u3000", "\u0085", "\xEF\xBD\x9C"};
   for (const auto& spec : tok::pretokenizer_specs()) {
     tok::PreTokenizer pre(spec);
     for (int iter = 0; iter < 200; ++iter) {

@@ -1,5 +1,7 @@
 // Tokenizer behaviour on small synthetic vocabularies (expectations derived by hand from the
 // BPE and added-token rules) and on llama.cpp's GPT-2 / DeepSeek vocab files.
+#include "tokenizer/tokenizer.h"
+
 #include <gtest/gtest.h>
 
 #include <random>
@@ -8,7 +10,6 @@
 #include "gguf/gguf.h"
 #include "test_data.h"
 #include "tokenizer/byte_level.h"
-#include "tokenizer/tokenizer.h"
 #include "util/error.h"
 
 namespace mla {
@@ -68,7 +69,7 @@ TEST(ByteLevel, KnownGpt2Alphabet) {
   EXPECT_EQ(tok::byte_level_encode(" hi\n"), "\xC4\xA0hi\xC4\x8A");
   for (int b = 0; b < 256; ++b) EXPECT_EQ(tok::codepoint_to_byte(tok::byte_to_codepoint(b)), b);
   EXPECT_FALSE(tok::codepoint_to_byte(0x144).has_value());
-  EXPECT_FALSE(tok::byte_level_decode("\xC3").has_value());    // truncated UTF-8
+  EXPECT_FALSE(tok::byte_level_decode("\xC3").has_value());          // truncated UTF-8
   EXPECT_FALSE(tok::byte_level_decode("\xE2\x82\xAC").has_value());  // "€" is not in the alphabet
 }
 
@@ -267,7 +268,8 @@ TEST(RealVocab, DeepseekLlmBosIsAddedAndMatched) {
   EncodeOptions with;
   with.add_special = true;
   EXPECT_EQ(t->encode("Hello world", with), (Ids{bos, 17464, 1843}));  // ids from the .out vectors
-  EXPECT_EQ(t->encode("<\xEF\xBD\x9C" "begin\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>Hello world"),
+  EXPECT_EQ(t->encode("<\xEF\xBD\x9C"
+                      "begin\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>Hello world"),
             (Ids{bos, 17464, 1843}));
 }
 
@@ -288,8 +290,14 @@ TEST(RealVocab, BytesAVocabLacksAreDroppedNotFatal) {
   // DeepSeek-LLM has no tokens for C0, C1, F5..FF (never in valid UTF-8): they are dropped.
   auto t = open_shared("ggml-vocab-deepseek-llm.gguf");
   ASSERT_TRUE(t);
-  EXPECT_EQ(t->decode(t->encode("a\xFF" "b\xC0\xF5" "c")), "abc");
-  EXPECT_EQ(t->decode(t->encode("a\xE9\x80" "b")), "a\xE9\x80" "b");  // other invalid bytes survive
+  EXPECT_EQ(t->decode(t->encode("a\xFF"
+                                "b\xC0\xF5"
+                                "c")),
+            "abc");
+  EXPECT_EQ(t->decode(t->encode("a\xE9\x80"
+                                "b")),
+            "a\xE9\x80"
+            "b");  // other invalid bytes survive
 }
 
 TEST(RealVocab, ConcurrentEncodesAgreeWithSerialOnes) {
@@ -301,7 +309,9 @@ TEST(RealVocab, ConcurrentEncodesAgreeWithSerialOnes) {
   for (size_t pos = 0, next; pos < inp.size(); pos = next + 1) {
     next = inp.find('\n', pos);
     if (next == std::string::npos) next = inp.size();
-    texts.push_back(inp.substr(pos, next - pos) + " <\xEF\xBD\x9C" "begin\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C> 42");
+    texts.push_back(inp.substr(pos, next - pos) +
+                    " <\xEF\xBD\x9C"
+                    "begin\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C> 42");
   }
   std::vector<Ids> serial;
   for (const auto& s : texts) serial.push_back(t->encode(s));
@@ -310,7 +320,8 @@ TEST(RealVocab, ConcurrentEncodesAgreeWithSerialOnes) {
   for (int k = 0; k < 4; ++k)
     threads.emplace_back([&, k] {
       for (int rep = 0; rep < 10; ++rep)
-        for (size_t i = 0; i < texts.size(); ++i) mismatches[k] += t->encode(texts[(i + k * 7) % texts.size()]) != serial[(i + k * 7) % texts.size()];
+        for (size_t i = 0; i < texts.size(); ++i)
+          mismatches[k] += t->encode(texts[(i + k * 7) % texts.size()]) != serial[(i + k * 7) % texts.size()];
     });
   for (auto& th : threads) th.join();
   for (int k = 0; k < 4; ++k) EXPECT_EQ(mismatches[k], 0) << "thread " << k;

@@ -5,11 +5,17 @@
 //   dot/<TYPE>/<isa>/cold  weights far exceed the LLC (MLA_BENCH_COLD_MIB, default 1024 MiB):
 //                          what a decode step sees; AVX2 kernels only (the reference kernels are
 //                          compute-bound, so hot already says what they do)
+//   dequantize/<TYPE>/<isa>  the hot matrix to floats, GB/s of weight bytes
+//   quantize/<TYPE>/<isa>    one 4096-float activation row, GB/s of floats read
 //   membw/read_sum         sum of a cold buffer of uint64 (read bandwidth), 1 and 2 threads
 //   membw/memcpy           memcpy between cold buffers (bytes counted once per direction)
 //
+// Rates are per CPU second (Google Benchmark's default), which keeps them meaningful on a
+// shared, loaded machine.
+//
 // A kernel runs at the roofline when its cold GB/s equals membw/read_sum's.
 #include <benchmark/benchmark.h>
+#include <immintrin.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -93,6 +99,31 @@ const Matrix& matrix(GgmlType t, size_t bytes) {
   return m;
 }
 
+// Dequantization of the hot matrix, GB/s of weight bytes read.
+void bm_dequantize(benchmark::State& state, GgmlType t, QuantIsa isa) {
+  const DequantizeFn dequantize = find_dequantize(t, isa);
+  const Matrix& m = matrix(t, kHotBytes);
+  std::vector<float> row(kCols);
+  for (auto _ : state) {
+    for (int64_t r = 0; r < m.n_rows; ++r) dequantize(m.data.get() + r * m.row_bytes, row.data(), kCols);
+    benchmark::DoNotOptimize(row.data());
+  }
+  state.SetBytesProcessed(state.iterations() * m.n_rows * m.row_bytes);
+}
+
+// Quantization of one activation row (what every matmul does first), GB/s of floats read.
+void bm_quantize(benchmark::State& state, GgmlType t, QuantIsa isa) {
+  const QuantizeFn quantize = find_quantize(t, isa);
+  std::mt19937 rng(3);
+  const auto x = testing::random_floats(kCols, rng, 1.0f);
+  std::vector<uint8_t> q(static_cast<size_t>(ggml_row_bytes(t, kCols)));
+  for (auto _ : state) {
+    quantize(x.data(), q.data(), kCols);
+    benchmark::DoNotOptimize(q.data());
+  }
+  state.SetBytesProcessed(state.iterations() * kCols * static_cast<int64_t>(sizeof(float)));
+}
+
 void bm_dot(benchmark::State& state, GgmlType t, QuantIsa isa, size_t bytes) {
   const VecDotFn dot = find_vec_dot(t, isa);
   const Matrix& m = matrix(t, bytes);
@@ -118,21 +149,29 @@ ColdBuffers& cold() {
   return buffers;
 }
 
-// Each thread reads its own slice; integer sums vectorize without reassociation concerns.
+// Sum of n uint64 with four 256-bit accumulators: enough loads in flight to saturate memory.
+__attribute__((target("avx2"))) uint64_t sum_avx2(const uint64_t* p, size_t n) {
+  __m256i acc[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
+  for (size_t i = 0; i + 16 <= n; i += 16)
+    for (int k = 0; k < 4; ++k)
+      acc[k] = _mm256_add_epi64(acc[k], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 4 * k)));
+  alignas(32) uint64_t out[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(out), _mm256_add_epi64(_mm256_add_epi64(acc[0], acc[1]), _mm256_add_epi64(acc[2], acc[3])));
+  return out[0] + out[1] + out[2] + out[3];
+}
+uint64_t sum_scalar(const uint64_t* p, size_t n) {
+  uint64_t s = 0;
+  for (size_t i = 0; i < n; ++i) s += p[i];
+  return s;
+}
+
+// Each thread reads its own slice of the cold buffer.
 void bm_read_sum(benchmark::State& state) {
   ColdBuffers& c = cold();
   const size_t n = c.bytes / 8 / state.threads();
   const uint64_t* p = c.a.get() + n * state.thread_index();
-  for (auto _ : state) {
-    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-    for (size_t i = 0; i + 4 <= n; i += 4) {
-      s0 += p[i];
-      s1 += p[i + 1];
-      s2 += p[i + 2];
-      s3 += p[i + 3];
-    }
-    benchmark::DoNotOptimize(s0 + s1 + s2 + s3);
-  }
+  const bool avx2 = __builtin_cpu_supports("avx2");
+  for (auto _ : state) benchmark::DoNotOptimize(avx2 ? sum_avx2(p, n) : sum_scalar(p, n));
   state.SetBytesProcessed(state.iterations() * n * 8);
 }
 
@@ -163,7 +202,21 @@ const GgmlType kBenchTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, 
     const std::string name = std::string("dot/") + std::string(ggml_type_name(t)) + "/avx2/cold";
     benchmark::RegisterBenchmark(name.c_str(), bm_dot, t, QuantIsa::Avx2, cold_bytes())->Unit(benchmark::kMillisecond);
   }
-  benchmark::RegisterBenchmark("membw/read_sum", bm_read_sum)->Unit(benchmark::kMillisecond)->ThreadRange(1, 2)->UseRealTime();
+  for (GgmlType t : kBenchTypes) {
+    for (QuantIsa isa : {QuantIsa::Ref, QuantIsa::Avx2}) {
+      if (!find_dequantize(t, isa) || !find_dequantize(t, QuantIsa::Avx2)) continue;  // types with a SIMD kernel
+      const std::string name = std::string("dequantize/") + std::string(ggml_type_name(t)) + "/" + quant_isa_name(isa);
+      benchmark::RegisterBenchmark(name.c_str(), bm_dequantize, t, isa)->Unit(benchmark::kMicrosecond);
+    }
+  }
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q8_K, GgmlType::F16, GgmlType::BF16}) {
+    for (QuantIsa isa : {QuantIsa::Ref, QuantIsa::Avx2}) {
+      if (!find_quantize(t, isa)) continue;
+      const std::string name = std::string("quantize/") + std::string(ggml_type_name(t)) + "/" + quant_isa_name(isa);
+      benchmark::RegisterBenchmark(name.c_str(), bm_quantize, t, isa)->Unit(benchmark::kMicrosecond);
+    }
+  }
+  benchmark::RegisterBenchmark("membw/read_sum", bm_read_sum)->Unit(benchmark::kMillisecond)->ThreadRange(1, 2);
   benchmark::RegisterBenchmark("membw/memcpy", bm_memcpy)->Unit(benchmark::kMillisecond);
   return true;
 }();

@@ -2,6 +2,8 @@
 // low-bit formats of small DeepSeek/Kimi quantizations. Same scheme as dot_avx2.cpp's Q6_K:
 // unsigned levels through maddubs, 16-element group scales through madd, and the constant part
 // of each level folded in once per super-block from the activation bsums.
+#include <cstring>
+
 #include "quant/blocks.h"
 #include "quant/kernels.h"
 #include "quant/simd_avx2.h"
@@ -35,6 +37,20 @@ inline __m256i scaled_sum(const __m256i scales16, const int8_t* a, Levels levels
     }
   }
   return sum;
+}
+
+// Q3_K's 16 signed scales (see unpack_q3_k_scales) on 32-bit words: scales 4k..4k+3 take their
+// low nibbles from bytes 0-3 or 4-7 (k even/odd; low or high nibble for k < 2 or k >= 2) and
+// their high 2 bits from bits 2k..2k+1 of bytes 8-11.
+inline __m128i q3_k_scales(const uint8_t* packed) {
+  uint32_t w[3];
+  std::memcpy(w, packed, 12);
+  const uint32_t lo[4] = {w[0] & 0x0F0F0F0F, w[1] & 0x0F0F0F0F, (w[0] >> 4) & 0x0F0F0F0F, (w[1] >> 4) & 0x0F0F0F0F};
+  uint32_t s[4];
+  for (int k = 0; k < 4; ++k) s[k] = lo[k] | (((w[2] >> (2 * k)) & 0x03030303) << 4);
+  const __m128i biased = _mm_setr_epi32(static_cast<int>(s[0]), static_cast<int>(s[1]), static_cast<int>(s[2]),
+                                        static_cast<int>(s[3]));
+  return _mm_sub_epi8(biased, _mm_set1_epi8(32));
 }
 
 }  // namespace
@@ -71,9 +87,7 @@ float dot_q3_k_avx2(int64_t n, const void* w, const void* a) {
   __m256 acc = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / kQK_K; ++i) {
     const float d = y[i].d * half_to_float(x[i].d);
-    alignas(16) int8_t sc[16];
-    unpack_q3_k_scales(x[i].scales, sc);
-    const __m256i scales16 = _mm256_cvtepi8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(sc)));
+    const __m256i scales16 = _mm256_cvtepi8_epi16(q3_k_scales(x[i].scales));
     const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(scales16, load32(y[i].bsums)), 2);
     const __m256i q[2] = {load32(x[i].qs), load32(x[i].qs + 32)};
     const __m256i hmask = load32(x[i].hmask);

@@ -8,6 +8,7 @@ namespace mla::cli {
 int& exit_code();
 
 void register_version(CLI::App& app);
-void register_gguf(CLI::App& app);  // mla gguf inspect|...
+void register_gguf(CLI::App& app);      // mla gguf inspect|...
+void register_template(CLI::App& app);  // mla template render
 
 }  // namespace mla::cli

@@ -270,8 +270,7 @@ std::string percent_format(const std::string& fmt_s, const Value& args) {
       case 'a': {
         std::string text = conv == 's' ? v.str() : v.repr();
         Value sv = Value::string(text);
-        std::string sp;
-        if (align) sp += align;
+        std::string sp(1, align ? align : '>');
         sp += width;
         if (has_precision) sp += "." + (precision.empty() ? std::string("0") : precision);
         out += format_value(sv, sp);

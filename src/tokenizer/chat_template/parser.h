@@ -17,4 +17,9 @@ namespace mla::jinja {
 // and conditional expressions, as jinja2 does at compile time) unknown filters and tests.
 Body parse(const std::vector<Token>& tokens);
 
+// Post-parse passes (parser_checks.cpp): the unknown-filter/test rule above, and which of
+// caller/kwargs/varargs a macro body reads (that decides what extra arguments it accepts).
+void validate_filters(const Body& body);
+void find_special_names(MacroStmt& m);
+
 }  // namespace mla::jinja

@@ -269,7 +269,9 @@ std::string capitalize(std::string_view s) {
   std::u32string u = decode(s);
   std::string out;
   for (size_t i = 0; i < u.size(); ++i) {
-    if (i == 0)
+    if (i == 0 && u[i] == 0x00DF)
+      out += "Ss";  // titlecase of 'ß'
+    else if (i == 0)
       append_utf8(out, to_upper(u[i]));
     else
       append_utf8(out, to_lower(u[i]));
@@ -282,7 +284,9 @@ std::string title(std::string_view s) {
   bool prev_cased = false;
   for (char32_t c : decode(s)) {
     bool cased = is_cased_upper(c) || is_cased_lower(c);
-    if (cased)
+    if (cased && !prev_cased && c == 0x00DF)
+      out += "Ss";  // titlecase of 'ß'
+    else if (cased)
       append_utf8(out, prev_cased ? to_lower(c) : to_upper(c));
     else
       append_utf8(out, c);

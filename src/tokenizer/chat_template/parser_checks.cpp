@@ -1,11 +1,11 @@
-// Compile-time checks jinja2 makes after parsing: an unknown filter or test is an error when the
+// Post-parse passes. validate_filters: the compile-time check jinja2 makes: an unknown filter or test is an error when the
 // template is compiled, except inside an if-statement (its tests and bodies) or a conditional
 // expression, where the error is deferred until the expression is evaluated. Nested scopes
 // (for bodies, macro bodies, block-set bodies, filter and with blocks) are not "soft" again
 // even inside an if, exactly as jinja2's compiler frames work.
 #include <fmt/format.h>
 
-#include "tokenizer/chat_template/ast.h"
+#include "tokenizer/chat_template/parser.h"
 
 namespace mla::jinja {
 namespace {
@@ -133,8 +133,123 @@ void check_body(const Body& body, bool soft) {
   }
 }
 
+void scan_names(const Expr* e, MacroStmt& m) {
+  if (!e) return;
+  switch (e->kind) {
+    case ExprKind::ExprKind_name: {
+      const auto& n = static_cast<const NameExpr&>(*e).name;
+      if (n == "varargs") m.catch_varargs = true;
+      if (n == "kwargs") m.catch_kwargs = true;
+      if (n == "caller") m.uses_caller = true;
+      return;
+    }
+    case ExprKind::ExprKind_list:
+    case ExprKind::ExprKind_tuple:
+      for (const auto& x : static_cast<const SeqExpr&>(*e).items) scan_names(x.get(), m);
+      return;
+    case ExprKind::ExprKind_dict:
+      for (const auto& [k, v] : static_cast<const DictExpr&>(*e).items) {
+        scan_names(k.get(), m);
+        scan_names(v.get(), m);
+      }
+      return;
+    case ExprKind::ExprKind_getattr: scan_names(static_cast<const GetAttrExpr&>(*e).obj.get(), m); return;
+    case ExprKind::ExprKind_getitem:
+      scan_names(static_cast<const GetItemExpr&>(*e).obj.get(), m);
+      scan_names(static_cast<const GetItemExpr&>(*e).key.get(), m);
+      return;
+    case ExprKind::ExprKind_slice: {
+      const auto& s = static_cast<const SliceExpr&>(*e);
+      scan_names(s.start.get(), m);
+      scan_names(s.stop.get(), m);
+      scan_names(s.step.get(), m);
+      return;
+    }
+    case ExprKind::ExprKind_call:
+    case ExprKind::ExprKind_filter:
+    case ExprKind::ExprKind_test: {
+      const ArgList* a;
+      if (e->kind == ExprKind::ExprKind_call) {
+        scan_names(static_cast<const CallExpr&>(*e).callee.get(), m);
+        a = &static_cast<const CallExpr&>(*e).args;
+      } else {
+        scan_names(static_cast<const FilterExpr&>(*e).subject.get(), m);
+        a = &static_cast<const FilterExpr&>(*e).args;
+      }
+      for (const auto& x : a->args) scan_names(x.get(), m);
+      for (const auto& kv : a->kwargs) scan_names(kv.second.get(), m);
+      scan_names(a->dyn_args.get(), m);
+      scan_names(a->dyn_kwargs.get(), m);
+      return;
+    }
+    case ExprKind::ExprKind_unary: scan_names(static_cast<const UnaryExpr&>(*e).operand.get(), m); return;
+    case ExprKind::ExprKind_binary:
+      scan_names(static_cast<const BinaryExpr&>(*e).left.get(), m);
+      scan_names(static_cast<const BinaryExpr&>(*e).right.get(), m);
+      return;
+    case ExprKind::ExprKind_concat:
+      for (const auto& x : static_cast<const ConcatExpr&>(*e).items) scan_names(x.get(), m);
+      return;
+    case ExprKind::ExprKind_compare:
+      scan_names(static_cast<const CompareExpr&>(*e).first.get(), m);
+      for (const auto& kv : static_cast<const CompareExpr&>(*e).ops) scan_names(kv.second.get(), m);
+      return;
+    case ExprKind::ExprKind_condexpr: {
+      const auto& c = static_cast<const CondExpr&>(*e);
+      scan_names(c.test.get(), m);
+      scan_names(c.then_expr.get(), m);
+      scan_names(c.else_expr.get(), m);
+      return;
+    }
+    default: return;
+  }
+}
+
+void scan_body(const Body& body, MacroStmt& m) {
+  for (const auto& s : body) {
+    switch (s->kind) {
+      case StmtKind::StmtKind_output:
+        for (const auto& piece : static_cast<const OutputStmt&>(*s).pieces) scan_names(piece.expr.get(), m);
+        break;
+      case StmtKind::StmtKind_if:
+        for (const auto& [test, b] : static_cast<const IfStmt&>(*s).branches) {
+          scan_names(test.get(), m);
+          scan_body(b, m);
+        }
+        scan_body(static_cast<const IfStmt&>(*s).else_body, m);
+        break;
+      case StmtKind::StmtKind_for: {
+        const auto& f = static_cast<const ForStmt&>(*s);
+        scan_names(f.iter.get(), m);
+        scan_names(f.filter.get(), m);
+        scan_body(f.body, m);
+        scan_body(f.else_body, m);
+        break;
+      }
+      case StmtKind::StmtKind_set: scan_names(static_cast<const SetStmt&>(*s).value.get(), m); break;
+      case StmtKind::StmtKind_set_block:
+        scan_names(static_cast<const SetBlockStmt&>(*s).filter.get(), m);
+        scan_body(static_cast<const SetBlockStmt&>(*s).body, m);
+        break;
+      case StmtKind::StmtKind_call_block: scan_names(static_cast<const CallBlockStmt&>(*s).call.get(), m); break;
+      case StmtKind::StmtKind_filter_block:
+        scan_names(static_cast<const FilterBlockStmt&>(*s).filter.get(), m);
+        scan_body(static_cast<const FilterBlockStmt&>(*s).body, m);
+        break;
+      case StmtKind::StmtKind_with:
+        for (const auto& kv : static_cast<const WithStmt&>(*s).assignments) scan_names(kv.second.get(), m);
+        scan_body(static_cast<const WithStmt&>(*s).body, m);
+        break;
+      case StmtKind::StmtKind_scope: scan_body(static_cast<const ScopeStmt&>(*s).body, m); break;
+      default: break;
+    }
+  }
+}
+
 }  // namespace
 
 void validate_filters(const Body& body) { check_body(body, false); }
+
+void find_special_names(MacroStmt& m) { scan_body(m.body, m); }
 
 }  // namespace mla::jinja

@@ -172,7 +172,7 @@ SNIPPET_CONTEXT = {
 
 
 # jinja2 prints these objects with a memory address; mla.cpp refuses to print them instead.
-UNPRINTABLE = re.compile(r"<(generator|built-in method|list_reverseiterator|dict_\w*iterator)\b.* at 0x")
+UNPRINTABLE = re.compile(r"<(generator|built-in method|function|list_reverseiterator|dict_\w*iterator)\b.* at 0x")
 
 # Where mla.cpp knowingly differs from jinja2 it must fail loudly, never render something else.
 KNOWN_DIVERGENCES = {

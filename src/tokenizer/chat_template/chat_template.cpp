@@ -19,11 +19,13 @@ namespace {
 
 struct ChatTemplate::Parsed {
   jinja::Body body;
+  std::vector<std::string> root_undefined;
 };
 
 ChatTemplate::ChatTemplate(std::string source) : source_(std::move(source)), parsed_(std::make_unique<Parsed>()) {
   try {
     parsed_->body = jinja::parse(jinja::tokenize(source_));
+    parsed_->root_undefined = jinja::root_assigned_first(parsed_->body);
   } catch (const jinja::Error& e) {
     rethrow(e);
   }
@@ -39,7 +41,7 @@ std::string ChatTemplate::render(const nlohmann::ordered_json& context, const Ch
     jinja::RenderOptions ro;
     ro.now = opt.now;
     jinja::Interpreter in(ro);
-    return in.render(parsed_->body, jinja::Value::from_json(context));
+    return in.render(parsed_->body, jinja::Value::from_json(context), parsed_->root_undefined);
   } catch (const jinja::Error& e) {
     rethrow(e);
   }

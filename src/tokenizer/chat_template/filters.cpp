@@ -86,6 +86,7 @@ Value f_attr(Interpreter& in, const Value& v, CallArgs& a) {
 Value f_batch(Interpreter&, const Value& v, CallArgs& a) {
   auto p = bind_args("batch", a, {{"linecount", k_required}, {"fill_with", none()}});
   if (!p[0].is_integral()) throw Error("batch(): linecount must be an integer");
+  return Value::lazy_iterator([v, p] {
   int64_t n = p[0].as_int();
   std::vector<Value> out, tmp;
   for (auto& item : v.iterate()) {
@@ -100,7 +101,8 @@ Value f_batch(Interpreter&, const Value& v, CallArgs& a) {
       while (static_cast<int64_t>(tmp.size()) < n) tmp.push_back(p[1]);
     out.push_back(Value::list(std::move(tmp)));
   }
-  return Value::iterator(std::move(out));
+  return out;
+  });
 }
 
 Value f_capitalize(Interpreter&, const Value& v, CallArgs& a) {
@@ -160,6 +162,10 @@ Value f_first(Interpreter&, const Value& v, CallArgs& a) {
   bind_args("first", a, {});
   if (v.is_seq(SeqKind::SeqKind_iterator)) {
     SeqData& s = v.seq_data();
+    if (s.pending) {
+      s.items = v.iterate();
+      s.consumed = false;
+    }
     if (s.consumed || s.items.empty()) return Value::undefined("No first item, sequence was empty.");
     Value first = s.items.front();
     s.items.erase(s.items.begin());  // the rest stays available, as with next() on a generator
@@ -301,11 +307,13 @@ Value f_indent(Interpreter&, const Value& v, CallArgs& a) {
 
 Value f_items(Interpreter&, const Value& v, CallArgs& a) {
   bind_args("items", a, {});
-  if (v.is_undefined()) return Value::iterator({});
-  if (!v.is_dict()) throw Error("Can only get item pairs from a mapping.");
-  std::vector<Value> out;
-  for (const auto& [k, x] : v.dict_data().items) out.push_back(Value::tuple({k, x}));
-  return Value::iterator(std::move(out));
+  return Value::lazy_iterator([v] {
+    std::vector<Value> out;
+    if (v.is_undefined()) return out;
+    if (!v.is_dict()) throw Error("Can only get item pairs from a mapping.");
+    for (const auto& [k, x] : v.dict_data().items) out.push_back(Value::tuple({k, x}));
+    return out;
+  });
 }
 
 Value f_join(Interpreter& in, const Value& v, CallArgs& a) {
@@ -341,24 +349,28 @@ Value f_upper(Interpreter&, const Value& v, CallArgs& a) {
 }
 
 Value f_map(Interpreter& in, const Value& v, CallArgs& a) {
-  std::vector<Value> out;
   bool by_attribute = a.args.empty() && std::any_of(a.kwargs.begin(), a.kwargs.end(), [](const auto& kv) { return kv.first == "attribute"; });
   if (by_attribute) {
     auto p = bind_args("map", a, {{"attribute", k_required}, {"default", none()}});
-    std::vector<Value> parts = attr_parts(p[0]);
-    for (const auto& item : v.iterate()) out.push_back(get_path(in, item, parts, &p[1]));
-    return Value::iterator(std::move(out));
+    return Value::lazy_iterator([&in, v, p] {
+      std::vector<Value> out, parts = attr_parts(p[0]);
+      for (const auto& item : v.iterate()) out.push_back(get_path(in, item, parts, &p[1]));
+      return out;
+    });
   }
   if (a.args.empty()) throw Error("map requires a filter argument");
   std::string name = text(a.args[0]);
   CallArgs rest;
   rest.args.assign(a.args.begin() + 1, a.args.end());
   rest.kwargs = a.kwargs;
-  for (const auto& item : v.iterate()) {
-    CallArgs each = rest;
-    out.push_back(in.apply_filter(name, item, each));
-  }
-  return Value::iterator(std::move(out));
+  return Value::lazy_iterator([&in, v, name, rest] {
+    std::vector<Value> out;
+    for (const auto& item : v.iterate()) {
+      CallArgs each = rest;
+      out.push_back(in.apply_filter(name, item, each));
+    }
+    return out;
+  });
 }
 
 Value min_max(Interpreter& in, const Value& v, CallArgs& a, bool is_max) {
@@ -400,6 +412,7 @@ Value select_reject(Interpreter& in, const Value& v, CallArgs& a, bool lookup_at
     test_args.args.assign(a.args.begin() + static_cast<ptrdiff_t>(off) + 1, a.args.end());
   }
   test_args.kwargs = a.kwargs;
+  return Value::lazy_iterator([&in, v, parts, test, test_args, lookup_attr, keep_if] {
   std::vector<Value> out;
   for (const auto& item : v.iterate()) {
     Value x = lookup_attr ? get_path(in, item, parts) : item;
@@ -412,7 +425,8 @@ Value select_reject(Interpreter& in, const Value& v, CallArgs& a, bool lookup_at
     }
     if (ok == keep_if) out.push_back(item);
   }
-  return Value::iterator(std::move(out));
+  return out;
+  });
 }
 Value f_select(Interpreter& in, const Value& v, CallArgs& a) { return select_reject(in, v, a, false, true); }
 Value f_reject(Interpreter& in, const Value& v, CallArgs& a) { return select_reject(in, v, a, false, false); }
@@ -588,6 +602,7 @@ Value f_truncate(Interpreter&, const Value& v, CallArgs& a) {
 
 Value f_unique(Interpreter& in, const Value& v, CallArgs& a) {
   auto p = bind_args("unique", a, {{"case_sensitive", boolean(false)}, {"attribute", none()}});
+  return Value::lazy_iterator([&in, v, p] {
   std::vector<Value> parts = attr_parts(p[1]);
   std::vector<Value> seen, out;
   for (auto& item : v.iterate()) {
@@ -599,7 +614,8 @@ Value f_unique(Interpreter& in, const Value& v, CallArgs& a) {
       out.push_back(std::move(item));
     }
   }
-  return Value::iterator(std::move(out));
+  return out;
+  });
 }
 
 Value f_wordcount(Interpreter&, const Value& v, CallArgs& a) {

@@ -194,6 +194,10 @@ std::string format_value(const Value& v, std::string_view spec) {
 std::string percent_format(const std::string& fmt_s, const Value& args) {
   std::vector<Value> positional;
   const DictData* mapping = nullptr;
+  // Python skips the "not all arguments converted" check for subscriptable right operands
+  // (PyMapping_Check): dicts, lists, ranges and jinja2's Undefined.
+  bool mapping_like = args.is_dict() || args.is_seq(SeqKind::SeqKind_list) || args.is_seq(SeqKind::SeqKind_range) ||
+                      args.is_undefined();
   if (args.is_seq(SeqKind::SeqKind_tuple))
     positional = args.seq_data().items;
   else if (args.is_dict())
@@ -316,7 +320,7 @@ std::string percent_format(const std::string& fmt_s, const Value& args) {
       default: throw Error(fmt::format("unsupported format character '{}'", conv));
     }
   }
-  if (!mapping && next_arg < positional.size()) throw Error("not all arguments converted during string formatting");
+  if (!mapping_like && next_arg < positional.size()) throw Error("not all arguments converted during string formatting");
   return out;
 }
 

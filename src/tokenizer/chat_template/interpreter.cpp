@@ -37,12 +37,13 @@ const Value* Scope::find(const std::string& name) const {
 
 Interpreter::Interpreter(const RenderOptions& opt) : opt_(opt), globals_(make_globals()) {}
 
-std::string Interpreter::render(const Body& body, const Value& context) {
+std::string Interpreter::render(const Body& body, const Value& context, const std::vector<std::string>& root_undefined) {
   auto root = std::make_shared<Scope>();
   root->parent = globals_;
   if (context.is_dict())
     for (const auto& [k, v] : context.dict_data().items)
       if (k.is_string()) root->vars[k.as_string()] = v;
+  for (const auto& name : root_undefined) root->vars[name] = Value::undefined(fmt::format("'{}' is undefined", name));
   std::string out;
   exec_body(body, root, out);
   return out;
@@ -201,9 +202,20 @@ void Interpreter::assign(const Expr& target, Value v, const ScopePtr& scope) {
 Value Interpreter::make_macro(const MacroStmt& m, const ScopePtr& scope) {
   const MacroStmt* macro = &m;
   ScopePtr closure = scope;
-  return Value::function(m.name, "Macro", [macro, closure](Interpreter& in, CallArgs& args) {
-    return in.call_macro(*macro, closure, args);
-  });
+  auto fn = std::make_shared<Function>();
+  fn->name = m.name;
+  fn->type_name = "Macro";
+  fn->call = [macro, closure](Interpreter& in, CallArgs& args) { return in.call_macro(*macro, closure, args); };
+  fn->repr = fmt::format("<Macro '{}'>", m.name);
+  fn->attrs = std::make_shared<DictData>();
+  std::vector<Value> names;
+  for (const auto& p : m.params) names.push_back(Value::string(p.first));
+  fn->attrs->set(Value::string("name"), Value::string(m.name));
+  fn->attrs->set(Value::string("arguments"), Value::tuple(std::move(names)));
+  fn->attrs->set(Value::string("catch_kwargs"), Value::boolean(m.catch_kwargs));
+  fn->attrs->set(Value::string("catch_varargs"), Value::boolean(m.catch_varargs));
+  fn->attrs->set(Value::string("caller"), Value::boolean(m.uses_caller));
+  return Value::function(std::move(fn));
 }
 
 // Argument binding as jinja2's Macro.__call__: positional first, then keywords by name; extra
@@ -334,9 +346,7 @@ Value Interpreter::eval_inner(const Expr& e, const ScopePtr& scope) {
           if (!x) return std::nullopt;
           return eval(*x, scope);
         };
-        std::optional<Value> r = slice(obj, part(s.start), part(s.stop), part(s.step));
-        if (r) return *r;
-        return Value::undefined(fmt::format("{} has no element slice", obj.object_type_repr()));
+        return slice(obj, part(s.start), part(s.stop), part(s.step));
       }
       return getitem(obj, eval(*g.key, scope));
     }
@@ -412,6 +422,9 @@ Value Interpreter::getattr(const Value& obj, const std::string& name) {
     if (auto v = obj.object_ref().get_attr(name)) return *v;
     return missing_attr(obj, name);
   }
+  if (obj.is_function() && obj.function_ref().attrs) {
+    if (const Value* v = obj.function_ref().attrs->get(name)) return *v;
+  }
   if (auto m = find_method(obj, name)) return *m;
   if (obj.is_dict()) {
     if (const Value* v = obj.dict_data().get(name)) return *v;
@@ -439,8 +452,7 @@ Value Interpreter::getitem(const Value& obj, const Value& key) {
     if (i < 0) i += n;
     if (i < 0 || i >= n) return fallback();
     if (obj.is_string()) {
-      std::optional<Value> r = slice(obj, Value::integer(i), Value::integer(i + 1), std::nullopt);
-      return *r;
+      return slice(obj, Value::integer(i), Value::integer(i + 1), std::nullopt);
     }
     return obj.seq_data().items[static_cast<size_t>(i)];
   }

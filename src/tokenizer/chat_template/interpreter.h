@@ -35,8 +35,10 @@ class Interpreter {
  public:
   explicit Interpreter(const RenderOptions& opt);
 
-  // context: a dict of template variables. Throws jinja::Error (with position when known).
-  std::string render(const Body& body, const Value& context);
+  // context: a dict of template variables. root_undefined: names that start undefined at the
+  // top level whatever the context says (parse.h: root_assigned_first). Throws jinja::Error
+  // (with position when known).
+  std::string render(const Body& body, const Value& context, const std::vector<std::string>& root_undefined = {});
 
   // Python/jinja2 operations the builtins also need.
   Value getattr(const Value& obj, const std::string& name);

@@ -119,6 +119,8 @@ int64_t checked_mul(int64_t a, int64_t b) {
 }
 
 Value binary_op(BinaryOp op, const Value& a, const Value& b) {
+  // str.__mod__ accepts any right operand, an undefined one included
+  if (op == BinaryOp::BinaryOp_mod && a.is_string()) return Value::string(percent_format(a.as_string(), b));
   if (a.is_undefined()) a.throw_undefined();
   if (b.is_undefined()) b.throw_undefined();
   bool nums = a.is_number() && b.is_number();
@@ -164,7 +166,6 @@ Value binary_op(BinaryOp op, const Value& a, const Value& b) {
       if (b.as_double() == 0) throw Error("float floor division by zero");
       return Value::floating(float_divmod(a.as_double(), b.as_double()).first);
     case BinaryOp::BinaryOp_mod:
-      if (a.is_string()) return Value::string(percent_format(a.as_string(), b));
       if (!nums) unsupported("%", a, b);
       if (ints) return Value::integer(mod_int(a.as_int(), b.as_int()));
       if (b.as_double() == 0) throw Error("float modulo");
@@ -240,11 +241,13 @@ bool contains(const Value& container, const Value& item) {
   throw Error(fmt::format("argument of type '{}' is not iterable", container.type_name()));
 }
 
-std::optional<Value> slice(const Value& obj, const std::optional<Value>& start, const std::optional<Value>& stop,
+Value slice(const Value& obj, const std::optional<Value>& start, const std::optional<Value>& stop,
                            const std::optional<Value>& step) {
   if (obj.is_undefined()) obj.throw_undefined();
+  // jinja2 compiles slices to Python's obj[a:b:c] directly, so unsliceable objects raise.
+  if (obj.is_dict()) throw Error("unhashable type: 'slice'");
   bool sliceable = obj.is_string() || obj.is_list_or_tuple() || obj.is_seq(SeqKind::SeqKind_range);
-  if (!sliceable) return std::nullopt;
+  if (!sliceable) throw Error(fmt::format("'{}' object is not subscriptable", obj.type_name()));
   auto index_of = [](const std::optional<Value>& v) -> std::optional<int64_t> {
     if (!v || v->is_none()) return std::nullopt;
     if (v->is_undefined()) v->throw_undefined();

@@ -6,6 +6,7 @@
 // namespace attribute, block form with optional filter), macro, call, filter, with, raw, print,
 // break/continue (loopcontrols) and generation (transformers' AssistantTracker). Template
 // inheritance and includes (block, extends, include, import, from) are errors.
+#include <string>
 #include <vector>
 
 #include "tokenizer/chat_template/ast.h"
@@ -21,5 +22,8 @@ Body parse(const std::vector<Token>& tokens);
 // caller/kwargs/varargs a macro body reads (that decides what extra arguments it accepts).
 void validate_filters(const Body& body);
 void find_special_names(MacroStmt& m);
+// Names that start undefined at the top level instead of coming from the context (see
+// RootNames in parser_checks.cpp for jinja2's rule).
+std::vector<std::string> root_assigned_first(const Body& body);
 
 }  // namespace mla::jinja

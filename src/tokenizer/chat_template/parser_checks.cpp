@@ -5,6 +5,9 @@
 // even inside an if, exactly as jinja2's compiler frames work.
 #include <fmt/format.h>
 
+#include <functional>
+#include <set>
+
 #include "tokenizer/chat_template/parser.h"
 
 namespace mla::jinja {
@@ -133,36 +136,32 @@ void check_body(const Body& body, bool soft) {
   }
 }
 
-void scan_names(const Expr* e, MacroStmt& m) {
+// Calls f(name) for every variable the expression reads.
+void visit_names(const Expr* e, const std::function<void(const std::string&)>& f) {
   if (!e) return;
   switch (e->kind) {
-    case ExprKind::ExprKind_name: {
-      const auto& n = static_cast<const NameExpr&>(*e).name;
-      if (n == "varargs") m.catch_varargs = true;
-      if (n == "kwargs") m.catch_kwargs = true;
-      if (n == "caller") m.uses_caller = true;
-      return;
-    }
+    case ExprKind::ExprKind_name: f(static_cast<const NameExpr&>(*e).name); return;
+    case ExprKind::ExprKind_nsref: f(static_cast<const NsRefExpr&>(*e).name); return;
     case ExprKind::ExprKind_list:
     case ExprKind::ExprKind_tuple:
-      for (const auto& x : static_cast<const SeqExpr&>(*e).items) scan_names(x.get(), m);
+      for (const auto& x : static_cast<const SeqExpr&>(*e).items) visit_names(x.get(), f);
       return;
     case ExprKind::ExprKind_dict:
       for (const auto& [k, v] : static_cast<const DictExpr&>(*e).items) {
-        scan_names(k.get(), m);
-        scan_names(v.get(), m);
+        visit_names(k.get(), f);
+        visit_names(v.get(), f);
       }
       return;
-    case ExprKind::ExprKind_getattr: scan_names(static_cast<const GetAttrExpr&>(*e).obj.get(), m); return;
+    case ExprKind::ExprKind_getattr: visit_names(static_cast<const GetAttrExpr&>(*e).obj.get(), f); return;
     case ExprKind::ExprKind_getitem:
-      scan_names(static_cast<const GetItemExpr&>(*e).obj.get(), m);
-      scan_names(static_cast<const GetItemExpr&>(*e).key.get(), m);
+      visit_names(static_cast<const GetItemExpr&>(*e).obj.get(), f);
+      visit_names(static_cast<const GetItemExpr&>(*e).key.get(), f);
       return;
     case ExprKind::ExprKind_slice: {
       const auto& s = static_cast<const SliceExpr&>(*e);
-      scan_names(s.start.get(), m);
-      scan_names(s.stop.get(), m);
-      scan_names(s.step.get(), m);
+      visit_names(s.start.get(), f);
+      visit_names(s.stop.get(), f);
+      visit_names(s.step.get(), f);
       return;
     }
     case ExprKind::ExprKind_call:
@@ -170,40 +169,103 @@ void scan_names(const Expr* e, MacroStmt& m) {
     case ExprKind::ExprKind_test: {
       const ArgList* a;
       if (e->kind == ExprKind::ExprKind_call) {
-        scan_names(static_cast<const CallExpr&>(*e).callee.get(), m);
+        visit_names(static_cast<const CallExpr&>(*e).callee.get(), f);
         a = &static_cast<const CallExpr&>(*e).args;
       } else {
-        scan_names(static_cast<const FilterExpr&>(*e).subject.get(), m);
+        visit_names(static_cast<const FilterExpr&>(*e).subject.get(), f);
         a = &static_cast<const FilterExpr&>(*e).args;
       }
-      for (const auto& x : a->args) scan_names(x.get(), m);
-      for (const auto& kv : a->kwargs) scan_names(kv.second.get(), m);
-      scan_names(a->dyn_args.get(), m);
-      scan_names(a->dyn_kwargs.get(), m);
+      for (const auto& x : a->args) visit_names(x.get(), f);
+      for (const auto& kv : a->kwargs) visit_names(kv.second.get(), f);
+      visit_names(a->dyn_args.get(), f);
+      visit_names(a->dyn_kwargs.get(), f);
       return;
     }
-    case ExprKind::ExprKind_unary: scan_names(static_cast<const UnaryExpr&>(*e).operand.get(), m); return;
+    case ExprKind::ExprKind_unary: visit_names(static_cast<const UnaryExpr&>(*e).operand.get(), f); return;
     case ExprKind::ExprKind_binary:
-      scan_names(static_cast<const BinaryExpr&>(*e).left.get(), m);
-      scan_names(static_cast<const BinaryExpr&>(*e).right.get(), m);
+      visit_names(static_cast<const BinaryExpr&>(*e).left.get(), f);
+      visit_names(static_cast<const BinaryExpr&>(*e).right.get(), f);
       return;
     case ExprKind::ExprKind_concat:
-      for (const auto& x : static_cast<const ConcatExpr&>(*e).items) scan_names(x.get(), m);
+      for (const auto& x : static_cast<const ConcatExpr&>(*e).items) visit_names(x.get(), f);
       return;
     case ExprKind::ExprKind_compare:
-      scan_names(static_cast<const CompareExpr&>(*e).first.get(), m);
-      for (const auto& kv : static_cast<const CompareExpr&>(*e).ops) scan_names(kv.second.get(), m);
+      visit_names(static_cast<const CompareExpr&>(*e).first.get(), f);
+      for (const auto& kv : static_cast<const CompareExpr&>(*e).ops) visit_names(kv.second.get(), f);
       return;
     case ExprKind::ExprKind_condexpr: {
       const auto& c = static_cast<const CondExpr&>(*e);
-      scan_names(c.test.get(), m);
-      scan_names(c.then_expr.get(), m);
-      scan_names(c.else_expr.get(), m);
+      visit_names(c.test.get(), f);
+      visit_names(c.then_expr.get(), f);
+      visit_names(c.else_expr.get(), f);
       return;
     }
     default: return;
   }
 }
+
+void scan_names(const Expr* e, MacroStmt& m) {
+  visit_names(e, [&m](const std::string& n) {
+    if (n == "varargs") m.catch_varargs = true;
+    if (n == "kwargs") m.catch_kwargs = true;
+    if (n == "caller") m.uses_caller = true;
+  });
+}
+
+// jinja2 decides, per frame, how a variable starts: a name whose first reference at the top
+// level of the template is an unconditional assignment starts undefined there (it is not looked
+// up in the context), so macros and loops that read it before the assignment runs see undefined.
+// Names first referenced inside an if-branch, or read first, come from the context.
+struct RootNames {
+  std::set<std::string> seen;
+  std::vector<std::string> assigned_first;
+
+  void load(const Expr* e) {
+    visit_names(e, [this](const std::string& n) { seen.insert(n); });
+  }
+  void store(const std::string& n, bool conditional) {
+    if (seen.insert(n).second && !conditional) assigned_first.push_back(n);
+  }
+  void store_target(const Expr& t, bool conditional) {
+    if (t.kind == ExprKind::ExprKind_name) store(static_cast<const NameExpr&>(t).name, conditional);
+    if (t.kind == ExprKind::ExprKind_nsref) seen.insert(static_cast<const NsRefExpr&>(t).name);
+    if (t.kind == ExprKind::ExprKind_tuple)
+      for (const auto& x : static_cast<const SeqExpr&>(t).items) store_target(*x, conditional);
+  }
+  void walk(const Body& body, bool conditional) {
+    for (const auto& s : body) {
+      switch (s->kind) {
+        case StmtKind::StmtKind_output:
+          for (const auto& piece : static_cast<const OutputStmt&>(*s).pieces) load(piece.expr.get());
+          break;
+        case StmtKind::StmtKind_if: {
+          const auto& st = static_cast<const IfStmt&>(*s);
+          for (const auto& [test, b] : st.branches) {
+            load(test.get());
+            walk(b, true);
+          }
+          walk(st.else_body, true);
+          break;
+        }
+        case StmtKind::StmtKind_for: load(static_cast<const ForStmt&>(*s).iter.get()); break;
+        case StmtKind::StmtKind_set: {
+          const auto& st = static_cast<const SetStmt&>(*s);
+          load(st.value.get());
+          store_target(*st.target, conditional);
+          break;
+        }
+        case StmtKind::StmtKind_set_block: store_target(*static_cast<const SetBlockStmt&>(*s).target, conditional); break;
+        case StmtKind::StmtKind_macro: store(static_cast<const MacroStmt&>(*s).name, conditional); break;
+        case StmtKind::StmtKind_call_block: load(static_cast<const CallBlockStmt&>(*s).call.get()); break;
+        case StmtKind::StmtKind_filter_block: load(static_cast<const FilterBlockStmt&>(*s).filter.get()); break;
+        case StmtKind::StmtKind_with:
+          for (const auto& kv : static_cast<const WithStmt&>(*s).assignments) load(kv.second.get());
+          break;
+        default: break;
+      }
+    }
+  }
+};
 
 void scan_body(const Body& body, MacroStmt& m) {
   for (const auto& s : body) {
@@ -251,5 +313,11 @@ void scan_body(const Body& body, MacroStmt& m) {
 void validate_filters(const Body& body) { check_body(body, false); }
 
 void find_special_names(MacroStmt& m) { scan_body(m.body, m); }
+
+std::vector<std::string> root_assigned_first(const Body& body) {
+  RootNames r;
+  r.walk(body, false);
+  return r.assigned_first;
+}
 
 }  // namespace mla::jinja

@@ -25,6 +25,12 @@ Value Value::seq(std::vector<Value> items, SeqKind kind) {
   return Value(std::move(d));
 }
 
+Value Value::lazy_iterator(std::function<std::vector<Value>()> produce) {
+  Value v = seq({}, SeqKind::SeqKind_iterator);
+  v.seq_data().pending = std::move(produce);
+  return v;
+}
+
 Value Value::dict(std::shared_ptr<DictData> d) {
   if (!d) d = std::make_shared<DictData>();
   return Value(std::move(d));
@@ -212,7 +218,7 @@ std::string Value::repr() const {
     }
     case Type::Type_object: return object_ref().repr();
     case Type::Type_function:
-      if (function_ref().type_name == "Macro") return fmt::format("<Macro '{}'>", function_ref().name);
+      if (!function_ref().repr.empty()) return function_ref().repr;
       throw Error(fmt::format("cannot convert {} to text (jinja2 prints its memory address)", function_ref().name));
   }
   return "";
@@ -254,6 +260,11 @@ std::vector<Value> Value::iterate() const {
       if (s.kind == SeqKind::SeqKind_iterator) {
         if (s.consumed) return {};
         s.consumed = true;
+        if (s.pending) {
+          auto produce = std::move(s.pending);
+          s.pending = nullptr;
+          return produce();
+        }
       }
       return s.items;
     }

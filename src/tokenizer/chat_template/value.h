@@ -54,7 +54,10 @@ enum class SeqKind : uint8_t {
 struct SeqData {
   SeqKind kind = SeqKind::SeqKind_list;
   std::vector<Value> items;
-  bool consumed = false;                             // iterator only
+  bool consumed = false;  // iterator only
+  // iterator only: produces the items on first use. jinja2's generator filters (map, select,
+  // items, ...) run lazily, so their errors surface only if the result is iterated.
+  std::function<std::vector<Value>()> pending;
   int64_t range_start = 0, range_stop = 0, range_step = 1;  // range only, for repr()
 };
 
@@ -82,6 +85,8 @@ struct Function {
   std::string name;       // for messages: "range", "macro 'render'", "str.split"
   std::string type_name;  // Python type: "builtin_function_or_method", "Macro", ...
   std::function<Value(Interpreter&, CallArgs&)> call;
+  std::string repr;                // repr() text; empty: jinja2 would print a memory address
+  std::shared_ptr<DictData> attrs;  // readable attributes (a macro's name, arguments, ...)
 };
 
 class Value {
@@ -110,10 +115,12 @@ class Value {
   static Value list(std::vector<Value> items) { return seq(std::move(items), SeqKind::SeqKind_list); }
   static Value tuple(std::vector<Value> items) { return seq(std::move(items), SeqKind::SeqKind_tuple); }
   static Value iterator(std::vector<Value> items) { return seq(std::move(items), SeqKind::SeqKind_iterator); }
+  static Value lazy_iterator(std::function<std::vector<Value>()> produce);
   static Value dict(std::shared_ptr<DictData> d = nullptr);
   static Value object(std::shared_ptr<Object> o) { return Value(std::move(o)); }
   static Value function(std::string name, std::string type_name,
                         std::function<Value(Interpreter&, CallArgs&)> fn);
+  static Value function(std::shared_ptr<Function> f) { return Value(std::move(f)); }
 
   static Value from_json(const nlohmann::ordered_json& j);
 

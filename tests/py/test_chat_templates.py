@@ -181,6 +181,7 @@ KNOWN_DIVERGENCES = {
     "{{ 10 ** 20 }}": "integers are 64-bit",
     "{{ lipsum() }}": "random text generator not provided",
     "{{ l | random }}": "random choice not provided (non-deterministic)",
+    "{% set ns = namespace() %}{% set ns.me = [ns] %}{{ ns }}": "self-containing objects are not printed",
 }
 
 

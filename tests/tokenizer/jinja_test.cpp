@@ -283,6 +283,14 @@ TEST(JinjaApi, HostileInputGivesErrorsNotCrashes) {
   EXPECT_NE(error_of("{{ range(1000000) | length }}").find("Range too big"), std::string::npos);
   EXPECT_NE(error_of("\xff\xfe{{ x }}").find("not valid UTF-8"), std::string::npos);
   EXPECT_NE(error_of("{{ 99999999999999999999 }}").find("64-bit"), std::string::npos);
+  // Deep or cyclic data built by a template, or handed in by the caller, is refused.
+  EXPECT_NE(error_of("{% set ns = namespace(x=1) %}{% for i in range(5000) %}{% set ns.x = [ns.x] %}{% endfor %}")
+                .find("nested more than 1000 levels"),
+            std::string::npos);
+  EXPECT_NE(error_of("{% set ns = namespace() %}{% set ns.me = [ns] %}{{ ns }}").find("maximum recursion depth"),
+            std::string::npos);
+  std::string deep_json = std::string(5000, '[') + std::string(5000, ']');
+  EXPECT_NE(error_of("{{ x }}", "{\"x\": " + deep_json + "}").find("nested more than 1000 levels"), std::string::npos);
 }
 
 }  // namespace

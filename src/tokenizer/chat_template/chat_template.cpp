@@ -44,6 +44,8 @@ std::string ChatTemplate::render(const nlohmann::ordered_json& context, const Ch
     return in.render(parsed_->body, jinja::Value::from_json(context), parsed_->root_undefined);
   } catch (const jinja::Error& e) {
     rethrow(e);
+  } catch (const std::bad_alloc&) {
+    fail("chat template: out of memory while rendering");
   }
 }
 

@@ -588,10 +588,17 @@ Value f_trim(Interpreter&, const Value& v, CallArgs& a) {
 
 Value f_truncate(Interpreter&, const Value& v, CallArgs& a) {
   auto p = bind_args("truncate", a, {{"length", integer(255)}, {"killwords", boolean(false)}, {"end", Value::string("...")}, {"leeway", none()}});
+  if (!p[0].is_integral() || !(p[3].is_none() || p[3].is_integral()))
+    throw Error("truncate(): length and leeway must be integers");
   int64_t length = p[0].as_int(), leeway = p[3].is_none() ? 5 : p[3].as_int();
-  std::u32string s = py::decode(text(v)), end = py::decode(text(p[2]));
+  std::u32string end = py::decode(text(p[2]));
   if (length < static_cast<int64_t>(end.size())) throw Error(fmt::format("expected length >= {}, got {}", end.size(), length));
-  if (static_cast<int64_t>(s.size()) <= length + leeway) return Value::string(py::encode(s));
+  if (!v.is_string()) {  // jinja2 takes len() of whatever it gets and slices it
+    if (static_cast<int64_t>(v.len()) <= length + leeway) return v;
+    throw Error(fmt::format("'{}' object has no attribute 'rsplit'", v.type_name()));
+  }
+  std::u32string s = py::decode(v.as_string());
+  if (static_cast<int64_t>(s.size()) <= length + leeway) return v;
   std::u32string head = s.substr(0, static_cast<size_t>(length) - end.size());
   if (!p[1].truthy()) {
     size_t sp = head.rfind(U' ');

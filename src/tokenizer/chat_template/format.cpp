@@ -264,7 +264,10 @@ std::string percent_format(const std::string& fmt_s, const Value& args) {
       if (alt) sp += '#';
       if (zero) sp += '0';
       sp += width;
-      if (has_precision) sp += "." + (precision.empty() ? std::string("0") : precision);
+      if (has_precision) {
+        sp += '.';
+        sp += precision.empty() ? std::string("0") : precision;
+      }
       if (type) sp += type;
       return sp;
     };
@@ -276,7 +279,10 @@ std::string percent_format(const std::string& fmt_s, const Value& args) {
         Value sv = Value::string(text);
         std::string sp(1, align ? align : '>');
         sp += width;
-        if (has_precision) sp += "." + (precision.empty() ? std::string("0") : precision);
+        if (has_precision) {
+          sp += '.';
+          sp += precision.empty() ? std::string("0") : precision;
+        }
         out += format_value(sv, sp);
         break;
       }

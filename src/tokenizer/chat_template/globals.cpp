@@ -168,9 +168,10 @@ ScopePtr make_globals() {
   };
   add("range", make_range);
   add("dict", [](Interpreter&, CallArgs& a) { return Value::dict(dict_from_args("dict", a)); }, "<class 'dict'>");
-  add("namespace", [](Interpreter&, CallArgs& a) {
+  add("namespace", [](Interpreter& in, CallArgs& a) {
     auto ns = std::make_shared<NamespaceObject>();
     ns->attrs = *dict_from_args("namespace", a);
+    in.own(ns);
     return Value::object(std::move(ns));
   }, "<class 'jinja2.utils.Namespace'>");
   add("cycler", [](Interpreter&, CallArgs& a) {

@@ -28,7 +28,7 @@ auto at_pos(const Pos& p, F&& f) -> decltype(f()) {
 }  // namespace
 
 const Value* Scope::find(const std::string& name) const {
-  for (const Scope* s = this; s; s = s->parent.get()) {
+  for (const Scope* s = this; s; s = s->parent ? s->parent.get() : s->closure_parent) {
     auto it = s->vars.find(name);
     if (it != s->vars.end()) return &it->second;
   }
@@ -36,6 +36,10 @@ const Value* Scope::find(const std::string& name) const {
 }
 
 Interpreter::Interpreter(const RenderOptions& opt) : opt_(opt), globals_(make_globals()) {}
+
+Interpreter::~Interpreter() {
+  for (auto& o : owned_) o->clear();
+}
 
 std::string Interpreter::render(const Body& body, const Value& context, const std::vector<std::string>& root_undefined) {
   auto root = std::make_shared<Scope>();
@@ -201,7 +205,8 @@ void Interpreter::assign(const Expr& target, Value v, const ScopePtr& scope) {
 
 Value Interpreter::make_macro(const MacroStmt& m, const ScopePtr& scope) {
   const MacroStmt* macro = &m;
-  ScopePtr closure = scope;
+  Scope* closure = scope.get();
+  macro_scopes_.push_back(scope);
   auto fn = std::make_shared<Function>();
   fn->name = m.name;
   fn->type_name = "Macro";
@@ -220,7 +225,7 @@ Value Interpreter::make_macro(const MacroStmt& m, const ScopePtr& scope) {
 
 // Argument binding as jinja2's Macro.__call__: positional first, then keywords by name; extra
 // positional arguments go to `varargs` and extra keywords to `kwargs` only if the body reads them.
-Value Interpreter::call_macro(const MacroStmt& m, const ScopePtr& closure, CallArgs& args) {
+Value Interpreter::call_macro(const MacroStmt& m, Scope* closure, CallArgs& args) {
   if (call_depth_ >= k_max_call_depth) throw Error("maximum recursion depth exceeded in macro calls");
   struct DepthGuard {
     int& d;
@@ -228,7 +233,7 @@ Value Interpreter::call_macro(const MacroStmt& m, const ScopePtr& closure, CallA
   } guard{++call_depth_};
 
   auto scope = std::make_shared<Scope>();
-  scope->parent = closure;
+  scope->closure_parent = closure;
   size_t n_params = m.params.size();
   std::vector<std::optional<Value>> bound(n_params);
   for (size_t i = 0; i < n_params && i < args.args.size(); ++i) bound[i] = args.args[i];

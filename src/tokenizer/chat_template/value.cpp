@@ -18,8 +18,39 @@ Value Value::undefined(std::string hint) {
   return Value(std::move(u));
 }
 
+namespace {
+
+uint32_t nesting_of(const Value& v) {
+  if (v.is_seq()) return v.seq_data().depth;
+  if (v.is_dict()) return v.dict_data().depth;
+  return 0;
+}
+
+uint32_t checked_depth(uint32_t child_depth) {
+  if (child_depth + 1 > k_max_nesting)
+    throw Error(fmt::format("lists/dicts nested more than {} levels deep", k_max_nesting));
+  return child_depth + 1;
+}
+
+// Bounds recursion through objects (a namespace holding a list holding the namespace).
+struct ReprGuard {
+  static inline thread_local int depth = 0;
+  ReprGuard() {
+    if (++depth > static_cast<int>(k_max_nesting)) {
+      --depth;
+      throw Error("maximum recursion depth exceeded while getting the repr of an object");
+    }
+  }
+  ~ReprGuard() { --depth; }
+};
+
+}  // namespace
+
 Value Value::seq(std::vector<Value> items, SeqKind kind) {
   auto d = std::make_shared<SeqData>();
+  uint32_t child = 0;
+  for (const auto& x : items) child = std::max(child, nesting_of(x));
+  d->depth = checked_depth(child);
   d->kind = kind;
   d->items = std::move(items);
   return Value(std::move(d));
@@ -44,8 +75,9 @@ Value Value::function(std::string name, std::string type_name, std::function<Val
   return Value(std::move(f));
 }
 
-Value Value::from_json(const nlohmann::ordered_json& j) {
+Value Value::from_json(const nlohmann::ordered_json& j, uint32_t depth) {
   using T = nlohmann::ordered_json::value_t;
+  if (depth >= k_max_nesting) throw Error(fmt::format("context JSON nested more than {} levels deep", k_max_nesting));
   switch (j.type()) {
     case T::null: return none();
     case T::boolean: return boolean(j.get<bool>());
@@ -61,12 +93,12 @@ Value Value::from_json(const nlohmann::ordered_json& j) {
     case T::array: {
       std::vector<Value> items;
       items.reserve(j.size());
-      for (const auto& x : j) items.push_back(from_json(x));
+      for (const auto& x : j) items.push_back(from_json(x, depth + 1));
       return list(std::move(items));
     }
     case T::object: {
       auto d = std::make_shared<DictData>();
-      for (const auto& [k, x] : j.items()) d->set(string(k), from_json(x));
+      for (const auto& [k, x] : j.items()) d->set(string(k), from_json(x, depth + 1));
       return dict(std::move(d));
     }
     default: throw Error("unsupported JSON value in the context (binary or discarded)");
@@ -108,6 +140,7 @@ ptrdiff_t DictData::find(const Value& key) const {
 }
 
 void DictData::set(Value key, Value value) {
+  depth = std::max(depth, checked_depth(std::max(nesting_of(key), nesting_of(value))));
   ptrdiff_t i = find(key);
   if (i >= 0)
     items[static_cast<size_t>(i)].second = std::move(value);
@@ -182,6 +215,7 @@ std::string join_repr(const std::vector<Value>& items) {
 }  // namespace
 
 std::string Value::repr() const {
+  ReprGuard guard;
   switch (type()) {
     case Type::Type_undefined: return "Undefined";
     case Type::Type_none: return "None";
@@ -416,7 +450,7 @@ struct JsonWriter {
   }
 
   void write(const Value& v, int level) {
-    if (++depth > 500) throw Error("json.dumps: maximum nesting depth exceeded");
+    if (++depth > static_cast<int>(k_max_nesting) + 1) throw Error("json.dumps: maximum nesting depth exceeded");
     switch (v.type()) {
       case Value::Type::Type_none: out += "null"; break;
       case Value::Type::Type_bool: out += v.as_bool() ? "true" : "false"; break;

@@ -59,10 +59,16 @@ struct SeqData {
   // items, ...) run lazily, so their errors surface only if the result is iterated.
   std::function<std::vector<Value>()> pending;
   int64_t range_start = 0, range_stop = 0, range_step = 1;  // range only, for repr()
+  uint32_t depth = 1;  // nesting of lists/dicts, bounded by k_max_nesting
 };
+
+// Deeper list/dict nesting is an error: it bounds the recursion of repr, ==, json.dumps and
+// destruction. (CPython's repr gives up at its recursion limit of 1000 as well.)
+constexpr uint32_t k_max_nesting = 1000;
 
 struct DictData {
   std::vector<std::pair<Value, Value>> items;  // insertion order
+  uint32_t depth = 1;
   // Index of key, or -1. Throws Error for an unhashable key, as Python does.
   ptrdiff_t find(const Value& key) const;
   void set(Value key, Value value);
@@ -79,6 +85,7 @@ class Object {
   virtual std::string repr() const = 0;
   virtual bool is_namespace() const { return false; }
   virtual void set_attr(const std::string& name, Value v);  // namespaces only
+  virtual void clear() {}  // drops references to other values (end of render)
 };
 
 struct Function {
@@ -122,7 +129,7 @@ class Value {
                         std::function<Value(Interpreter&, CallArgs&)> fn);
   static Value function(std::shared_ptr<Function> f) { return Value(std::move(f)); }
 
-  static Value from_json(const nlohmann::ordered_json& j);
+  static Value from_json(const nlohmann::ordered_json& j, uint32_t depth = 0);
 
   Type type() const { return static_cast<Type>(v_.index()); }
   bool is_undefined() const { return type() == Type::Type_undefined; }

@@ -17,5 +17,7 @@ void register_gguf_quant_test(CLI::App& gguf);
 void register_gguf_vocab_from_hf(CLI::App& gguf);
 // mla tokenize (src/cli/tokenize_cmd.cpp)
 void register_tokenize(CLI::App& app);
+// mla template render (src/cli/template_cmd.cpp)
+void register_template(CLI::App& app);
 
 }  // namespace mla::cli

@@ -219,17 +219,15 @@ void GgufFile::parse_all() {
     check_value_type(c, type_at, raw_type);
     GgufValue value = read_value(c, raw_type, 0);
     if (kv_index_.count(key)) c.error_at(at, "duplicate metadata key '{}'", key);
+    if (key == "general.alignment") {
+      if (value.type() != GgufValueType::UINT32)
+        c.error_at(type_at, "general.alignment has type {}, expected UINT32", gguf_value_type_name(value.type()));
+      uint64_t al = std::get<uint32_t>(value.v);
+      if (al == 0 || (al & (al - 1)) != 0) c.error_at(type_at, "general.alignment {} is not a power of two", al);
+      alignment_ = al;
+    }
     kv_index_.emplace(key, kv_.size());
     kv_.emplace_back(std::move(key), std::move(value));
-  }
-
-  if (const GgufValue* a = find("general.alignment")) {
-    if (a->type() != GgufValueType::UINT32)
-      fail("gguf: {}: general.alignment has type {}, expected UINT32", path_, gguf_value_type_name(a->type()));
-    uint64_t al = std::get<uint32_t>(a->v);
-    if (al == 0 || (al & (al - 1)) != 0)
-      fail("gguf: {}: general.alignment {} is not a power of two", path_, al);
-    alignment_ = al;
   }
 
   tensors_.reserve(n_tensors);

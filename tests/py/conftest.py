@@ -1,0 +1,31 @@
+"""Shared pytest fixtures: where the mla binary and the shared data live."""
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SHARED = REPO.parent / "shared"
+
+
+@pytest.fixture(scope="session")
+def mla_bin() -> str:
+    path = os.environ.get("MLA_BIN") or str(REPO / "build" / "mla")
+    if not Path(path).exists():
+        pytest.fail(f"mla binary not found at {path}: build first (make test does)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> Path:
+    if not (SHARED / "data").is_dir():
+        pytest.fail(f"shared test data missing: expected {SHARED}/data next to the repository (../shared)")
+    return SHARED
+
+
+def run_mla(mla_bin: str, *args: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
+    p = subprocess.run([mla_bin, *args], capture_output=True, text=True, **kw)
+    if check and p.returncode != 0:
+        raise AssertionError(f"mla {' '.join(args)} failed ({p.returncode}): {p.stderr}")
+    return p

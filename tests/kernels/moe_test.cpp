@@ -85,5 +85,26 @@ TEST(MoeRouting, GroupLimitUsesSumOfTopTwo) {
   EXPECT_NEAR(o.weights[0], std::exp(2.5) / z, 1e-6);
 }
 
+TEST(MoeRouting, ExcludedGroupsCannotWinWithNegativeChoices) {
+  // Group 0 (experts 0, 1) is kept: 0.5 + (0.5 - 0.7) = 0.3 beats 2 * sigmoid(-3) ≈ 0.095.
+  // Expert 1's choice is negative; masking the dropped group with 0.0 (transformers 4.57) would
+  // pick expert 2 or 3 instead, -inf (DeepSeek, transformers 5, llama.cpp) keeps expert 1.
+  MoeRouting r;
+  r.n_expert = 4;
+  r.n_expert_used = 2;
+  r.n_group = 2;
+  r.n_group_used = 1;
+  r.gating = MoeGating::Sigmoid;
+  std::vector<float> logits = {0.0f, 0.0f, -3.0f, -3.0f};
+  std::vector<float> bias = {0.0f, -0.7f, 0.0f, 0.0f};
+  r.bias = bias.data();
+  auto o = route(r, logits);
+  EXPECT_EQ(o.experts, (std::vector<int32_t>{0, 1}));
+  std::vector<int32_t> ref_e(2);
+  std::vector<float> ref_w(2);
+  moe_route_ref(r, logits.data(), ref_e.data(), ref_w.data());
+  EXPECT_EQ(ref_e, o.experts);
+}
+
 }  // namespace
 }  // namespace mla

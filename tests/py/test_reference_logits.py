@@ -1,5 +1,5 @@
 """mla.cpp logits vs the transformers reference (tests/fixtures/reference, built by
-tools/reference/make_fixtures.py): for every fixture model and prompt, max |Δlogit| <= 1e-4 at
+tools/reference/make_fixtures.py): for every fixture model and prompt, max |Δlogit| <= 5e-5 at
 every prompt position and every greedy step, top-1 equal everywhere, and the greedy
 continuation identical — with --mla-path mha and mqa, on the converter's (split) layout and on a
 fused-layout copy made by `mla gguf convert-mla-layout`."""
@@ -16,7 +16,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 REF_DIR = Path(os.environ.get("MLA_REFERENCE_DIR", ROOT / "tests" / "fixtures" / "reference"))
 MLA = os.environ.get("MLA_BIN", str(ROOT / "build" / "mla"))
-TOL = 1e-4
+# The issue asks for <= 1e-4; tools/reference/NOTES.md shows 5e-5 still separates every listed
+# mistake (rms eps 1e-5 for 1e-6 included) while a correct F32 forward stays near 1e-5.
+TOL = 5e-5
 
 MODELS = sorted(p.parent.name for p in REF_DIR.glob("*/reference.json"))
 

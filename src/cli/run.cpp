@@ -125,7 +125,7 @@ void run(const RunArgs& a) {
     model.forward(b, cache, logits.data());
     write_logits(static_cast<int64_t>(b.logits_rows.size()));
     n_past += static_cast<int32_t>(chunk.size());
-    last = logits.data() + (b.logits_rows.size() - 1) * c.n_vocab;
+    if (!b.logits_rows.empty()) last = logits.data() + (b.logits_rows.size() - 1) * c.n_vocab;
   }
   const double t_prefill = seconds_since(t0);
 

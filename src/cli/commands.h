@@ -19,5 +19,8 @@ void register_gguf_vocab_from_hf(CLI::App& gguf);
 void register_tokenize(CLI::App& app);
 // mla template render (src/cli/template_cmd.cpp)
 void register_template(CLI::App& app);
+void register_gguf_synth(CLI::App& gguf);                // mla gguf synth (gguf_synth.cpp)
+void register_gguf_convert_mla_layout(CLI::App& gguf);   // mla gguf convert-mla-layout (gguf_synth.cpp)
+void register_run(CLI::App& app);                        // mla run (run.cpp)
 
 }  // namespace mla::cli

@@ -17,5 +17,10 @@ void register_gguf_quant_test(CLI::App& gguf);
 void register_gguf_vocab_from_hf(CLI::App& gguf);
 // mla tokenize (src/cli/tokenize_cmd.cpp)
 void register_tokenize(CLI::App& app);
+// mla template render (src/cli/template_cmd.cpp)
+void register_template(CLI::App& app);
+void register_gguf_synth(CLI::App& gguf);                // mla gguf synth (gguf_synth.cpp)
+void register_gguf_convert_mla_layout(CLI::App& gguf);   // mla gguf convert-mla-layout (gguf_synth.cpp)
+void register_run(CLI::App& app);                        // mla run (run.cpp)
 
 }  // namespace mla::cli

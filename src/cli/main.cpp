@@ -14,6 +14,8 @@ int main(int argc, char** argv) {
   mla::cli::register_version(app);
   mla::cli::register_gguf(app);
   mla::cli::register_tokenize(app);
+  mla::cli::register_template(app);
+  mla::cli::register_run(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

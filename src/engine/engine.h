@@ -18,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -28,6 +29,9 @@ namespace mla {
 
 class ModelRunner;   // engine/model_runner.h: runs one BatchMeta through the model
 class TextDecoder;   // engine/detok.h: token ids → text, incrementally
+namespace kv {
+class KvManager;     // kv/kv_manager.h: block tables over the block pool
+}
 
 // How the MLA layer attends for a sequence (see docs/ARCHITECTURE.md): `auto` sends a sequence
 // whose query length in a step is <= the decode threshold to MQA, everything else to MHA.
@@ -148,6 +152,11 @@ struct EngineConfig {
   MlaPathPolicy path_policy = MlaPathPolicy::kAuto;
   int decode_threshold = 1;           // `auto`: query length <= this goes to MQA
   std::vector<int32_t> eos_token_ids; // stop generation unless ignore_eos
+  // Test and tool hook, called on the engine thread with the raw logits row a sequence samples
+  // from and the position of the last token it has seen (logits predict position + 1).
+  std::function<void(const std::string& request_id, int seq_index, int position,
+                     std::span<const float> logits)>
+      on_logits;
 };
 
 class Engine {
@@ -183,6 +192,10 @@ class Engine {
   // forward call; false when there was nothing to do.
   bool step();
   void run_until_idle();
+
+  // For tests and tools, while the engine is idle or from its own thread.
+  ModelRunner& runner();
+  const kv::KvManager& kv() const;
 
  private:
   struct Impl;

@@ -9,7 +9,7 @@
 #include "quant/quant.h"
 #include "util/error.h"
 
-namespace mla::kv {
+namespace mla {
 
 void check_cache_dtype(GgmlType dtype, const LatentShape& shape) {
   switch (dtype) {
@@ -149,4 +149,4 @@ void LatentCache::copy_block(int32_t src, int32_t dst) {
                 bytes);
 }
 
-}  // namespace mla::kv
+}  // namespace mla

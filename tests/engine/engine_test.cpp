@@ -89,7 +89,7 @@ TEST(Engine, GreedyRunMatchesTheModelComputedWithoutACache) {
   Arrival a{"a", make_prompt(21, 1), greedy(9), 0};
   FakeRunner ref_model(kVocab, 4, 1);
   auto r = run_engine(fake(4, 32, GgmlType::F32),
-                      config(MlaPathPolicy::kMha, 8, true), {a});
+                      config(MlaPathPolicy::Mha, 8, true), {a});
   const auto& toks = r.seqs["a"][0].tokens;
   ASSERT_EQ(toks.size(), 9u);
   std::vector<int32_t> ctx = a.prompt;
@@ -162,13 +162,13 @@ TEST_P(BatchInvariance, FullyCachedPromptRecomputesOnlyItsLastToken) {
 }
 
 INSTANTIATE_TEST_SUITE_P(FixedPath, BatchInvariance,
-                         ::testing::Values(MlaPathPolicy::kMha, MlaPathPolicy::kMqa),
-                         [](const auto& info) { return std::string(to_string(info.param)); });
+                         ::testing::Values(MlaPathPolicy::Mha, MlaPathPolicy::Mqa),
+                         [](const auto& info) { return std::string(mla_path_policy_name(info.param)); });
 
 TEST(Engine, AutoPathMatchesFixedPathTokensAndLogitsWithinTolerance) {
   const auto arrivals = mixed_arrivals(6);
-  const RunResult mha = solo_runs(arrivals, MlaPathPolicy::kMha);
-  auto got = run_engine(fake(16, 64), config(MlaPathPolicy::kAuto, 16, true), arrivals);
+  const RunResult mha = solo_runs(arrivals, MlaPathPolicy::Mha);
+  auto got = run_engine(fake(16, 64), config(MlaPathPolicy::Auto, 16, true), arrivals);
   for (const auto& [id, seqs] : mha.seqs) {
     EXPECT_EQ(got.seqs[id][0].tokens, seqs[0].tokens) << id;
     for (const auto& [pos, row] : mha.logits.at(id))
@@ -183,11 +183,11 @@ TEST(Engine, AutoPathMatchesFixedPathTokensAndLogitsWithinTolerance) {
 TEST(Engine, OneTokenPromptIsScheduledLikeADecode) {
   auto steps = std::make_shared<FakeRunner::StepLog>();
   auto r = run_engine(fake(16, 8, GgmlType::F16, steps),
-                      config(MlaPathPolicy::kAuto, 2048, true), {{"h", {17}, greedy(2), 0}});
+                      config(MlaPathPolicy::Auto, 2048, true), {{"h", {17}, greedy(2), 0}});
   ASSERT_EQ((*steps).size(), 2u);
   for (const auto& s : (*steps)) {
     EXPECT_EQ(s.query_lens, std::vector<int>{1});
-    EXPECT_EQ(s.paths, std::vector<MlaPath>{MlaPath::kMqa});
+    EXPECT_EQ(s.paths, std::vector<MlaPath>{MlaPath::Mqa});
     EXPECT_EQ(s.n_logit_rows, 1);
   }
   EXPECT_EQ(r.counters.n_tokens_mqa, 2);
@@ -196,7 +196,7 @@ TEST(Engine, OneTokenPromptIsScheduledLikeADecode) {
 
 TEST(Engine, StepsRespectBudgetAndSeqCapAndComputeLogitsOnlyForSampledRows) {
   auto steps = std::make_shared<FakeRunner::StepLog>();
-  auto cfg = config(MlaPathPolicy::kAuto, 16, false);
+  auto cfg = config(MlaPathPolicy::Auto, 16, false);
   cfg.max_num_seqs = 3;
   auto arrivals = mixed_arrivals(5);
   run_engine(fake(16, 64, GgmlType::F16, steps), cfg, arrivals);
@@ -225,14 +225,14 @@ TEST(Engine, NSequencesShareThePromptBlocks) {
   auto params = greedy(3);
   params.n = 3;
   std::vector<int64_t> free_after;
-  auto r = run_engine(fake(16, 32), config(MlaPathPolicy::kAuto, 2048, false),
+  auto r = run_engine(fake(16, 32), config(MlaPathPolicy::Auto, 2048, false),
                       {{"n3", make_prompt(40, 3), params, 0}}, nullptr, nullptr,
                       [&](Engine& e) { free_after.push_back(e.kv().pool().n_free()); });
   ASSERT_GE(free_after.size(), 2u);
   EXPECT_EQ(32 - free_after[0], 3);  // prompt computed and forked: shared
   EXPECT_EQ(32 - free_after[1], 5);  // one decode each: partial block copied twice
   ASSERT_EQ(r.seqs["n3"].size(), 3u);
-  auto solo = run_engine(fake(16, 32), config(MlaPathPolicy::kAuto, 2048, false),
+  auto solo = run_engine(fake(16, 32), config(MlaPathPolicy::Auto, 2048, false),
                          {{"n1", make_prompt(40, 3), greedy(3), 0}});
   for (const auto& s : r.seqs["n3"]) {
     EXPECT_EQ(s.tokens, solo.seqs["n1"][0].tokens);  // greedy: all the same
@@ -248,11 +248,11 @@ TEST(Engine, SeededSamplingIsReproducibleWhateverElseRuns) {
   p.max_tokens = 12;
   p.n = 2;
   Arrival a{"seeded", make_prompt(10, 9), p, 0};
-  auto alone = run_engine(fake(16, 64), config(MlaPathPolicy::kMha, 2048, true), {a});
+  auto alone = run_engine(fake(16, 64), config(MlaPathPolicy::Mha, 2048, true), {a});
   auto others = mixed_arrivals(8);
   a.at_step = 4;
   others.push_back(a);
-  auto busy = run_engine(fake(16, 64), config(MlaPathPolicy::kMha, 16, true), others);
+  auto busy = run_engine(fake(16, 64), config(MlaPathPolicy::Mha, 16, true), others);
   ASSERT_EQ(alone.seqs["seeded"].size(), 2u);
   for (int i = 0; i < 2; ++i)
     EXPECT_EQ(alone.seqs["seeded"][i].tokens, busy.seqs["seeded"][i].tokens) << i;
@@ -261,7 +261,7 @@ TEST(Engine, SeededSamplingIsReproducibleWhateverElseRuns) {
 
 TEST(Engine, AbortFreesBlocksAndEndsWithAbort) {
   auto arrivals = mixed_arrivals(30);
-  auto r = run_engine(fake(16, 64), config(MlaPathPolicy::kAuto, 16, true), arrivals, nullptr,
+  auto r = run_engine(fake(16, 64), config(MlaPathPolicy::Auto, 16, true), arrivals, nullptr,
                       [](int step, Engine& e) {
                         if (step == 10) EXPECT_TRUE(e.abort("r3"));   // running
                         if (step == 11) EXPECT_FALSE(e.abort("nope"));
@@ -274,7 +274,7 @@ TEST(Engine, AbortFreesBlocksAndEndsWithAbort) {
 }
 
 TEST(Engine, RejectsBadRequestsWithAClearError) {
-  EngineConfig cfg = config(MlaPathPolicy::kAuto, 64, true);
+  EngineConfig cfg = config(MlaPathPolicy::Auto, 64, true);
   Engine e(std::make_unique<FakeRunner>(kVocab, 16, 4), cfg);  // 64 tokens of KV
   EXPECT_EQ(e.config().max_model_len, 64);
   auto expect_error = [&](std::vector<int32_t> prompt, SamplingParams p, const char* needle) {
@@ -304,7 +304,7 @@ TEST(Engine, RejectsBadRequestsWithAClearError) {
 }
 
 TEST(Engine, StopsAtMaxModelLength) {
-  auto cfg = config(MlaPathPolicy::kAuto, 64, true);
+  auto cfg = config(MlaPathPolicy::Auto, 64, true);
   cfg.max_model_len = 20;
   auto r = run_engine(fake(16, 8), cfg, {{"long", make_prompt(15, 2), greedy(100), 0}});
   EXPECT_EQ(r.seqs["long"][0].tokens.size(), 5u);
@@ -327,18 +327,18 @@ class LetterDecoder : public TextDecoder {
 TEST(Engine, TextStopStringsStopTokensAndEos) {
   auto dec = std::make_shared<LetterDecoder>();
   Arrival a{"t", make_prompt(12, 4), greedy(16), 0};
-  auto base = run_engine(fake(16, 16), config(MlaPathPolicy::kAuto, 64, true), {a}, dec);
+  auto base = run_engine(fake(16, 16), config(MlaPathPolicy::Auto, 64, true), {a}, dec);
   const auto& seq = base.seqs["t"][0];
   ASSERT_EQ(seq.text.size(), 16u);
   // Stop at the text of tokens 5..6.
   Arrival s = a;
   s.params.stop = {seq.text.substr(5, 2)};
-  auto stopped = run_engine(fake(16, 16), config(MlaPathPolicy::kAuto, 64, true), {s}, dec);
+  auto stopped = run_engine(fake(16, 16), config(MlaPathPolicy::Auto, 64, true), {s}, dec);
   const size_t cut = seq.text.find(s.params.stop[0]);
   EXPECT_EQ(stopped.seqs["t"][0].text, seq.text.substr(0, cut));
   EXPECT_EQ(std::get<std::string>(stopped.seqs["t"][0].stop_reason), s.params.stop[0]);
   // EOS = the 4th generated token.
-  auto cfg = config(MlaPathPolicy::kAuto, 64, true);
+  auto cfg = config(MlaPathPolicy::Auto, 64, true);
   cfg.eos_token_ids = {seq.tokens[3]};
   const size_t first = std::find(seq.tokens.begin(), seq.tokens.end(), seq.tokens[3]) -
                        seq.tokens.begin();
@@ -349,12 +349,12 @@ TEST(Engine, TextStopStringsStopTokensAndEos) {
   // The same token as a stop token id: stop_reason is the id.
   Arrival st = a;
   st.params.stop_token_ids = {seq.tokens[3]};
-  auto by_id = run_engine(fake(16, 16), config(MlaPathPolicy::kAuto, 64, true), {st}, dec);
+  auto by_id = run_engine(fake(16, 16), config(MlaPathPolicy::Auto, 64, true), {st}, dec);
   EXPECT_EQ(std::get<int32_t>(by_id.seqs["t"][0].stop_reason), seq.tokens[3]);
   // logprobs: one entry per token, the sampled token's logprob is the top one (greedy).
   Arrival lp = a;
   lp.params.logprobs = 3;
-  auto with_lp = run_engine(fake(16, 16), config(MlaPathPolicy::kAuto, 64, true), {lp}, dec);
+  auto with_lp = run_engine(fake(16, 16), config(MlaPathPolicy::Auto, 64, true), {lp}, dec);
   ASSERT_EQ(with_lp.seqs["t"][0].logprobs.size(), 16u);
   for (const auto& l : with_lp.seqs["t"][0].logprobs) {
     ASSERT_EQ(l.top.size(), 3u);
@@ -365,8 +365,8 @@ TEST(Engine, TextStopStringsStopTokensAndEos) {
 
 TEST(Engine, ThreadSafeAddAbortAndStreamsWithTheLoopOnItsOwnThread) {
   const auto arrivals = mixed_arrivals(10);
-  const RunResult solo = solo_runs(arrivals, MlaPathPolicy::kMha);
-  EngineConfig cfg = config(MlaPathPolicy::kMha, 16, true);
+  const RunResult solo = solo_runs(arrivals, MlaPathPolicy::Mha);
+  EngineConfig cfg = config(MlaPathPolicy::Mha, 16, true);
   Engine engine(std::make_unique<FakeRunner>(kVocab, 16, 64), cfg);
   engine.start();
   std::vector<std::thread> threads;
@@ -408,7 +408,7 @@ TEST(Engine, ThreadSafeAddAbortAndStreamsWithTheLoopOnItsOwnThread) {
 TEST(Engine, DestructorAbortsWhatIsStillActive) {
   std::shared_ptr<RequestStream> s;
   {
-    Engine e(std::make_unique<FakeRunner>(kVocab, 16, 8), config(MlaPathPolicy::kAuto, 64, true));
+    Engine e(std::make_unique<FakeRunner>(kVocab, 16, 8), config(MlaPathPolicy::Auto, 64, true));
     s = e.add_request("left", {1, 2, 3}, greedy(50));
     e.step();
   }

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <stdexcept>
 #include <vector>
 
 #include "engine/model_runner.h"
@@ -45,7 +46,7 @@ class FakeRunner : public ModelRunner {
 
   int n_vocab() const override { return n_vocab_; }
   int max_context() const override { return max_context_; }
-  kv::LatentCache& cache() override { return cache_; }
+  LatentCache& cache() override { return cache_; }
 
   static float weight(int d) { return 1.0f / (1.0f + static_cast<float>(d)); }
   static float embed(int32_t t, int p, int j) {
@@ -71,27 +72,32 @@ class FakeRunner : public ModelRunner {
 
   void forward(const BatchMeta& meta, float* logits) override {
     StepRecord rec;
-    rec.n_tokens = meta.n_tokens();
-    rec.n_seqs = meta.n_seqs();
-    rec.n_logit_rows = meta.n_logit_rows();
+    rec.n_tokens = static_cast<int>(meta.n_tokens());
+    rec.n_seqs = static_cast<int>(meta.seqs.size());
+    rec.n_logit_rows = static_cast<int>(meta.logits_rows.size());
     std::vector<float> row(kDim), acc(kDim), ctx;
-    std::vector<int32_t> slots;
-    int out_row = 0;
-    for (int s = 0; s < meta.n_seqs(); ++s) {
-      rec.query_lens.push_back(meta.query_len(s));
-      rec.paths.push_back(meta.path[s]);
-      const bool mqa = meta.path[s] == MlaPath::kMqa;
-      for (int i = meta.query_start[s]; i < meta.query_start[s + 1]; ++i) {
+    size_t out_row = 0;
+    for (const SeqMeta& s : meta.seqs) {
+      rec.query_lens.push_back(s.query_len);
+      rec.paths.push_back(s.path);
+      const bool mqa = s.path == MlaPath::Mqa;
+      const int32_t* slots = meta.context_slots.data() + s.slots_start;
+      // The engine's block tables must expand to exactly these slots.
+      for (int j = 0; j < s.context_len; ++j) {
+        const int32_t b = meta.block_table[s.blocks_start + j / meta.block_size];
+        if (slots[j] != b * meta.block_size + j % meta.block_size) throw std::logic_error("slots");
+      }
+      for (int i = s.query_start; i < s.query_start + s.query_len; ++i) {
         const int p = meta.positions[i];
         const int32_t t = meta.token_ids[i];
         for (int j = 0; j < kDim; ++j) row[j] = embed(t, p, j);
         cache_.write_row(0, meta.slot_mapping[i], row.data());
-        attend(meta, s, 0, p, mqa, acc, slots, ctx);
+        attend(slots, 0, p, mqa, acc, ctx);
         layer1(row.data(), acc.data());
         cache_.write_row(1, meta.slot_mapping[i], row.data());
-        if (i == meta.query_start[s + 1] - 1 && meta.needs_logits[s]) {
-          attend(meta, s, 1, p, mqa, acc, slots, ctx);
-          project(acc.data(), logits + static_cast<size_t>(out_row++) * n_vocab_, n_vocab_);
+        if (out_row < meta.logits_rows.size() && meta.logits_rows[out_row] == i) {
+          attend(slots, 1, p, mqa, acc, ctx);
+          project(acc.data(), logits + out_row++ * n_vocab_, n_vocab_);
         }
       }
     }
@@ -120,12 +126,10 @@ class FakeRunner : public ModelRunner {
 
  private:
   // acc[j] = sum over context rows r <= p of layer `layer` of weight(p - r) * row_r[j].
-  void attend(const BatchMeta& meta, int s, int layer, int p, bool reverse, std::vector<float>& acc,
-              std::vector<int32_t>& slots, std::vector<float>& ctx) {
-    slots.resize(p + 1);
-    for (int r = 0; r <= p; ++r) slots[r] = meta.slot_of(s, r);
+  void attend(const int32_t* slots, int layer, int p, bool reverse, std::vector<float>& acc,
+              std::vector<float>& ctx) {
     ctx.resize(static_cast<size_t>(p + 1) * kDim);
-    cache_.read_rows(layer, slots, ctx.data());
+    cache_.read_rows(layer, {slots, static_cast<size_t>(p + 1)}, ctx.data());
     std::fill(acc.begin(), acc.end(), 0.0f);
     for (int k = 0; k <= p; ++k) {
       const int r = reverse ? p - k : k;
@@ -136,7 +140,7 @@ class FakeRunner : public ModelRunner {
   std::shared_ptr<StepLog> log_;
   int n_vocab_;
   int max_context_;
-  kv::LatentCache cache_;
+  LatentCache cache_;
 };
 
 }  // namespace mla::testing

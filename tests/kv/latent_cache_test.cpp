@@ -7,7 +7,7 @@
 #include "kv/latent_cache.h"
 #include "util/error.h"
 
-namespace mla::kv {
+namespace mla {
 namespace {
 
 const LatentShape kDeepSeekV3{61, 512, 64};
@@ -99,4 +99,4 @@ TEST(LatentCache, DescribeStatesCapacityAndBytesPerToken) {
 }
 
 }  // namespace
-}  // namespace mla::kv
+}  // namespace mla

@@ -89,10 +89,11 @@ LatentCache::LatentCache(const LatentShape& shape, GgmlType dtype, int block_siz
 }
 
 std::string LatentCache::describe() const {
+  const double mib = static_cast<double>(total_bytes()) / (1024.0 * 1024.0);
   return fmt::format(
-      "{}, block {}, {} blocks = {} tokens, {} B/token/layer x {} layers = {} B/token, {:.2f} GiB",
+      "{}, block {}, {} blocks = {} tokens, {} B/token/layer x {} layers = {} B/token, {:.2f} {}",
       ggml_type_name(dtype_), block_size_, n_blocks_, n_slots(), row_bytes_, shape_.n_layer,
-      bytes_per_token(), static_cast<double>(total_bytes()) / (1024.0 * 1024.0 * 1024.0));
+      bytes_per_token(), mib >= 1024 ? mib / 1024 : mib, mib >= 1024 ? "GiB" : "MiB");
 }
 
 void LatentCache::write_row(int layer, int64_t slot, const float* row) {

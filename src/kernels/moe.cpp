@@ -37,7 +37,7 @@ void moe_route(const MoeRouting& r, const float* logits, int32_t* experts, float
       }
       group_score[g] = best + second;
     }
-    // Keep the n_group_used best groups (ties: lower group index); zero the others' choices.
+    // Keep the n_group_used best groups (ties: lower group index); exclude the others' experts.
     for (int kept = 0; kept < r.n_group_used; ++kept) {
       int arg = -1;
       for (int g = 0; g < r.n_group; ++g)
@@ -46,7 +46,7 @@ void moe_route(const MoeRouting& r, const float* logits, int32_t* experts, float
     }
     for (int g = 0; g < r.n_group; ++g)
       if (group_score[g] != INFINITY)
-        for (int e = g * per_group; e < (g + 1) * per_group; ++e) choice[e] = 0.0f;
+        for (int e = g * per_group; e < (g + 1) * per_group; ++e) choice[e] = -INFINITY;
   }
 
   // Top-k by repeated arg-max (k is small); a picked expert is marked with NaN.
@@ -87,7 +87,7 @@ void moe_route_ref(const MoeRouting& r, const float* logits, int32_t* experts, f
     std::vector<bool> keep(r.n_group, false);
     for (int k = 0; k < r.n_group_used; ++k) keep[groups[k].second] = true;
     for (int e = 0; e < n; ++e)
-      if (!keep[e / per_group]) choice[e] = 0.0;
+      if (!keep[e / per_group]) choice[e] = -INFINITY;
   }
   std::vector<int> order(n);
   std::iota(order.begin(), order.end(), 0);

@@ -21,9 +21,11 @@ struct MoeRouting {
 
 // Steps: scores = softmax or sigmoid of logits; choice = scores + bias; when n_group > 1 each
 // group is scored by the sum of its top-2 choice values, the best n_group_used groups are kept
-// and the rest of the choice values are set to 0 (transformers' masked_fill(…, 0.0)); the top
-// n_expert_used choice values pick the experts (ties: lower index first); weights are the
-// picked experts' scores (without bias), normalised if norm_weights, times weights_scale.
+// and the other groups' experts are excluded (choice = -inf, as DeepSeek's reference code,
+// transformers 5.x and llama.cpp do; transformers 4.57 masks with 0.0, which differs only when
+// a kept choice value is negative); the top n_expert_used choice values pick the experts
+// (ties: lower index first); weights are the picked experts' scores (without bias), divided by
+// their sum if norm_weights, times weights_scale.
 //
 // experts[k] / weights[k] come out sorted by expert index (the order transformers sums them).
 // scratch holds at least 2 * n_expert + n_group floats.

@@ -1,17 +1,20 @@
 #pragma once
 // Small F32 vector helpers shared by the fast kernels. Each has a fixed reduction order
-// (eight interleaved partial sums, combined pairwise), so a result depends only on its inputs.
+// (interleaved partial sums, combined pairwise), so a result depends only on its inputs.
 // The `_ref` twins of the ops that use them accumulate in double, in index order.
 #include <cstdint>
 
 namespace mla {
 
 inline float dot_f32(const float* a, const float* b, int64_t n) {
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  // 32 partial sums: four independent 8-lane FMA chains once vectorized.
+  float acc[32] = {};
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int k = 0; k < 8; ++k) acc[k] += a[i + k] * b[i + k];
+  for (; i + 32 <= n; i += 32)
+    for (int k = 0; k < 32; ++k) acc[k] += a[i + k] * b[i + k];
   for (int k = 0; i < n; ++i, ++k) acc[k] += a[i] * b[i];
+  for (int k = 0; k < 16; ++k) acc[k] += acc[k + 16];
+  for (int k = 0; k < 8; ++k) acc[k] += acc[k + 8];
   return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 

@@ -41,6 +41,8 @@ const KeySpec kKeys[] = {
     {"rope.scaling.factor", false, &C::rope_scaling_factor},
     {"rope.scaling.original_context_length", false, &C::rope_orig_ctx},
     {"rope.scaling.yarn_log_multiplier", false, &C::rope_yarn_log_mul},
+    {"rope.scaling.yarn_beta_fast", false, &C::rope_yarn_beta_fast},
+    {"rope.scaling.yarn_beta_slow", false, &C::rope_yarn_beta_slow},
     {"expert_count", false, &C::n_expert},
     {"expert_used_count", false, &C::n_expert_used},
     {"expert_shared_count", false, &C::n_expert_shared},
@@ -198,6 +200,11 @@ void validate_and_derive(const GgufFile& f, C& c) {
   c.rope.n_dims = static_cast<int>(c.qk_rope);
   c.rope.freq_base = c.rope_freq_base;
   c.rope.n_ctx_orig = c.rope_orig_ctx > 0 ? c.rope_orig_ctx : c.n_ctx_train;
+  c.rope.beta_fast = c.rope_yarn_beta_fast;
+  c.rope.beta_slow = c.rope_yarn_beta_slow;
+  if (!(c.rope.beta_fast > c.rope.beta_slow) || !(c.rope.beta_slow > 0))
+    bad("rope.scaling.yarn_beta_fast {} / yarn_beta_slow {}: expected beta_fast > beta_slow > 0", c.rope.beta_fast,
+        c.rope.beta_slow);
   c.mscale_all_dim = c.rope_yarn_log_mul / 0.1;
   const std::string& type = c.rope_scaling_type;
   if (type.empty() || type == "none") {

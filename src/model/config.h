@@ -33,6 +33,8 @@ struct DeepseekConfig {
   double rope_scaling_factor = 1;   // rope.scaling.factor
   int64_t rope_orig_ctx = 0;        // rope.scaling.original_context_length
   double rope_yarn_log_mul = 0;     // rope.scaling.yarn_log_multiplier = 0.1 * mscale_all_dim
+  double rope_yarn_beta_fast = 32;  // rope.scaling.yarn_beta_fast
+  double rope_yarn_beta_slow = 1;   // rope.scaling.yarn_beta_slow
   int64_t n_expert = 0;             // expert_count
   int64_t n_expert_used = 0;        // expert_used_count
   int64_t n_expert_shared = 0;      // expert_shared_count

@@ -16,5 +16,9 @@ void register_gguf_quant_test(CLI::App& gguf);
 void register_gguf_synth(CLI::App& gguf);                // mla gguf synth (gguf_synth.cpp)
 void register_gguf_convert_mla_layout(CLI::App& gguf);   // mla gguf convert-mla-layout (gguf_synth.cpp)
 void register_run(CLI::App& app);                        // mla run (run.cpp)
+// mla gguf vocab-from-hf (src/cli/gguf_vocab.cpp)
+void register_gguf_vocab_from_hf(CLI::App& gguf);
+// mla tokenize (src/cli/tokenize_cmd.cpp)
+void register_tokenize(CLI::App& app);
 
 }  // namespace mla::cli

@@ -25,6 +25,7 @@ struct SeqMeta {
   int32_t context_len = 0;  // tokens in its cache after this step, including this step's
   int32_t slots_start = 0;  // where its context slot list starts in BatchMeta::context_slots
   MlaPath path = MlaPath::Mha;
+  int32_t blocks_start = 0; // where its block table starts in BatchMeta::block_table (paged caches)
 };
 
 struct BatchMeta {
@@ -34,6 +35,11 @@ struct BatchMeta {
   std::vector<SeqMeta> seqs;           // sequences, their tokens contiguous in the arrays above
   std::vector<int32_t> context_slots;  // per sequence, context_len slots: the slot of context position j
   std::vector<int32_t> logits_rows;    // batch rows whose logits are wanted, ascending
+  // Paged caches (the engine): context position j of a sequence is slot
+  // block_table[blocks_start + j / block_size] * block_size + j % block_size, which
+  // context_slots lists expanded. block_size 0: no block tables (slots are given directly).
+  int32_t block_size = 0;
+  std::vector<int32_t> block_table;    // per sequence ceil(context_len / block_size) block ids
   MlaPathPolicy policy = MlaPathPolicy::Auto;  // the policy the paths were chosen under (for traces)
 
   int64_t n_tokens() const { return static_cast<int64_t>(token_ids.size()); }

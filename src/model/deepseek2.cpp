@@ -73,9 +73,10 @@ void Deepseek2Model::validate(const BatchMeta& b, const LatentCache& cache) cons
   if (T > opt_.max_batch_tokens) fail("batch: {} tokens exceed max_batch_tokens {}", T, opt_.max_batch_tokens);
   if (static_cast<int64_t>(b.positions.size()) != T || static_cast<int64_t>(b.slot_mapping.size()) != T)
     fail("batch: {} token ids but {} positions and {} slots", T, b.positions.size(), b.slot_mapping.size());
-  if (cache.n_layer() != c_.n_layer || cache.row_dim() != c_.latent_dim)
-    fail("batch: latent cache is {} layers x {} floats, model needs {} x {}", cache.n_layer(), cache.row_dim(),
-         c_.n_layer, c_.latent_dim);
+  if (cache.shape().n_layer != c_.n_layer || cache.shape().row_elems() != c_.latent_dim ||
+      cache.shape().kv_lora_rank != c_.kv_lora_rank)
+    fail("batch: latent cache is {} layers x {} values, model needs {} x {}", cache.shape().n_layer,
+         cache.shape().row_elems(), c_.n_layer, c_.latent_dim);
   for (int64_t t = 0; t < T; ++t) {
     if (b.token_ids[t] < 0 || b.token_ids[t] >= c_.n_vocab)
       fail("batch: token id {} at row {} outside the vocabulary [0, {})", b.token_ids[t], t, c_.n_vocab);
@@ -174,7 +175,7 @@ void Deepseek2Model::attention(int64_t il, const BatchMeta& b, LatentCache& cach
       float* kv = kv_.data() + t * c_.latent_dim;
       rmsnorm(kv, L.attn_kv_a_norm.data(), kv, R, c_.rms_eps);
       rope_apply(kv + R, 1, 0, static_cast<int>(c_.qk_rope), cs, sn);
-      std::memcpy(cache.row(il, b.slot_mapping[t]), kv, sizeof(float) * c_.latent_dim);
+      cache.write_row(static_cast<int>(il), b.slot_mapping[t], kv);
       // q_pe of every head: {qk_rope} at offset qk_nope of each {qk_head}.
       rope_apply(q_.data() + t * q_width + c_.qk_nope, c_.n_head, c_.qk_head, static_cast<int>(c_.qk_rope), cs, sn);
     }
@@ -185,15 +186,43 @@ void Deepseek2Model::attention(int64_t il, const BatchMeta& b, LatentCache& cach
   for (const auto& s : b.seqs) (s.path == MlaPath::Mqa ? num_mqa : num_mha)++;
   trace_dispatch(static_cast<int>(il), false, num_mqa, num_mha, static_cast<int>(T), mla_path_policy_name(b.policy));
 
+  // Both paths read the context as the cache stores it (this step's rows included), so a row's
+  // value does not depend on whether it was computed in this step or an earlier one.
   const int64_t out_width = c_.n_head * c_.v_head;
-  for (const auto& s : b.seqs) run_mla_path(il, b, s, s.path, cache, attn_.data() + s.query_start * out_width);
+  const float* f32_rows = cache.f32_rows(static_cast<int>(il));
+  auto context_of = [&](const SeqMeta& s, const float*& rows, const int32_t*& slots) {
+    slots = b.context_slots.data() + s.slots_start;
+    if (f32_rows) {
+      rows = f32_rows;
+      return;
+    }
+    if (ctx_rows_.size() < static_cast<size_t>(s.context_len * c_.latent_dim)) {
+      ctx_rows_.resize(static_cast<size_t>(s.context_len * c_.latent_dim));
+      ctx_iota_.resize(s.context_len);
+      for (int32_t j = 0; j < s.context_len; ++j) ctx_iota_[j] = j;
+    }
+    pool_.parallel_for(s.context_len, [&](int64_t j0, int64_t j1, int) {
+      cache.read_rows(static_cast<int>(il), {slots + j0, static_cast<size_t>(j1 - j0)},
+                      ctx_rows_.data() + j0 * c_.latent_dim);
+    });
+    rows = ctx_rows_.data();
+    slots = ctx_iota_.data();
+  };
+  for (const auto& s : b.seqs) {
+    const float* rows = nullptr;
+    const int32_t* slots = nullptr;
+    context_of(s, rows, slots);
+    run_mla_path(il, s, s.path, rows, slots, attn_.data() + s.query_start * out_width);
+    if (opt_.verify_paths) {
+      MlaPath other = s.path == MlaPath::Mha ? MlaPath::Mqa : MlaPath::Mha;
+      run_mla_path(il, s, other, rows, slots, attn_alt_.data() + s.query_start * out_width);
+    }
+  }
 
   if (opt_.verify_paths) {
     double max_abs = 0, max_ref = 0;
     for (const auto& s : b.seqs) {
-      MlaPath other = s.path == MlaPath::Mha ? MlaPath::Mqa : MlaPath::Mha;
-      float* alt = attn_alt_.data() + s.query_start * out_width;
-      run_mla_path(il, b, s, other, cache, alt);
+      const float* alt = attn_alt_.data() + s.query_start * out_width;
       const float* a = attn_.data() + s.query_start * out_width;
       for (int64_t i = 0; i < s.query_len * out_width; ++i) {
         max_abs = std::max(max_abs, static_cast<double>(std::fabs(a[i] - alt[i])));
@@ -205,8 +234,8 @@ void Deepseek2Model::attention(int64_t il, const BatchMeta& b, LatentCache& cach
   }
 }
 
-void Deepseek2Model::run_mla_path(int64_t il, const BatchMeta& b, const SeqMeta& s, MlaPath path, LatentCache& cache,
-                                  float* out) {
+void Deepseek2Model::run_mla_path(int64_t il, const SeqMeta& s, MlaPath path, const float* ctx_rows,
+                                  const int32_t* ctx_slots, float* out) {
   const LayerWeights& L = w_.layers[il];
   MlaAttnParams p;
   p.n_head = c_.n_head;
@@ -219,9 +248,9 @@ void Deepseek2Model::run_mla_path(int64_t il, const BatchMeta& b, const SeqMeta&
   p.q_stride = c_.n_head * c_.qk_head;
   p.q = q_.data() + s.query_start * p.q_stride;
   p.n_ctx = s.context_len;
-  p.cache = cache.layer(il);
+  p.cache = ctx_rows;
   p.cache_stride = c_.latent_dim;
-  p.slots = b.context_slots.data() + s.slots_start;
+  p.slots = ctx_slots;
   p.w_uk = L.w_uk.empty() ? nullptr : L.w_uk.data();
   p.w_uk_t = L.w_uk_t.empty() ? nullptr : L.w_uk_t.data();
   p.w_uv = L.w_uv.data();

@@ -39,13 +39,22 @@ class Deepseek2Model {
 
   const DeepseekConfig& config() const { return c_; }
   ThreadPool& pool() { return pool_; }
-  // A cache shaped for this model.
-  LatentCache make_cache(int64_t n_slots) const { return LatentCache(c_.n_layer, n_slots, c_.latent_dim); }
+  // An F32 cache of n_slots rows with one-slot blocks (slot = position for
+  // single_sequence_batch); the engine makes its own paged cache from latent_shape().
+  LatentCache make_cache(int64_t n_slots, GgmlType dtype = GgmlType::F32) const {
+    return LatentCache(latent_shape(), dtype, 1, static_cast<int32_t>(n_slots));
+  }
+  // The latent row geometry a cache for this model needs.
+  LatentShape latent_shape() const {
+    return {static_cast<int>(c_.n_layer), static_cast<int>(c_.kv_lora_rank), static_cast<int>(c_.qk_rope)};
+  }
 
  private:
   void validate(const BatchMeta& b, const LatentCache& cache) const;
   void attention(int64_t il, const BatchMeta& b, LatentCache& cache);
-  void run_mla_path(int64_t il, const BatchMeta& b, const SeqMeta& s, MlaPath path, LatentCache& cache, float* out);
+  // ctx_rows: the sequence's context rows as F32, row j at ctx_rows + ctx_slots[j] * latent_dim.
+  void run_mla_path(int64_t il, const SeqMeta& s, MlaPath path, const float* ctx_rows, const int32_t* ctx_slots,
+                    float* out);
   void dense_ffn(const LayerWeights& L, int64_t n_rows);
   void moe_ffn(const LayerWeights& L, int64_t n_rows);
   void mm(const WeightMatrix& w, const float* x, int64_t x_stride, int64_t n, float* y, int64_t y_stride);
@@ -56,6 +65,10 @@ class Deepseek2Model {
   ThreadPool pool_;
   MatmulScratch mm_scratch_;
   AttnScratch attn_scratch_;
+  // A sequence's context rows converted to F32 when the cache holds another dtype, and their
+  // slots there (0..n_ctx-1); grown to the longest context seen.
+  std::vector<float> ctx_rows_;
+  std::vector<int32_t> ctx_iota_;
 
   // Activations, max_batch_tokens rows each (widths in comments).
   std::vector<float> x_;          // n_embd: the residual stream

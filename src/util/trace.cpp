@@ -7,6 +7,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "util/env.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -58,7 +59,7 @@ void trace_configure(std::string_view spec) {
 }
 
 void trace_configure_from_env() {
-  if (const char* env = std::getenv("MLA_TRACE")) trace_configure(env);
+  if (auto env = env_value("MLA_TRACE")) trace_configure(*env);
 }
 
 void trace_reset() { trace_configure(""); }

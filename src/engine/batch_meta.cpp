@@ -1,0 +1,47 @@
+#include "engine/batch_meta.h"
+
+#include <cassert>
+
+namespace mla {
+
+void build_batch_meta(std::span<const ScheduledSeq> seqs, int block_size, MlaPathPolicy policy,
+                      int decode_threshold, bool all_logits, BatchMeta& meta) {
+  meta.token_ids.clear();
+  meta.positions.clear();
+  meta.slot_mapping.clear();
+  meta.seqs.clear();
+  meta.context_slots.clear();
+  meta.logits_rows.clear();
+  meta.block_table.clear();
+  meta.block_size = block_size;
+  for (const ScheduledSeq& s : seqs) {
+    const int n_ctx = s.n_computed + s.n_new;
+    assert(s.n_new >= 1 && n_ctx <= static_cast<int>(s.tokens.size()));
+    assert(static_cast<size_t>(n_ctx) <= s.blocks.size() * block_size);
+    SeqMeta m;
+    m.query_start = static_cast<int32_t>(meta.token_ids.size());
+    m.query_len = s.n_new;
+    m.context_len = n_ctx;
+    m.slots_start = static_cast<int32_t>(meta.context_slots.size());
+    m.blocks_start = static_cast<int32_t>(meta.block_table.size());
+    m.path = choose_mla_path(policy, s.n_new, decode_threshold);
+    const int n_blocks = (n_ctx + block_size - 1) / block_size;
+    meta.block_table.insert(meta.block_table.end(), s.blocks.begin(), s.blocks.begin() + n_blocks);
+    for (int j = 0; j < n_ctx; ++j)
+      meta.context_slots.push_back(s.blocks[j / block_size] * block_size + j % block_size);
+    for (int p = s.n_computed; p < n_ctx; ++p) {
+      meta.token_ids.push_back(s.tokens[p]);
+      meta.positions.push_back(p);
+      meta.slot_mapping.push_back(meta.context_slots[m.slots_start + p]);
+    }
+    if (all_logits) {
+      for (int i = 0; i < m.query_len; ++i) meta.logits_rows.push_back(m.query_start + i);
+    } else if (s.needs_logits) {
+      meta.logits_rows.push_back(m.query_start + m.query_len - 1);
+    }
+    meta.seqs.push_back(m);
+  }
+  meta.policy = policy;
+}
+
+}  // namespace mla

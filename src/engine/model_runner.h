@@ -1,0 +1,29 @@
+#pragma once
+// What the engine needs from a model: one forward call per step over a BatchMeta, and the latent
+// cache it reads and writes. The real runner wraps the deepseek2 forward (engine/model_runner.cpp);
+// tests use a fake that follows the same contract.
+#include <cstdint>
+#include <string>
+
+#include "model/batch.h"
+#include "kv/latent_cache.h"
+
+namespace mla {
+
+class ModelRunner {
+ public:
+  virtual ~ModelRunner() = default;
+
+  virtual int n_vocab() const = 0;
+  // Longest sequence the model supports (n_ctx_train), tokens.
+  virtual int max_context() const = 0;
+  virtual LatentCache& cache() = 0;
+
+  // Computes the step: writes the latent row of every batch token at its slot (every layer),
+  // attends each sequence over its context rows, and stores the logits of each row in
+  // meta.logits_rows into logits[i * n_vocab ...]. The result for a sequence must not depend on
+  // the other sequences in the batch (batch invariance).
+  virtual void forward(const BatchMeta& meta, float* logits) = 0;
+};
+
+}  // namespace mla

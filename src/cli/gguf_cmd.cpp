@@ -134,6 +134,7 @@ void register_gguf(CLI::App& app) {
   });
 
   // Further `mla gguf X` subcommands register here (one file each: src/cli/gguf_X.cpp).
+  register_gguf_vocab_from_hf(*gguf);
 }
 
 }  // namespace mla::cli

@@ -1,0 +1,441 @@
+// The engine loop: inbox (add/abort from any thread) → scheduler → BatchMeta → model forward →
+// sampler → stop checks and text → per-request outputs.
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <cassert>
+#include <random>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "engine/batch_meta.h"
+#include "engine/model_runner.h"
+#include "engine/scheduler.h"
+#include "engine/sequence.h"
+#include "util/error.h"
+#include "util/log.h"
+
+namespace mla {
+
+struct Engine::Impl {
+  Impl(std::unique_ptr<ModelRunner> r, EngineConfig c, std::shared_ptr<const TextDecoder> d);
+
+  // Engine thread only.
+  bool step();
+  void drain_inbox(std::vector<Request*>& touched);
+  void admit(std::unique_ptr<Request> req);
+  void finish_request(Request& req, FinishReason reason, const std::string& error);
+  void on_logits(Sequence* seq, const float* row, std::vector<Request*>& touched);
+  void append_token(Sequence* seq, const SampleResult& res);
+  void emit(std::vector<Request*>& touched);
+  void update_counters();
+  void enqueue(std::unique_ptr<Request> req);  // any thread
+  void run_loop();
+
+  std::unique_ptr<ModelRunner> runner;
+  EngineConfig cfg;
+  std::shared_ptr<const TextDecoder> decoder;
+  int n_vocab;
+  kv::KvManager kv;
+  Scheduler sched;
+  Sampler sampler;
+  BatchMeta meta;
+  std::vector<ScheduledSeq> scheduled;
+  std::vector<float> logits;
+  std::unordered_map<std::string, std::unique_ptr<Request>> requests;
+  EngineCounters totals;  // the cumulative part, engine thread
+
+  // Shared with other threads.
+  mutable std::mutex mu;
+  std::condition_variable wake;
+  std::vector<std::unique_ptr<Request>> inbox_add;
+  std::vector<std::string> inbox_abort;
+  std::unordered_set<std::string> active_ids;  // added and not yet finished
+  bool stop_requested = false;
+  std::thread loop;
+
+  mutable std::mutex counters_mu;
+  EngineCounters snapshot;
+};
+
+Engine::Impl::Impl(std::unique_ptr<ModelRunner> r, EngineConfig c,
+                   std::shared_ptr<const TextDecoder> d)
+    : runner(std::move(r)),
+      cfg(std::move(c)),
+      decoder(std::move(d)),
+      n_vocab(runner->n_vocab()),
+      kv(runner->cache().n_blocks(), runner->cache().block_size(), cfg.enable_prefix_caching),
+      sched({cfg.max_num_batched_tokens, cfg.max_num_seqs}, kv),
+      sampler(n_vocab) {
+  if (cfg.max_num_batched_tokens < 1)
+    fail("engine: max-num-batched-tokens must be >= 1, got {}", cfg.max_num_batched_tokens);
+  if (cfg.max_num_seqs < 1) fail("engine: max-num-seqs must be >= 1, got {}", cfg.max_num_seqs);
+  if (cfg.decode_threshold < 1)
+    fail("engine: decode threshold must be >= 1, got {}", cfg.decode_threshold);
+  for (int32_t t : cfg.eos_token_ids)
+    if (t < 0 || t >= n_vocab) fail("engine: EOS token {} out of range [0, {})", t, n_vocab);
+  const int64_t capacity = runner->cache().n_slots();
+  int64_t max_len = cfg.max_model_len > 0 ? cfg.max_model_len : runner->max_context();
+  if (max_len > capacity) {
+    log().info("max model length {} capped to the KV cache capacity of {} tokens", max_len,
+               capacity);
+    max_len = capacity;
+  }
+  if (max_len < 2) fail("engine: max model length {} leaves no room to generate", max_len);
+  cfg.max_model_len = static_cast<int>(max_len);
+  logits.resize(static_cast<size_t>(cfg.max_num_seqs) * n_vocab);
+  update_counters();
+}
+
+void Engine::Impl::admit(std::unique_ptr<Request> req) {
+  Request* r = req.get();
+  auto seq = std::make_unique<Sequence>();
+  seq->req = r;
+  seq->tokens = r->prompt;
+  seq->n_prompt = static_cast<int>(r->prompt.size());
+  seq->n_slots = r->params.n;
+  seq->rng = Rng(*r->params.seed);
+  seq->penalties.set_prompt(r->prompt);
+  seq->output.start(decoder.get(), r->prompt, r->params);
+  sched.add_waiting(seq.get());
+  r->seqs.push_back(std::move(seq));
+  totals.n_prompt_tokens += static_cast<int64_t>(r->prompt.size());
+  requests.emplace(r->id, std::move(req));
+}
+
+void Engine::Impl::drain_inbox(std::vector<Request*>& touched) {
+  std::vector<std::unique_ptr<Request>> adds;
+  std::vector<std::string> aborts;
+  {
+    std::lock_guard lk(mu);
+    adds.swap(inbox_add);
+    aborts.swap(inbox_abort);
+  }
+  for (auto& r : adds) admit(std::move(r));
+  for (const auto& id : aborts) {
+    auto it = requests.find(id);
+    if (it == requests.end() || it->second->aborted) continue;
+    finish_request(*it->second, FinishReason::kAbort, "");
+    touched.push_back(it->second.get());
+  }
+}
+
+// Ends every unfinished sequence of req (abort or error) and frees its blocks.
+void Engine::Impl::finish_request(Request& req, FinishReason reason, const std::string& error) {
+  req.aborted = true;
+  req.error = error;
+  for (auto& s : req.seqs) {
+    if (s->status == SeqStatus::kFinished) continue;
+    s->output.finish_external(reason);
+    sched.remove(s.get());
+    ++req.n_finished;
+  }
+  // Before the fork the other n - 1 sequences do not exist yet; they end with it.
+  if (!req.forked) {
+    for (int i = 1; i < req.params.n; ++i) {
+      auto s = std::make_unique<Sequence>();
+      s->req = &req;
+      s->index = i;
+      s->tokens = req.prompt;
+      s->n_prompt = static_cast<int>(req.prompt.size());
+      s->status = SeqStatus::kFinished;
+      s->output.finish_external(reason);
+      req.seqs.push_back(std::move(s));
+      ++req.n_finished;
+    }
+    req.forked = true;
+  }
+}
+
+void Engine::Impl::append_token(Sequence* seq, const SampleResult& res) {
+  Request& r = *seq->req;
+  seq->tokens.push_back(res.token);
+  seq->penalties.add_output(res.token);
+  ++totals.n_generation_tokens;
+  const bool at_max_len = static_cast<int>(seq->tokens.size()) >= cfg.max_model_len;
+  auto fin = seq->output.on_token(res.token, res.logprobs, seq->n_generated(), at_max_len,
+                                  r.params, cfg.eos_token_ids);
+  if (fin) {
+    sched.remove(seq);
+    ++r.n_finished;
+  }
+}
+
+void Engine::Impl::on_logits(Sequence* seq, const float* row, std::vector<Request*>& touched) {
+  Request& r = *seq->req;
+  touched.push_back(&r);
+  const bool fork_now = !r.forked && seq->index == 0;
+  if (cfg.on_logits)
+    cfg.on_logits(r.id, seq->index, static_cast<int>(seq->tokens.size()) - 1,
+                  std::span<const float>(row, n_vocab));
+  SampleResult res =
+      sampler.sample(row, r.params, seq->penalties, seq->n_generated(), cfg.eos_token_ids,
+                     seq->rng);
+  if (fork_now) {
+    r.forked = true;
+    seq->n_slots = 1;
+    // Siblings share the prompt's blocks (copy-on-write of the partial last block happens when
+    // one of them writes into it) and sample their first token from the same logits.
+    for (int i = 1; i < r.params.n; ++i) {
+      auto sib = std::make_unique<Sequence>();
+      sib->req = &r;
+      sib->index = i;
+      sib->tokens = r.prompt;
+      sib->n_prompt = seq->n_prompt;
+      sib->n_computed = seq->n_computed;
+      kv.fork(seq->blocks, sib->blocks);
+      sib->rng = Rng(*r.params.seed + 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(i));
+      sib->penalties.set_prompt(r.prompt);
+      sib->output.start(decoder.get(), r.prompt, r.params);
+      Sequence* s = sib.get();
+      r.seqs.push_back(std::move(sib));
+      sched.add_running(s);
+      SampleResult sib_res =
+          sampler.sample(row, r.params, s->penalties, 0, cfg.eos_token_ids, s->rng);
+      append_token(s, sib_res);
+    }
+  }
+  append_token(seq, res);
+}
+
+void Engine::Impl::emit(std::vector<Request*>& touched) {
+  std::sort(touched.begin(), touched.end());
+  touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
+  std::vector<std::pair<Request*, RequestOutput>> ready;
+  for (Request* r : touched) {
+    RequestOutput out;
+    out.request_id = r->id;
+    out.n_prompt_tokens = static_cast<int>(r->prompt.size());
+    out.n_cached_tokens = std::max(0, r->n_cached_tokens);
+    out.error = r->error;
+    for (auto& s : r->seqs)
+      if (s->output.has_delta()) out.outputs.push_back(s->output.take_delta(s->index, s->n_generated()));
+    std::sort(out.outputs.begin(), out.outputs.end(),
+              [](const CompletionOutput& a, const CompletionOutput& b) { return a.index < b.index; });
+    out.finished = r->aborted || r->n_finished == r->params.n;
+    if (out.outputs.empty() && !out.finished) continue;
+    ready.emplace_back(r, std::move(out));
+  }
+  // Deliver outside every lock; finished requests are forgotten first so that a callback may
+  // reuse the id.
+  std::vector<std::unique_ptr<Request>> done;
+  for (auto& [r, out] : ready) {
+    if (!out.finished) continue;
+    ++totals.n_requests_finished;
+    auto it = requests.find(r->id);
+    done.push_back(std::move(it->second));
+    requests.erase(it);
+    std::lock_guard lk(mu);
+    active_ids.erase(r->id);
+  }
+  update_counters();
+  for (auto& [r, out] : ready) {
+    if (r->on_output) r->on_output(std::move(out));
+    else if (r->stream) r->stream->push(std::move(out));
+  }
+}
+
+void Engine::Impl::update_counters() {
+  EngineCounters c = totals;
+  c.n_running = sched.n_running();
+  c.n_waiting = sched.n_waiting();
+  {
+    std::lock_guard lk(mu);
+    c.n_waiting += static_cast<int>(inbox_add.size());
+  }
+  c.n_kv_blocks = kv.pool().n_blocks();
+  c.n_kv_blocks_free = kv.pool().n_free();
+  c.kv_usage = 1.0 - static_cast<double>(c.n_kv_blocks_free) / static_cast<double>(c.n_kv_blocks);
+  std::lock_guard lk(counters_mu);
+  snapshot = c;
+}
+
+bool Engine::Impl::step() {
+  std::vector<Request*> touched;
+  drain_inbox(touched);
+  SchedulerOutput plan = sched.schedule();
+  for (Sequence* seq : plan.failed) {
+    Request& r = *seq->req;
+    finish_request(r, FinishReason::kError,
+                   fmt::format("request {} needs {} tokens of KV cache but the cache holds {}",
+                               r.id, seq->tokens.size(), runner->cache().n_slots()));
+    log().error("{}", r.error);
+    touched.push_back(&r);
+  }
+  totals.n_preemptions += plan.n_preempted;
+  totals.n_prefix_queries += plan.n_prefix_query_tokens;
+  totals.n_prefix_hits += plan.n_prefix_hit_tokens;
+  if (plan.empty()) {
+    const bool did = !touched.empty();
+    emit(touched);
+    return did;
+  }
+
+  for (const auto& c : plan.copies) runner->cache().copy_block(c.src, c.dst);
+  scheduled.clear();
+  for (const auto& item : plan.items) {
+    Sequence* s = item.seq;
+    scheduled.push_back({s->tokens, s->blocks.table, s->n_computed, item.n_new,
+                         s->n_computed + item.n_new == static_cast<int>(s->tokens.size())});
+  }
+  build_batch_meta(scheduled, kv.block_size(), cfg.path_policy, cfg.decode_threshold, meta);
+  const int n_rows = meta.n_logit_rows();
+  if (logits.size() < static_cast<size_t>(n_rows) * n_vocab)
+    logits.resize(static_cast<size_t>(n_rows) * n_vocab);
+  runner->forward(meta, logits.data());
+  ++totals.n_steps;
+  for (int s = 0; s < meta.n_seqs(); ++s)
+    (meta.path[s] == MlaPath::kMqa ? totals.n_tokens_mqa : totals.n_tokens_mha) += meta.query_len(s);
+
+  sched.on_step_done(plan);
+  int row = 0;
+  for (size_t i = 0; i < plan.items.size(); ++i) {
+    if (!scheduled[i].needs_logits) continue;
+    on_logits(plan.items[i].seq, logits.data() + static_cast<size_t>(row) * n_vocab, touched);
+    ++row;
+  }
+  emit(touched);
+  return true;
+}
+
+void Engine::Impl::enqueue(std::unique_ptr<Request> req) {
+  Request& r = *req;
+  if (r.id.empty()) fail("request: id must not be empty");
+  if (r.prompt.empty()) fail("request {}: the prompt has no tokens", r.id);
+  for (size_t i = 0; i < r.prompt.size(); ++i)
+    if (r.prompt[i] < 0 || r.prompt[i] >= n_vocab)
+      fail("request {}: prompt token {} at position {} is out of range [0, {})", r.id, r.prompt[i],
+           i, n_vocab);
+  if (static_cast<int64_t>(r.prompt.size()) >= cfg.max_model_len)
+    fail("request {}: the prompt has {} tokens; the limit is {} (max model length {}, one "
+         "token is left for the output)",
+         r.id, r.prompt.size(), cfg.max_model_len - 1, cfg.max_model_len);
+  r.params.validate(n_vocab);
+  if (r.params.n > cfg.max_num_seqs)
+    fail("request {}: n = {} is more than max-num-seqs = {}", r.id, r.params.n, cfg.max_num_seqs);
+  if (!r.params.seed) r.params.seed = std::random_device{}() * 0x100000001ull ^ std::random_device{}();
+  {
+    std::lock_guard lk(mu);
+    if (!active_ids.insert(r.id).second) fail("request {}: the id is already in use", r.id);
+    inbox_add.push_back(std::move(req));
+  }
+  wake.notify_all();
+}
+
+void Engine::Impl::run_loop() {
+  for (;;) {
+    {
+      std::unique_lock lk(mu);
+      wake.wait(lk, [&] {
+        return stop_requested || !inbox_add.empty() || !inbox_abort.empty() || !sched.idle();
+      });
+      if (stop_requested) return;
+    }
+    try {
+      step();
+    } catch (const std::exception& e) {
+      // A failing forward leaves the step's state unknown: end every request with the error.
+      log().error("engine step failed: {}", e.what());
+      std::vector<Request*> touched;
+      for (auto& [id, r] : requests) {
+        if (r->aborted) continue;
+        finish_request(*r, FinishReason::kError, fmt::format("engine error: {}", e.what()));
+        touched.push_back(r.get());
+      }
+      emit(touched);
+    }
+  }
+}
+
+Engine::Engine(std::unique_ptr<ModelRunner> runner, EngineConfig config,
+               std::shared_ptr<const TextDecoder> decoder)
+    : impl_(std::make_unique<Impl>(std::move(runner), std::move(config), std::move(decoder))) {}
+
+Engine::~Engine() {
+  stop();
+  // Whatever is still active ends with abort so that no stream waits forever.
+  std::vector<Request*> touched;
+  impl_->drain_inbox(touched);
+  for (auto& [id, r] : impl_->requests) {
+    if (r->aborted) continue;
+    impl_->finish_request(*r, FinishReason::kAbort, "");
+    touched.push_back(r.get());
+  }
+  impl_->emit(touched);
+}
+
+std::shared_ptr<RequestStream> Engine::add_request(std::string id, std::vector<int32_t> prompt,
+                                                   SamplingParams params) {
+  auto req = std::make_unique<Request>();
+  req->id = std::move(id);
+  req->prompt = std::move(prompt);
+  req->params = std::move(params);
+  req->stream = std::make_shared<RequestStream>();
+  auto stream = req->stream;
+  impl_->enqueue(std::move(req));
+  return stream;
+}
+
+void Engine::add_request(std::string id, std::vector<int32_t> prompt, SamplingParams params,
+                         OutputCallback on_output) {
+  auto req = std::make_unique<Request>();
+  req->id = std::move(id);
+  req->prompt = std::move(prompt);
+  req->params = std::move(params);
+  req->on_output = std::move(on_output);
+  impl_->enqueue(std::move(req));
+}
+
+bool Engine::abort(const std::string& id) {
+  {
+    std::lock_guard lk(impl_->mu);
+    if (!impl_->active_ids.count(id)) return false;
+    impl_->inbox_abort.push_back(id);
+  }
+  impl_->wake.notify_all();
+  return true;
+}
+
+EngineCounters Engine::counters() const {
+  std::lock_guard lk(impl_->counters_mu);
+  return impl_->snapshot;
+}
+
+const EngineConfig& Engine::config() const { return impl_->cfg; }
+int Engine::n_vocab() const { return impl_->n_vocab; }
+
+bool Engine::has_unfinished() const {
+  std::lock_guard lk(impl_->mu);
+  return !impl_->active_ids.empty();
+}
+
+void Engine::start() {
+  if (impl_->loop.joinable()) return;
+  {
+    std::lock_guard lk(impl_->mu);
+    impl_->stop_requested = false;
+  }
+  impl_->loop = std::thread([this] { impl_->run_loop(); });
+}
+
+void Engine::stop() {
+  if (!impl_->loop.joinable()) return;
+  {
+    std::lock_guard lk(impl_->mu);
+    impl_->stop_requested = true;
+  }
+  impl_->wake.notify_all();
+  impl_->loop.join();
+}
+
+bool Engine::step() { return impl_->step(); }
+
+void Engine::run_until_idle() {
+  while (has_unfinished()) impl_->step();
+}
+
+ModelRunner& Engine::runner() { return *impl_->runner; }
+const kv::KvManager& Engine::kv() const { return impl_->kv; }
+
+}  // namespace mla

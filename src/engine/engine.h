@@ -1,0 +1,205 @@
+#pragma once
+// The serving engine's public API: what the HTTP server (and `mla run`) uses.
+//
+//   Engine engine(runner, config, decoder);  engine.start();        // loop on its own thread
+//   auto stream = engine.add_request("cmpl-1", prompt_ids, params); // any thread
+//   RequestOutput out; while (stream->next(out)) { ... out.outputs[i].text ... }
+//   engine.abort("cmpl-1");                                          // any thread
+//
+// Every RequestOutput is a delta: the tokens, text and logprobs produced since the previous
+// output of that request. A request's last output has finished == true. add_request, abort,
+// counters and has_request are thread-safe; outputs are produced on the engine thread (or on the
+// caller's thread when it drives the engine with step()/run_until_idle() instead of start()).
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace mla {
+
+class ModelRunner;   // engine/model_runner.h: runs one BatchMeta through the model
+class TextDecoder;   // engine/detok.h: token ids → text, incrementally
+namespace kv {
+class KvManager;     // kv/kv_manager.h: block tables over the block pool
+}
+
+// How the MLA layer attends for a sequence (see docs/ARCHITECTURE.md): `auto` sends a sequence
+// whose query length in a step is <= the decode threshold to MQA, everything else to MHA.
+enum class MlaPathPolicy { kAuto, kMha, kMqa };
+std::string_view to_string(MlaPathPolicy p);
+// Parses "auto" | "mha" | "mqa"; throws mla::Error otherwise.
+MlaPathPolicy parse_mla_path_policy(std::string_view s);
+
+// Per-request sampling and stopping. Defaults follow vLLM / the OpenAI API where they differ from
+// "off" (max_tokens 16, temperature 1). validate() throws mla::Error with the field name.
+struct SamplingParams {
+  int n = 1;                          // sequences generated from one prompt (share its KV blocks)
+  float temperature = 1.0f;           // 0 → greedy (argmax, ties → lowest token id)
+  int top_k = 0;                      // <= 0: off
+  float top_p = 1.0f;                 // (0, 1]; 1: off
+  float min_p = 0.0f;                 // [0, 1]; 0: off. Drops p < min_p * p_max
+  std::optional<uint64_t> seed;       // same seed → same tokens, whatever else runs
+  float repetition_penalty = 1.0f;    // > 0; over prompt + output tokens (CTRL rule)
+  float frequency_penalty = 0.0f;     // [-2, 2]; × count in output tokens
+  float presence_penalty = 0.0f;      // [-2, 2]; once if present in output tokens
+  std::vector<std::pair<int32_t, float>> logit_bias;  // token id → added to its logit
+  int min_tokens = 0;                 // EOS, stop_token_ids and stop strings ignored before this
+  int max_tokens = 16;                // >= 1; also capped by the engine's max_model_len
+  bool ignore_eos = false;
+  std::vector<std::string> stop;      // stop strings: never emitted, not even partially
+  std::vector<int32_t> stop_token_ids;
+  bool include_stop_str_in_output = false;
+  std::optional<int> logprobs;        // nullopt: none; k >= 0: sampled token's + top-k logprobs
+  bool skip_special_tokens = true;    // for the text; token ids always include every token
+
+  // n_vocab: ids in logit_bias / stop_token_ids must be < n_vocab.
+  void validate(int n_vocab) const;
+};
+
+enum class FinishReason { kStop, kLength, kAbort, kError };
+std::string_view to_string(FinishReason r);  // "stop" | "length" | "abort" | "error"
+
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0.0f;  // natural log of the model's probability (raw logits, before sampling
+                         // parameters are applied — the OpenAI convention)
+};
+
+// Logprobs for one generated token.
+struct SampleLogprobs {
+  TokenLogprob sampled;
+  std::vector<TokenLogprob> top;  // params.logprobs entries, most likely first
+};
+
+// What one of the request's n sequences produced since its previous output.
+struct CompletionOutput {
+  int index = 0;                           // 0..n-1
+  std::vector<int32_t> token_ids;          // new tokens (including a final EOS / stop token)
+  std::string text;                        // new text (empty when the engine has no decoder)
+  std::vector<SampleLogprobs> logprobs;    // one per new token when params.logprobs is set
+  int n_generated = 0;                     // tokens generated so far in total
+  std::optional<FinishReason> finish_reason;
+  // Why it stopped, when finish_reason == kStop: the stop string, the stop token id, or
+  // monostate for EOS.
+  std::variant<std::monostate, std::string, int32_t> stop_reason;
+};
+
+struct RequestOutput {
+  std::string request_id;
+  std::vector<CompletionOutput> outputs;   // only the sequences with something new
+  bool finished = false;                   // all n sequences finished: the last output
+  int n_prompt_tokens = 0;
+  int n_cached_tokens = 0;                 // prompt tokens served from the prefix cache
+  std::string error;                       // set with finish_reason kError
+};
+
+// A request's outputs as a blocking queue (the alternative to a callback).
+class RequestStream {
+ public:
+  // Waits for the next output; false once the final output has been taken.
+  bool next(RequestOutput& out);
+  // As next(), but gives up after `timeout` (returns false; finished() tells which).
+  bool next_for(RequestOutput& out, std::chrono::milliseconds timeout);
+  bool finished() const;
+  // Called by the engine.
+  void push(RequestOutput out);
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<RequestOutput> queue_;
+  bool final_pushed_ = false;
+  bool final_taken_ = false;
+};
+
+// Called on the thread that runs the engine; must not block for long. May call add_request or
+// abort.
+using OutputCallback = std::function<void(RequestOutput&&)>;
+
+// Cumulative since start-up, except the first four (current values).
+struct EngineCounters {
+  int n_running = 0;                 // sequences scheduled in the running set
+  int n_waiting = 0;                 // sequences waiting (new or preempted)
+  double kv_usage = 0.0;             // fraction of KV blocks held by sequences, 0..1
+  int64_t n_kv_blocks_free = 0;
+  int64_t n_kv_blocks = 0;
+  int64_t n_prompt_tokens = 0;       // prompt tokens of admitted requests
+  int64_t n_generation_tokens = 0;   // tokens sampled
+  int64_t n_preemptions = 0;
+  int64_t n_prefix_queries = 0;      // prompt tokens looked up in the prefix cache
+  int64_t n_prefix_hits = 0;         // of those, tokens found
+  int64_t n_tokens_mha = 0;          // tokens that went through the MHA path
+  int64_t n_tokens_mqa = 0;          // tokens that went through the MQA path
+  int64_t n_steps = 0;               // forward calls
+  int64_t n_requests_finished = 0;
+};
+
+struct EngineConfig {
+  int max_num_batched_tokens = 2048;  // token budget per step (prefill chunks + decodes)
+  int max_num_seqs = 64;              // cap on running sequences
+  int max_model_len = 0;              // 0: the model's context length; capped by KV capacity
+  bool enable_prefix_caching = true;
+  MlaPathPolicy path_policy = MlaPathPolicy::kAuto;
+  int decode_threshold = 1;           // `auto`: query length <= this goes to MQA
+  std::vector<int32_t> eos_token_ids; // stop generation unless ignore_eos
+  // Test and tool hook, called on the engine thread with the raw logits row a sequence samples
+  // from and the position of the last token it has seen (logits predict position + 1).
+  std::function<void(const std::string& request_id, int seq_index, int position,
+                     std::span<const float> logits)>
+      on_logits;
+};
+
+class Engine {
+ public:
+  // The runner owns the model and the KV cache; the decoder (may be null: no text) turns tokens
+  // into text. Throws mla::Error for an invalid config.
+  Engine(std::unique_ptr<ModelRunner> runner, EngineConfig config,
+         std::shared_ptr<const TextDecoder> decoder = nullptr);
+  ~Engine();  // stops the loop thread
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Validates and queues a request; it is scheduled from the next step on. Throws mla::Error
+  // (nothing queued) for an empty prompt, a token id out of range, a prompt that does not fit
+  // max_model_len / the KV cache, invalid params, or an id already in use.
+  std::shared_ptr<RequestStream> add_request(std::string id, std::vector<int32_t> prompt,
+                                             SamplingParams params);
+  void add_request(std::string id, std::vector<int32_t> prompt, SamplingParams params,
+                   OutputCallback on_output);
+  // Finishes the request (finish_reason abort) and frees its blocks by the next step. False when
+  // no such request is active.
+  bool abort(const std::string& id);
+
+  EngineCounters counters() const;
+  const EngineConfig& config() const;  // with max_model_len resolved
+  int n_vocab() const;
+  bool has_unfinished() const;
+
+  // Runs the loop on a background thread until stop() or destruction.
+  void start();
+  void stop();
+  // Or drive it from the calling thread (not together with start()): one scheduler step and
+  // forward call; false when there was nothing to do.
+  bool step();
+  void run_until_idle();
+
+  // For tests and tools, while the engine is idle or from its own thread.
+  ModelRunner& runner();
+  const kv::KvManager& kv() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace mla

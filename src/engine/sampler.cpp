@@ -1,0 +1,171 @@
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <limits>
+
+namespace mla {
+namespace {
+
+uint64_t splitmix64(uint64_t& x) {
+  uint64_t z = (x += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+// More likely first; equal values: lower id first.
+inline bool more_likely(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
+  return a.first > b.first || (a.first == b.first && a.second < b.second);
+}
+
+// Temperatures this small are greedy (as vLLM's _SAMPLING_EPS).
+constexpr float kGreedyBelow = 1e-5f;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+}  // namespace
+
+Rng::Rng(uint64_t seed) {
+  for (auto& s : s_) s = splitmix64(seed);
+}
+
+uint64_t Rng::next() {
+  const uint64_t result = rotl(s_[1] * 5, 7) * 9;
+  const uint64_t t = s_[1] << 17;
+  s_[2] ^= s_[0];
+  s_[3] ^= s_[1];
+  s_[1] ^= s_[2];
+  s_[0] ^= s_[3];
+  s_[2] ^= t;
+  s_[3] = rotl(s_[3], 45);
+  return result;
+}
+
+double Rng::uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+
+void PenaltyState::set_prompt(std::span<const int32_t> prompt) {
+  prompt_.assign(prompt.begin(), prompt.end());
+  std::sort(prompt_.begin(), prompt_.end());
+  prompt_.erase(std::unique(prompt_.begin(), prompt_.end()), prompt_.end());
+}
+
+void PenaltyState::add_output(int32_t token) { ++output_counts_[token]; }
+
+Sampler::Sampler(int n_vocab) : n_vocab_(n_vocab), work_(n_vocab), probs_(n_vocab) {
+  cand_.reserve(n_vocab);
+}
+
+SampleResult Sampler::sample(const float* logits, const SamplingParams& p,
+                             const PenaltyState& pen, int n_generated,
+                             std::span<const int32_t> eos_ids, Rng& rng) {
+  const int V = n_vocab_;
+  SampleResult res;
+
+  std::copy(logits, logits + V, work_.begin());
+  if (n_generated < p.min_tokens) {
+    if (!p.ignore_eos)
+      for (int32_t t : eos_ids) work_[t] = kNegInf;
+    for (int32_t t : p.stop_token_ids) work_[t] = kNegInf;
+  }
+  for (const auto& [t, bias] : p.logit_bias) work_[t] += bias;
+  if (p.repetition_penalty != 1.0f) {
+    const float r = p.repetition_penalty;
+    auto penalize = [&](int32_t t) { work_[t] = work_[t] > 0 ? work_[t] / r : work_[t] * r; };
+    const auto& prompt = pen.prompt_tokens();
+    for (int32_t t : prompt) penalize(t);
+    for (const auto& [t, count] : pen.output_counts())
+      if (!std::binary_search(prompt.begin(), prompt.end(), t)) penalize(t);
+  }
+  if (p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f) {
+    for (const auto& [t, count] : pen.output_counts())
+      work_[t] -= p.frequency_penalty * static_cast<float>(count) + p.presence_penalty;
+  }
+
+  auto argmax = [&] {
+    int32_t best = 0;
+    for (int32_t i = 1; i < V; ++i)
+      if (work_[i] > work_[best]) best = i;
+    return best;
+  };
+  const float m = *std::max_element(work_.begin(), work_.end());
+  if (p.temperature < kGreedyBelow || !std::isfinite(m)) {
+    res.token = argmax();
+  } else {
+    const float inv_t = 1.0f / p.temperature;
+    // Unnormalized probabilities: the most likely token has 1, so min_p compares directly.
+    for (int i = 0; i < V; ++i) {
+      float x = std::exp((work_[i] - m) * inv_t);
+      probs_[i] = x >= p.min_p ? x : 0.0f;
+    }
+    const bool filter = p.top_k > 0 || p.top_p < 1.0f;
+    if (!filter) {
+      double total = 0;
+      for (int i = 0; i < V; ++i) total += probs_[i];
+      const double target = rng.uniform() * total;
+      double acc = 0;
+      int32_t pick = -1;
+      for (int i = 0; i < V; ++i) {
+        if (probs_[i] <= 0) continue;
+        pick = i;
+        acc += probs_[i];
+        if (target < acc) break;
+      }
+      res.token = pick >= 0 ? pick : argmax();
+    } else {
+      cand_.clear();
+      for (int i = 0; i < V; ++i)
+        if (probs_[i] > 0) cand_.emplace_back(probs_[i], i);
+      if (cand_.empty()) cand_.emplace_back(1.0f, argmax());
+      if (p.top_k > 0 && static_cast<size_t>(p.top_k) < cand_.size()) {
+        std::nth_element(cand_.begin(), cand_.begin() + p.top_k, cand_.end(), more_likely);
+        cand_.resize(p.top_k);
+      }
+      std::sort(cand_.begin(), cand_.end(), more_likely);
+      double total = 0;
+      for (const auto& c : cand_) total += c.first;
+      if (p.top_p < 1.0f) {
+        const double keep_mass = static_cast<double>(p.top_p) * total;
+        double before = 0;
+        size_t n_keep = 0;
+        while (n_keep < cand_.size() && before < keep_mass) before += cand_[n_keep++].first;
+        cand_.resize(std::max<size_t>(n_keep, 1));
+        total = before;
+      }
+      const double target = rng.uniform() * total;
+      double acc = 0;
+      res.token = cand_.back().second;
+      for (const auto& c : cand_) {
+        acc += c.first;
+        if (target < acc) {
+          res.token = c.second;
+          break;
+        }
+      }
+    }
+    assert(res.token >= 0);
+  }
+
+  if (p.logprobs) {
+    float m = *std::max_element(logits, logits + V);
+    double sum = 0;
+    for (int i = 0; i < V; ++i) sum += std::exp(static_cast<double>(logits[i]) - m);
+    const double lse = m + std::log(sum);
+    SampleLogprobs lp;
+    lp.sampled = {res.token, static_cast<float>(logits[res.token] - lse)};
+    const int k = std::min(*p.logprobs, V);
+    if (k > 0) {
+      cand_.clear();
+      for (int i = 0; i < V; ++i) cand_.emplace_back(logits[i], i);
+      std::partial_sort(cand_.begin(), cand_.begin() + k, cand_.end(), more_likely);
+      for (int i = 0; i < k; ++i)
+        lp.top.push_back({cand_[i].second, static_cast<float>(cand_[i].first - lse)});
+    }
+    res.logprobs = std::move(lp);
+  }
+  return res;
+}
+
+}  // namespace mla

@@ -1,0 +1,123 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+#include <cassert>
+
+namespace mla {
+
+Scheduler::Scheduler(SchedulerConfig config, kv::KvManager& kv) : config_(config), kv_(kv) {}
+
+void Scheduler::add_waiting(Sequence* seq) {
+  seq->status = SeqStatus::kWaiting;
+  waiting_.push_back(seq);
+}
+
+void Scheduler::add_running(Sequence* seq) {
+  seq->status = SeqStatus::kRunning;
+  running_.push_back(seq);
+}
+
+void Scheduler::remove(Sequence* seq) {
+  if (auto it = std::find(running_.begin(), running_.end(), seq); it != running_.end())
+    running_.erase(it);
+  if (auto it = std::find(waiting_.begin(), waiting_.end(), seq); it != waiting_.end())
+    waiting_.erase(it);
+  kv_.free(seq->blocks);
+  seq->status = SeqStatus::kFinished;
+}
+
+int Scheduler::running_slots() const {
+  int n = 0;
+  for (const Sequence* s : running_) n += s->n_slots;
+  return n;
+}
+
+void Scheduler::preempt(Sequence* seq) {
+  kv_.free(seq->blocks);
+  seq->n_computed = 0;
+  seq->status = SeqStatus::kWaiting;
+  waiting_.push_front(seq);
+}
+
+SchedulerOutput Scheduler::schedule() {
+  SchedulerOutput out;
+  int budget = config_.max_num_batched_tokens;
+
+  // Running sequences first, in admission order.
+  size_t i = 0;
+  while (i < running_.size() && budget > 0) {
+    Sequence* seq = running_[i];
+    const int n_new = std::min(static_cast<int>(seq->tokens.size()) - seq->n_computed, budget);
+    assert(n_new > 0);
+    bool fits = true;
+    while (!kv_.allocate(seq->blocks, seq->n_computed, n_new, nullptr, out.copies)) {
+      Sequence* victim = running_.back();
+      running_.pop_back();
+      if (victim == seq && out.items.empty() && running_.empty()) {
+        out.failed.push_back(seq);  // alone and still too big
+        fits = false;
+        break;
+      }
+      preempt(victim);
+      ++out.n_preempted;
+      if (victim == seq) {
+        fits = false;
+        break;
+      }
+    }
+    if (!fits) break;
+    out.items.push_back({seq, n_new});
+    budget -= n_new;
+    ++i;
+  }
+
+  // Then waiting sequences, FCFS, unless this step had to preempt.
+  if (out.n_preempted == 0) {
+    int slots = running_slots();
+    while (!waiting_.empty() && budget > 0) {
+      Sequence* seq = waiting_.front();
+      if (slots + seq->n_slots > config_.max_num_seqs) break;
+      const int n_tokens = static_cast<int>(seq->tokens.size());
+      kv::PrefixHit hit;
+      int n_cached = 0;
+      if (kv_.prefix_caching()) {
+        hit = kv_.find_prefix(seq->tokens);
+        n_cached = std::min(hit.n_tokens, n_tokens - 1);
+      }
+      const int n_new = std::min(n_tokens - n_cached, budget);
+      if (!kv_.allocate(seq->blocks, n_cached, n_new, n_cached > 0 ? &hit : nullptr,
+                        out.copies)) {
+        if (running_.empty() && out.items.empty()) {  // nothing else holds blocks
+          waiting_.pop_front();
+          out.failed.push_back(seq);
+          continue;
+        }
+        break;
+      }
+      waiting_.pop_front();
+      seq->n_computed = n_cached;
+      seq->status = SeqStatus::kRunning;
+      running_.push_back(seq);
+      slots += seq->n_slots;
+      out.items.push_back({seq, n_new});
+      budget -= n_new;
+      if (kv_.prefix_caching()) {
+        out.n_prefix_query_tokens += n_tokens;
+        out.n_prefix_hit_tokens += n_cached;
+      }
+      if (seq->req->n_cached_tokens < 0 && seq->index == 0)
+        seq->req->n_cached_tokens = std::min(n_cached, seq->n_prompt);
+    }
+  }
+  return out;
+}
+
+void Scheduler::on_step_done(const SchedulerOutput& out) {
+  for (const auto& item : out.items) {
+    Sequence* seq = item.seq;
+    seq->n_computed += item.n_new;
+    kv_.cache_full_blocks(seq->blocks, seq->tokens, seq->n_computed);
+  }
+}
+
+}  // namespace mla

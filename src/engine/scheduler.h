@@ -1,0 +1,68 @@
+#pragma once
+// The continuous-batching scheduler (vLLM V1 semantics).
+//
+// Each step has a token budget (max_num_batched_tokens) and a cap on running sequences
+// (max_num_seqs). Running sequences are served first, in admission order: each gets all its
+// uncomputed tokens (1 for a decode, the rest of the prompt — or the next chunk of it — for a
+// prefill) up to what is left of the budget. When the KV blocks run out, the most recently
+// admitted running sequence is preempted (blocks freed, recomputed later from its tokens) until
+// the current one fits. Then, if nothing was preempted, waiting sequences are admitted in FCFS
+// order while budget, blocks and the cap allow; a waiting sequence first takes its prompt's
+// cached prefix (never its last token, whose logits are needed). A 1-token prompt is scheduled
+// exactly like a decode.
+#include <deque>
+#include <vector>
+
+#include "engine/sequence.h"
+#include "kv/kv_manager.h"
+
+namespace mla {
+
+struct SchedulerConfig {
+  int max_num_batched_tokens = 2048;
+  int max_num_seqs = 64;
+};
+
+struct SchedulerOutput {
+  struct Item {
+    Sequence* seq = nullptr;
+    int n_new = 0;  // computes tokens [seq->n_computed, seq->n_computed + n_new)
+  };
+  std::vector<Item> items;             // in batch order
+  std::vector<kv::BlockCopy> copies;   // apply to the cache before the forward, in order
+  std::vector<Sequence*> failed;       // cannot fit even alone (finish with an error)
+  int n_preempted = 0;
+  int64_t n_prefix_query_tokens = 0;
+  int64_t n_prefix_hit_tokens = 0;
+  bool empty() const { return items.empty(); }
+};
+
+class Scheduler {
+ public:
+  Scheduler(SchedulerConfig config, kv::KvManager& kv);
+
+  void add_waiting(Sequence* seq);   // FCFS tail
+  void add_running(Sequence* seq);   // a forked sibling that already holds blocks
+  // Removes seq from whichever queue holds it and frees its blocks.
+  void remove(Sequence* seq);
+
+  SchedulerOutput schedule();
+  // After the forward: the scheduled tokens are computed; full blocks enter the prefix cache.
+  void on_step_done(const SchedulerOutput& out);
+
+  int n_running() const { return static_cast<int>(running_.size()); }
+  int n_waiting() const { return static_cast<int>(waiting_.size()); }
+  bool idle() const { return running_.empty() && waiting_.empty(); }
+  const kv::KvManager& kv() const { return kv_; }
+
+ private:
+  void preempt(Sequence* seq);
+  int running_slots() const;
+
+  SchedulerConfig config_;
+  kv::KvManager& kv_;
+  std::vector<Sequence*> running_;   // admission order: the tail is preempted first
+  std::deque<Sequence*> waiting_;
+};
+
+}  // namespace mla

@@ -1,0 +1,54 @@
+#pragma once
+// A request and its sequences as the engine tracks them. A request with n > 1 starts with one
+// sequence; when that sequence's prompt is computed it forks into n, which share the prompt's
+// blocks. Each sequence is scheduled on its own from then on.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/output.h"
+#include "engine/sampler.h"
+#include "kv/kv_manager.h"
+
+namespace mla {
+
+struct Request;
+
+enum class SeqStatus { kWaiting, kRunning, kFinished };
+
+struct Sequence {
+  Request* req = nullptr;
+  int index = 0;                  // 0..n-1 within the request
+  std::vector<int32_t> tokens;    // prompt + generated
+  int n_prompt = 0;
+  int n_computed = 0;             // tokens whose latent rows are in the cache
+  kv::SeqBlocks blocks;
+  SeqStatus status = SeqStatus::kWaiting;
+  // Running-set slots this sequence stands for: n for a request's first sequence before the
+  // fork (its siblings will need them), else 1.
+  int n_slots = 1;
+
+  Rng rng;
+  PenaltyState penalties;
+  SeqOutput output;
+
+  int n_generated() const { return static_cast<int>(tokens.size()) - n_prompt; }
+};
+
+struct Request {
+  std::string id;
+  std::vector<int32_t> prompt;
+  SamplingParams params;
+  OutputCallback on_output;                   // or
+  std::shared_ptr<RequestStream> stream;
+  std::vector<std::unique_ptr<Sequence>> seqs;
+  bool forked = false;
+  int n_finished = 0;
+  int n_cached_tokens = -1;                   // prefix-cache hit of the first admission
+  bool aborted = false;
+  std::string error;
+};
+
+}  // namespace mla

@@ -1,0 +1,119 @@
+#include "kv/kv_manager.h"
+
+#include <cassert>
+
+namespace mla::kv {
+
+KvManager::KvManager(int32_t n_blocks, int block_size, bool enable_prefix_caching)
+    : pool_(n_blocks, block_size), prefix_caching_(enable_prefix_caching) {}
+
+PrefixHit KvManager::find_prefix(std::span<const int32_t> tokens) const {
+  PrefixHit hit;
+  if (!prefix_caching_) return hit;
+  const int bs = block_size();
+  const size_t n_full = tokens.size() / bs;
+  BlockRef parent;
+  uint64_t parent_hash = kRootHash;
+  for (size_t i = 0; i < n_full; ++i) {
+    auto toks = tokens.subspan(i * bs, bs);
+    uint64_t h = hash_block_tokens(parent_hash, toks);
+    BlockId b = pool_.lookup(h, parent, toks);
+    if (b == kNoBlock) break;
+    hit.blocks.push_back(b);
+    hit.hashes.push_back(h);
+    parent = pool_.ref_of(b);
+    parent_hash = h;
+  }
+  hit.n_tokens = static_cast<int>(hit.blocks.size()) * bs;
+  return hit;
+}
+
+bool KvManager::allocate(SeqBlocks& seq, int n_computed, int n_new, const PrefixHit* hit,
+                         std::vector<BlockCopy>& copies) {
+  const int bs = block_size();
+  const int n_total = n_computed + n_new;
+  const size_t n_blocks_total = (static_cast<size_t>(n_total) + bs - 1) / bs;
+  // Hit blocks holding positions < n_computed; a block the step rewrites entirely is not taken.
+  const size_t n_hit_used = hit ? (static_cast<size_t>(n_computed) + bs - 1) / bs : 0;
+  assert(!hit || (seq.table.empty() && n_hit_used <= hit->blocks.size()));
+
+  // Plan: how many blocks leave the free queue.
+  const size_t n_table = hit ? n_hit_used : seq.table.size();
+  int32_t n_needed = 0;
+  for (size_t i = 0; i < n_hit_used; ++i) n_needed += pool_.ref_count(hit->blocks[i]) == 0;
+  if (n_blocks_total > n_table) n_needed += static_cast<int32_t>(n_blocks_total - n_table);
+  const size_t write_idx = static_cast<size_t>(n_computed) / bs;
+  const bool writes_existing = n_new > 0 && write_idx < n_table;
+  if (writes_existing) {
+    BlockId b = hit ? hit->blocks[write_idx] : seq.table[write_idx];
+    int refs_after = pool_.ref_count(b) + (hit ? 1 : 0);
+    if (refs_after > 1) ++n_needed;  // copy-on-write
+  }
+  if (n_needed > pool_.n_free()) return false;
+
+  // Commit. Hit blocks first, so allocate() below cannot evict them.
+  for (size_t i = 0; i < n_hit_used; ++i) {
+    BlockId b = hit->blocks[i];
+    pool_.touch(b);
+    seq.table.push_back(b);
+    seq.chain.push_back(pool_.ref_of(b));
+    seq.chain_hash.push_back(hit->hashes[i]);
+  }
+  if (writes_existing) {
+    BlockId b = seq.table[write_idx];
+    if (pool_.ref_count(b) > 1) {
+      BlockId dst = pool_.allocate();
+      copies.push_back({b, dst});
+      pool_.release(b);
+      seq.table[write_idx] = dst;
+    } else {
+      pool_.uncache(b);
+    }
+    if (seq.chain.size() > write_idx) {
+      seq.chain.resize(write_idx);
+      seq.chain_hash.resize(write_idx);
+    }
+  }
+  while (seq.table.size() < n_blocks_total) seq.table.push_back(pool_.allocate());
+  return true;
+}
+
+void KvManager::cache_full_blocks(SeqBlocks& seq, std::span<const int32_t> tokens,
+                                  int n_computed) {
+  if (!prefix_caching_) return;
+  const int bs = block_size();
+  const size_t n_full = static_cast<size_t>(n_computed) / bs;
+  assert(n_full <= seq.table.size() && static_cast<size_t>(n_computed) <= tokens.size());
+  for (size_t i = seq.chain.size(); i < n_full; ++i) {
+    BlockRef parent = i ? seq.chain[i - 1] : BlockRef{};
+    uint64_t parent_hash = i ? seq.chain_hash[i - 1] : kRootHash;
+    auto toks = tokens.subspan(i * bs, bs);
+    uint64_t h = hash_block_tokens(parent_hash, toks);
+    BlockId own = seq.table[i];
+    BlockId existing = pool_.lookup(h, parent, toks);
+    if (existing == kNoBlock) {
+      // A block already entered under another parent cannot stand for this prefix; leave the
+      // rest of this sequence uncached rather than break the chain's guarantee.
+      if (pool_.is_cached(own)) return;
+      pool_.cache(own, h, parent, toks);
+      existing = own;
+    }
+    seq.chain.push_back(pool_.ref_of(existing));
+    seq.chain_hash.push_back(h);
+  }
+}
+
+void KvManager::fork(const SeqBlocks& src, SeqBlocks& dst) {
+  assert(dst.table.empty());
+  for (BlockId b : src.table) pool_.touch(b);
+  dst = src;
+}
+
+void KvManager::free(SeqBlocks& seq) {
+  for (auto it = seq.table.rbegin(); it != seq.table.rend(); ++it) pool_.release(*it);
+  seq.table.clear();
+  seq.chain.clear();
+  seq.chain_hash.clear();
+}
+
+}  // namespace mla::kv

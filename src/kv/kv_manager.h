@@ -1,0 +1,73 @@
+#pragma once
+// Per-sequence block tables over the BlockPool: prefix-cache lookup, slot allocation for the
+// tokens a step will compute (with copy-on-write of shared blocks), registration of newly full
+// blocks, forks (n > 1 sequences sharing a prompt) and freeing.
+//
+// A sequence's KV rows for token positions [0, n_computed) live in its block table:
+// position p is slot table[p / block_size] * block_size + p % block_size.
+// Blocks are immutable while shared (ref_count > 1) or cached: a step that must write into such a
+// block first gets a private copy (a BlockCopy the engine applies to the cache before the
+// forward) or, when it holds the only reference, drops the block's cache entry.
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kv/block_pool.h"
+
+namespace mla::kv {
+
+struct SeqBlocks {
+  std::vector<BlockId> table;
+  // chain[i]: the cached block whose content equals this sequence's full block i (its own block
+  // or an identical one entered earlier by another sequence); chain.size() full blocks known to
+  // the prefix cache.
+  std::vector<BlockRef> chain;
+  std::vector<uint64_t> chain_hash;
+};
+
+// Copy every layer's rows of block src into block dst.
+struct BlockCopy {
+  BlockId src = kNoBlock;
+  BlockId dst = kNoBlock;
+};
+
+struct PrefixHit {
+  std::vector<BlockId> blocks;  // cached full blocks matching the prompt's first blocks
+  std::vector<uint64_t> hashes;
+  int n_tokens = 0;             // blocks.size() * block_size
+};
+
+class KvManager {
+ public:
+  KvManager(int32_t n_blocks, int block_size, bool enable_prefix_caching);
+
+  BlockPool& pool() { return pool_; }
+  const BlockPool& pool() const { return pool_; }
+  int block_size() const { return pool_.block_size(); }
+  bool prefix_caching() const { return prefix_caching_; }
+
+  // The longest run of cached full blocks matching tokens (empty when prefix caching is off).
+  PrefixHit find_prefix(std::span<const int32_t> tokens) const;
+
+  // Makes seq able to hold KV for positions [0, n_computed + n_new): takes the hit's blocks
+  // (when given: seq must be empty and n_computed <= hit->n_tokens), then allocates, with
+  // copy-on-write of the block holding position n_computed if it is shared. Appends the copies
+  // to `copies`. All or nothing: returns false and changes nothing when free blocks run short.
+  bool allocate(SeqBlocks& seq, int n_computed, int n_new, const PrefixHit* hit,
+                std::vector<BlockCopy>& copies);
+
+  // After a step: enters seq's full blocks among positions [0, n_computed) in the prefix cache.
+  void cache_full_blocks(SeqBlocks& seq, std::span<const int32_t> tokens, int n_computed);
+
+  // dst shares every block of src (dst must be empty).
+  void fork(const SeqBlocks& src, SeqBlocks& dst);
+
+  // Releases seq's blocks, last block first (so the tail of a prompt is evicted before its head).
+  void free(SeqBlocks& seq);
+
+ private:
+  BlockPool pool_;
+  bool prefix_caching_;
+};
+
+}  // namespace mla::kv

@@ -1,0 +1,152 @@
+#include "kv/latent_cache.h"
+
+#include <fmt/format.h>
+
+#include <cctype>
+#include <cstdlib>
+#include <cstring>
+
+#include "quant/quant.h"
+#include "util/error.h"
+
+namespace mla::kv {
+
+void check_cache_dtype(GgmlType dtype, const LatentShape& shape) {
+  switch (dtype) {
+    case GgmlType::F16:
+    case GgmlType::F32:
+    case GgmlType::BF16:
+      return;
+    case GgmlType::Q8_0:
+      if (shape.row_elems() % 32 != 0)
+        fail("kv cache dtype Q8_0 needs a latent row that is a multiple of 32 values, got {} "
+             "(kv_lora_rank {} + qk_rope_head_dim {})",
+             shape.row_elems(), shape.kv_lora_rank, shape.qk_rope_head_dim);
+      return;
+    default:
+      fail("kv cache dtype {} is not supported (expected f16, f32, bf16 or q8_0)",
+           ggml_type_name(dtype));
+  }
+}
+
+GgmlType parse_cache_dtype(std::string_view name) {
+  std::string lower(name);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower == "f16") return GgmlType::F16;
+  if (lower == "f32") return GgmlType::F32;
+  if (lower == "bf16") return GgmlType::BF16;
+  if (lower == "q8_0") return GgmlType::Q8_0;
+  fail("unknown kv cache dtype '{}' (expected f16, f32, bf16 or q8_0)", name);
+}
+
+int64_t bytes_per_token_per_layer(const LatentShape& shape, GgmlType dtype) {
+  check_cache_dtype(dtype, shape);
+  return ggml_row_bytes(dtype, shape.row_elems());
+}
+
+int32_t blocks_for_capacity(const LatentShape& shape, GgmlType dtype, int block_size,
+                            int64_t tokens, int64_t memory_bytes) {
+  if (block_size < 1) fail("kv cache: block size must be >= 1, got {}", block_size);
+  int64_t n_blocks = 0;
+  if (tokens > 0) {
+    n_blocks = (tokens + block_size - 1) / block_size;
+  } else {
+    int64_t per_block = bytes_per_token_per_layer(shape, dtype) * shape.n_layer * block_size;
+    n_blocks = memory_bytes / per_block;
+    if (n_blocks < 1)
+      fail("kv cache: {} bytes of memory is less than one block ({} bytes = {} tokens x {} "
+           "layers x {} B)",
+           memory_bytes, per_block, block_size, shape.n_layer,
+           bytes_per_token_per_layer(shape, dtype));
+  }
+  if (n_blocks > INT32_MAX / block_size)
+    fail("kv cache: {} blocks of {} tokens is more than the {} slots a cache can address",
+         n_blocks, block_size, INT32_MAX);
+  return static_cast<int32_t>(n_blocks);
+}
+
+void LatentCache::FreeDeleter::operator()(uint8_t* p) const { std::free(p); }
+
+LatentCache::LatentCache(const LatentShape& shape, GgmlType dtype, int block_size,
+                         int32_t n_blocks)
+    : shape_(shape), dtype_(dtype), block_size_(block_size), n_blocks_(n_blocks) {
+  if (shape.n_layer < 1 || shape.kv_lora_rank < 1 || shape.qk_rope_head_dim < 0)
+    fail("kv cache: bad latent shape (n_layer {}, kv_lora_rank {}, qk_rope_head_dim {})",
+         shape.n_layer, shape.kv_lora_rank, shape.qk_rope_head_dim);
+  if (block_size < 1 || n_blocks < 1)
+    fail("kv cache: need block size >= 1 and at least one block, got {} and {}", block_size,
+         n_blocks);
+  row_bytes_ = bytes_per_token_per_layer(shape, dtype);
+  const size_t arena = static_cast<size_t>(row_bytes_) * n_slots();
+  const size_t padded = (arena + 63) / 64 * 64;
+  for (int l = 0; l < shape.n_layer; ++l) {
+    auto* p = static_cast<uint8_t*>(std::aligned_alloc(64, padded));
+    if (!p)
+      fail("kv cache: cannot allocate {} bytes for layer {} ({} layers, {})", padded, l,
+           shape.n_layer, describe());
+    arenas_.emplace_back(p);
+  }
+}
+
+std::string LatentCache::describe() const {
+  return fmt::format(
+      "{}, block {}, {} blocks = {} tokens, {} B/token/layer x {} layers = {} B/token, {:.2f} GiB",
+      ggml_type_name(dtype_), block_size_, n_blocks_, n_slots(), row_bytes_, shape_.n_layer,
+      bytes_per_token(), static_cast<double>(total_bytes()) / (1024.0 * 1024.0 * 1024.0));
+}
+
+void LatentCache::write_row(int layer, int64_t slot, const float* row) {
+  uint8_t* dst = row_data(layer, slot);
+  const int n = shape_.row_elems();
+  switch (dtype_) {
+    case GgmlType::F32:
+      std::memcpy(dst, row, sizeof(float) * n);
+      break;
+    case GgmlType::F16: {
+      auto* d = reinterpret_cast<uint16_t*>(dst);
+      for (int i = 0; i < n; ++i) d[i] = fp32_to_fp16(row[i]);
+      break;
+    }
+    case GgmlType::BF16: {
+      auto* d = reinterpret_cast<uint16_t*>(dst);
+      for (int i = 0; i < n; ++i) d[i] = fp32_to_bf16(row[i]);
+      break;
+    }
+    default:
+      quantize_row(dtype_, row, dst, n);
+  }
+}
+
+void LatentCache::read_rows(int layer, std::span<const int32_t> slots, float* out) const {
+  const int n = shape_.row_elems();
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const uint8_t* src = row_data(layer, slots[i]);
+    float* o = out + i * n;
+    switch (dtype_) {
+      case GgmlType::F32:
+        std::memcpy(o, src, sizeof(float) * n);
+        break;
+      case GgmlType::F16: {
+        auto* s = reinterpret_cast<const uint16_t*>(src);
+        for (int j = 0; j < n; ++j) o[j] = fp16_to_fp32(s[j]);
+        break;
+      }
+      case GgmlType::BF16: {
+        auto* s = reinterpret_cast<const uint16_t*>(src);
+        for (int j = 0; j < n; ++j) o[j] = bf16_to_fp32(s[j]);
+        break;
+      }
+      default:
+        dequantize_row(dtype_, src, o, n);
+    }
+  }
+}
+
+void LatentCache::copy_block(int32_t src, int32_t dst) {
+  const size_t bytes = static_cast<size_t>(row_bytes_) * block_size_;
+  for (int l = 0; l < shape_.n_layer; ++l)
+    std::memcpy(row_data(l, int64_t{dst} * block_size_), row_data(l, int64_t{src} * block_size_),
+                bytes);
+}
+
+}  // namespace mla::kv

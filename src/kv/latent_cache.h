@@ -1,0 +1,81 @@
+#pragma once
+// The paged latent KV cache: one arena per layer of n_blocks * block_size rows, each row the
+// latent of one token, [c_kv (kv_lora_rank) | k_pe (qk_rope_head_dim)], stored as F16 (default),
+// F32, BF16 or Q8_0. There is no separate K and V: MLA reconstructs both from this row.
+//
+// Slot s = block * block_size + offset addresses row s of every layer's arena. The model writes
+// the rows of the tokens it computes (write_row) and reads its context rows back as F32
+// (read_rows); the engine copies whole blocks for copy-on-write (copy_block).
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gguf/types.h"
+
+namespace mla::kv {
+
+struct LatentShape {
+  int n_layer = 0;
+  int kv_lora_rank = 0;       // c_kv width
+  int qk_rope_head_dim = 0;   // k_pe width
+  int row_elems() const { return kv_lora_rank + qk_rope_head_dim; }
+};
+
+// F16, F32, BF16 or Q8_0 (Q8_0 needs row_elems % 32 == 0). Throws mla::Error otherwise.
+void check_cache_dtype(GgmlType dtype, const LatentShape& shape);
+// Parses --kv-cache-dtype: "f16" | "f32" | "bf16" | "q8_0" (case-insensitive).
+GgmlType parse_cache_dtype(std::string_view name);
+
+// Bytes one token's latent row takes in one layer (DeepSeek-V3, F16: 576 * 2 = 1152).
+int64_t bytes_per_token_per_layer(const LatentShape& shape, GgmlType dtype);
+
+// The number of blocks from --kv-cache-tokens (rounded up to whole blocks) or, when tokens <= 0,
+// from --kv-cache-memory bytes (rounded down). Throws mla::Error when that is less than a block.
+int32_t blocks_for_capacity(const LatentShape& shape, GgmlType dtype, int block_size,
+                            int64_t tokens, int64_t memory_bytes);
+
+class LatentCache {
+ public:
+  LatentCache(const LatentShape& shape, GgmlType dtype, int block_size, int32_t n_blocks);
+
+  const LatentShape& shape() const { return shape_; }
+  GgmlType dtype() const { return dtype_; }
+  int block_size() const { return block_size_; }
+  int32_t n_blocks() const { return n_blocks_; }
+  int64_t n_slots() const { return int64_t{n_blocks_} * block_size_; }
+  int64_t row_bytes() const { return row_bytes_; }
+  int64_t bytes_per_token() const { return row_bytes_ * shape_.n_layer; }  // all layers
+  int64_t total_bytes() const { return bytes_per_token() * n_slots(); }
+  // "F16, block 16, 4096 blocks = 65536 tokens, 1152 B/token/layer x 61 layers = 70272 B/token,
+  // 4.29 GiB"
+  std::string describe() const;
+
+  // Stores row (row_elems floats) at slot of layer, converted to the cache dtype.
+  void write_row(int layer, int64_t slot, const float* row);
+  // out[i * row_elems ...] = row slots[i] of layer, as F32.
+  void read_rows(int layer, std::span<const int32_t> slots, float* out) const;
+  // The raw row (dtype layout, row_bytes bytes).
+  const uint8_t* row_data(int layer, int64_t slot) const {
+    return arenas_[layer].get() + slot * row_bytes_;
+  }
+  uint8_t* row_data(int layer, int64_t slot) { return arenas_[layer].get() + slot * row_bytes_; }
+
+  // Every layer's rows of block src → block dst.
+  void copy_block(int32_t src, int32_t dst);
+
+ private:
+  struct FreeDeleter {
+    void operator()(uint8_t* p) const;
+  };
+  LatentShape shape_;
+  GgmlType dtype_;
+  int block_size_;
+  int32_t n_blocks_;
+  int64_t row_bytes_;
+  std::vector<std::unique_ptr<uint8_t, FreeDeleter>> arenas_;  // [n_layer], 64-byte aligned
+};
+
+}  // namespace mla::kv

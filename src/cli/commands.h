@@ -11,5 +11,6 @@ void register_version(CLI::App& app);
 void register_gguf(CLI::App& app);  // mla gguf inspect|...
 void register_tokenize(CLI::App& app);           // mla tokenize
 void register_gguf_vocab_from_hf(CLI::App& gguf);  // mla gguf vocab-from-hf (called from register_gguf)
+void register_template(CLI::App& app);  // mla template render
 
 }  // namespace mla::cli

@@ -264,8 +264,7 @@ void Session::on_header(beast::error_code ec, size_t) {
   if (closed_) return;
   if (ec == http::error::header_limit)
     return reject_and_close(431, "request headers are larger than the server's limit");
-  if (ec == beast::error::timeout && buffer_.size() > 0)
-    return reject_and_close(408, "timed out reading the request");
+  // A timeout has already closed the socket (tcp_stream does): nothing can be sent.
   if (ec == http::error::end_of_stream || ec == beast::error::timeout) return close();
   if (ec) {
     if (is_http_error(ec))
@@ -308,7 +307,6 @@ void Session::on_body(beast::error_code ec, size_t) {
     return reject_and_close(413, fmt::format("request body is over the limit of {} bytes "
                                              "(--max-request-bytes)",
                                              shared_->config.limits.max_body_bytes));
-  if (ec == beast::error::timeout) return reject_and_close(408, "timed out reading the request");
   if (ec) {
     if (is_http_error(ec) && ec != http::error::end_of_stream)
       return reject_and_close(400, fmt::format("malformed HTTP request: {}", ec.message()));

@@ -1,62 +1,47 @@
 #include "engine/batch_meta.h"
 
-#include <algorithm>
 #include <cassert>
 
 namespace mla {
 
-int BatchMeta::n_logit_rows() const {
-  int n = 0;
-  for (uint8_t x : needs_logits) n += x;
-  return n;
-}
-
-void BatchMeta::clear() {
-  token_ids.clear();
-  positions.clear();
-  slot_mapping.clear();
-  query_start.clear();
-  context_len.clear();
-  path.clear();
-  needs_logits.clear();
-  block_table.clear();
-  max_blocks = 0;
-}
-
-MlaPath choose_path(MlaPathPolicy policy, int n_q, int decode_threshold) {
-  switch (policy) {
-    case MlaPathPolicy::kMha: return MlaPath::kMha;
-    case MlaPathPolicy::kMqa: return MlaPath::kMqa;
-    case MlaPathPolicy::kAuto: break;
-  }
-  return n_q <= decode_threshold ? MlaPath::kMqa : MlaPath::kMha;
-}
-
 void build_batch_meta(std::span<const ScheduledSeq> seqs, int block_size, MlaPathPolicy policy,
-                      int decode_threshold, BatchMeta& meta) {
-  meta.clear();
+                      int decode_threshold, bool all_logits, BatchMeta& meta) {
+  meta.token_ids.clear();
+  meta.positions.clear();
+  meta.slot_mapping.clear();
+  meta.seqs.clear();
+  meta.context_slots.clear();
+  meta.logits_rows.clear();
+  meta.block_table.clear();
   meta.block_size = block_size;
-  meta.policy = policy;
-  size_t max_blocks = 0;
-  for (const auto& s : seqs) max_blocks = std::max(max_blocks, s.blocks.size());
-  meta.max_blocks = static_cast<int>(max_blocks);
-  meta.block_table.assign(seqs.size() * max_blocks, -1);
-  meta.query_start.push_back(0);
-  for (size_t i = 0; i < seqs.size(); ++i) {
-    const ScheduledSeq& s = seqs[i];
-    assert(s.n_new >= 1 && s.n_computed + s.n_new <= static_cast<int>(s.tokens.size()));
-    assert(static_cast<size_t>(s.n_computed + s.n_new) <= s.blocks.size() * block_size);
-    for (int p = s.n_computed; p < s.n_computed + s.n_new; ++p) {
+  for (const ScheduledSeq& s : seqs) {
+    const int n_ctx = s.n_computed + s.n_new;
+    assert(s.n_new >= 1 && n_ctx <= static_cast<int>(s.tokens.size()));
+    assert(static_cast<size_t>(n_ctx) <= s.blocks.size() * block_size);
+    SeqMeta m;
+    m.query_start = static_cast<int32_t>(meta.token_ids.size());
+    m.query_len = s.n_new;
+    m.context_len = n_ctx;
+    m.slots_start = static_cast<int32_t>(meta.context_slots.size());
+    m.blocks_start = static_cast<int32_t>(meta.block_table.size());
+    m.path = choose_mla_path(policy, s.n_new, decode_threshold);
+    const int n_blocks = (n_ctx + block_size - 1) / block_size;
+    meta.block_table.insert(meta.block_table.end(), s.blocks.begin(), s.blocks.begin() + n_blocks);
+    for (int j = 0; j < n_ctx; ++j)
+      meta.context_slots.push_back(s.blocks[j / block_size] * block_size + j % block_size);
+    for (int p = s.n_computed; p < n_ctx; ++p) {
       meta.token_ids.push_back(s.tokens[p]);
       meta.positions.push_back(p);
-      meta.slot_mapping.push_back(s.blocks[p / block_size] * block_size + p % block_size);
+      meta.slot_mapping.push_back(meta.context_slots[m.slots_start + p]);
     }
-    meta.query_start.push_back(static_cast<int32_t>(meta.token_ids.size()));
-    meta.context_len.push_back(s.n_computed + s.n_new);
-    meta.path.push_back(choose_path(policy, s.n_new, decode_threshold));
-    meta.needs_logits.push_back(s.needs_logits ? 1 : 0);
-    std::copy(s.blocks.begin(), s.blocks.end(), meta.block_table.begin() + i * max_blocks);
+    if (all_logits) {
+      for (int i = 0; i < m.query_len; ++i) meta.logits_rows.push_back(m.query_start + i);
+    } else if (s.needs_logits) {
+      meta.logits_rows.push_back(m.query_start + m.query_len - 1);
+    }
+    meta.seqs.push_back(m);
   }
+  meta.policy = policy;
 }
 
 }  // namespace mla

@@ -26,7 +26,7 @@ struct Engine::Impl {
   void drain_inbox(std::vector<Request*>& touched);
   void admit(std::unique_ptr<Request> req);
   void finish_request(Request& req, FinishReason reason, const std::string& error);
-  void on_logits(Sequence* seq, const float* row, std::vector<Request*>& touched);
+  void sample_seq(Sequence* seq, const float* row, std::vector<Request*>& touched);
   void append_token(Sequence* seq, const SampleResult& res);
   void emit(std::vector<Request*>& touched);
   void update_counters();
@@ -84,7 +84,8 @@ Engine::Impl::Impl(std::unique_ptr<ModelRunner> r, EngineConfig c,
   }
   if (max_len < 2) fail("engine: max model length {} leaves no room to generate", max_len);
   cfg.max_model_len = static_cast<int>(max_len);
-  logits.resize(static_cast<size_t>(cfg.max_num_seqs) * n_vocab);
+  logits.resize(static_cast<size_t>(cfg.all_logits ? cfg.max_num_batched_tokens : cfg.max_num_seqs) *
+                n_vocab);
   update_counters();
 }
 
@@ -162,13 +163,10 @@ void Engine::Impl::append_token(Sequence* seq, const SampleResult& res) {
   }
 }
 
-void Engine::Impl::on_logits(Sequence* seq, const float* row, std::vector<Request*>& touched) {
+void Engine::Impl::sample_seq(Sequence* seq, const float* row, std::vector<Request*>& touched) {
   Request& r = *seq->req;
   touched.push_back(&r);
   const bool fork_now = !r.forked && seq->index == 0;
-  if (cfg.on_logits)
-    cfg.on_logits(r.id, seq->index, static_cast<int>(seq->tokens.size()) - 1,
-                  std::span<const float>(row, n_vocab));
   SampleResult res =
       sampler.sample(row, r.params, seq->penalties, seq->n_generated(), cfg.eos_token_ids,
                      seq->rng);
@@ -279,21 +277,31 @@ bool Engine::Impl::step() {
     scheduled.push_back({s->tokens, s->blocks.table, s->n_computed, item.n_new,
                          s->n_computed + item.n_new == static_cast<int>(s->tokens.size())});
   }
-  build_batch_meta(scheduled, kv.block_size(), cfg.path_policy, cfg.decode_threshold, meta);
-  const int n_rows = meta.n_logit_rows();
+  build_batch_meta(scheduled, kv.block_size(), cfg.path_policy, cfg.decode_threshold,
+                   cfg.all_logits, meta);
+  const int n_rows = static_cast<int>(meta.logits_rows.size());
   if (logits.size() < static_cast<size_t>(n_rows) * n_vocab)
     logits.resize(static_cast<size_t>(n_rows) * n_vocab);
   runner->forward(meta, logits.data());
   ++totals.n_steps;
-  for (int s = 0; s < meta.n_seqs(); ++s)
-    (meta.path[s] == MlaPath::kMqa ? totals.n_tokens_mqa : totals.n_tokens_mha) += meta.query_len(s);
+  for (const SeqMeta& s : meta.seqs)
+    (s.path == MlaPath::Mqa ? totals.n_tokens_mqa : totals.n_tokens_mha) += s.query_len;
 
   sched.on_step_done(plan);
-  int row = 0;
+  // logits_rows is ascending and grouped by sequence; a sequence samples from its last row.
+  size_t k = 0;
   for (size_t i = 0; i < plan.items.size(); ++i) {
-    if (!scheduled[i].needs_logits) continue;
-    on_logits(plan.items[i].seq, logits.data() + static_cast<size_t>(row) * n_vocab, touched);
-    ++row;
+    const SeqMeta& m = meta.seqs[i];
+    Sequence* seq = plan.items[i].seq;
+    const float* last = nullptr;
+    for (; k < meta.logits_rows.size() && meta.logits_rows[k] < m.query_start + m.query_len; ++k) {
+      const float* row = logits.data() + k * static_cast<size_t>(n_vocab);
+      if (cfg.on_logits)
+        cfg.on_logits(seq->req->id, seq->index, meta.positions[meta.logits_rows[k]],
+                      std::span<const float>(row, n_vocab));
+      last = row;
+    }
+    if (scheduled[i].needs_logits) sample_seq(seq, last, touched);
   }
   emit(touched);
   return true;

@@ -25,6 +25,8 @@
 #include <variant>
 #include <vector>
 
+#include "model/batch.h"  // MlaPathPolicy
+
 namespace mla {
 
 class ModelRunner;   // engine/model_runner.h: runs one BatchMeta through the model
@@ -32,13 +34,6 @@ class TextDecoder;   // engine/detok.h: token ids → text, incrementally
 namespace kv {
 class KvManager;     // kv/kv_manager.h: block tables over the block pool
 }
-
-// How the MLA layer attends for a sequence (see docs/ARCHITECTURE.md): `auto` sends a sequence
-// whose query length in a step is <= the decode threshold to MQA, everything else to MHA.
-enum class MlaPathPolicy { kAuto, kMha, kMqa };
-std::string_view to_string(MlaPathPolicy p);
-// Parses "auto" | "mha" | "mqa"; throws mla::Error otherwise.
-MlaPathPolicy parse_mla_path_policy(std::string_view s);
 
 // Per-request sampling and stopping. Defaults follow vLLM / the OpenAI API where they differ from
 // "off" (max_tokens 16, temperature 1). validate() throws mla::Error with the field name.
@@ -149,14 +144,15 @@ struct EngineConfig {
   int max_num_seqs = 64;              // cap on running sequences
   int max_model_len = 0;              // 0: the model's context length; capped by KV capacity
   bool enable_prefix_caching = true;
-  MlaPathPolicy path_policy = MlaPathPolicy::kAuto;
+  MlaPathPolicy path_policy = MlaPathPolicy::Auto;
   int decode_threshold = 1;           // `auto`: query length <= this goes to MQA
   std::vector<int32_t> eos_token_ids; // stop generation unless ignore_eos
   // Test and tool hook, called on the engine thread with the raw logits row a sequence samples
-  // from and the position of the last token it has seen (logits predict position + 1).
+  // from and the position of the token they follow (they predict position + 1).
   std::function<void(const std::string& request_id, int seq_index, int position,
                      std::span<const float> logits)>
       on_logits;
+  bool all_logits = false;  // compute (and pass to on_logits) every row's logits, prompts included
 };
 
 class Engine {

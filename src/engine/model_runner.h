@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "engine/batch_meta.h"
+#include "model/batch.h"
 #include "kv/latent_cache.h"
 
 namespace mla {
@@ -17,13 +17,12 @@ class ModelRunner {
   virtual int n_vocab() const = 0;
   // Longest sequence the model supports (n_ctx_train), tokens.
   virtual int max_context() const = 0;
-  virtual kv::LatentCache& cache() = 0;
+  virtual LatentCache& cache() = 0;
 
-  // Computes the step: writes the latent row of every query token at its slot (every layer),
-  // attends each sequence over its context rows, and stores the logits of the last query row of
-  // each sequence with needs_logits into logits[row * n_vocab ...], rows in sequence order
-  // (meta.n_logit_rows() rows). The result for a sequence must not depend on the other
-  // sequences in the batch (batch invariance).
+  // Computes the step: writes the latent row of every batch token at its slot (every layer),
+  // attends each sequence over its context rows, and stores the logits of each row in
+  // meta.logits_rows into logits[i * n_vocab ...]. The result for a sequence must not depend on
+  // the other sequences in the batch (batch invariance).
   virtual void forward(const BatchMeta& meta, float* logits) = 0;
 };
 

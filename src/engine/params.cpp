@@ -6,22 +6,6 @@
 
 namespace mla {
 
-std::string_view to_string(MlaPathPolicy p) {
-  switch (p) {
-    case MlaPathPolicy::kAuto: return "auto";
-    case MlaPathPolicy::kMha: return "mha";
-    case MlaPathPolicy::kMqa: return "mqa";
-  }
-  return "?";
-}
-
-MlaPathPolicy parse_mla_path_policy(std::string_view s) {
-  if (s == "auto") return MlaPathPolicy::kAuto;
-  if (s == "mha") return MlaPathPolicy::kMha;
-  if (s == "mqa") return MlaPathPolicy::kMqa;
-  fail("unknown MLA path policy '{}' (expected auto, mha or mqa)", s);
-}
-
 std::string_view to_string(FinishReason r) {
   switch (r) {
     case FinishReason::kStop: return "stop";

@@ -9,7 +9,7 @@
 #include "quant/quant.h"
 #include "util/error.h"
 
-namespace mla::kv {
+namespace mla {
 
 void check_cache_dtype(GgmlType dtype, const LatentShape& shape) {
   switch (dtype) {
@@ -89,10 +89,11 @@ LatentCache::LatentCache(const LatentShape& shape, GgmlType dtype, int block_siz
 }
 
 std::string LatentCache::describe() const {
+  const double mib = static_cast<double>(total_bytes()) / (1024.0 * 1024.0);
   return fmt::format(
-      "{}, block {}, {} blocks = {} tokens, {} B/token/layer x {} layers = {} B/token, {:.2f} GiB",
+      "{}, block {}, {} blocks = {} tokens, {} B/token/layer x {} layers = {} B/token, {:.2f} {}",
       ggml_type_name(dtype_), block_size_, n_blocks_, n_slots(), row_bytes_, shape_.n_layer,
-      bytes_per_token(), static_cast<double>(total_bytes()) / (1024.0 * 1024.0 * 1024.0));
+      bytes_per_token(), mib >= 1024 ? mib / 1024 : mib, mib >= 1024 ? "GiB" : "MiB");
 }
 
 void LatentCache::write_row(int layer, int64_t slot, const float* row) {
@@ -149,4 +150,4 @@ void LatentCache::copy_block(int32_t src, int32_t dst) {
                 bytes);
 }
 
-}  // namespace mla::kv
+}  // namespace mla

@@ -15,7 +15,7 @@
 
 #include "gguf/types.h"
 
-namespace mla::kv {
+namespace mla {
 
 struct LatentShape {
   int n_layer = 0;
@@ -63,6 +63,11 @@ class LatentCache {
   }
   uint8_t* row_data(int layer, int64_t slot) { return arenas_[layer].get() + slot * row_bytes_; }
 
+  // The layer's arena as F32 rows (row s at + s * row_elems) when the dtype is F32, else nullptr.
+  const float* f32_rows(int layer) const {
+    return dtype_ == GgmlType::F32 ? reinterpret_cast<const float*>(arenas_[layer].get()) : nullptr;
+  }
+
   // Every layer's rows of block src → block dst.
   void copy_block(int32_t src, int32_t dst);
 
@@ -78,4 +83,4 @@ class LatentCache {
   std::vector<std::unique_ptr<uint8_t, FreeDeleter>> arenas_;  // [n_layer], 64-byte aligned
 };
 
-}  // namespace mla::kv
+}  // namespace mla

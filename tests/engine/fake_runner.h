@@ -13,7 +13,9 @@
 // batch-invariant by construction.
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <span>
+#include <stdexcept>
 #include <vector>
 
 #include "engine/model_runner.h"
@@ -25,16 +27,6 @@ class FakeRunner : public ModelRunner {
   static constexpr int kLayers = 2;
   static constexpr int kLatent = 6, kRope = 2, kDim = kLatent + kRope;
 
-  FakeRunner(int n_vocab, int block_size, int32_t n_blocks, GgmlType dtype = GgmlType::F32,
-             int max_context = 4096)
-      : n_vocab_(n_vocab),
-        max_context_(max_context),
-        cache_({kLayers, kLatent, kRope}, dtype, block_size, n_blocks) {}
-
-  int n_vocab() const override { return n_vocab_; }
-  int max_context() const override { return max_context_; }
-  kv::LatentCache& cache() override { return cache_; }
-
   struct StepRecord {
     int n_tokens = 0;
     int n_seqs = 0;
@@ -42,7 +34,19 @@ class FakeRunner : public ModelRunner {
     std::vector<int> query_lens;
     std::vector<MlaPath> paths;
   };
-  std::vector<StepRecord> steps;
+  using StepLog = std::vector<StepRecord>;
+
+  // log (optional) receives one record per forward call and may outlive the runner.
+  FakeRunner(int n_vocab, int block_size, int32_t n_blocks, GgmlType dtype = GgmlType::F32,
+             std::shared_ptr<StepLog> log = nullptr, int max_context = 4096)
+      : log_(log ? std::move(log) : std::make_shared<StepLog>()),
+        n_vocab_(n_vocab),
+        max_context_(max_context),
+        cache_({kLayers, kLatent, kRope}, dtype, block_size, n_blocks) {}
+
+  int n_vocab() const override { return n_vocab_; }
+  int max_context() const override { return max_context_; }
+  LatentCache& cache() override { return cache_; }
 
   static float weight(int d) { return 1.0f / (1.0f + static_cast<float>(d)); }
   static float embed(int32_t t, int p, int j) {
@@ -50,38 +54,54 @@ class FakeRunner : public ModelRunner {
   }
   static float w_out(int v, int j) { return std::sin(1.7f * v + 0.9f * j + 0.31f * v * j); }
 
+  // The three pieces of arithmetic, shared by forward() and reference_logits() and kept out of
+  // line so that both round identically (no differently contracted or vectorized copies).
+  [[gnu::noinline]] static void axpy(float* acc, float w, const float* x) {
+    for (int j = 0; j < kDim; ++j) acc[j] += w * x[j];
+  }
+  [[gnu::noinline]] static void layer1(float* row, const float* acc) {
+    for (int j = 0; j < kDim; ++j) row[j] = std::tanh(row[j] + acc[j]);
+  }
+  [[gnu::noinline]] static void project(const float* acc, float* logits, int n_vocab) {
+    for (int v = 0; v < n_vocab; ++v) {
+      float sum = 0;
+      for (int j = 0; j < kDim; ++j) sum += w_out(v, j) * acc[j];
+      logits[v] = 3.0f * sum;
+    }
+  }
+
   void forward(const BatchMeta& meta, float* logits) override {
     StepRecord rec;
-    rec.n_tokens = meta.n_tokens();
-    rec.n_seqs = meta.n_seqs();
-    rec.n_logit_rows = meta.n_logit_rows();
+    rec.n_tokens = static_cast<int>(meta.n_tokens());
+    rec.n_seqs = static_cast<int>(meta.seqs.size());
+    rec.n_logit_rows = static_cast<int>(meta.logits_rows.size());
     std::vector<float> row(kDim), acc(kDim), ctx;
-    std::vector<int32_t> slots;
-    int out_row = 0;
-    for (int s = 0; s < meta.n_seqs(); ++s) {
-      rec.query_lens.push_back(meta.query_len(s));
-      rec.paths.push_back(meta.path[s]);
-      const bool mqa = meta.path[s] == MlaPath::kMqa;
-      for (int i = meta.query_start[s]; i < meta.query_start[s + 1]; ++i) {
+    size_t out_row = 0;
+    for (const SeqMeta& s : meta.seqs) {
+      rec.query_lens.push_back(s.query_len);
+      rec.paths.push_back(s.path);
+      const bool mqa = s.path == MlaPath::Mqa;
+      const int32_t* slots = meta.context_slots.data() + s.slots_start;
+      // The engine's block tables must expand to exactly these slots.
+      for (int j = 0; j < s.context_len; ++j) {
+        const int32_t b = meta.block_table[s.blocks_start + j / meta.block_size];
+        if (slots[j] != b * meta.block_size + j % meta.block_size) throw std::logic_error("slots");
+      }
+      for (int i = s.query_start; i < s.query_start + s.query_len; ++i) {
         const int p = meta.positions[i];
         const int32_t t = meta.token_ids[i];
         for (int j = 0; j < kDim; ++j) row[j] = embed(t, p, j);
         cache_.write_row(0, meta.slot_mapping[i], row.data());
-        attend(meta, s, 0, p, mqa, acc, slots, ctx);
-        for (int j = 0; j < kDim; ++j) row[j] = std::tanh(row[j] + acc[j]);
+        attend(slots, 0, p, mqa, acc, ctx);
+        layer1(row.data(), acc.data());
         cache_.write_row(1, meta.slot_mapping[i], row.data());
-        if (i == meta.query_start[s + 1] - 1 && meta.needs_logits[s]) {
-          attend(meta, s, 1, p, mqa, acc, slots, ctx);
-          float* l = logits + static_cast<size_t>(out_row++) * n_vocab_;
-          for (int v = 0; v < n_vocab_; ++v) {
-            float sum = 0;
-            for (int j = 0; j < kDim; ++j) sum += w_out(v, j) * acc[j];
-            l[v] = 3.0f * sum;
-          }
+        if (out_row < meta.logits_rows.size() && meta.logits_rows[out_row] == i) {
+          attend(slots, 1, p, mqa, acc, ctx);
+          project(acc.data(), logits + out_row++ * n_vocab_, n_vocab_);
         }
       }
     }
-    steps.push_back(std::move(rec));
+    log_->push_back(std::move(rec));
   }
 
   // The logits after tokens[0..n) computed directly from the formulas, without a cache (F32,
@@ -89,44 +109,38 @@ class FakeRunner : public ModelRunner {
   std::vector<float> reference_logits(std::span<const int32_t> tokens) const {
     const int n = static_cast<int>(tokens.size());
     std::vector<std::vector<float>> l0(n, std::vector<float>(kDim)), l1 = l0;
+    std::vector<float> acc(kDim);
     for (int p = 0; p < n; ++p) {
       for (int j = 0; j < kDim; ++j) l0[p][j] = embed(tokens[p], p, j);
-      for (int j = 0; j < kDim; ++j) {
-        float a = 0;
-        for (int r = 0; r <= p; ++r) a += weight(p - r) * l0[r][j];
-        l1[p][j] = std::tanh(l0[p][j] + a);
-      }
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int r = 0; r <= p; ++r) axpy(acc.data(), weight(p - r), l0[r].data());
+      l1[p] = l0[p];
+      layer1(l1[p].data(), acc.data());
     }
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    for (int r = 0; r < n; ++r) axpy(acc.data(), weight(n - 1 - r), l1[r].data());
     std::vector<float> out(n_vocab_);
-    std::vector<float> h(kDim, 0.0f);
-    for (int j = 0; j < kDim; ++j)
-      for (int r = 0; r < n; ++r) h[j] += weight(n - 1 - r) * l1[r][j];
-    for (int v = 0; v < n_vocab_; ++v) {
-      float sum = 0;
-      for (int j = 0; j < kDim; ++j) sum += w_out(v, j) * h[j];
-      out[v] = 3.0f * sum;
-    }
+    project(acc.data(), out.data(), n_vocab_);
     return out;
   }
 
  private:
   // acc[j] = sum over context rows r <= p of layer `layer` of weight(p - r) * row_r[j].
-  void attend(const BatchMeta& meta, int s, int layer, int p, bool reverse, std::vector<float>& acc,
-              std::vector<int32_t>& slots, std::vector<float>& ctx) {
-    slots.resize(p + 1);
-    for (int r = 0; r <= p; ++r) slots[r] = meta.slot_of(s, r);
+  void attend(const int32_t* slots, int layer, int p, bool reverse, std::vector<float>& acc,
+              std::vector<float>& ctx) {
     ctx.resize(static_cast<size_t>(p + 1) * kDim);
-    cache_.read_rows(layer, slots, ctx.data());
+    cache_.read_rows(layer, {slots, static_cast<size_t>(p + 1)}, ctx.data());
     std::fill(acc.begin(), acc.end(), 0.0f);
     for (int k = 0; k <= p; ++k) {
       const int r = reverse ? p - k : k;
-      for (int j = 0; j < kDim; ++j) acc[j] += weight(p - r) * ctx[static_cast<size_t>(r) * kDim + j];
+      axpy(acc.data(), weight(p - r), ctx.data() + static_cast<size_t>(r) * kDim);
     }
   }
 
+  std::shared_ptr<StepLog> log_;
   int n_vocab_;
   int max_context_;
-  kv::LatentCache cache_;
+  LatentCache cache_;
 };
 
 }  // namespace mla::testing

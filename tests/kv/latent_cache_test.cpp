@@ -7,7 +7,7 @@
 #include "kv/latent_cache.h"
 #include "util/error.h"
 
-namespace mla::kv {
+namespace mla {
 namespace {
 
 const LatentShape kDeepSeekV3{61, 512, 64};
@@ -95,8 +95,8 @@ TEST(LatentCache, DescribeStatesCapacityAndBytesPerToken) {
   LatentCache cache({2, 512, 64}, GgmlType::F16, 16, 4);
   EXPECT_EQ(cache.describe(),
             "F16, block 16, 4 blocks = 64 tokens, 1152 B/token/layer x 2 layers = 2304 B/token, "
-            "0.00 GiB");
+            "0.14 MiB");
 }
 
 }  // namespace
-}  // namespace mla::kv
+}  // namespace mla

@@ -1,0 +1,25 @@
+#pragma once
+// Options every serving subcommand shares (mla run, later mla serve): --log-level, --trace and
+// --help-env, applied the same way.
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <string>
+
+namespace mla::cli {
+
+struct CommonOptions {
+  std::string log_level;  // "" → MLA_LOG_LEVEL or info
+  std::string trace;      // "" → MLA_TRACE
+};
+
+// Adds --log-level, --trace and --help-env (prints the MLA_* table and exits 0) to cmd.
+void add_common_options(CLI::App* cmd, CommonOptions& opt);
+// At the start of the callback: log level, trace switches, warnings for unknown MLA_* names.
+void apply_common_options(const CommonOptions& opt);
+
+// "4096", "512M", "2G", "1.5GiB" → bytes (K/M/G/T are powers of 1024, an optional "iB"/"B").
+// Throws mla::Error naming the option.
+int64_t parse_byte_size(const std::string& text, const char* option);
+
+}  // namespace mla::cli

@@ -1,0 +1,355 @@
+// mla run -m FILE (-p TEXT | --tokens 1,2,3 | --batch FILE) -n N: generation from a deepseek2 GGUF
+// on the CPU through the serving engine (scheduler, paged latent cache, sampler), printing the
+// continuations and prefill / decode tokens per second. --batch runs a file of prompts
+// concurrently, one request per line.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "engine/deepseek2_runner.h"
+#include "engine/engine.h"
+#include "kv/kv_manager.h"
+#include "util/error.h"
+#include "util/log.h"
+
+namespace mla::cli {
+namespace {
+
+struct RunArgs {
+  std::string model;
+  std::string prompt;
+  std::string tokens;
+  std::string batch_file;
+  int n_predict = 16;
+  double temp = 0;
+  int top_k = 0;
+  double top_p = 1.0;
+  double min_p = 0.0;
+  uint64_t seed = 0;
+  bool ignore_eos = false;
+  std::string mla_path = "auto";
+  bool verify_paths = false;
+  int threads = 0;
+  int max_num_batched_tokens = 512;
+  int max_num_seqs = 64;
+  std::string kv_dtype = "f16";
+  int64_t kv_tokens = 0;
+  std::string kv_memory;
+  int block_size = 16;
+  bool no_prefix_cache = false;
+  std::string dump_logits;
+  bool json = false;
+  CommonOptions common;
+};
+
+using Clock = std::chrono::steady_clock;
+
+double seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+std::vector<int32_t> parse_token_list(const std::string& s, const std::string& where) {
+  std::vector<int32_t> out;
+  size_t at = 0;
+  while (at < s.size()) {
+    size_t sep = s.find_first_of(", ", at);
+    std::string item = s.substr(at, sep == std::string::npos ? std::string::npos : sep - at);
+    at = sep == std::string::npos ? s.size() : sep + 1;
+    if (item.empty() && sep != std::string::npos) continue;
+    char* end = nullptr;
+    long v = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < 0 || v > INT32_MAX)
+      fail("run: {}: '{}' is not a non-negative token id", where, item);
+    out.push_back(static_cast<int32_t>(v));
+  }
+  if (out.empty()) fail("run: {}: no token ids", where);
+  return out;
+}
+
+struct Job {
+  std::string id;
+  std::vector<int32_t> prompt;
+  SamplingParams params;
+};
+
+SamplingParams default_params(const RunArgs& a) {
+  SamplingParams p;
+  p.max_tokens = a.n_predict;
+  p.temperature = static_cast<float>(a.temp);
+  p.top_k = a.top_k;
+  p.top_p = static_cast<float>(a.top_p);
+  p.min_p = static_cast<float>(a.min_p);
+  p.seed = a.seed;
+  p.ignore_eos = a.ignore_eos;
+  return p;
+}
+
+// One request per non-empty line that is not a # comment: token ids ("1,2,3" or "1 2 3") or a
+// JSON object {"id", "tokens", "max_tokens", "temperature", "top_k", "top_p", "min_p", "seed",
+// "n", "stop", "stop_token_ids", "ignore_eos", "logprobs"} overriding the command line.
+std::vector<Job> read_batch_file(const RunArgs& a) {
+  std::ifstream in(a.batch_file);
+  if (!in) fail("run: cannot read --batch file '{}'", a.batch_file);
+  std::vector<Job> jobs;
+  std::string line;
+  int line_no = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    const size_t first = line.find_first_not_of(" \t\r");
+    if (first == std::string::npos || line[first] == '#') continue;
+    const std::string where = fmt::format("{} line {}", a.batch_file, line_no);
+    Job job;
+    job.id = fmt::format("r{}", jobs.size());
+    job.params = default_params(a);
+    job.params.seed = a.seed + jobs.size();  // distinct streams for identical prompts
+    if (line[first] != '{') {
+      job.prompt = parse_token_list(line.substr(first, line.find_last_not_of(" \t\r") - first + 1), where);
+    } else {
+      nlohmann::json j;
+      try {
+        j = nlohmann::json::parse(line);
+        if (!j.contains("tokens")) fail("run: {}: the object has no \"tokens\"", where);
+        job.prompt = j.at("tokens").get<std::vector<int32_t>>();
+        SamplingParams& p = job.params;
+        if (j.contains("id")) job.id = j["id"].get<std::string>();
+        if (j.contains("max_tokens")) p.max_tokens = j["max_tokens"].get<int>();
+        if (j.contains("temperature")) p.temperature = j["temperature"].get<float>();
+        if (j.contains("top_k")) p.top_k = j["top_k"].get<int>();
+        if (j.contains("top_p")) p.top_p = j["top_p"].get<float>();
+        if (j.contains("min_p")) p.min_p = j["min_p"].get<float>();
+        if (j.contains("seed")) p.seed = j["seed"].get<uint64_t>();
+        if (j.contains("n")) p.n = j["n"].get<int>();
+        if (j.contains("stop")) p.stop = j["stop"].get<std::vector<std::string>>();
+        if (j.contains("stop_token_ids")) p.stop_token_ids = j["stop_token_ids"].get<std::vector<int32_t>>();
+        if (j.contains("ignore_eos")) p.ignore_eos = j["ignore_eos"].get<bool>();
+        if (j.contains("logprobs")) p.logprobs = j["logprobs"].get<int>();
+      } catch (const nlohmann::json::exception& e) {
+        fail("run: {}: {}", where, e.what());
+      }
+    }
+    jobs.push_back(std::move(job));
+  }
+  if (jobs.empty()) fail("run: --batch file '{}' has no prompts", a.batch_file);
+  return jobs;
+}
+
+struct Collected {
+  std::vector<std::vector<int32_t>> tokens;  // per sequence index
+  std::vector<std::string> text;
+  std::vector<std::string> finish;
+  std::string error;
+  std::optional<Clock::time_point> first_token;
+};
+
+void run(const RunArgs& a) {
+  apply_common_options(a.common);
+  if (a.n_predict < 1) fail("run: -n must be >= 1, got {}", a.n_predict);
+  const int n_sources = !a.prompt.empty() + !a.tokens.empty() + !a.batch_file.empty();
+  if (n_sources != 1) fail("run: give exactly one of -p TEXT, --tokens 1,2,3 or --batch FILE");
+  if (!a.prompt.empty()) fail("run: -p needs a tokenizer, which this build does not have yet; use --tokens");
+  const bool batch = !a.batch_file.empty();
+  if (batch && !a.dump_logits.empty()) fail("run: --dump-logits works with a single prompt, not --batch");
+
+  std::vector<Job> jobs;
+  if (batch) {
+    jobs = read_batch_file(a);
+  } else {
+    jobs.push_back({"run", parse_token_list(a.tokens, "--tokens"), default_params(a)});
+  }
+
+  const MlaPathPolicy policy = parse_mla_path_policy(a.mla_path);
+  ModelOptions mo;
+  mo.n_threads = a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  mo.max_batch_tokens = a.max_num_batched_tokens;
+  mo.verify_paths = a.verify_paths;
+  KvCacheOptions kvo;
+  kvo.dtype = parse_cache_dtype(a.kv_dtype);
+  kvo.block_size = a.block_size;
+  kvo.tokens = a.kv_tokens;
+  if (!a.kv_memory.empty()) kvo.memory_bytes = parse_byte_size(a.kv_memory, "--kv-cache-memory");
+  if (kvo.tokens > 0 && kvo.memory_bytes > 0) fail("run: give --kv-cache-tokens or --kv-cache-memory, not both");
+
+  const auto t_load = Clock::now();
+  auto runner = std::make_unique<Deepseek2Runner>(a.model, policy, mo, kvo);
+  const DeepseekConfig& c = runner->config();
+  log().info("loaded {} in {:.2f} s: {} layers, {} heads, kv_lora_rank {}, {} experts (top {}), vocab {}, {} threads",
+             a.model, seconds(t_load, Clock::now()), c.n_layer, c.n_head, c.kv_lora_rank, c.n_expert,
+             c.n_expert_used, c.n_vocab, mo.n_threads);
+
+  EngineConfig ec;
+  ec.max_num_batched_tokens = a.max_num_batched_tokens;
+  ec.max_num_seqs = a.max_num_seqs;
+  ec.enable_prefix_caching = !a.no_prefix_cache;
+  ec.path_policy = policy;
+  ec.eos_token_ids = runner->eos_token_ids();
+  std::FILE* dump = nullptr;
+  if (!a.dump_logits.empty()) {
+    dump = std::fopen(a.dump_logits.c_str(), "wb");
+    if (!dump) fail("run: cannot write '{}'", a.dump_logits);
+    ec.all_logits = true;
+    ec.on_logits = [dump, &a](const std::string&, int, int, std::span<const float> row) {
+      if (std::fwrite(row.data(), sizeof(float), row.size(), dump) != row.size())
+        fail("run: short write to '{}'", a.dump_logits);
+    };
+  }
+  Engine engine(std::move(runner), ec);
+
+  std::map<std::string, Collected> results;
+  for (const Job& job : jobs) {
+    Collected& col = results[job.id];
+    col.tokens.resize(job.params.n);
+    col.text.resize(job.params.n);
+    col.finish.resize(job.params.n);
+    engine.add_request(job.id, job.prompt, job.params, [&col](RequestOutput&& out) {
+      for (auto& o : out.outputs) {
+        if (!col.first_token && !o.token_ids.empty()) col.first_token = Clock::now();
+        col.tokens[o.index].insert(col.tokens[o.index].end(), o.token_ids.begin(), o.token_ids.end());
+        col.text[o.index] += o.text;
+        if (o.finish_reason) col.finish[o.index] = std::string(to_string(*o.finish_reason));
+      }
+      if (!out.error.empty()) col.error = out.error;
+    });
+  }
+
+  // Drive the engine on this thread; a step's tokens count as decode once every request has its
+  // first token (all prompts computed).
+  const auto t0 = Clock::now();
+  Clock::time_point t_all_first = t0, t_end = t0;
+  int64_t decode_tokens = 0;
+  bool all_first = false;
+  while (engine.has_unfinished()) {
+    const int64_t before = engine.counters().n_generation_tokens;
+    engine.step();
+    t_end = Clock::now();
+    const int64_t made = engine.counters().n_generation_tokens - before;
+    if (all_first) decode_tokens += made;
+    if (!all_first) {
+      all_first = true;
+      for (const auto& [id, col] : results) all_first = all_first && col.first_token.has_value();
+      if (all_first) t_all_first = t_end;
+    }
+  }
+  if (dump) std::fclose(dump);
+  const EngineCounters counters = engine.counters();
+  for (const auto& [id, col] : results)
+    if (!col.error.empty()) fail("run: request {}: {}", id, col.error);
+
+  const double prefill_s = seconds(t0, t_all_first);
+  const double decode_s = seconds(t_all_first, t_end);
+  const int64_t prompt_tokens = counters.n_prompt_tokens;
+  const double prefill_tps = prompt_tokens / std::max(prefill_s, 1e-9);
+  const double decode_tps = decode_tokens > 0 ? decode_tokens / std::max(decode_s, 1e-9) : 0.0;
+  int n_seqs = 0;
+  for (const Job& j : jobs) n_seqs += j.params.n;
+
+  if (!batch) {
+    const Collected& col = results.at("run");
+    if (a.json) {
+      nlohmann::json j;
+      j["prompt"] = jobs[0].prompt;
+      j["continuation"] = col.tokens[0];
+      j["finish_reason"] = col.finish[0];
+      j["prefill_tokens"] = prompt_tokens;
+      j["prefill_seconds"] = prefill_s;
+      j["prefill_tokens_per_second"] = prefill_tps;
+      j["decode_tokens"] = decode_tokens;
+      j["decode_seconds"] = decode_s;
+      j["decode_tokens_per_second"] = decode_tps;
+      j["mla_path"] = a.mla_path;
+      fmt::print("{}\n", j.dump());
+      return;
+    }
+    fmt::print("continuation ids: {}\n", fmt::join(col.tokens[0], " "));
+    fmt::print("prefill: {} tokens in {:.3f} s ({:.1f} tokens/s)\n", prompt_tokens, prefill_s, prefill_tps);
+    fmt::print("decode:  {} tokens in {:.3f} s ({:.1f} tokens/s)\n", decode_tokens, decode_s, decode_tps);
+    return;
+  }
+
+  const double prefix_rate =
+      counters.n_prefix_queries > 0 ? static_cast<double>(counters.n_prefix_hits) / counters.n_prefix_queries : 0.0;
+  if (a.json) {
+    nlohmann::json j;
+    j["requests"] = nlohmann::json::array();
+    for (const Job& job : jobs) {
+      const Collected& col = results.at(job.id);
+      for (int i = 0; i < job.params.n; ++i)
+        j["requests"].push_back({{"id", job.id}, {"index", i}, {"prompt_tokens", job.prompt.size()},
+                                 {"continuation", col.tokens[i]}, {"finish_reason", col.finish[i]}});
+    }
+    j["n_sequences"] = n_seqs;
+    j["prefill_tokens"] = prompt_tokens;
+    j["prefill_seconds"] = prefill_s;
+    j["prefill_tokens_per_second"] = prefill_tps;
+    j["decode_tokens"] = decode_tokens;
+    j["decode_seconds"] = decode_s;
+    j["decode_tokens_per_second"] = decode_tps;
+    j["generated_tokens"] = counters.n_generation_tokens;
+    j["steps"] = counters.n_steps;
+    j["preemptions"] = counters.n_preemptions;
+    j["prefix_cache_hit_rate"] = prefix_rate;
+    j["tokens_mha"] = counters.n_tokens_mha;
+    j["tokens_mqa"] = counters.n_tokens_mqa;
+    j["mla_path"] = a.mla_path;
+    fmt::print("{}\n", j.dump());
+    return;
+  }
+  for (const Job& job : jobs) {
+    const Collected& col = results.at(job.id);
+    for (int i = 0; i < job.params.n; ++i)
+      fmt::print("[{}{}] {} tokens ({}): {}\n", job.id, job.params.n > 1 ? fmt::format(".{}", i) : "",
+                 col.tokens[i].size(), col.finish[i], fmt::join(col.tokens[i], " "));
+  }
+  fmt::print("sequences: {}, steps: {}, preemptions: {}, prefix cache hits: {:.1f}%\n", n_seqs, counters.n_steps,
+             counters.n_preemptions, 100.0 * prefix_rate);
+  fmt::print("prefill: {} tokens in {:.3f} s ({:.1f} tokens/s)\n", prompt_tokens, prefill_s, prefill_tps);
+  fmt::print("decode:  {} tokens in {:.3f} s ({:.1f} tokens/s, {} sequences)\n", decode_tokens, decode_s, decode_tps,
+             n_seqs);
+}
+
+}  // namespace
+
+void register_run(CLI::App& app) {
+  auto* cmd = app.add_subcommand("run", "Generate from a deepseek2 GGUF on the CPU through the serving engine");
+  static RunArgs a;
+  cmd->add_option("-m,--model", a.model, "deepseek2 GGUF file")->required();
+  cmd->add_option("-p,--prompt", a.prompt, "Prompt text (needs a tokenizer)");
+  cmd->add_option("--tokens", a.tokens, "Prompt as comma-separated token ids");
+  cmd->add_option("--batch", a.batch_file,
+                  "File of prompts run concurrently, one per line: token ids, or a JSON object with \"tokens\" "
+                  "and sampling fields");
+  cmd->add_option("-n,--n-predict", a.n_predict, "Tokens to generate (max_tokens)")->capture_default_str();
+  cmd->add_option("--temp", a.temp, "Sampling temperature; 0 is greedy")->capture_default_str();
+  cmd->add_option("--top-k", a.top_k, "Top-k (0: off)")->capture_default_str();
+  cmd->add_option("--top-p", a.top_p, "Top-p (1: off)")->capture_default_str();
+  cmd->add_option("--min-p", a.min_p, "Min-p (0: off)")->capture_default_str();
+  cmd->add_option("--seed", a.seed, "Sampling seed (--batch: request i uses seed + i)")->capture_default_str();
+  cmd->add_flag("--ignore-eos", a.ignore_eos, "Keep generating past the end-of-sequence token");
+  cmd->add_option("--mla-path", a.mla_path, "MLA attention path per sequence: auto (decode MQA, prefill MHA) | mha | mqa")
+      ->check(CLI::IsMember({"auto", "mha", "mqa"}))
+      ->capture_default_str();
+  cmd->add_flag("--verify-paths", a.verify_paths, "Run both MLA paths and log their largest difference per layer");
+  cmd->add_option("-t,--threads", a.threads, "Threads (default: all hardware threads)");
+  cmd->add_option("--max-num-batched-tokens", a.max_num_batched_tokens,
+                  "Token budget per engine step (prefill chunk + decodes)")
+      ->capture_default_str();
+  cmd->add_option("--max-num-seqs", a.max_num_seqs, "Most sequences running at once")->capture_default_str();
+  cmd->add_option("--kv-cache-dtype", a.kv_dtype, "Latent cache dtype: f16 | f32 | bf16 | q8_0")->capture_default_str();
+  cmd->add_option("--kv-cache-tokens", a.kv_tokens, "KV cache capacity in tokens (default: min(context, 32768))");
+  cmd->add_option("--kv-cache-memory", a.kv_memory, "KV cache capacity in bytes, e.g. 2G (instead of tokens)");
+  cmd->add_option("--block-size", a.block_size, "Tokens per KV block")->capture_default_str();
+  cmd->add_flag("--no-prefix-cache", a.no_prefix_cache, "Disable prefix caching");
+  cmd->add_option("--dump-logits", a.dump_logits,
+                  "Write the F32 logits of every processed position (prompt, then each fed-back token) to FILE");
+  cmd->add_flag("--json", a.json, "Print the result as one JSON object");
+  add_common_options(cmd, a.common);
+  cmd->callback([] { run(a); });
+}
+
+}  // namespace mla::cli

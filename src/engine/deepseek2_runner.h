@@ -1,0 +1,46 @@
+#pragma once
+// The real ModelRunner: a deepseek2 GGUF (model/deepseek2.h) over a paged latent cache.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/model_runner.h"
+#include "model/deepseek2.h"
+
+namespace mla {
+
+struct KvCacheOptions {
+  GgmlType dtype = GgmlType::F16;   // --kv-cache-dtype
+  int block_size = 16;              // tokens per block (CPU default; see docs/ARCHITECTURE.md)
+  int64_t tokens = 0;               // --kv-cache-tokens; 0: from memory
+  int64_t memory_bytes = 0;         // --kv-cache-memory; 0 with tokens 0: the default below
+  // Without either: min(n_ctx_train, kDefaultTokens) tokens.
+  static constexpr int64_t kDefaultTokens = 32768;
+};
+
+class Deepseek2Runner : public ModelRunner {
+ public:
+  // Loads path for the policy (which W_UK forms) and allocates the cache. model.max_batch_tokens
+  // must cover the engine's max_num_batched_tokens.
+  Deepseek2Runner(const std::string& path, MlaPathPolicy policy, const ModelOptions& model,
+                  const KvCacheOptions& kv);
+
+  int n_vocab() const override { return static_cast<int>(bundle_->config.n_vocab); }
+  int max_context() const override;
+  LatentCache& cache() override { return *cache_; }
+  void forward(const BatchMeta& meta, float* logits) override { model_->forward(meta, *cache_, logits); }
+
+  const DeepseekConfig& config() const { return bundle_->config; }
+  const GgufFile& file() const { return *bundle_->file; }
+  // tokenizer.ggml.eos_token_id (and eot) when the file has them.
+  std::vector<int32_t> eos_token_ids() const;
+
+ private:
+  std::unique_ptr<Deepseek2Bundle> bundle_;
+  std::unique_ptr<Deepseek2Model> model_;
+  std::unique_ptr<LatentCache> cache_;
+};
+
+}  // namespace mla

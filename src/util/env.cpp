@@ -1,0 +1,93 @@
+#include "util/env.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cassert>
+#include <cstdlib>
+
+#include "util/log.h"
+
+namespace mla {
+namespace {
+
+constexpr EnvVarInfo kEnvVars[] = {
+    {"MLA_LOG_LEVEL", "trace|debug|info|warn|error|critical|off",
+     "level of the single log sink (overridden by --log-level); default info"},
+    {"MLA_TRACE", "dispatch:N",
+     "trace switches (overridden by --trace): dispatch:N logs each layer's MLA path decision for "
+     "its first N forward calls"},
+    {"MLA_REFERENCE_DIR", "PATH",
+     "tests: directory of the reference logits fixtures (default tests/fixtures/reference)"},
+    {"MLA_BIN", "PATH", "tests: the mla binary the Python tests run (set by ctest)"},
+    {"MLA_BUILD_DIR", "PATH", "tests: the build directory (set by ctest)"},
+};
+
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+}  // namespace
+
+std::span<const EnvVarInfo> env_vars() { return kEnvVars; }
+
+std::optional<std::string> env_value(std::string_view name) {
+  assert(std::any_of(std::begin(kEnvVars), std::end(kEnvVars),
+                     [&](const EnvVarInfo& v) { return v.name == name; }) &&
+         "MLA_* variable missing from the table in util/env.cpp");
+  const char* v = std::getenv(std::string(name).c_str());
+  if (!v) return std::nullopt;
+  return std::string(v);
+}
+
+std::string env_help_text() {
+  size_t width = 0;
+  for (const auto& v : kEnvVars) width = std::max(width, v.name.size());
+  std::string out = "Environment variables (MLA_* names not listed here are reported at start-up):\n";
+  for (const auto& v : kEnvVars)
+    out += fmt::format("  {:<{}}  {}\n  {:<{}}  {}\n", v.name, width, v.values, "", width, v.help);
+  return out;
+}
+
+std::string_view closest_env_var(std::string_view name) {
+  std::string_view best;
+  size_t best_d = SIZE_MAX;
+  for (const auto& v : kEnvVars) {
+    size_t d = edit_distance(name, v.name);
+    if (d < best_d) {
+      best_d = d;
+      best = v.name;
+    }
+  }
+  return best;
+}
+
+std::vector<std::string> unknown_env_vars(char** env) {
+  std::vector<std::string> out;
+  for (char** e = env; e && *e; ++e) {
+    std::string_view entry(*e);
+    if (!entry.starts_with("MLA_")) continue;
+    std::string_view name = entry.substr(0, entry.find('='));
+    if (std::none_of(std::begin(kEnvVars), std::end(kEnvVars),
+                     [&](const EnvVarInfo& v) { return v.name == name; }))
+      out.emplace_back(name);
+  }
+  return out;
+}
+
+void warn_unknown_env_vars() {
+  for (const auto& name : unknown_env_vars(environ))
+    log().warn("unknown environment variable {} is ignored (did you mean {}? see --help-env)", name,
+               closest_env_var(name));
+}
+
+}  // namespace mla

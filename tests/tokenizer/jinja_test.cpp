@@ -78,7 +78,7 @@ TEST(JinjaLexer, WhitespaceControlTrimAndLstripBlocks) {
   EXPECT_EQ(render("{%- for m in messages %}\n  {{ m.role }}: {{ m.content }}\n{% endfor %}",
                    R"({"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"yo"}]})"),
             "  user: hi\n  assistant: yo\n");
-  EXPECT_EQ(render("  {%+ if true %}p{% endif %}"), "  p");  // '+' disables lstrip_blocks
+  EXPECT_EQ(render("  {%+ if true %}p{% endif %}"), "  p");    // '+' disables lstrip_blocks
   EXPECT_EQ(render("{% if true %}x{% endif +%}\ny"), "x\ny");  // '+' disables trim_blocks
 }
 
@@ -124,13 +124,13 @@ TEST(JinjaParser, SyntaxErrorsNameLineAndColumn) {
 TEST(JinjaParser, UnknownFilterIsAnErrorUnlessInsideAnIf) {
   // jinja2 rejects unknown filters when compiling, but inside an if (or a conditional
   // expression) only when the expression actually runs.
-  EXPECT_EQ(error_of("line1\n  {{ x | foo }}"), "chat template: line 2, column 10: no filter named 'foo'");
+  EXPECT_EQ(error_of("line1\n  {{ x | foo }}"), "chat template: line 2, column 10: unknown filter 'foo'");
   EXPECT_EQ(render("{% if false %}{{ x | from_json }}{% endif %}ok"), "ok");
   EXPECT_EQ(error_of("{% if true %}{{ x | from_json }}{% endif %}"),
-            "chat template: line 1, column 21: no filter named 'from_json' found");
+            "chat template: line 1, column 21: unknown filter 'from_json'");
   EXPECT_EQ(error_of("{% if true %}{% for i in x %}{{ i | foo }}{% endfor %}{% endif %}"),
-            "chat template: line 1, column 37: no filter named 'foo'");
-  EXPECT_EQ(error_of("{{ 1 is nosuchtest }}"), "chat template: line 1, column 6: no test named 'nosuchtest'");
+            "chat template: line 1, column 37: unknown filter 'foo'");
+  EXPECT_EQ(error_of("{{ 1 is nosuchtest }}"), "chat template: line 1, column 6: unknown test 'nosuchtest'");
 }
 
 // ---- values -------------------------------------------------------------------------------------
@@ -149,7 +149,8 @@ TEST(JinjaValue, PythonReprAndStr) {
 TEST(JinjaValue, JsonDumpsLikePython) {
   const char* ctx = R"({"x": {"z": "é", "a": [1, 2.5, null]}})";
   EXPECT_EQ(render("{{ x | tojson }}", ctx), R"({"z": "é", "a": [1, 2.5, null]})");
-  EXPECT_EQ(render("{{ x | tojson(indent=2) }}", ctx), "{\n  \"z\": \"é\",\n  \"a\": [\n    1,\n    2.5,\n    null\n  ]\n}");
+  EXPECT_EQ(render("{{ x | tojson(indent=2) }}", ctx),
+            "{\n  \"z\": \"é\",\n  \"a\": [\n    1,\n    2.5,\n    null\n  ]\n}");
   EXPECT_EQ(render("{{ x | tojson(ensure_ascii=true, separators=(',', ':'), sort_keys=true) }}", ctx),
             R"({"a":[1,2.5,null],"z":"\u00e9"})");
   EXPECT_EQ(render(R"({{ '\u00e9\x41\n' | tojson }})"), R"("éA\n")");
@@ -173,8 +174,9 @@ TEST(JinjaValue, EqualityAndOrderingFollowPython) {
 TEST(JinjaInterpreter, ScopesAndNamespaces) {
   // Each loop iteration starts from the outer value; assignments never leak out of the loop.
   EXPECT_EQ(render("{% set x = 1 %}{% for i in [1, 2] %}{% set x = x + i %}{{ x }}{% endfor %}{{ x }}"), "231");
-  EXPECT_EQ(render("{% set ns = namespace(n=0) %}{% for i in range(4) %}{% set ns.n = ns.n + i %}{% endfor %}{{ ns.n }}"),
-            "6");
+  EXPECT_EQ(
+      render("{% set ns = namespace(n=0) %}{% for i in range(4) %}{% set ns.n = ns.n + i %}{% endfor %}{{ ns.n }}"),
+      "6");
   EXPECT_EQ(render("{% if messages[0]['role'] == 'system' %}{% set messages = messages[1:] %}{% endif %}"
                    "{{ messages | length }}",
                    R"({"messages": [{"role": "system"}, {"role": "user"}]})"),

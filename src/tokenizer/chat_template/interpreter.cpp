@@ -35,13 +35,18 @@ const Value* Scope::find(const std::string& name) const {
   return nullptr;
 }
 
-Interpreter::Interpreter(const RenderOptions& opt) : opt_(opt), globals_(make_globals()) {}
+// The globals hold no per-render state, so every render shares one read-only scope.
+Interpreter::Interpreter(const RenderOptions& opt) : opt_(opt) {
+  static const ScopePtr globals = make_globals();
+  globals_ = globals;
+}
 
 Interpreter::~Interpreter() {
   for (auto& o : owned_) o->clear();
 }
 
-std::string Interpreter::render(const Body& body, const Value& context, const std::vector<std::string>& root_undefined) {
+std::string Interpreter::render(const Body& body, const Value& context,
+                                const std::vector<std::string>& root_undefined) {
   auto root = std::make_shared<Scope>();
   root->parent = globals_;
   if (context.is_dict())
@@ -85,7 +90,9 @@ Interpreter::Flow Interpreter::exec(const Stmt& s, const ScopePtr& scope, std::s
           if (eval(*test, scope).truthy()) return exec_body(body, scope, out);
         return exec_body(st.else_body, scope, out);
       }
-      case StmtKind::StmtKind_for: exec_for(static_cast<const ForStmt&>(s), scope, out); return Flow::Flow_normal;
+      case StmtKind::StmtKind_for:
+        exec_for(static_cast<const ForStmt&>(s), scope, out);
+        return Flow::Flow_normal;
       case StmtKind::StmtKind_set: {
         const auto& st = static_cast<const SetStmt&>(s);
         assign(*st.target, eval(*st.value, scope), scope);
@@ -138,8 +145,10 @@ Interpreter::Flow Interpreter::exec(const Stmt& s, const ScopePtr& scope, std::s
         exec_body(static_cast<const ScopeStmt&>(s).body, inner, out);
         return Flow::Flow_normal;
       }
-      case StmtKind::StmtKind_break: return Flow::Flow_break;
-      case StmtKind::StmtKind_continue: return Flow::Flow_continue;
+      case StmtKind::StmtKind_break:
+        return Flow::Flow_break;
+      case StmtKind::StmtKind_continue:
+        return Flow::Flow_continue;
     }
     return Flow::Flow_normal;
   });
@@ -179,7 +188,9 @@ void Interpreter::exec_for(const ForStmt& s, const ScopePtr& scope, std::string&
 
 void Interpreter::assign(const Expr& target, Value v, const ScopePtr& scope) {
   switch (target.kind) {
-    case ExprKind::ExprKind_name: scope->vars[static_cast<const NameExpr&>(target).name] = std::move(v); return;
+    case ExprKind::ExprKind_name:
+      scope->vars[static_cast<const NameExpr&>(target).name] = std::move(v);
+      return;
     case ExprKind::ExprKind_nsref: {
       const auto& ns = static_cast<const NsRefExpr&>(target);
       Value obj = lookup(ns.name, scope);
@@ -199,7 +210,8 @@ void Interpreter::assign(const Expr& target, Value v, const ScopePtr& scope) {
       for (size_t i = 0; i < names.size(); ++i) assign(*names[i], std::move(items[i]), scope);
       return;
     }
-    default: throw Error("can't assign to this expression", target.pos.line, target.pos.column);
+    default:
+      throw Error("can't assign to this expression", target.pos.line, target.pos.column);
   }
 }
 
@@ -320,9 +332,12 @@ CallArgs Interpreter::eval_args(const ArgList& a, const ScopePtr& scope) {
 
 Value Interpreter::eval_inner(const Expr& e, const ScopePtr& scope) {
   switch (e.kind) {
-    case ExprKind::ExprKind_const: return static_cast<const ConstExpr&>(e).value;
-    case ExprKind::ExprKind_name: return lookup(static_cast<const NameExpr&>(e).name, scope);
-    case ExprKind::ExprKind_nsref: throw Error("namespace reference used as a value");
+    case ExprKind::ExprKind_const:
+      return static_cast<const ConstExpr&>(e).value;
+    case ExprKind::ExprKind_name:
+      return lookup(static_cast<const NameExpr&>(e).name, scope);
+    case ExprKind::ExprKind_nsref:
+      throw Error("namespace reference used as a value");
     case ExprKind::ExprKind_list:
     case ExprKind::ExprKind_tuple: {
       std::vector<Value> items;
@@ -355,7 +370,8 @@ Value Interpreter::eval_inner(const Expr& e, const ScopePtr& scope) {
       }
       return getitem(obj, eval(*g.key, scope));
     }
-    case ExprKind::ExprKind_slice: throw Error("slice outside of a subscript");
+    case ExprKind::ExprKind_slice:
+      throw Error("slice outside of a subscript");
     case ExprKind::ExprKind_call: {
       const auto& c = static_cast<const CallExpr&>(e);
       Value callee = eval(*c.callee, scope);
@@ -472,13 +488,13 @@ Value Interpreter::call(const Value& callee, CallArgs& args) {
 
 Value Interpreter::apply_filter(const std::string& name, const Value& subject, CallArgs& args) {
   FilterFn f = find_filter(name);
-  if (!f) throw Error(fmt::format("no filter named '{}' found", name));
+  if (!f) throw Error(fmt::format("unknown filter '{}'", name));
   return f(*this, subject, args);
 }
 
 bool Interpreter::apply_test(const std::string& name, const Value& subject, CallArgs& args) {
   TestFn t = find_test(name);
-  if (!t) throw Error(fmt::format("no test named '{}' found", name));
+  if (!t) throw Error(fmt::format("unknown test '{}'", name));
   return t(*this, subject, args);
 }
 

@@ -16,7 +16,7 @@ bool contains(const Value& container, const Value& item);  // `item in container
 // obj[start:stop:step] for str, list, tuple and range; nullopt for a missing part. Other
 // objects raise, as Python's slicing does.
 Value slice(const Value& obj, const std::optional<Value>& start, const std::optional<Value>& stop,
-                           const std::optional<Value>& step);
+            const std::optional<Value>& step);
 
 // Python's str(x) of a number or checks: int64 addition etc. with overflow errors.
 int64_t checked_add(int64_t a, int64_t b);

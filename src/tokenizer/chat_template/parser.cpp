@@ -62,8 +62,7 @@ class Parser {
     return next();
   }
   [[noreturn]] void unexpected(const std::string& expected) const {
-    if (cur().type == TokenType::TokenType_eof)
-      fail(fmt::format("unexpected end of template, expected {}", expected));
+    if (cur().type == TokenType::TokenType_eof) fail(fmt::format("unexpected end of template, expected {}", expected));
     fail(fmt::format("expected {}, got '{}'", expected, describe(cur())));
   }
 
@@ -432,8 +431,8 @@ class Parser {
     ExprPtr left = parse_pow();
     while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
       const std::string& t = next().text;
-      BinaryOp op = t == "*" ? BinaryOp::BinaryOp_mul
-                    : t == "/" ? BinaryOp::BinaryOp_div
+      BinaryOp op = t == "*"    ? BinaryOp::BinaryOp_mul
+                    : t == "/"  ? BinaryOp::BinaryOp_div
                     : t == "//" ? BinaryOp::BinaryOp_floordiv
                                 : BinaryOp::BinaryOp_mod;
       left = std::make_unique<BinaryExpr>(p, op, std::move(left), parse_pow());
@@ -490,8 +489,12 @@ class Parser {
         while (cur().type == TokenType::TokenType_string) s += next().text;
         return std::make_unique<ConstExpr>(p, Value::string(std::move(s)));
       }
-      case TokenType::TokenType_integer: next(); return std::make_unique<ConstExpr>(p, Value::integer(t.int_value));
-      case TokenType::TokenType_float: next(); return std::make_unique<ConstExpr>(p, Value::floating(t.float_value));
+      case TokenType::TokenType_integer:
+        next();
+        return std::make_unique<ConstExpr>(p, Value::integer(t.int_value));
+      case TokenType::TokenType_float:
+        next();
+        return std::make_unique<ConstExpr>(p, Value::floating(t.float_value));
       case TokenType::TokenType_op:
         if (t.text == "(") {
           next();
@@ -502,7 +505,8 @@ class Parser {
         if (t.text == "[") return parse_list();
         if (t.text == "{") return parse_dict();
         break;
-      default: break;
+      default:
+        break;
     }
     if (t.type == TokenType::TokenType_eof) fail("unexpected end of template");
     fail(fmt::format("unexpected '{}'", describe(t)));

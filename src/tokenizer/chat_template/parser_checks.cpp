@@ -1,8 +1,7 @@
-// Post-parse passes. validate_filters: the compile-time check jinja2 makes: an unknown filter or test is an error when the
-// template is compiled, except inside an if-statement (its tests and bodies) or a conditional
-// expression, where the error is deferred until the expression is evaluated. Nested scopes
-// (for bodies, macro bodies, block-set bodies, filter and with blocks) are not "soft" again
-// even inside an if, exactly as jinja2's compiler frames work.
+// Post-parse passes. validate_filters: the compile-time check jinja2 makes: an unknown filter or test is an error when
+// the template is compiled, except inside an if-statement (its tests and bodies) or a conditional expression, where the
+// error is deferred until the expression is evaluated. Nested scopes (for bodies, macro bodies, block-set bodies,
+// filter and with blocks) are not "soft" again even inside an if, exactly as jinja2's compiler frames work.
 #include <fmt/format.h>
 
 #include <functional>
@@ -30,7 +29,9 @@ void check(const Expr* e, bool soft) {
         check(v.get(), soft);
       }
       return;
-    case ExprKind::ExprKind_getattr: check(static_cast<const GetAttrExpr&>(*e).obj.get(), soft); return;
+    case ExprKind::ExprKind_getattr:
+      check(static_cast<const GetAttrExpr&>(*e).obj.get(), soft);
+      return;
     case ExprKind::ExprKind_getitem:
       check(static_cast<const GetItemExpr&>(*e).obj.get(), soft);
       check(static_cast<const GetItemExpr&>(*e).key.get(), soft);
@@ -50,13 +51,15 @@ void check(const Expr* e, bool soft) {
     case ExprKind::ExprKind_test: {
       const auto& f = static_cast<const FilterExpr&>(*e);
       if (!f.known && !soft)
-        throw Error(fmt::format("no {} named '{}'", e->kind == ExprKind::ExprKind_filter ? "filter" : "test", f.name),
+        throw Error(fmt::format("unknown {} '{}'", e->kind == ExprKind::ExprKind_filter ? "filter" : "test", f.name),
                     e->pos.line, e->pos.column);
       check(f.subject.get(), soft);
       check_args(f.args, soft);
       return;
     }
-    case ExprKind::ExprKind_unary: check(static_cast<const UnaryExpr&>(*e).operand.get(), soft); return;
+    case ExprKind::ExprKind_unary:
+      check(static_cast<const UnaryExpr&>(*e).operand.get(), soft);
+      return;
     case ExprKind::ExprKind_binary:
       check(static_cast<const BinaryExpr&>(*e).left.get(), soft);
       check(static_cast<const BinaryExpr&>(*e).right.get(), soft);
@@ -75,7 +78,8 @@ void check(const Expr* e, bool soft) {
       check(c.else_expr.get(), true);
       return;
     }
-    default: return;
+    default:
+      return;
   }
 }
 
@@ -112,12 +116,16 @@ void check_body(const Body& body, bool soft) {
         check_body(f.else_body, false);
         break;
       }
-      case StmtKind::StmtKind_set: check(static_cast<const SetStmt&>(*s).value.get(), soft); break;
+      case StmtKind::StmtKind_set:
+        check(static_cast<const SetStmt&>(*s).value.get(), soft);
+        break;
       case StmtKind::StmtKind_set_block:
         check(static_cast<const SetBlockStmt&>(*s).filter.get(), false);
         check_body(static_cast<const SetBlockStmt&>(*s).body, false);
         break;
-      case StmtKind::StmtKind_macro: check_macro(static_cast<const MacroStmt&>(*s)); break;
+      case StmtKind::StmtKind_macro:
+        check_macro(static_cast<const MacroStmt&>(*s));
+        break;
       case StmtKind::StmtKind_call_block:
         check(static_cast<const CallBlockStmt&>(*s).call.get(), soft);
         check_macro(static_cast<const MacroStmt&>(*s));
@@ -130,8 +138,11 @@ void check_body(const Body& body, bool soft) {
         for (const auto& kv : static_cast<const WithStmt&>(*s).assignments) check(kv.second.get(), soft);
         check_body(static_cast<const WithStmt&>(*s).body, false);
         break;
-      case StmtKind::StmtKind_scope: check_body(static_cast<const ScopeStmt&>(*s).body, false); break;
-      default: break;
+      case StmtKind::StmtKind_scope:
+        check_body(static_cast<const ScopeStmt&>(*s).body, false);
+        break;
+      default:
+        break;
     }
   }
 }
@@ -140,8 +151,12 @@ void check_body(const Body& body, bool soft) {
 void visit_names(const Expr* e, const std::function<void(const std::string&)>& f) {
   if (!e) return;
   switch (e->kind) {
-    case ExprKind::ExprKind_name: f(static_cast<const NameExpr&>(*e).name); return;
-    case ExprKind::ExprKind_nsref: f(static_cast<const NsRefExpr&>(*e).name); return;
+    case ExprKind::ExprKind_name:
+      f(static_cast<const NameExpr&>(*e).name);
+      return;
+    case ExprKind::ExprKind_nsref:
+      f(static_cast<const NsRefExpr&>(*e).name);
+      return;
     case ExprKind::ExprKind_list:
     case ExprKind::ExprKind_tuple:
       for (const auto& x : static_cast<const SeqExpr&>(*e).items) visit_names(x.get(), f);
@@ -152,7 +167,9 @@ void visit_names(const Expr* e, const std::function<void(const std::string&)>& f
         visit_names(v.get(), f);
       }
       return;
-    case ExprKind::ExprKind_getattr: visit_names(static_cast<const GetAttrExpr&>(*e).obj.get(), f); return;
+    case ExprKind::ExprKind_getattr:
+      visit_names(static_cast<const GetAttrExpr&>(*e).obj.get(), f);
+      return;
     case ExprKind::ExprKind_getitem:
       visit_names(static_cast<const GetItemExpr&>(*e).obj.get(), f);
       visit_names(static_cast<const GetItemExpr&>(*e).key.get(), f);
@@ -181,7 +198,9 @@ void visit_names(const Expr* e, const std::function<void(const std::string&)>& f
       visit_names(a->dyn_kwargs.get(), f);
       return;
     }
-    case ExprKind::ExprKind_unary: visit_names(static_cast<const UnaryExpr&>(*e).operand.get(), f); return;
+    case ExprKind::ExprKind_unary:
+      visit_names(static_cast<const UnaryExpr&>(*e).operand.get(), f);
+      return;
     case ExprKind::ExprKind_binary:
       visit_names(static_cast<const BinaryExpr&>(*e).left.get(), f);
       visit_names(static_cast<const BinaryExpr&>(*e).right.get(), f);
@@ -200,7 +219,8 @@ void visit_names(const Expr* e, const std::function<void(const std::string&)>& f
       visit_names(c.else_expr.get(), f);
       return;
     }
-    default: return;
+    default:
+      return;
   }
 }
 
@@ -247,21 +267,32 @@ struct RootNames {
           walk(st.else_body, true);
           break;
         }
-        case StmtKind::StmtKind_for: load(static_cast<const ForStmt&>(*s).iter.get()); break;
+        case StmtKind::StmtKind_for:
+          load(static_cast<const ForStmt&>(*s).iter.get());
+          break;
         case StmtKind::StmtKind_set: {
           const auto& st = static_cast<const SetStmt&>(*s);
           load(st.value.get());
           store_target(*st.target, conditional);
           break;
         }
-        case StmtKind::StmtKind_set_block: store_target(*static_cast<const SetBlockStmt&>(*s).target, conditional); break;
-        case StmtKind::StmtKind_macro: store(static_cast<const MacroStmt&>(*s).name, conditional); break;
-        case StmtKind::StmtKind_call_block: load(static_cast<const CallBlockStmt&>(*s).call.get()); break;
-        case StmtKind::StmtKind_filter_block: load(static_cast<const FilterBlockStmt&>(*s).filter.get()); break;
+        case StmtKind::StmtKind_set_block:
+          store_target(*static_cast<const SetBlockStmt&>(*s).target, conditional);
+          break;
+        case StmtKind::StmtKind_macro:
+          store(static_cast<const MacroStmt&>(*s).name, conditional);
+          break;
+        case StmtKind::StmtKind_call_block:
+          load(static_cast<const CallBlockStmt&>(*s).call.get());
+          break;
+        case StmtKind::StmtKind_filter_block:
+          load(static_cast<const FilterBlockStmt&>(*s).filter.get());
+          break;
         case StmtKind::StmtKind_with:
           for (const auto& kv : static_cast<const WithStmt&>(*s).assignments) load(kv.second.get());
           break;
-        default: break;
+        default:
+          break;
       }
     }
   }
@@ -288,12 +319,16 @@ void scan_body(const Body& body, MacroStmt& m) {
         scan_body(f.else_body, m);
         break;
       }
-      case StmtKind::StmtKind_set: scan_names(static_cast<const SetStmt&>(*s).value.get(), m); break;
+      case StmtKind::StmtKind_set:
+        scan_names(static_cast<const SetStmt&>(*s).value.get(), m);
+        break;
       case StmtKind::StmtKind_set_block:
         scan_names(static_cast<const SetBlockStmt&>(*s).filter.get(), m);
         scan_body(static_cast<const SetBlockStmt&>(*s).body, m);
         break;
-      case StmtKind::StmtKind_call_block: scan_names(static_cast<const CallBlockStmt&>(*s).call.get(), m); break;
+      case StmtKind::StmtKind_call_block:
+        scan_names(static_cast<const CallBlockStmt&>(*s).call.get(), m);
+        break;
       case StmtKind::StmtKind_filter_block:
         scan_names(static_cast<const FilterBlockStmt&>(*s).filter.get(), m);
         scan_body(static_cast<const FilterBlockStmt&>(*s).body, m);
@@ -302,8 +337,11 @@ void scan_body(const Body& body, MacroStmt& m) {
         for (const auto& kv : static_cast<const WithStmt&>(*s).assignments) scan_names(kv.second.get(), m);
         scan_body(static_cast<const WithStmt&>(*s).body, m);
         break;
-      case StmtKind::StmtKind_scope: scan_body(static_cast<const ScopeStmt&>(*s).body, m); break;
-      default: break;
+      case StmtKind::StmtKind_scope:
+        scan_body(static_cast<const ScopeStmt&>(*s).body, m);
+        break;
+      default:
+        break;
     }
   }
 }

@@ -27,8 +27,7 @@ class Interpreter;
 // the interpreter fills in the innermost expression or statement being evaluated.
 class Error : public std::exception {
  public:
-  explicit Error(std::string msg, int line = 0, int column = 0)
-      : message(std::move(msg)), line(line), column(column) {}
+  explicit Error(std::string msg, int line = 0, int column = 0) : message(std::move(msg)), line(line), column(column) {}
   const char* what() const noexcept override { return message.c_str(); }
   std::string message;
   int line;
@@ -59,7 +58,7 @@ struct SeqData {
   // items, ...) run lazily, so their errors surface only if the result is iterated.
   std::function<std::vector<Value>()> pending;
   int64_t range_start = 0, range_stop = 0, range_step = 1;  // range only, for repr()
-  uint32_t depth = 1;  // nesting of lists/dicts, bounded by k_max_nesting
+  uint32_t depth = 1;                                       // nesting of lists/dicts, bounded by k_max_nesting
 };
 
 // Deeper list/dict nesting is an error: it bounds the recursion of repr, ==, json.dumps and
@@ -85,14 +84,14 @@ class Object {
   virtual std::string repr() const = 0;
   virtual bool is_namespace() const { return false; }
   virtual void set_attr(const std::string& name, Value v);  // namespaces only
-  virtual void clear() {}  // drops references to other values (end of render)
+  virtual void clear() {}                                   // drops references to other values (end of render)
 };
 
 struct Function {
   std::string name;       // for messages: "range", "macro 'render'", "str.split"
   std::string type_name;  // Python type: "builtin_function_or_method", "Macro", ...
   std::function<Value(Interpreter&, CallArgs&)> call;
-  std::string repr;                // repr() text; empty: jinja2 would print a memory address
+  std::string repr;                 // repr() text; empty: jinja2 would print a memory address
   std::shared_ptr<DictData> attrs;  // readable attributes (a macro's name, arguments, ...)
 };
 
@@ -125,8 +124,7 @@ class Value {
   static Value lazy_iterator(std::function<std::vector<Value>()> produce);
   static Value dict(std::shared_ptr<DictData> d = nullptr);
   static Value object(std::shared_ptr<Object> o) { return Value(std::move(o)); }
-  static Value function(std::string name, std::string type_name,
-                        std::function<Value(Interpreter&, CallArgs&)> fn);
+  static Value function(std::string name, std::string type_name, std::function<Value(Interpreter&, CallArgs&)> fn);
   static Value function(std::shared_ptr<Function> f) { return Value(std::move(f)); }
 
   static Value from_json(const nlohmann::ordered_json& j, uint32_t depth = 0);
@@ -165,8 +163,8 @@ class Value {
 
   // Python semantics.
   bool truthy() const;
-  std::string str() const;   // str(x); undefined -> ""
-  std::string repr() const;  // repr(x)
+  std::string str() const;               // str(x); undefined -> ""
+  std::string repr() const;              // repr(x)
   std::string type_name() const;         // type(x).__name__
   std::string object_type_repr() const;  // jinja2's "'dict object'", "None", ...
   size_t len() const;                    // len(x); Error if unsized

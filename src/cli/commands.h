@@ -19,5 +19,6 @@ void register_gguf_quant_test(CLI::App& gguf);
 void register_gguf_synth(CLI::App& gguf);                // mla gguf synth (gguf_synth.cpp)
 void register_gguf_convert_mla_layout(CLI::App& gguf);   // mla gguf convert-mla-layout (gguf_synth.cpp)
 void register_run(CLI::App& app);                        // mla run (run.cpp)
+void register_serve(CLI::App& app);                      // mla serve (serve_cmd.cpp)
 
 }  // namespace mla::cli

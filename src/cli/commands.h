@@ -22,5 +22,6 @@ void register_template(CLI::App& app);
 void register_gguf_synth(CLI::App& gguf);                // mla gguf synth (gguf_synth.cpp)
 void register_gguf_convert_mla_layout(CLI::App& gguf);   // mla gguf convert-mla-layout (gguf_synth.cpp)
 void register_run(CLI::App& app);                        // mla run (run.cpp)
+void register_serve(CLI::App& app);                      // mla serve (serve_cmd.cpp)
 
 }  // namespace mla::cli

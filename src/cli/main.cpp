@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   mla::cli::register_tokenize(app);
   mla::cli::register_template(app);
   mla::cli::register_run(app);
+  mla::cli::register_serve(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -264,6 +264,11 @@ void Session::on_header(beast::error_code ec, size_t) {
   if (closed_) return;
   if (ec == http::error::header_limit)
     return reject_and_close(431, "request headers are larger than the server's limit");
+  // The parser checks Content-Length against the body limit with the header.
+  if (ec == http::error::body_limit)
+    return reject_and_close(413, fmt::format("request body is over the limit of {} bytes "
+                                             "(--max-request-bytes)",
+                                             shared_->config.limits.max_body_bytes));
   // A timeout has already closed the socket (tcp_stream does): nothing can be sent.
   if (ec == http::error::end_of_stream || ec == beast::error::timeout) return close();
   if (ec) {

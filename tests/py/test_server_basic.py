@@ -123,11 +123,14 @@ def test_prompt_forms_and_echo(server):
     by_text = requests.post(server.url + "/v1/completions", json={**base, "prompt": "One two three"}).json()
     by_ids = requests.post(server.url + "/v1/completions", json={**base, "prompt": ids}).json()
     assert by_ids["choices"][0]["text"] == by_text["choices"][0]["text"]
-    batch = requests.post(server.url + "/v1/completions",
-                          json={**base, "prompt": [ids, "One two three"]}).json()
-    assert [c["index"] for c in batch["choices"]] == [0, 1]
-    assert batch["choices"][0]["text"] == batch["choices"][1]["text"] == by_text["choices"][0]["text"]
-    assert batch["usage"]["prompt_tokens"] == 2 * len(ids)
+    for prompts in ([ids, ids[:-1]], ["One two three", "One two"]):
+        batch = requests.post(server.url + "/v1/completions", json={**base, "prompt": prompts}).json()
+        assert [c["index"] for c in batch["choices"]] == [0, 1]
+        assert batch["choices"][0]["text"] == by_text["choices"][0]["text"]
+        alone = requests.post(server.url + "/v1/completions", json={**base, "prompt": prompts[1]}).json()
+        assert batch["choices"][1]["text"] == alone["choices"][0]["text"]
+        assert batch["usage"]["prompt_tokens"] == 2 * len(ids) - 1
+        assert batch["usage"]["completion_tokens"] == 8
     echo = requests.post(server.url + "/v1/completions", json={**base, "prompt": "One two three", "echo": True}).json()
     assert echo["choices"][0]["text"] == "One two three" + by_text["choices"][0]["text"]
 

@@ -230,6 +230,7 @@ TEST(JinjaInterpreter, SandboxRefusesMutation) {
 
 TEST(JinjaInterpreter, RaiseExceptionAndStrftimeNow) {
   EXPECT_EQ(error_of("a\n{{ raise_exception('bad ' ~ 42) }}"), "chat template: line 2, column 4: bad 42");
+  EXPECT_EQ(error_of("{{ raise_exception('two\\nlines') }}"), "chat template: line 1, column 4: two\\nlines");
   EXPECT_EQ(render("{{ strftime_now('%d %b %Y') }}"), "31 Jan 2025");
   EXPECT_EQ(render("{% generation %}G{% endgeneration %}"), "G");
 }

@@ -10,9 +10,23 @@
 namespace mla {
 namespace {
 
+// Errors are one line: newlines in a message (from raise_exception, say) are written as \n.
+std::string one_line(const std::string& msg) {
+  std::string out;
+  for (char c : msg) {
+    if (c == '\n')
+      out += "\\n";
+    else if (c == '\r')
+      out += "\\r";
+    else
+      out.push_back(c);
+  }
+  return out;
+}
+
 [[noreturn]] void rethrow(const jinja::Error& e) {
-  if (e.line > 0) fail("chat template: line {}, column {}: {}", e.line, e.column, e.message);
-  fail("chat template: {}", e.message);
+  if (e.line > 0) fail("chat template: line {}, column {}: {}", e.line, e.column, one_line(e.message));
+  fail("chat template: {}", one_line(e.message));
 }
 
 }  // namespace

@@ -13,8 +13,10 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   mla::cli::register_version(app);
   mla::cli::register_gguf(app);
-  mla::cli::register_run(app);
   mla::cli::register_tokenize(app);
+  mla::cli::register_template(app);
+  mla::cli::register_run(app);
+  mla::cli::register_serve(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

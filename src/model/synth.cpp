@@ -4,7 +4,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <functional>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "gguf/gguf.h"
@@ -90,6 +92,7 @@ const std::vector<SpecKey>& spec_table() {
          }
        }},
       {"vocab", field(&SynthSpec::vocab_path)},
+      {"chat_template", field(&SynthSpec::chat_template_path)},
       {"seed", field(&SynthSpec::seed)},
       {"name", field(&SynthSpec::name)},
   };
@@ -295,6 +298,13 @@ void write_synth_deepseek2(const SynthSpec& s, const std::string& path) {
     }
   }
   if (!s.vocab_path.empty()) copy_vocab(s.vocab_path, w, n_vocab);
+  if (!s.chat_template_path.empty()) {
+    std::ifstream in(s.chat_template_path, std::ios::binary);
+    if (!in) fail("synth: cannot read chat template '{}'", s.chat_template_path);
+    std::ostringstream text;
+    text << in.rdbuf();
+    w.set("tokenizer.chat_template", GgufValue::str(text.str()));
+  }
   w.set(a + "vocab_size", u32(n_vocab));
 
   Builder b(s, w);

@@ -54,6 +54,7 @@ struct SynthSpec {
   // whose block does not divide a row falls back to Q8_0, then F16, then F32.
   std::map<std::string, GgmlType> role_types;
   std::string vocab_path;           // take tokenizer.* keys (and the vocabulary size) from this GGUF
+  std::string chat_template_path;   // a Jinja file written as tokenizer.chat_template
   uint64_t seed = 1;
   std::string name = "synthetic deepseek2";
 };

@@ -1,5 +1,6 @@
 #include "tokenizer/hf_vocab.h"
 
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <sstream>

@@ -18,6 +18,8 @@ constexpr EnvVarInfo kEnvVars[] = {
     {"MLA_TRACE", "dispatch:N",
      "trace switches (overridden by --trace): dispatch:N logs each layer's MLA path decision for "
      "its first N forward calls"},
+    {"MLA_API_KEY", "KEY",
+     "mla serve: require 'Authorization: Bearer KEY' (overridden by --api-key)"},
     {"MLA_REFERENCE_DIR", "PATH",
      "tests: directory of the reference logits fixtures (default tests/fixtures/reference)"},
     {"MLA_BIN", "PATH", "tests: the mla binary the Python tests run (set by ctest)"},

@@ -1,0 +1,274 @@
+// mla serve -m FILE: the OpenAI-compatible HTTP server (src/server/) over the engine.
+//
+// Start-up order: listen first (so /health answers 503 while loading), read the model file with
+// a progress bar, build the runner, tokenizer, chat template and engine, then /health is 200.
+// SIGINT/SIGTERM: stop accepting, let running requests finish for --shutdown-timeout seconds,
+// abort the rest (finish_reason "abort"), exit 0. A second signal aborts at once.
+#include <fmt/format.h>
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "engine/deepseek2_runner.h"
+#include "engine/engine.h"
+#include "gguf/gguf.h"
+#include "server/http_server.h"
+#include "server/openai_api.h"
+#include "server/tokenizer_decoder.h"
+#include "tokenizer/chat_template/chat_template.h"
+#include "tokenizer/tokenizer.h"
+#include "util/env.h"
+#include "util/error.h"
+#include "util/log.h"
+#include "util/progress.h"
+
+namespace mla::cli {
+namespace {
+
+struct ServeArgs {
+  std::string model;
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  std::string served_model_name;
+  std::string api_key;
+  std::string chat_template;
+  int http_threads = 2;
+  std::string max_request_bytes = "16M";
+  double timeout_keep_alive = 5;
+  double shutdown_timeout = 10;
+  // Engine.
+  int max_num_seqs = 64;
+  int max_num_batched_tokens = 2048;
+  int max_model_len = 0;
+  bool no_prefix_caching = false;
+  std::string mla_path = "auto";
+  int threads = 0;
+  std::string kv_cache_dtype = "f16";
+  int64_t kv_cache_tokens = 0;
+  std::string kv_cache_memory;
+  CommonOptions common;
+};
+
+std::string read_text_file(const std::string& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("serve: cannot read {} '{}'", what, path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The chat renderer: the template sees messages, tools (when given), add_generation_prompt,
+// bos_token, eos_token and chat_template_kwargs (as transformers' apply_chat_template passes
+// them).
+server::ChatRenderer make_renderer(std::shared_ptr<ChatTemplate> tmpl, const Tokenizer& tok) {
+  auto special_text = [&tok](TokenId id) {
+    return tok.is_valid(id) ? std::string(tok.token_bytes(id, true)) : std::string();
+  };
+  std::string bos = special_text(tok.vocab().bos), eos = special_text(tok.vocab().eos);
+  return [tmpl, bos, eos](const server::ChatPromptInput& in) {
+    nlohmann::ordered_json ctx = nlohmann::ordered_json::object();
+    for (const auto& [k, v] : in.kwargs.items()) ctx[k] = v;
+    ctx["messages"] = in.messages;
+    if (!in.tools.is_null()) ctx["tools"] = in.tools;
+    ctx["add_generation_prompt"] = in.add_generation_prompt;
+    ctx["bos_token"] = bos;
+    ctx["eos_token"] = eos;
+    std::string text = tmpl->render(ctx);
+    if (in.continue_final_message) {
+      // End the prompt right after the final (assistant) message's text, so the model
+      // continues it instead of starting a new turn.
+      const std::string last = in.messages.back().value("content", "");
+      const size_t at = last.empty() ? std::string::npos : text.rfind(last);
+      if (at == std::string::npos)
+        fail("continue_final_message: the final message's text is not in the rendered prompt");
+      text.resize(at + last.size());
+    }
+    return text;
+  };
+}
+
+// Blocks SIGINT and SIGTERM in this thread and every thread started after it; signals are then
+// taken by sigwait on a dedicated thread.
+sigset_t block_stop_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  return set;
+}
+
+void serve(ServeArgs& a) {
+  const sigset_t stop_signals = block_stop_signals();
+  apply_common_options(a.common);
+  if (a.api_key.empty())
+    if (auto k = env_value("MLA_API_KEY")) a.api_key = *k;
+  if (a.port < 0 || a.port > 65535) fail("serve: --port must be in [0, 65535], got {}", a.port);
+  if (a.timeout_keep_alive <= 0)
+    fail("serve: --timeout-keep-alive must be > 0 seconds, got {}", a.timeout_keep_alive);
+  if (a.shutdown_timeout < 0)
+    fail("serve: --shutdown-timeout must be >= 0 seconds, got {}", a.shutdown_timeout);
+  if (!std::filesystem::is_regular_file(a.model)) fail("serve: model file '{}' not found", a.model);
+  const std::string name = a.served_model_name.empty()
+                               ? std::filesystem::path(a.model).filename().string()
+                               : a.served_model_name;
+  const MlaPathPolicy policy = parse_mla_path_policy(a.mla_path);
+
+  server::OpenAiApi api({name, a.model, a.api_key});
+  server::HttpServerConfig hc;
+  hc.host = a.host;
+  hc.port = static_cast<uint16_t>(a.port);
+  hc.n_threads = a.http_threads;
+  hc.limits.max_body_bytes = static_cast<size_t>(parse_byte_size(a.max_request_bytes, "--max-request-bytes"));
+  hc.limits.keep_alive = std::chrono::milliseconds(static_cast<int64_t>(a.timeout_keep_alive * 1000));
+  server::HttpServer http(hc, [&api](server::HttpRequest&& r, std::shared_ptr<server::HttpResponder> res) {
+    api.handle(std::move(r), std::move(res));
+  });
+  http.start();
+  const std::string url = fmt::format("http://{}:{}", a.host, http.port());
+  log().info("listening on {} (/health is 503 until the model is loaded)", url);
+
+  // Signals: the first asks for a graceful stop, the second for an immediate one. While the
+  // model loads there is nothing to drain: exit at once.
+  std::atomic<int> n_signals{0};
+  std::atomic<bool> loaded{false};
+  std::thread signal_thread([&] {
+    for (;;) {
+      int sig = 0;
+      if (sigwait(&stop_signals, &sig) != 0) continue;
+      const int n = ++n_signals;
+      log().info("received {} ({})", sig == SIGINT ? "SIGINT" : "SIGTERM",
+                 n == 1 ? "shutting down" : "aborting running requests");
+      if (!loaded) {
+        log().info("interrupted while loading the model; exiting");
+        std::_Exit(0);
+      }
+      if (n >= 2) return;
+    }
+  });
+  signal_thread.detach();
+
+  // Load.
+  const auto t0 = std::chrono::steady_clock::now();
+  prefetch_file(a.model, fmt::format("loading {}", std::filesystem::path(a.model).filename().string()));
+  ModelOptions mo;
+  mo.n_threads = a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  mo.max_batch_tokens = a.max_num_batched_tokens;
+  KvCacheOptions kv;
+  auto kv_type = ggml_type_from_name(a.kv_cache_dtype);
+  if (!kv_type) fail("serve: --kv-cache-dtype '{}' is not a type name (f16, bf16, f32, q8_0)", a.kv_cache_dtype);
+  kv.dtype = *kv_type;
+  kv.tokens = a.kv_cache_tokens;
+  if (!a.kv_cache_memory.empty()) kv.memory_bytes = parse_byte_size(a.kv_cache_memory, "--kv-cache-memory");
+  auto runner = std::make_unique<Deepseek2Runner>(a.model, policy, mo, kv);
+  const Deepseek2Runner& rn = *runner;
+  auto tokenizer = Tokenizer::from_gguf(rn.file());
+  std::string tmpl_src = a.chat_template.empty() ? tokenizer->vocab().chat_template
+                                                 : read_text_file(a.chat_template, "--chat-template");
+  std::shared_ptr<ChatTemplate> tmpl;
+  if (!tmpl_src.empty()) tmpl = std::make_shared<ChatTemplate>(tmpl_src);
+  else log().warn("the model has no chat template (tokenizer.chat_template): /v1/chat/completions will answer 400; "
+                  "give one with --chat-template");
+
+  EngineConfig ec;
+  ec.max_num_seqs = a.max_num_seqs;
+  ec.max_num_batched_tokens = a.max_num_batched_tokens;
+  ec.max_model_len = a.max_model_len;
+  ec.enable_prefix_caching = !a.no_prefix_caching;
+  ec.path_policy = policy;
+  ec.eos_token_ids = rn.eos_token_ids();
+  const int n_threads = mo.n_threads;
+  auto engine = std::make_unique<Engine>(std::move(runner), ec,
+                                         std::make_shared<server::TokenizerDecoder>(*tokenizer));
+  engine->start();
+
+  server::ServedModel sm;
+  sm.engine = engine.get();
+  sm.tokenizer = tokenizer.get();
+  if (tmpl) sm.render_chat = make_renderer(tmpl, *tokenizer);
+  sm.max_model_len = engine->config().max_model_len;
+  sm.n_vocab = engine->n_vocab();
+  api.set_model(std::move(sm));
+  loaded = true;
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  log().info("model '{}' loaded in {:.2f} s: max_model_len {}, {} threads, mla path {}", name, secs,
+             engine->config().max_model_len, n_threads, a.mla_path);
+  log().info("ready: {}/v1 (served model name '{}'{})", url, name,
+             a.api_key.empty() ? "" : ", API key required");
+
+  // Serve until a signal.
+  while (n_signals.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+
+  api.begin_shutdown();
+  http.drain();
+  const auto grace_end = std::chrono::steady_clock::now() +
+                         std::chrono::milliseconds(static_cast<int64_t>(a.shutdown_timeout * 1000));
+  if (api.n_active() > 0)
+    log().info("waiting up to {} s for {} running request(s)", a.shutdown_timeout, api.n_active());
+  while (api.n_active() > 0 && n_signals.load() < 2 && std::chrono::steady_clock::now() < grace_end)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  if (api.n_active() > 0) {
+    log().info("aborting {} request(s) still running", api.n_active());
+    api.abort_all();
+  }
+  // Let the aborted requests' last chunks reach their clients.
+  const auto flush_end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while ((api.n_active() > 0 || http.n_busy_connections() > 0) &&
+         std::chrono::steady_clock::now() < flush_end)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  http.stop();
+  engine->stop();
+  log().info("stopped");
+}
+
+}  // namespace
+
+void register_serve(CLI::App& app) {
+  auto* cmd = app.add_subcommand("serve", "Serve a model over the OpenAI-compatible HTTP API");
+  static ServeArgs a;
+  cmd->add_option("-m,--model", a.model, "deepseek2 GGUF file")->required();
+  cmd->add_option("--host", a.host, "Address to listen on")->capture_default_str();
+  cmd->add_option("--port", a.port, "Port (0: any free port)")->capture_default_str();
+  cmd->add_option("--served-model-name", a.served_model_name,
+                  "Model name in the API (default: the model's file name)");
+  cmd->add_option("--api-key", a.api_key,
+                  "Require 'Authorization: Bearer KEY' on every route but /health and /metrics "
+                  "(default: $MLA_API_KEY)");
+  cmd->add_option("--chat-template", a.chat_template,
+                  "Jinja chat template file (default: the model's tokenizer.chat_template)");
+  cmd->add_option("--http-threads", a.http_threads, "HTTP I/O threads")->capture_default_str();
+  cmd->add_option("--max-request-bytes", a.max_request_bytes,
+                  "Largest request body (e.g. 16M); larger ones get 413")->capture_default_str();
+  cmd->add_option("--timeout-keep-alive", a.timeout_keep_alive,
+                  "Seconds an idle connection (or a slow request read) may take before it is closed")
+      ->capture_default_str();
+  cmd->add_option("--shutdown-timeout", a.shutdown_timeout,
+                  "Seconds running requests may take to finish after SIGINT/SIGTERM before they are aborted")
+      ->capture_default_str();
+  cmd->add_option("--max-num-seqs", a.max_num_seqs, "Most sequences running at once")->capture_default_str();
+  cmd->add_option("--max-num-batched-tokens", a.max_num_batched_tokens, "Token budget per engine step")
+      ->capture_default_str();
+  cmd->add_option("--max-model-len", a.max_model_len,
+                  "Context length (default: the model's, capped by the KV cache)");
+  cmd->add_flag("--no-enable-prefix-caching", a.no_prefix_caching, "Disable the prefix cache");
+  cmd->add_option("--mla-path", a.mla_path, "MLA attention path: auto (decode MQA, prefill MHA) | mha | mqa")
+      ->check(CLI::IsMember({"auto", "mha", "mqa"}))
+      ->capture_default_str();
+  cmd->add_option("-t,--threads", a.threads, "Compute threads (default: all hardware threads)");
+  cmd->add_option("--kv-cache-dtype", a.kv_cache_dtype, "KV cache type: f16 | bf16 | f32 | q8_0")
+      ->capture_default_str();
+  cmd->add_option("--kv-cache-tokens", a.kv_cache_tokens, "KV cache capacity in tokens");
+  cmd->add_option("--kv-cache-memory", a.kv_cache_memory, "KV cache capacity in bytes (e.g. 2G)");
+  add_common_options(cmd, a.common);
+  cmd->callback([] { serve(a); });
+}
+
+}  // namespace mla::cli

@@ -1,0 +1,37 @@
+#pragma once
+// The one error shape of the API: {"error": {"message", "type", "param", "code"}} with an HTTP
+// status. Request handlers throw ApiError; the router turns it into the response.
+#include <nlohmann/json.hpp>
+
+#include <stdexcept>
+#include <string>
+
+namespace mla::server {
+
+class ApiError : public std::runtime_error {
+ public:
+  // param: the request field at fault ("" → null). code: a short machine-readable reason.
+  ApiError(int status, std::string message, std::string param = "", std::string code = "")
+      : std::runtime_error(message), status_(status), param_(std::move(param)),
+        code_(std::move(code)) {}
+
+  int status() const { return status_; }
+  const std::string& param() const { return param_; }
+  const std::string& code() const { return code_; }
+  nlohmann::json to_json() const;
+
+ private:
+  int status_;
+  std::string param_, code_;
+};
+
+// "invalid_request_error", "authentication_error", ... for a status.
+const char* error_type_for_status(int status);
+
+// 400 with a field name: the common case.
+[[noreturn]] inline void bad_request(std::string message, std::string param = "",
+                                     std::string code = "invalid_value") {
+  throw ApiError(400, std::move(message), std::move(param), std::move(code));
+}
+
+}  // namespace mla::server

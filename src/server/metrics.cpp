@@ -1,0 +1,163 @@
+#include "server/metrics.h"
+
+#include <fmt/format.h>
+
+#include <cassert>
+#include <cmath>
+
+namespace mla::server {
+
+Histogram::Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)) {
+  for (size_t i = 0; i < bounds_.size(); ++i) {
+    assert(std::isfinite(bounds_[i]));
+    assert(i == 0 || bounds_[i] > bounds_[i - 1]);
+  }
+  counts_.assign(bounds_.size() + 1, 0);
+}
+
+void Histogram::observe(double v) {
+  size_t i = 0;
+  while (i < bounds_.size() && !(v <= bounds_[i])) ++i;
+  std::lock_guard lk(mu_);
+  ++counts_[i];
+  sum_ += v;
+}
+
+Histogram::Snapshot Histogram::snapshot() const {
+  Snapshot s;
+  std::lock_guard lk(mu_);
+  s.bounds = bounds_;
+  uint64_t acc = 0;
+  for (size_t i = 0; i < bounds_.size(); ++i) {
+    acc += counts_[i];
+    s.cumulative.push_back(acc);
+  }
+  s.count = acc + counts_.back();
+  s.sum = sum_;
+  return s;
+}
+
+std::string prometheus_value(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  if (std::floor(v) == v && std::fabs(v) < 1e15) return fmt::format("{}", static_cast<int64_t>(v));
+  return fmt::format("{}", v);  // shortest round-trip form
+}
+
+std::string prometheus_escape(std::string_view v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\') out += "\\\\";
+    else if (c == '"') out += "\\\"";
+    else if (c == '\n') out += "\\n";
+    else out += c;
+  }
+  return out;
+}
+
+void PrometheusWriter::family(std::string_view name, std::string_view type, std::string_view help) {
+  std::string h;
+  for (char c : help) h += c == '\n' ? std::string("\\n") : c == '\\' ? std::string("\\\\") : std::string(1, c);
+  out_ += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, h, name, type);
+}
+
+void PrometheusWriter::sample(std::string_view name, const Labels& labels, double value) {
+  out_ += name;
+  if (!labels.empty()) {
+    out_ += '{';
+    for (size_t i = 0; i < labels.size(); ++i) {
+      if (i) out_ += ',';
+      out_ += fmt::format("{}=\"{}\"", labels[i].first, prometheus_escape(labels[i].second));
+    }
+    out_ += '}';
+  }
+  out_ += ' ';
+  out_ += prometheus_value(value);
+  out_ += '\n';
+}
+
+void PrometheusWriter::histogram(std::string_view name, const Labels& labels,
+                                 const Histogram::Snapshot& h) {
+  const std::string bucket = fmt::format("{}_bucket", name);
+  for (size_t i = 0; i < h.bounds.size(); ++i) {
+    Labels l = labels;
+    l.emplace_back("le", prometheus_value(h.bounds[i]));
+    sample(bucket, l, static_cast<double>(h.cumulative[i]));
+  }
+  Labels l = labels;
+  l.emplace_back("le", "+Inf");
+  sample(bucket, l, static_cast<double>(h.count));
+  sample(fmt::format("{}_sum", name), labels, h.sum);
+  sample(fmt::format("{}_count", name), labels, static_cast<double>(h.count));
+}
+
+// Bucket bounds in seconds: from a fast CPU decode step to a long queue wait.
+ServerMetrics::ServerMetrics()
+    : ttft_({0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20,
+             40, 80, 160, 640}),
+      tpot_({0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5,
+             5, 10, 20}),
+      e2e_({0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 20, 30, 60, 120, 240, 480, 960, 1920}) {}
+
+void ServerMetrics::count_finished(FinishReason r) {
+  std::lock_guard lk(mu_);
+  ++finished_[std::string(to_string(r))];
+}
+
+std::string ServerMetrics::render(const EngineCounters& c, std::string_view model_name) const {
+  PrometheusWriter w;
+  const PrometheusWriter::Labels m = {{"model_name", std::string(model_name)}};
+  auto with = [&](const char* k, std::string v) {
+    PrometheusWriter::Labels l = m;
+    l.emplace_back(k, std::move(v));
+    return l;
+  };
+  auto one = [&](const char* name, const char* type, const char* help, double v) {
+    w.family(name, type, help);
+    w.sample(name, m, v);
+  };
+  one("mla:num_requests_running", "gauge", "Sequences in the engine's running set.", c.n_running);
+  one("mla:num_requests_waiting", "gauge", "Sequences waiting to be scheduled (new or preempted).",
+      c.n_waiting);
+  one("mla:kv_cache_usage_perc", "gauge", "Fraction of KV cache blocks in use (0 to 1).",
+      c.kv_usage);
+  one("mla:prompt_tokens_total", "counter", "Prompt tokens of admitted requests.",
+      static_cast<double>(c.n_prompt_tokens));
+  one("mla:generation_tokens_total", "counter", "Generated tokens.",
+      static_cast<double>(c.n_generation_tokens));
+
+  w.family("mla:request_success_total", "counter", "Finished requests by finish reason.");
+  {
+    std::lock_guard lk(mu_);
+    std::map<std::string, int64_t> all = finished_;
+    for (const char* r : {"stop", "length", "abort"}) all.emplace(r, 0);
+    for (const auto& [reason, n] : all)
+      w.sample("mla:request_success_total", with("finished_reason", reason),
+               static_cast<double>(n));
+  }
+  one("mla:num_preemptions_total", "counter", "Sequences preempted (recomputed later).",
+      static_cast<double>(c.n_preemptions));
+  one("mla:prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.",
+      static_cast<double>(c.n_prefix_queries));
+  one("mla:prefix_cache_hits_total", "counter", "Prompt tokens found in the prefix cache.",
+      static_cast<double>(c.n_prefix_hits));
+  w.family("mla:attention_path_tokens_total", "counter",
+           "Tokens attended through each MLA path (mha: decompressed, mqa: absorbed).");
+  w.sample("mla:attention_path_tokens_total", with("path", "mha"),
+           static_cast<double>(c.n_tokens_mha));
+  w.sample("mla:attention_path_tokens_total", with("path", "mqa"),
+           static_cast<double>(c.n_tokens_mqa));
+
+  w.family("mla:time_to_first_token_seconds", "histogram",
+           "Time from request arrival to its first generated token.");
+  w.histogram("mla:time_to_first_token_seconds", m, ttft_.snapshot());
+  w.family("mla:time_per_output_token_seconds", "histogram",
+           "Time between consecutive generated tokens of a sequence.");
+  w.histogram("mla:time_per_output_token_seconds", m, tpot_.snapshot());
+  w.family("mla:e2e_request_latency_seconds", "histogram",
+           "Time from request arrival to its last output.");
+  w.histogram("mla:e2e_request_latency_seconds", m, e2e_.snapshot());
+  return w.text();
+}
+
+}  // namespace mla::server

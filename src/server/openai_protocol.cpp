@@ -1,0 +1,510 @@
+// OpenAI request parsing/validation and response shaping (see openai_protocol.h).
+#include "server/openai_protocol.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+
+namespace mla::server {
+
+const char* error_type_for_status(int status) {
+  switch (status) {
+    case 400: return "invalid_request_error";
+    case 401: return "authentication_error";
+    case 403: return "permission_error";
+    case 404: return "not_found_error";
+    case 405: return "method_not_allowed_error";
+    case 408: return "timeout_error";
+    case 413: return "request_too_large_error";
+    case 431: return "request_too_large_error";
+    case 503: return "service_unavailable_error";
+    default: return status >= 500 ? "internal_error" : "invalid_request_error";
+  }
+}
+
+json ApiError::to_json() const {
+  json err = {{"message", what()},
+              {"type", error_type_for_status(status_)},
+              {"param", param_.empty() ? json(nullptr) : json(param_)},
+              {"code", code_.empty() ? json(status_) : json(code_)}};
+  return json{{"error", std::move(err)}};
+}
+
+json parse_json_object(std::string_view body) {
+  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) {
+    // Parse again for the position of the error.
+    try {
+      (void)json::parse(body);
+    } catch (const json::parse_error& e) {
+      bad_request(fmt::format("request body is not valid JSON: {}", e.what()), "", "invalid_json");
+    }
+    bad_request("request body is not valid JSON", "", "invalid_json");
+  }
+  if (!j.is_object())
+    bad_request(fmt::format("request body must be a JSON object, got {}", j.type_name()), "",
+                "invalid_json");
+  return j;
+}
+
+namespace {
+
+// A present, non-null field, or nullptr.
+const json* field(const json& body, const char* name) {
+  auto it = body.find(name);
+  if (it == body.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+[[noreturn]] void wrong_type(const char* name, const char* expected, const json& v) {
+  bad_request(fmt::format("'{}' must be {}, got {}", name, expected, v.type_name()), name,
+              "invalid_type");
+}
+
+std::optional<std::string> get_string(const json& body, const char* name) {
+  const json* v = field(body, name);
+  if (!v) return std::nullopt;
+  if (!v->is_string()) wrong_type(name, "a string", *v);
+  return v->get<std::string>();
+}
+
+std::optional<bool> get_bool(const json& body, const char* name) {
+  const json* v = field(body, name);
+  if (!v) return std::nullopt;
+  if (!v->is_boolean()) wrong_type(name, "a boolean", *v);
+  return v->get<bool>();
+}
+
+// Integers, or floats with an integral value (1.0), within int64.
+std::optional<int64_t> as_int(const json& v) {
+  if (v.is_number_integer()) {
+    if (v.is_number_unsigned() &&
+        v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      return std::nullopt;
+    return v.get<int64_t>();
+  }
+  if (v.is_number_float()) {
+    double d = v.get<double>();
+    if (std::isfinite(d) && std::floor(d) == d && std::fabs(d) < 9.0e18)
+      return static_cast<int64_t>(d);
+  }
+  return std::nullopt;
+}
+
+std::optional<int64_t> get_int(const json& body, const char* name) {
+  const json* v = field(body, name);
+  if (!v) return std::nullopt;
+  auto i = as_int(*v);
+  if (!i) wrong_type(name, "an integer", *v);
+  return i;
+}
+
+std::optional<double> get_number(const json& body, const char* name) {
+  const json* v = field(body, name);
+  if (!v) return std::nullopt;
+  if (!v->is_number()) wrong_type(name, "a number", *v);
+  return v->get<double>();
+}
+
+[[noreturn]] void out_of_range(const char* name, std::string_view rule, const std::string& got) {
+  bad_request(fmt::format("'{}' must be {}, got {}", name, rule, got), name);
+}
+
+// int field within [lo, hi].
+std::optional<int> get_int_in(const json& body, const char* name, int64_t lo, int64_t hi,
+                              std::string_view rule) {
+  auto v = get_int(body, name);
+  if (v && (*v < lo || *v > hi)) out_of_range(name, rule, std::to_string(*v));
+  return v ? std::optional<int>(static_cast<int>(*v)) : std::nullopt;
+}
+
+int32_t token_id(const json& v, const char* name, int n_vocab) {
+  auto id = as_int(v);
+  if (!id) wrong_type(name, "a list of token ids (integers)", v);
+  if (*id < 0 || *id >= n_vocab)
+    bad_request(fmt::format("'{}': token id {} is out of range [0, {})", name, *id, n_vocab), name);
+  return static_cast<int32_t>(*id);
+}
+
+// The sampling fields shared by completions and chat. max_tokens is left to the caller.
+void parse_sampling(const json& body, const ModelLimits& lim, SamplingParams& p) {
+  auto finite = [](const char* name, double d) {
+    if (!std::isfinite(d)) out_of_range(name, "a finite number", fmt::format("{}", d));
+    return d;
+  };
+  if (auto n = get_int_in(body, "n", 1, 128, "in [1, 128]")) p.n = *n;
+  if (auto t = get_number(body, "temperature")) {
+    if (finite("temperature", *t) < 0) out_of_range("temperature", ">= 0", fmt::format("{}", *t));
+    p.temperature = static_cast<float>(*t);
+  }
+  if (auto t = get_number(body, "top_p")) {
+    if (finite("top_p", *t) <= 0 || *t > 1) out_of_range("top_p", "in (0, 1]", fmt::format("{}", *t));
+    p.top_p = static_cast<float>(*t);
+  }
+  if (auto k = get_int_in(body, "top_k", -1, std::numeric_limits<int32_t>::max(),
+                          "-1 or 0 (off) or >= 1"))
+    p.top_k = *k < 0 ? 0 : *k;
+  if (auto m = get_number(body, "min_p")) {
+    if (finite("min_p", *m) < 0 || *m > 1) out_of_range("min_p", "in [0, 1]", fmt::format("{}", *m));
+    p.min_p = static_cast<float>(*m);
+  }
+  if (auto s = get_int(body, "seed")) p.seed = static_cast<uint64_t>(*s);
+  for (const char* name : {"presence_penalty", "frequency_penalty"}) {
+    if (auto v = get_number(body, name)) {
+      if (finite(name, *v) < -2 || *v > 2) out_of_range(name, "in [-2, 2]", fmt::format("{}", *v));
+      (name[0] == 'p' ? p.presence_penalty : p.frequency_penalty) = static_cast<float>(*v);
+    }
+  }
+  if (auto r = get_number(body, "repetition_penalty")) {
+    if (finite("repetition_penalty", *r) <= 0)
+      out_of_range("repetition_penalty", "> 0", fmt::format("{}", *r));
+    p.repetition_penalty = static_cast<float>(*r);
+  }
+  if (const json* lb = field(body, "logit_bias")) {
+    if (!lb->is_object()) wrong_type("logit_bias", "an object of token id → bias", *lb);
+    for (const auto& [key, val] : lb->items()) {
+      int64_t id = -1;
+      size_t used = 0;
+      try {
+        id = std::stoll(key, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used == 0 || used != key.size())
+        bad_request(fmt::format("'logit_bias' keys must be token ids, got '{}'", key), "logit_bias");
+      if (id < 0 || id >= lim.n_vocab)
+        bad_request(fmt::format("'logit_bias': token id {} is out of range [0, {})", id,
+                                lim.n_vocab), "logit_bias");
+      if (!val.is_number()) wrong_type("logit_bias", "an object with number values", val);
+      double b = val.get<double>();
+      if (!std::isfinite(b) || b < -100 || b > 100)
+        out_of_range("logit_bias", "in [-100, 100] for every token", fmt::format("{}", b));
+      p.logit_bias.emplace_back(static_cast<int32_t>(id), static_cast<float>(b));
+    }
+  }
+  if (const json* st = field(body, "stop")) {
+    if (st->is_string()) {
+      p.stop.push_back(st->get<std::string>());
+    } else if (st->is_array()) {
+      for (const auto& s : *st) {
+        if (!s.is_string()) wrong_type("stop", "a string or a list of strings", s);
+        p.stop.push_back(s.get<std::string>());
+      }
+    } else {
+      wrong_type("stop", "a string or a list of strings", *st);
+    }
+    for (const auto& s : p.stop)
+      if (s.empty()) bad_request("'stop' strings must not be empty", "stop");
+  }
+  if (const json* st = field(body, "stop_token_ids")) {
+    if (!st->is_array()) wrong_type("stop_token_ids", "a list of token ids", *st);
+    for (const auto& v : *st) p.stop_token_ids.push_back(token_id(v, "stop_token_ids", lim.n_vocab));
+  }
+  if (auto v = get_bool(body, "ignore_eos")) p.ignore_eos = *v;
+  if (auto v = get_int_in(body, "min_tokens", 0, std::numeric_limits<int32_t>::max(), ">= 0"))
+    p.min_tokens = *v;
+  if (auto v = get_bool(body, "include_stop_str_in_output")) p.include_stop_str_in_output = *v;
+  if (auto v = get_bool(body, "skip_special_tokens")) p.skip_special_tokens = *v;
+}
+
+// stream + stream_options.include_usage.
+void parse_stream(const json& body, bool& stream, bool& include_usage) {
+  stream = get_bool(body, "stream").value_or(false);
+  if (const json* so = field(body, "stream_options")) {
+    if (!so->is_object()) wrong_type("stream_options", "an object", *so);
+    if (!stream)
+      bad_request("'stream_options' can only be given when 'stream' is true", "stream_options");
+    include_usage = get_bool(*so, "include_usage").value_or(false);
+  }
+}
+
+void check_max_tokens(SamplingParams& p, std::optional<int> max_tokens, const char* name) {
+  if (max_tokens) p.max_tokens = *max_tokens;
+  if (p.min_tokens > p.max_tokens)
+    bad_request(fmt::format("'min_tokens' ({}) must not exceed '{}' ({})", p.min_tokens, name,
+                            p.max_tokens), "min_tokens");
+}
+
+// Chat message content: a string, null, or a list of {"type": "text", "text": ...} parts
+// (joined with "\n"). Other part types are not supported by a text-only model.
+json normalize_content(const json& content, size_t i) {
+  if (content.is_null() || content.is_string()) return content;
+  if (!content.is_array())
+    bad_request(fmt::format("messages[{}].content must be a string or a list of parts, got {}", i,
+                            content.type_name()), "messages");
+  std::string text;
+  bool first = true;
+  for (const auto& part : content) {
+    if (!part.is_object())
+      bad_request(fmt::format("messages[{}].content parts must be objects", i), "messages");
+    auto type = part.find("type");
+    if (type == part.end() || !type->is_string())
+      bad_request(fmt::format("messages[{}].content part has no 'type'", i), "messages");
+    if (*type != "text")
+      bad_request(fmt::format("messages[{}].content part type '{}' is not supported (text only)",
+                              i, type->get<std::string>()), "messages");
+    auto t = part.find("text");
+    if (t == part.end() || !t->is_string())
+      bad_request(fmt::format("messages[{}].content text part has no 'text' string", i),
+                  "messages");
+    if (!first) text += '\n';
+    text += t->get<std::string>();
+    first = false;
+  }
+  return text;
+}
+
+json normalize_messages(const json& body) {
+  const json* msgs = field(body, "messages");
+  if (!msgs) bad_request("'messages' is required", "messages", "missing_field");
+  if (!msgs->is_array()) wrong_type("messages", "a list of messages", *msgs);
+  if (msgs->empty()) bad_request("'messages' must not be empty", "messages");
+  json out = json::array();
+  for (size_t i = 0; i < msgs->size(); ++i) {
+    const json& m = (*msgs)[i];
+    if (!m.is_object())
+      bad_request(fmt::format("messages[{}] must be an object, got {}", i, m.type_name()),
+                  "messages");
+    auto role = m.find("role");
+    if (role == m.end() || !role->is_string())
+      bad_request(fmt::format("messages[{}] has no 'role' string", i), "messages");
+    const std::string r = role->get<std::string>();
+    if (r != "system" && r != "user" && r != "assistant" && r != "tool" && r != "developer")
+      bad_request(fmt::format("messages[{}].role '{}' is not one of system, developer, user, "
+                              "assistant, tool", i, r), "messages");
+    json nm = m;
+    auto c = m.find("content");
+    nm["content"] = normalize_content(c == m.end() ? json(nullptr) : *c, i);
+    if (nm["content"].is_null() && r != "assistant")
+      bad_request(fmt::format("messages[{}] ({}) has no 'content'", i, r), "messages");
+    out.push_back(std::move(nm));
+  }
+  return out;
+}
+
+void parse_chat_options(const json& body, json& tools, json& kwargs, bool& add_generation_prompt,
+                        bool& continue_final_message) {
+  if (const json* t = field(body, "tools")) {
+    if (!t->is_array()) wrong_type("tools", "a list", *t);
+    tools = *t;
+  }
+  if (const json* k = field(body, "chat_template_kwargs")) {
+    if (!k->is_object()) wrong_type("chat_template_kwargs", "an object", *k);
+    kwargs = *k;
+  }
+  add_generation_prompt = get_bool(body, "add_generation_prompt").value_or(true);
+  continue_final_message = get_bool(body, "continue_final_message").value_or(false);
+  if (add_generation_prompt && continue_final_message && field(body, "add_generation_prompt"))
+    bad_request("'add_generation_prompt' and 'continue_final_message' cannot both be true",
+                "continue_final_message");
+  if (continue_final_message) add_generation_prompt = false;
+}
+
+}  // namespace
+
+CompletionRequest parse_completion_request(const json& body, const ModelLimits& lim) {
+  CompletionRequest r;
+  r.model = get_string(body, "model").value_or("");
+  const json* prompt = field(body, "prompt");
+  if (!prompt) bad_request("'prompt' is required", "prompt", "missing_field");
+  const char* kPromptTypes = "a string, a list of strings, a list of token ids or a list of lists "
+                             "of token ids";
+  auto ids_of = [&](const json& arr) {
+    PromptInput in;
+    in.is_text = false;
+    for (const auto& v : arr) in.ids.push_back(token_id(v, "prompt", lim.n_vocab));
+    if (in.ids.empty()) bad_request("'prompt' token lists must not be empty", "prompt");
+    return in;
+  };
+  if (prompt->is_string()) {
+    r.prompts.push_back({true, prompt->get<std::string>(), {}});
+  } else if (prompt->is_array()) {
+    if (prompt->empty()) bad_request("'prompt' must not be an empty list", "prompt");
+    const json& first = (*prompt)[0];
+    if (first.is_string()) {
+      for (const auto& s : *prompt) {
+        if (!s.is_string()) wrong_type("prompt", kPromptTypes, *prompt);
+        r.prompts.push_back({true, s.get<std::string>(), {}});
+      }
+    } else if (first.is_array()) {
+      for (const auto& a : *prompt) {
+        if (!a.is_array()) wrong_type("prompt", kPromptTypes, *prompt);
+        r.prompts.push_back(ids_of(a));
+      }
+    } else if (first.is_number()) {
+      r.prompts.push_back(ids_of(*prompt));
+    } else {
+      wrong_type("prompt", kPromptTypes, *prompt);
+    }
+  } else {
+    wrong_type("prompt", kPromptTypes, *prompt);
+  }
+  if (field(body, "suffix")) bad_request("'suffix' is not supported", "suffix", "unsupported");
+  parse_sampling(body, lim, r.params);
+  if (auto lp = get_int_in(body, "logprobs", 0, 20, "in [0, 20]")) r.params.logprobs = *lp;
+  r.echo = get_bool(body, "echo").value_or(false);
+  if (r.echo && r.params.logprobs)
+    bad_request("'echo' together with 'logprobs' is not supported (prompt logprobs are not "
+                "computed)", "echo", "unsupported");
+  check_max_tokens(r.params, get_int_in(body, "max_tokens", 1, std::numeric_limits<int32_t>::max(),
+                                        ">= 1"), "max_tokens");
+  parse_stream(body, r.stream, r.include_usage);
+  r.user = get_string(body, "user").value_or("");
+  return r;
+}
+
+ChatRequest parse_chat_request(const json& body, const ModelLimits& lim) {
+  ChatRequest r;
+  r.model = get_string(body, "model").value_or("");
+  r.messages = normalize_messages(body);
+  parse_chat_options(body, r.tools, r.chat_template_kwargs, r.add_generation_prompt,
+                     r.continue_final_message);
+  parse_sampling(body, lim, r.params);
+  r.logprobs = get_bool(body, "logprobs").value_or(false);
+  auto top = get_int_in(body, "top_logprobs", 0, 20, "in [0, 20]");
+  if (top && !r.logprobs)
+    bad_request("'top_logprobs' needs 'logprobs' to be true", "top_logprobs");
+  if (r.logprobs) r.params.logprobs = top.value_or(0);
+  const int32_t kMax = std::numeric_limits<int32_t>::max();
+  auto mct = get_int_in(body, "max_completion_tokens", 1, kMax, ">= 1");
+  auto mt = get_int_in(body, "max_tokens", 1, kMax, ">= 1");
+  r.max_tokens = mct ? mct : mt;
+  // min_tokens vs max_tokens is checked once the default max_tokens is known.
+  if (r.max_tokens) check_max_tokens(r.params, r.max_tokens, mct ? "max_completion_tokens" : "max_tokens");
+  if (const json* rf = field(body, "response_format")) {
+    if (!rf->is_object()) wrong_type("response_format", "an object", *rf);
+    auto t = rf->find("type");
+    if (t != rf->end() && *t != "text")
+      bad_request("'response_format' other than text is not supported", "response_format",
+                  "unsupported");
+  }
+  parse_stream(body, r.stream, r.include_usage);
+  r.user = get_string(body, "user").value_or("");
+  return r;
+}
+
+TokenizeRequest parse_tokenize_request(const json& body) {
+  TokenizeRequest r;
+  r.model = get_string(body, "model").value_or("");
+  const bool has_prompt = field(body, "prompt") != nullptr;
+  const bool has_messages = field(body, "messages") != nullptr;
+  if (has_prompt == has_messages)
+    bad_request("give exactly one of 'prompt' and 'messages'", has_prompt ? "messages" : "prompt",
+                "missing_field");
+  if (has_prompt) {
+    r.prompt = *get_string(body, "prompt");
+    r.add_special_tokens = get_bool(body, "add_special_tokens").value_or(true);
+  } else {
+    r.is_chat = true;
+    r.messages = normalize_messages(body);
+    parse_chat_options(body, r.tools, r.chat_template_kwargs, r.add_generation_prompt,
+                       r.continue_final_message);
+    r.add_special_tokens = get_bool(body, "add_special_tokens").value_or(false);
+  }
+  return r;
+}
+
+std::vector<int32_t> parse_detokenize_request(const json& body, const ModelLimits& lim,
+                                              std::string* model) {
+  if (model) *model = get_string(body, "model").value_or("");
+  const json* toks = field(body, "tokens");
+  if (!toks) bad_request("'tokens' is required", "tokens", "missing_field");
+  if (!toks->is_array()) wrong_type("tokens", "a list of token ids", *toks);
+  std::vector<int32_t> ids;
+  for (const auto& v : *toks) ids.push_back(token_id(v, "tokens", lim.n_vocab));
+  return ids;
+}
+
+void check_context_length(int prompt_len, std::optional<int> max_tokens, int max_model_len) {
+  if (prompt_len < 1) bad_request("the prompt is empty (0 tokens)", "prompt");
+  if (prompt_len > max_model_len)
+    bad_request(fmt::format("the prompt is {} tokens long, over this model's maximum context "
+                            "length of {} tokens",
+                            prompt_len, max_model_len),
+                "prompt", "context_length_exceeded");
+  if (max_tokens && static_cast<int64_t>(prompt_len) + *max_tokens > max_model_len)
+    bad_request(fmt::format("this model's maximum context length is {} tokens, but {} tokens were "
+                            "requested ({} in the prompt + {} max_tokens for the completion)",
+                            max_model_len, static_cast<int64_t>(prompt_len) + *max_tokens,
+                            prompt_len, *max_tokens),
+                "max_tokens", "context_length_exceeded");
+}
+
+// ---------------------------------------------------------------------------------------------
+
+json finish_reason_json(const std::optional<FinishReason>& r) {
+  if (!r) return nullptr;
+  return std::string(to_string(*r));
+}
+
+json stop_reason_json(const std::variant<std::monostate, std::string, int32_t>& r) {
+  if (auto* s = std::get_if<std::string>(&r)) return *s;
+  if (auto* t = std::get_if<int32_t>(&r)) return *t;
+  return nullptr;
+}
+
+json usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
+  return {{"prompt_tokens", prompt_tokens},
+          {"completion_tokens", completion_tokens},
+          {"total_tokens", prompt_tokens + completion_tokens}};
+}
+
+int64_t utf8_length(std::string_view s) {
+  int64_t n = 0;
+  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
+namespace {
+
+// JSON has no -inf: a token the model gives probability 0 reports this (as vLLM does).
+double finite_logprob(float lp) { return std::isfinite(lp) ? lp : -9999.0; }
+
+json bytes_json(std::string_view b) {
+  json a = json::array();
+  for (unsigned char c : b) a.push_back(static_cast<int>(c));
+  return a;
+}
+
+}  // namespace
+
+void append_completion_logprobs(json& into, const std::vector<SampleLogprobs>& lps,
+                                const TokenTextFn& token_text, int64_t& offset) {
+  if (into.is_null())
+    into = {{"text_offset", json::array()},
+            {"token_logprobs", json::array()},
+            {"tokens", json::array()},
+            {"top_logprobs", json::array()}};
+  for (const auto& lp : lps) {
+    TokenText t = token_text(lp.sampled.token);
+    into["tokens"].push_back(t.text);
+    into["token_logprobs"].push_back(finite_logprob(lp.sampled.logprob));
+    into["text_offset"].push_back(offset);
+    offset += utf8_length(t.text);
+    json top = json::object();
+    for (const auto& e : lp.top) top[token_text(e.token).text] = finite_logprob(e.logprob);
+    into["top_logprobs"].push_back(std::move(top));
+  }
+}
+
+void append_chat_logprobs(json& into, const std::vector<SampleLogprobs>& lps,
+                          const TokenTextFn& token_text) {
+  if (into.is_null()) into = {{"content", json::array()}};
+  for (const auto& lp : lps) {
+    TokenText t = token_text(lp.sampled.token);
+    json top = json::array();
+    for (const auto& e : lp.top) {
+      TokenText et = token_text(e.token);
+      top.push_back({{"token", et.text},
+                     {"logprob", finite_logprob(e.logprob)},
+                     {"bytes", bytes_json(et.bytes)}});
+    }
+    into["content"].push_back({{"token", t.text},
+                               {"logprob", finite_logprob(lp.sampled.logprob)},
+                               {"bytes", bytes_json(t.bytes)},
+                               {"top_logprobs", std::move(top)}});
+  }
+}
+
+}  // namespace mla::server

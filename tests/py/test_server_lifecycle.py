@@ -1,0 +1,198 @@
+"""`mla serve` under load and at the edges of a request's life: /metrics (format and counters),
+client disconnects (streaming or not) aborting their requests and freeing their KV blocks, 32
+concurrent streaming clients matching sequential runs, graceful shutdown."""
+import json
+import signal
+import socket
+import threading
+import time
+
+import pytest
+import requests
+
+from server_util import MODEL_NAME, Server, metric, sse_events, synth_model
+
+CTX = 4096
+
+
+@pytest.fixture(scope="module")
+def server():
+    s = Server(synth_model(), "--max-model-len", str(CTX))
+    yield s
+    assert s.stop() == 0, s.log
+
+
+def wait_idle(server, timeout=20.0) -> dict:
+    """Metrics once nothing runs or waits."""
+    deadline = time.time() + timeout
+    while True:
+        m = server.metrics()
+        if metric(m, "mla:num_requests_running") == 0 and metric(m, "mla:num_requests_waiting") == 0:
+            return m
+        assert time.time() < deadline, f"requests still running: {m}"
+        time.sleep(0.02)
+
+
+def test_metrics_format_and_counters_move(server):
+    before = wait_idle(server)
+    for name in ["mla:num_requests_running", "mla:num_requests_waiting", "mla:kv_cache_usage_perc",
+                 "mla:prompt_tokens_total", "mla:generation_tokens_total", "mla:num_preemptions_total",
+                 "mla:prefix_cache_queries_total", "mla:prefix_cache_hits_total",
+                 "mla:time_to_first_token_seconds_count", "mla:time_per_output_token_seconds_count",
+                 "mla:e2e_request_latency_seconds_count"]:
+        metric(before, name)
+    n_prompt = requests.post(server.url + "/tokenize", json={"prompt": "Count these tokens"}).json()["count"]
+    r = requests.post(server.url + "/v1/completions",
+                      json={"prompt": "Count these tokens", "max_tokens": 5, "temperature": 0, "ignore_eos": True})
+    assert r.status_code == 200
+    after = wait_idle(server)
+
+    def delta(name, **labels):
+        return metric(after, name, **labels) - metric(before, name, **labels)
+
+    assert delta("mla:prompt_tokens_total") == n_prompt
+    assert delta("mla:generation_tokens_total") == 5
+    assert delta("mla:request_success_total", finished_reason="length") == 1
+    assert delta("mla:request_success_total", finished_reason="stop") == 0
+    assert delta("mla:time_to_first_token_seconds_count") == 1
+    assert delta("mla:e2e_request_latency_seconds_count") == 1
+    assert delta("mla:time_per_output_token_seconds_count") == 4
+    assert delta("mla:e2e_request_latency_seconds_sum") > 0
+    # The prefill went through MHA (query length > 1), the 4 decode steps through MQA.
+    assert delta("mla:attention_path_tokens_total", path="mha") == n_prompt
+    assert delta("mla:attention_path_tokens_total", path="mqa") == 4
+    assert delta("mla:prefix_cache_queries_total") >= 0
+    assert metric(after, "mla:kv_cache_usage_perc") == 0
+    # A repeated prompt hits the prefix cache.
+    requests.post(server.url + "/v1/completions",
+                  json={"prompt": "Count these tokens", "max_tokens": 1, "temperature": 0})
+    again = wait_idle(server)
+    assert metric(again, "mla:prefix_cache_queries_total") > metric(after, "mla:prefix_cache_queries_total")
+
+
+def long_request(stream: bool) -> bytes:
+    body = json.dumps({"model": MODEL_NAME, "prompt": "Tell me everything", "max_tokens": CTX - 64,
+                       "ignore_eos": True, "temperature": 0, "stream": stream}).encode()
+    return (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+
+
+def check_aborted(server, before):
+    after = wait_idle(server)
+    assert metric(after, "mla:kv_cache_usage_perc") == metric(before, "mla:kv_cache_usage_perc") == 0
+    aborted = (metric(after, "mla:request_success_total", finished_reason="abort")
+               - metric(before, "mla:request_success_total", finished_reason="abort"))
+    assert aborted == 1
+    generated = metric(after, "mla:generation_tokens_total") - metric(before, "mla:generation_tokens_total")
+    assert 0 < generated < CTX - 64
+
+
+def test_disconnect_mid_stream_aborts(server):
+    before = wait_idle(server)
+    with socket.create_connection(("127.0.0.1", server.port)) as s:
+        s.sendall(long_request(stream=True))
+        got = b""
+        while b"data: " not in got:
+            got += s.recv(4096)
+        assert got.startswith(b"HTTP/1.1 200")
+        m = server.metrics()
+        assert metric(m, "mla:num_requests_running") == 1
+        assert metric(m, "mla:kv_cache_usage_perc") > 0
+    check_aborted(server, before)
+
+
+def test_disconnect_while_waiting_for_a_full_response_aborts(server):
+    before = wait_idle(server)
+    with socket.create_connection(("127.0.0.1", server.port)) as s:
+        s.sendall(long_request(stream=False))
+        deadline = time.time() + 10
+        while metric(server.metrics(), "mla:generation_tokens_total") == metric(before, "mla:generation_tokens_total"):
+            assert time.time() < deadline
+            time.sleep(0.01)
+    check_aborted(server, before)
+
+
+def run_stream(url: str, prompt: str, results: dict, key):
+    r = requests.post(url + "/v1/completions", stream=True, timeout=120,
+                      json={"prompt": prompt, "max_tokens": 16, "temperature": 0, "ignore_eos": True,
+                            "stream": True})
+    assert r.status_code == 200
+    results[key] = "".join(c["text"] for e in sse_events(r) for c in e["choices"])
+
+
+def test_32_concurrent_streams_match_sequential(server):
+    prompts = [f"Client {i} says: {' '.join(['word'] * (i % 7))}" for i in range(32)]
+    sequential: dict = {}
+    for i, p in enumerate(prompts):
+        run_stream(server.url, p, sequential, i)
+    concurrent: dict = {}
+    errors = []
+
+    def worker(i):
+        try:
+            run_stream(server.url, prompts[i], concurrent, i)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(180)
+    assert not errors, errors
+    assert len(concurrent) == 32
+    for i in range(32):
+        assert concurrent[i] == sequential[i], (i, prompts[i])
+    m = wait_idle(server)
+    assert metric(m, "mla:kv_cache_usage_perc") == 0
+
+
+def test_graceful_shutdown_lets_running_requests_finish():
+    s = Server(synth_model(), "--shutdown-timeout", "30")
+    result = {}
+
+    def client():
+        r = requests.post(s.url + "/v1/completions", stream=True, timeout=60,
+                          json={"prompt": "Finish me", "max_tokens": 200, "temperature": 0,
+                                "ignore_eos": True, "stream": True})
+        result["events"] = sse_events(r)
+
+    t = threading.Thread(target=client)
+    t.start()
+    deadline = time.time() + 10
+    while metric(s.metrics(), "mla:generation_tokens_total") == 0:
+        assert time.time() < deadline
+        time.sleep(0.01)
+    s.proc.send_signal(signal.SIGTERM)
+    t.join(60)
+    assert s.stop() == 0, s.log
+    events = result["events"]
+    assert events[-1]["choices"][0]["finish_reason"] == "length"
+    assert "".join(c["text"] for e in events for c in e["choices"])
+    with pytest.raises(requests.ConnectionError):
+        requests.get(s.url + "/health", timeout=2)
+
+
+def test_shutdown_grace_expiry_aborts():
+    s = Server(synth_model(), "--shutdown-timeout", "0.2", "--max-model-len", str(CTX))
+    try:
+        with socket.create_connection(("127.0.0.1", s.port)) as sock:
+            sock.sendall(long_request(stream=False))
+            deadline = time.time() + 10
+            while metric(s.metrics(), "mla:generation_tokens_total") == 0:
+                assert time.time() < deadline
+                time.sleep(0.01)
+            t0 = time.time()
+            s.proc.send_signal(signal.SIGINT)
+            data = b""
+            sock.settimeout(30)
+            while chunk := sock.recv(65536):
+                data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200"), data[:300]
+        j = json.loads(body)
+        assert j["choices"][0]["finish_reason"] == "abort"
+        assert 0 < j["usage"]["completion_tokens"] < CTX - 64
+        assert time.time() - t0 < 10
+    finally:
+        assert s.stop() == 0, s.log

@@ -36,7 +36,8 @@ json parse_json_object(std::string_view body) {
   if (j.is_discarded()) {
     // Parse again for the position of the error.
     try {
-      (void)json::parse(body);
+      json again = json::parse(body);
+      (void)again;
     } catch (const json::parse_error& e) {
       bad_request(fmt::format("request body is not valid JSON: {}", e.what()), "", "invalid_json");
     }

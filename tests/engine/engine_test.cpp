@@ -263,10 +263,10 @@ TEST(Engine, AbortFreesBlocksAndEndsWithAbort) {
   auto arrivals = mixed_arrivals(30);
   auto r = run_engine(fake(16, 64), config(MlaPathPolicy::Auto, 16, true), arrivals, nullptr,
                       [](int step, Engine& e) {
-                        if (step == 10) EXPECT_TRUE(e.abort("r3"));   // running
-                        if (step == 11) EXPECT_FALSE(e.abort("nope"));
-                        if (step == 12) EXPECT_FALSE(e.abort("r7"));  // arrives at 13
-                        if (step == 13) EXPECT_TRUE(e.abort("r7"));   // never scheduled
+                        if (step == 10) { EXPECT_TRUE(e.abort("r3")); }  // running
+                        if (step == 11) { EXPECT_FALSE(e.abort("nope")); }
+                        if (step == 12) { EXPECT_FALSE(e.abort("r7")); }  // arrives at 13
+                        if (step == 13) { EXPECT_TRUE(e.abort("r7")); }  // never scheduled
                       });
   EXPECT_EQ(r.seqs["r3"][0].finish, FinishReason::kAbort);
   EXPECT_EQ(r.seqs["r7"][0].finish, FinishReason::kAbort);

@@ -9,13 +9,16 @@ int& exit_code();
 
 void register_version(CLI::App& app);
 void register_gguf(CLI::App& app);  // mla gguf inspect|...
-void register_tokenize(CLI::App& app);           // mla tokenize
-void register_gguf_vocab_from_hf(CLI::App& gguf);  // mla gguf vocab-from-hf (called from register_gguf)
-void register_template(CLI::App& app);  // mla template render
 // mla gguf dequant (src/cli/gguf_dequant.cpp)
 void register_gguf_dequant(CLI::App& gguf);
 // mla gguf quantize-test-file | quant-roundtrip (src/cli/gguf_quant_test.cpp)
 void register_gguf_quant_test(CLI::App& gguf);
+// mla gguf vocab-from-hf (src/cli/gguf_vocab.cpp)
+void register_gguf_vocab_from_hf(CLI::App& gguf);
+// mla tokenize (src/cli/tokenize_cmd.cpp)
+void register_tokenize(CLI::App& app);
+// mla template render (src/cli/template_cmd.cpp)
+void register_template(CLI::App& app);
 void register_gguf_synth(CLI::App& gguf);                // mla gguf synth (gguf_synth.cpp)
 void register_gguf_convert_mla_layout(CLI::App& gguf);   // mla gguf convert-mla-layout (gguf_synth.cpp)
 void register_run(CLI::App& app);                        // mla run (run.cpp)

@@ -144,9 +144,9 @@ void register_gguf(CLI::App& app) {
   });
 
   // Further `mla gguf X` subcommands register here (one file each: src/cli/gguf_X.cpp).
-  register_gguf_vocab_from_hf(*gguf);
   register_gguf_dequant(*gguf);
   register_gguf_quant_test(*gguf);
+  register_gguf_vocab_from_hf(*gguf);
   register_gguf_synth(*gguf);
   register_gguf_convert_mla_layout(*gguf);
 }

@@ -14,11 +14,12 @@ namespace mla::cli {
 
 void register_gguf_vocab_from_hf(CLI::App& gguf) {
   auto* cmd = gguf.add_subcommand("vocab-from-hf",
-                                   "Write a vocab-only GGUF from a HF tokenizer.json (+ tokenizer_config.json)");
+                                  "Write a vocab-only GGUF from a HF tokenizer.json (+ tokenizer_config.json)");
   static std::string input, output, pre, name;
   cmd->add_option("input", input, "Directory holding tokenizer.json, or the tokenizer.json file")->required();
-  cmd->add_option("-o,--output", output, "GGUF file to write")->required();
-  cmd->add_option("--pre", pre, "tokenizer.ggml.pre to write (default: detected from the pre_tokenizer regexes)");
+  cmd->add_option("-o,--output", output, "GGUF file to write")->type_name("FILE")->required();
+  cmd->add_option("--pre", pre, "tokenizer.ggml.pre to write (default: detected from the pre_tokenizer regexes)")
+      ->type_name("NAME");
   cmd->add_option("--name", name, "general.name (default: the input directory's name)");
   cmd->callback([] {
     GgufWriter w;

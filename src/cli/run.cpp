@@ -15,6 +15,8 @@
 #include "cli/common.h"
 #include "engine/deepseek2_runner.h"
 #include "engine/engine.h"
+#include "engine/tokenizer_decoder.h"
+#include "gguf/gguf.h"
 #include "kv/kv_manager.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -91,10 +93,20 @@ SamplingParams default_params(const RunArgs& a) {
   return p;
 }
 
+std::vector<int32_t> encode_prompt(const Tokenizer* tok, const std::string& text, const std::string& where) {
+  if (!tok) fail("run: {}: a text prompt needs a tokenizer, and the model file has none (give token ids)", where);
+  EncodeOptions eo;
+  eo.add_special = true;
+  auto ids = tok->encode(text, eo);
+  if (ids.empty()) fail("run: {}: the prompt encodes to no tokens", where);
+  return std::vector<int32_t>(ids.begin(), ids.end());
+}
+
 // One request per non-empty line that is not a # comment: token ids ("1,2,3" or "1 2 3") or a
-// JSON object {"id", "tokens", "max_tokens", "temperature", "top_k", "top_p", "min_p", "seed",
-// "n", "stop", "stop_token_ids", "ignore_eos", "logprobs"} overriding the command line.
-std::vector<Job> read_batch_file(const RunArgs& a) {
+// JSON object {"id", "tokens" | "prompt" (text), "max_tokens", "temperature", "top_k", "top_p",
+// "min_p", "seed", "n", "stop", "stop_token_ids", "ignore_eos", "logprobs"} overriding the
+// command line.
+std::vector<Job> read_batch_file(const RunArgs& a, const Tokenizer* tok) {
   std::ifstream in(a.batch_file);
   if (!in) fail("run: cannot read --batch file '{}'", a.batch_file);
   std::vector<Job> jobs;
@@ -115,8 +127,9 @@ std::vector<Job> read_batch_file(const RunArgs& a) {
       nlohmann::json j;
       try {
         j = nlohmann::json::parse(line);
-        if (!j.contains("tokens")) fail("run: {}: the object has no \"tokens\"", where);
-        job.prompt = j.at("tokens").get<std::vector<int32_t>>();
+        if (j.contains("tokens")) job.prompt = j["tokens"].get<std::vector<int32_t>>();
+        else if (j.contains("prompt")) job.prompt = encode_prompt(tok, j["prompt"].get<std::string>(), where);
+        else fail("run: {}: the object has neither \"tokens\" nor \"prompt\"", where);
         SamplingParams& p = job.params;
         if (j.contains("id")) job.id = j["id"].get<std::string>();
         if (j.contains("max_tokens")) p.max_tokens = j["max_tokens"].get<int>();
@@ -153,16 +166,8 @@ void run(const RunArgs& a) {
   if (a.n_predict < 1) fail("run: -n must be >= 1, got {}", a.n_predict);
   const int n_sources = !a.prompt.empty() + !a.tokens.empty() + !a.batch_file.empty();
   if (n_sources != 1) fail("run: give exactly one of -p TEXT, --tokens 1,2,3 or --batch FILE");
-  if (!a.prompt.empty()) fail("run: -p needs a tokenizer, which this build does not have yet; use --tokens");
   const bool batch = !a.batch_file.empty();
   if (batch && !a.dump_logits.empty()) fail("run: --dump-logits works with a single prompt, not --batch");
-
-  std::vector<Job> jobs;
-  if (batch) {
-    jobs = read_batch_file(a);
-  } else {
-    jobs.push_back({"run", parse_token_list(a.tokens, "--tokens"), default_params(a)});
-  }
 
   const MlaPathPolicy policy = parse_mla_path_policy(a.mla_path);
   ModelOptions mo;
@@ -183,6 +188,19 @@ void run(const RunArgs& a) {
              a.model, seconds(t_load, Clock::now()), c.n_layer, c.n_head, c.kv_lora_rank, c.n_expert,
              c.n_expert_used, c.n_vocab, mo.n_threads);
 
+  // The tokenizer, when the file carries a byte-level BPE vocabulary: text prompts and text output.
+  std::shared_ptr<const Tokenizer> tok;
+  if (runner->file().opt_string("tokenizer.ggml.model") == std::optional<std::string>("gpt2"))
+    tok = Tokenizer::from_gguf(runner->file());
+  std::vector<Job> jobs;
+  if (batch) {
+    jobs = read_batch_file(a, tok.get());
+  } else if (!a.prompt.empty()) {
+    jobs.push_back({"run", encode_prompt(tok.get(), a.prompt, "-p"), default_params(a)});
+  } else {
+    jobs.push_back({"run", parse_token_list(a.tokens, "--tokens"), default_params(a)});
+  }
+
   EngineConfig ec;
   ec.max_num_batched_tokens = a.max_num_batched_tokens;
   ec.max_num_seqs = a.max_num_seqs;
@@ -199,7 +217,7 @@ void run(const RunArgs& a) {
         fail("run: short write to '{}'", a.dump_logits);
     };
   }
-  Engine engine(std::move(runner), ec);
+  Engine engine(std::move(runner), ec, tok ? std::make_shared<TokenizerDecoder>(tok) : nullptr);
 
   std::map<std::string, Collected> results;
   for (const Job& job : jobs) {
@@ -255,6 +273,7 @@ void run(const RunArgs& a) {
       nlohmann::json j;
       j["prompt"] = jobs[0].prompt;
       j["continuation"] = col.tokens[0];
+      if (tok) j["text"] = col.text[0];
       j["finish_reason"] = col.finish[0];
       j["prefill_tokens"] = prompt_tokens;
       j["prefill_seconds"] = prefill_s;
@@ -267,6 +286,7 @@ void run(const RunArgs& a) {
       return;
     }
     fmt::print("continuation ids: {}\n", fmt::join(col.tokens[0], " "));
+    if (tok) fmt::print("continuation: {}\n", col.text[0]);
     fmt::print("prefill: {} tokens in {:.3f} s ({:.1f} tokens/s)\n", prompt_tokens, prefill_s, prefill_tps);
     fmt::print("decode:  {} tokens in {:.3f} s ({:.1f} tokens/s)\n", decode_tokens, decode_s, decode_tps);
     return;
@@ -282,6 +302,8 @@ void run(const RunArgs& a) {
       for (int i = 0; i < job.params.n; ++i)
         j["requests"].push_back({{"id", job.id}, {"index", i}, {"prompt_tokens", job.prompt.size()},
                                  {"continuation", col.tokens[i]}, {"finish_reason", col.finish[i]}});
+      if (tok)
+        for (int i = 0; i < job.params.n; ++i) j["requests"][j["requests"].size() - job.params.n + i]["text"] = col.text[i];
     }
     j["n_sequences"] = n_seqs;
     j["prefill_tokens"] = prompt_tokens;
@@ -319,7 +341,7 @@ void register_run(CLI::App& app) {
   auto* cmd = app.add_subcommand("run", "Generate from a deepseek2 GGUF on the CPU through the serving engine");
   static RunArgs a;
   cmd->add_option("-m,--model", a.model, "deepseek2 GGUF file")->required();
-  cmd->add_option("-p,--prompt", a.prompt, "Prompt text (needs a tokenizer)");
+  cmd->add_option("-p,--prompt", a.prompt, "Prompt text (the model file's tokenizer; BOS added as it says)");
   cmd->add_option("--tokens", a.tokens, "Prompt as comma-separated token ids");
   cmd->add_option("--batch", a.batch_file,
                   "File of prompts run concurrently, one per line: token ids, or a JSON object with \"tokens\" "

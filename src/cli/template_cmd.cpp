@@ -94,8 +94,9 @@ void register_template(CLI::App& app) {
   auto* render = tmpl->add_subcommand("render", "Render a chat template with a JSON context");
   auto opts = std::make_shared<Options>();
   render->add_option("--template", opts->template_path, "Jinja chat template file")->required();
-  render->add_option("--context", opts->context_path,
-                     "JSON file: the template variables (messages, tools, add_generation_prompt, ...)")
+  render
+      ->add_option("--context", opts->context_path,
+                   "JSON file: the template variables (messages, tools, add_generation_prompt, ...)")
       ->required();
   render->add_flag("--batch", opts->batch, "context file holds a list of contexts; print a JSON list of results");
   render->add_option("--now", opts->now, "fixed time for strftime_now(), YYYY-MM-DDTHH:MM:SS");

@@ -96,50 +96,20 @@ std::string LatentCache::describe() const {
       bytes_per_token(), mib >= 1024 ? mib / 1024 : mib, mib >= 1024 ? "GiB" : "MiB");
 }
 
+// F16 / BF16 / Q8_0 go through the quant.h row converters (SIMD where the CPU has it; F16 and
+// BF16 round to nearest even, exactly as the scalar conversions).
 void LatentCache::write_row(int layer, int64_t slot, const float* row) {
   uint8_t* dst = row_data(layer, slot);
-  const int n = shape_.row_elems();
-  switch (dtype_) {
-    case GgmlType::F32:
-      std::memcpy(dst, row, sizeof(float) * n);
-      break;
-    case GgmlType::F16: {
-      auto* d = reinterpret_cast<uint16_t*>(dst);
-      for (int i = 0; i < n; ++i) d[i] = fp32_to_fp16(row[i]);
-      break;
-    }
-    case GgmlType::BF16: {
-      auto* d = reinterpret_cast<uint16_t*>(dst);
-      for (int i = 0; i < n; ++i) d[i] = fp32_to_bf16(row[i]);
-      break;
-    }
-    default:
-      quantize_row(dtype_, row, dst, n);
-  }
+  if (dtype_ == GgmlType::F32) std::memcpy(dst, row, sizeof(float) * shape_.row_elems());
+  else quantize_row(dtype_, row, dst, shape_.row_elems());
 }
 
 void LatentCache::read_rows(int layer, std::span<const int32_t> slots, float* out) const {
   const int n = shape_.row_elems();
   for (size_t i = 0; i < slots.size(); ++i) {
     const uint8_t* src = row_data(layer, slots[i]);
-    float* o = out + i * n;
-    switch (dtype_) {
-      case GgmlType::F32:
-        std::memcpy(o, src, sizeof(float) * n);
-        break;
-      case GgmlType::F16: {
-        auto* s = reinterpret_cast<const uint16_t*>(src);
-        for (int j = 0; j < n; ++j) o[j] = fp16_to_fp32(s[j]);
-        break;
-      }
-      case GgmlType::BF16: {
-        auto* s = reinterpret_cast<const uint16_t*>(src);
-        for (int j = 0; j < n; ++j) o[j] = bf16_to_fp32(s[j]);
-        break;
-      }
-      default:
-        dequantize_row(dtype_, src, o, n);
-    }
+    if (dtype_ == GgmlType::F32) std::memcpy(out + i * n, src, sizeof(float) * n);
+    else dequantize_row(dtype_, src, out + i * n, n);
   }
 }
 

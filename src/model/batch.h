@@ -24,8 +24,8 @@ struct SeqMeta {
   int32_t query_len = 0;    // its tokens in this step: positions context_len - query_len .. context_len - 1
   int32_t context_len = 0;  // tokens in its cache after this step, including this step's
   int32_t slots_start = 0;  // where its context slot list starts in BatchMeta::context_slots
-  int32_t blocks_start = 0; // where its block table starts in BatchMeta::block_table (paged caches)
   MlaPath path = MlaPath::Mha;
+  int32_t blocks_start = 0; // where its block table starts in BatchMeta::block_table (paged caches)
 };
 
 struct BatchMeta {

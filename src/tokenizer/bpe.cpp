@@ -13,7 +13,8 @@ void MergeTable::reserve(size_t n_pairs) {
   mask_ = cap - 1;
   n_ = 0;
   for (const Entry& e : old)
-    if (e.key != kEmpty) insert(static_cast<TokenId>(e.key >> 32), static_cast<TokenId>(e.key & 0xffffffffu), e.rank, e.merged);
+    if (e.key != kEmpty)
+      insert(static_cast<TokenId>(e.key >> 32), static_cast<TokenId>(e.key & 0xffffffffu), e.rank, e.merged);
 }
 
 void MergeTable::grow() { reserve(std::max<size_t>(16, n_ * 2 + 2)); }
@@ -56,7 +57,8 @@ void bpe_merge(const MergeTable& merges, const TokenId* byte_ids, size_t n, BpeS
   for (size_t i = 0; i < n; ++i)
     sym[i] = {byte_ids[i], static_cast<int32_t>(i) - 1, i + 1 < n ? static_cast<int32_t>(i + 1) : -1, true};
   for (size_t i = 0; i + 1 < n; ++i)
-    if (const auto* m = merges.find(sym[i].id, sym[i + 1].id)) heap.push_back({m->rank, static_cast<int32_t>(i), m->merged});
+    if (const auto* m = merges.find(sym[i].id, sym[i + 1].id))
+      heap.push_back({m->rank, static_cast<int32_t>(i), m->merged});
   std::make_heap(heap.begin(), heap.end(), Later{});
 
   while (!heap.empty()) {

@@ -1,5 +1,6 @@
 #include "tokenizer/hf_vocab.h"
 
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -62,9 +63,15 @@ std::vector<std::string> spec_signature(const tok::PreTokenizerSpec& s) {
   std::vector<std::string> sig;
   for (const auto& st : s.steps) {
     switch (st.kind) {
-      case tok::PreStepKind::SPLIT: sig.push_back("split:" + st.pattern); break;
-      case tok::PreStepKind::DIGITS: sig.push_back("digits"); break;
-      case tok::PreStepKind::BYTE_LEVEL: sig.push_back("bytelevel-regex"); break;
+      case tok::PreStepKind::SPLIT:
+        sig.push_back("split:" + st.pattern);
+        break;
+      case tok::PreStepKind::DIGITS:
+        sig.push_back("digits");
+        break;
+      case tok::PreStepKind::BYTE_LEVEL:
+        sig.push_back("bytelevel-regex");
+        break;
     }
   }
   return sig;
@@ -124,7 +131,8 @@ HfVocabSummary hf_vocab_to_gguf(const std::string& path, const HfVocabOptions& o
   if (model.value("type", "") != "BPE")
     fail("vocab-from-hf: {}: model.type is '{}'; only byte-level BPE is supported", tjs, model.value("type", ""));
   if (model.value("byte_fallback", false))
-    fail("vocab-from-hf: {}: model.byte_fallback is set (a SentencePiece-style BPE); only byte-level BPE is supported", tjs);
+    fail("vocab-from-hf: {}: model.byte_fallback is set (a SentencePiece-style BPE); only byte-level BPE is supported",
+         tjs);
   if (!model.contains("vocab") || !model["vocab"].is_object()) fail("vocab-from-hf: {}: model.vocab is missing", tjs);
 
   // Pre-tokenizer: --pre, else detected from the regexes.
@@ -164,7 +172,8 @@ HfVocabSummary hf_vocab_to_gguf(const std::string& path, const HfVocabOptions& o
     if (!a.contains("id") || !a["id"].is_number_integer() || !a.contains("content") || !a["content"].is_string())
       fail("vocab-from-hf: {}: an added_tokens entry lacks an integer id or a string content: {}", tjs, a.dump());
     const int64_t id = a["id"].get<int64_t>();
-    if (id < 0) fail("vocab-from-hf: {}: added token '{}' has negative id {}", tjs, a["content"].get<std::string>(), id);
+    if (id < 0)
+      fail("vocab-from-hf: {}: added token '{}' has negative id {}", tjs, a["content"].get<std::string>(), id);
     by_id[id] = a["content"].get<std::string>();
     added[id] = {a.value("special", false)};
     max_id = std::max(max_id, id);
@@ -180,7 +189,8 @@ HfVocabSummary hf_vocab_to_gguf(const std::string& path, const HfVocabOptions& o
   if (config.contains("vocab_size") && config["vocab_size"].is_number_integer()) {
     int64_t cv = config["vocab_size"].get<int64_t>();
     if (cv < n_vocab)
-      warn(fmt::format("config.json vocab_size {} is smaller than the tokenizer's {} ids; using {}", cv, n_vocab, n_vocab));
+      warn(fmt::format("config.json vocab_size {} is smaller than the tokenizer's {} ids; using {}", cv, n_vocab,
+                       n_vocab));
     else
       n_vocab = cv;
   }
@@ -250,8 +260,10 @@ HfVocabSummary hf_vocab_to_gguf(const std::string& path, const HfVocabOptions& o
     if (tcfg.is_object()) {
       const json& e = tcfg.value(std::string(sp.typ) + "_token", json());
       std::optional<std::string> content;
-      if (e.is_string()) content = e.get<std::string>();
-      else if (e.is_object() && e.contains("content") && e["content"].is_string()) content = e["content"].get<std::string>();
+      if (e.is_string())
+        content = e.get<std::string>();
+      else if (e.is_object() && e.contains("content") && e["content"].is_string())
+        content = e["content"].get<std::string>();
       if (content)
         for (const auto& a : added_tokens)
           if (a["content"] == *content) {
@@ -281,9 +293,12 @@ HfVocabSummary hf_vocab_to_gguf(const std::string& path, const HfVocabOptions& o
   // list of named templates becomes tokenizer.chat_template (the "default" one),
   // tokenizer.chat_template.<name> and tokenizer.chat_templates, as gguf-py writes them.
   json tmpl;
-  if (tcfg.is_object() && tcfg.contains("chat_template")) tmpl = tcfg["chat_template"];
-  else if (fs::exists(dir / "chat_template.json")) tmpl = read_json(dir / "chat_template.json").value("chat_template", json());
-  else if (auto t = read_text(dir / "chat_template.jinja")) tmpl = *t;
+  if (tcfg.is_object() && tcfg.contains("chat_template"))
+    tmpl = tcfg["chat_template"];
+  else if (fs::exists(dir / "chat_template.json"))
+    tmpl = read_json(dir / "chat_template.json").value("chat_template", json());
+  else if (auto t = read_text(dir / "chat_template.jinja"))
+    tmpl = *t;
   if (tmpl.is_string() && !tmpl.get<std::string>().empty()) {
     w.set(std::string(gguf_key::kChatTemplate), GgufValue::str(tmpl.get<std::string>()));
   } else if (tmpl.is_array()) {

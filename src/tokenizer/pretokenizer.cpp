@@ -13,8 +13,7 @@ namespace {
 // normalization (several class members, e.g. U+2126 OHM SIGN, have canonical equivalents).
 
 // ByteLevel(use_regex=true): GPT-2's pattern.
-constexpr const char* kGpt2Re =
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+constexpr const char* kGpt2Re = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
 // Llama 3 (tiktoken cl100k): case-insensitive contractions, numbers in runs of up to 3.
 constexpr const char* kLlama3Re =
@@ -95,7 +94,9 @@ std::vector<PreTokenizerSpec> make_specs() {
                {split("[\\p{P}\\$\\+<=>\\^~\\|]+"),
                 split("'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)"),
                 split("\\p{N}+"), split("[0-9][0-9][0-9]")},
-               false, false, /*detectable=*/false});
+               false,
+               false,
+               /*detectable=*/false});
   return s;
 }
 
@@ -194,7 +195,8 @@ std::string hf_regex_to_pcre2(std::string_view pattern) {
       std::string_view name = pattern.substr(i + 2, close == std::string_view::npos ? 0 : close - i - 2);
       out.push_back('\\');
       out.push_back(e);
-      if (name.size() > 2 && name != "Any" && name != "White_Space" && name.find_first_of(":=&") == std::string_view::npos) {
+      if (name.size() > 2 && name != "Any" && name != "White_Space" &&
+          name.find_first_of(":=&") == std::string_view::npos) {
         out += "{sc:";
         out += name;
         out += '}';
@@ -216,12 +218,15 @@ std::unique_ptr<PreTokenizer> PreTokenizer::create(std::string_view name) {
 
 PreTokenizer::PreTokenizer(const PreTokenizerSpec& spec) : spec_(spec) {
   if (spec_.steps.empty()) fail("tokenizer: pre-tokenizer '{}' has no steps", spec_.name);
-  pcre2_compile_context* cctx = pcre2_compile_context_create(nullptr);
+  std::unique_ptr<pcre2_compile_context, void (*)(pcre2_compile_context*)> ctx(pcre2_compile_context_create(nullptr),
+                                                                               pcre2_compile_context_free);
+  pcre2_compile_context* cctx = ctx.get();
+  if (!cctx) fail("tokenizer: out of memory creating a PCRE2 compile context");
   // Oniguruma (Ruby syntax) treats only LF as a newline and `^`/`$` as line anchors.
   pcre2_set_newline(cctx, PCRE2_NEWLINE_LF);
   for (size_t k = 0; k < spec_.steps.size(); ++k) {
     const PreStep& step = spec_.steps[k];
-    std::string hf = step.kind == PreStepKind::SPLIT ? step.pattern
+    std::string hf = step.kind == PreStepKind::SPLIT    ? step.pattern
                      : step.kind == PreStepKind::DIGITS ? std::string("\\p{N}")
                                                         : std::string(kGpt2Re);
     std::string pat = hf_regex_to_pcre2(step.pcre2.empty() ? hf : step.pcre2);
@@ -229,17 +234,14 @@ PreTokenizer::PreTokenizer(const PreTokenizerSpec& spec) : spec_(spec) {
     PCRE2_SIZE err_off = 0;
     auto re = std::make_unique<Regex>();
     re->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pat.data()), pat.size(),
-                             PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | PCRE2_MULTILINE, &err, &err_off,
-                             cctx);
+                             PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | PCRE2_MULTILINE, &err, &err_off, cctx);
     if (!re->code) {
-      pcre2_compile_context_free(cctx);
-      fail("tokenizer: pre-tokenizer '{}' step {}: PCRE2 rejects the pattern at offset {}: {}", spec_.name, k,
-           err_off, pcre2_message(err));
+      fail("tokenizer: pre-tokenizer '{}' step {}: PCRE2 rejects the pattern at offset {}: {}", spec_.name, k, err_off,
+           pcre2_message(err));
     }
     re->jit = pcre2_jit_compile(re->code, PCRE2_JIT_COMPLETE) == 0;
     regexes_.push_back(std::move(re));
   }
-  pcre2_compile_context_free(cctx);
 }
 
 PreTokenizer::~PreTokenizer() = default;
@@ -253,14 +255,12 @@ void split_isolated(const PreTokenizer::Regex& re, std::string_view piece, Match
   const size_t len = piece.size();
   size_t pos = 0, last = 0;
   while (pos < len) {
-    int rc = re.jit ? pcre2_jit_match(re.code, subject, len, pos, 0, s.md, s.mctx)
-                    : PCRE2_ERROR_JIT_STACKLIMIT;
+    int rc = re.jit ? pcre2_jit_match(re.code, subject, len, pos, 0, s.md, s.mctx) : PCRE2_ERROR_JIT_STACKLIMIT;
     if (rc == PCRE2_ERROR_JIT_STACKLIMIT)  // JIT unavailable or out of stack: use the interpreter
       rc = pcre2_match(re.code, subject, len, pos, PCRE2_NO_JIT, s.md, s.mctx);
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0)
-      fail("tokenizer: pre-tokenizer regex failed on a piece of {} bytes at byte {}: {}", len, pos,
-           pcre2_message(rc));
+      fail("tokenizer: pre-tokenizer regex failed on a piece of {} bytes at byte {}: {}", len, pos, pcre2_message(rc));
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(s.md);
     size_t mb = ov[0], me = ov[1];
     if (me == mb) {  // an empty match (none of the known patterns has one): step over a character

@@ -1,6 +1,5 @@
 #include "tokenizer/token_trie.h"
 
-
 namespace mla::tok {
 
 TokenTrie::TokenTrie() { node_token_.push_back(-1); }

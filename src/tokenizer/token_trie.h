@@ -21,8 +21,8 @@ class TokenTrie {
   size_t size() const { return n_tokens_; }
 
   struct Match {
-    size_t pos = 0;   // byte offset in the text
-    size_t len = 0;   // 0: no match
+    size_t pos = 0;  // byte offset in the text
+    size_t len = 0;  // 0: no match
     TokenId id = -1;
   };
   // The leftmost-longest match in text at or after byte `from`.
@@ -34,9 +34,9 @@ class TokenTrie {
     return it == edges_.end() ? -1 : it->second;
   }
 
-  std::vector<TokenId> node_token_;                // per node: the token ending here, or -1
-  std::unordered_map<uint64_t, int32_t> edges_;    // (node << 8 | byte) → child node
-  std::array<bool, 256> first_byte_{};             // bytes that start some token
+  std::vector<TokenId> node_token_;              // per node: the token ending here, or -1
+  std::unordered_map<uint64_t, int32_t> edges_;  // (node << 8 | byte) → child node
+  std::array<bool, 256> first_byte_{};           // bytes that start some token
   size_t n_tokens_ = 0;
 };
 

@@ -73,12 +73,12 @@ constexpr std::string_view kEogTexts[] = {
 }  // namespace
 
 struct Tokenizer::Impl {
-  StringMap text_to_id;                 // stored text → id
-  StringMap normal_bytes_to_id;         // NORMAL tokens by the bytes they stand for (ignore_merges)
-  std::array<TokenId, 256> byte_id{};   // token of each single byte, -1 when the vocab lacks it
+  StringMap text_to_id;                // stored text → id
+  StringMap normal_bytes_to_id;        // NORMAL tokens by the bytes they stand for (ignore_merges)
+  std::array<TokenId, 256> byte_id{};  // token of each single byte, -1 when the vocab lacks it
   tok::MergeTable merges;
-  std::vector<std::string> bytes;       // per id: what token_bytes returns with render_special
-  std::vector<uint8_t> special;         // per id: CONTROL or UNKNOWN
+  std::vector<std::string> bytes;  // per id: what token_bytes returns with render_special
+  std::vector<uint8_t> special;    // per id: CONTROL or UNKNOWN
   std::vector<TokenId> eog;
   tok::TokenTrie control_trie, user_trie;
   bool ignore_merges = false;
@@ -106,19 +106,23 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& f, const Tokeniz
   // Pre-tokenizer: the override, else the file's key, else llama.cpp's fallback.
   std::string pre = !opt.pre_override.empty() ? opt.pre_override : v.pre;
   if (pre.empty()) {
-    log().warn("tokenizer: {} has no tokenizer.ggml.pre; using 'default' (pass --tokenizer-pre NAME to choose)", f.path());
+    log().warn("tokenizer: {} has no tokenizer.ggml.pre; using 'default' (pass --tokenizer-pre NAME to choose)",
+               f.path());
     pre = "default";
   }
   const tok::PreTokenizerSpec* spec = tok::find_pretokenizer_spec(pre);
   if (!spec)
-    fail("tokenizer: {}: unknown pre-tokenizer '{}' (tokenizer.ggml.pre); known: {}; override with --tokenizer-pre NAME",
-         f.path(), pre, tok::pretokenizer_names());
+    fail(
+        "tokenizer: {}: unknown pre-tokenizer '{}' (tokenizer.ggml.pre); known: {}; override with --tokenizer-pre NAME",
+        f.path(), pre, tok::pretokenizer_names());
   t->pre_ = std::make_unique<tok::PreTokenizer>(*spec);
   im.ignore_merges = spec->ignore_merges;
-  t->add_bos_ = v.has_add_bos ? v.add_bos : spec->add_bos;
+  t->add_bos_ = v.has_add_bos ? v.add_bos : spec->add_bos && v.bos >= 0;  // a default needs a bos id
   t->add_eos_ = v.has_add_eos && v.add_eos;
-  if (t->add_bos_ && v.bos < 0) fail("tokenizer: {}: add_bos_token is true but {} is not set", f.path(), gguf_key::kBosId);
-  if (t->add_eos_ && v.eos < 0) fail("tokenizer: {}: add_eos_token is true but {} is not set", f.path(), gguf_key::kEosId);
+  if (t->add_bos_ && v.bos < 0)
+    fail("tokenizer: {}: add_bos_token is true but {} is not set", f.path(), gguf_key::kBosId);
+  if (t->add_eos_ && v.eos < 0)
+    fail("tokenizer: {}: add_eos_token is true but {} is not set", f.path(), gguf_key::kEosId);
 
   const size_t n = v.size();
   im.text_to_id.reserve(n);
@@ -173,7 +177,8 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& f, const Tokeniz
     log().debug("tokenizer: {}: no tokens for {} bytes that never occur in valid UTF-8", f.path(), n_missing);
 
   // Merges "left right" → (rank, merged id). Entries naming unknown tokens are skipped.
-  if (v.merges.empty()) fail("tokenizer: {}: {} is missing or empty; byte-level BPE needs merges", f.path(), gguf_key::kMerges);
+  if (v.merges.empty())
+    fail("tokenizer: {}: {} is missing or empty; byte-level BPE needs merges", f.path(), gguf_key::kMerges);
   im.merges.reserve(v.merges.size());
   size_t n_bad = 0;
   std::string joined;
@@ -194,7 +199,9 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& f, const Tokeniz
     }
     im.merges.insert(l->second, rr->second, static_cast<int32_t>(r), j->second);
   }
-  if (n_bad) log().warn("tokenizer: {}: skipped {} of {} merges that name tokens not in the vocabulary", f.path(), n_bad, v.merges.size());
+  if (n_bad)
+    log().warn("tokenizer: {}: skipped {} of {} merges that name tokens not in the vocabulary", f.path(), n_bad,
+               v.merges.size());
   v.merges.clear();
   v.merges.shrink_to_fit();
 
@@ -202,7 +209,8 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& f, const Tokeniz
     if (id >= 0) im.eog.push_back(id);
   if (v.eot < 0)
     for (std::string_view s : kEogTexts)
-      if (auto it = im.text_to_id.find(s); it != im.text_to_id.end() && im.special[it->second]) im.eog.push_back(it->second);
+      if (auto it = im.text_to_id.find(s); it != im.text_to_id.end() && im.special[it->second])
+        im.eog.push_back(it->second);
   return t;
 }
 

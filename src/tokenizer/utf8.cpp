@@ -5,18 +5,18 @@ namespace mla::tok {
 Utf8Step utf8_step(const unsigned char* s, size_t n) {
   const unsigned char b0 = s[0];
   if (b0 < 0x80) return {Utf8Kind::VALID, 1};
-  size_t need;                 // continuation bytes after the lead
+  size_t need;                         // continuation bytes after the lead
   unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the first continuation byte
   if (b0 >= 0xC2 && b0 <= 0xDF) {
     need = 1;
   } else if (b0 >= 0xE0 && b0 <= 0xEF) {
     need = 2;
-    if (b0 == 0xE0) lo = 0xA0;   // no overlong forms
-    if (b0 == 0xED) hi = 0x9F;   // no surrogates
+    if (b0 == 0xE0) lo = 0xA0;  // no overlong forms
+    if (b0 == 0xED) hi = 0x9F;  // no surrogates
   } else if (b0 >= 0xF0 && b0 <= 0xF4) {
     need = 3;
-    if (b0 == 0xF0) lo = 0x90;   // no overlong forms
-    if (b0 == 0xF4) hi = 0x8F;   // nothing above U+10FFFF
+    if (b0 == 0xF0) lo = 0x90;  // no overlong forms
+    if (b0 == 0xF4) hi = 0x8F;  // nothing above U+10FFFF
   } else {
     return {Utf8Kind::INVALID, 1};  // 80..BF, C0, C1, F5..FF never start a sequence
   }

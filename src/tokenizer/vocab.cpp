@@ -1,6 +1,5 @@
 #include "tokenizer/vocab.h"
 
-
 #include "gguf/gguf.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -35,7 +34,8 @@ Vocab Vocab::from_gguf(const GgufFile& f) {
   const GgufArray& tokens = string_array(f, gguf_key::kTokens);
   const size_t n = tokens.items.size();
   if (n == 0) fail("tokenizer: {} is empty", gguf_key::kTokens);
-  if (n > static_cast<size_t>(INT32_MAX)) fail("tokenizer: {} has {} entries, more than token ids can address", gguf_key::kTokens, n);
+  if (n > static_cast<size_t>(INT32_MAX))
+    fail("tokenizer: {} has {} entries, more than token ids can address", gguf_key::kTokens, n);
   v.texts.reserve(n);
   for (const auto& t : tokens.items) v.texts.push_back(t.as_string());
 

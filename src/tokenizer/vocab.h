@@ -13,7 +13,7 @@ using TokenId = int32_t;
 // tokenizer.ggml.token_type values (llama.cpp / gguf-py TokenType).
 enum class TokenType : int32_t {
   UNDEFINED = 0,
-  NORMAL = 1,        // byte-level BPE text; decodes through the GPT-2 byte map
+  NORMAL = 1,  // byte-level BPE text; decodes through the GPT-2 byte map
   UNKNOWN = 2,
   CONTROL = 3,       // special token (BOS, EOS, role markers): text matched only when parsing specials
   USER_DEFINED = 4,  // added token: raw text, always matched before BPE
@@ -46,11 +46,12 @@ struct Vocab {
   std::string pre;                  // tokenizer.ggml.pre as stored ("" when absent)
   std::vector<std::string> texts;   // per id, as stored: byte-level text for NORMAL tokens
   std::vector<TokenType> types;     // per id
-  std::vector<std::string> merges;  // "left right" in rank order (byte-level text)
+  std::vector<std::string> merges;  // "left right" in rank order (byte-level text); the Tokenizer
+                                    // empties it once its merge table is built
   TokenId bos = -1, eos = -1, eot = -1, eom = -1, unk = -1, sep = -1, pad = -1, mask = -1;
   bool has_add_bos = false, add_bos = false;  // has_*: the key was present
   bool has_add_eos = false, add_eos = false;
-  std::string chat_template;        // "" when absent
+  std::string chat_template;  // "" when absent
 
   size_t size() const { return texts.size(); }
 

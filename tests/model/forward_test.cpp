@@ -99,14 +99,18 @@ TEST(Deepseek2Forward, BatchChunkingAndThreadsDoNotChangeBits) {
     std::vector<float> got(kPrompt.size() * V);
     auto two_seq_batch = [&](size_t a_begin, size_t a_end, int b_len) {
       BatchMeta bm;
-      SeqMeta sb{0, b_len, b_len, 0, 0, MlaPath::Mha};
+      SeqMeta sb{.query_start = 0, .query_len = b_len, .context_len = b_len, .slots_start = 0, .path = MlaPath::Mha};
       for (int i = 0; i < b_len; ++i) {
         bm.token_ids.push_back(other[i]);
         bm.positions.push_back(i);
         bm.slot_mapping.push_back(50 + i);
         bm.context_slots.push_back(50 + i);
       }
-      SeqMeta sa{b_len, static_cast<int32_t>(a_end - a_begin), static_cast<int32_t>(a_end), b_len, 0, MlaPath::Mha};
+      SeqMeta sa{.query_start = b_len,
+                 .query_len = static_cast<int32_t>(a_end - a_begin),
+                 .context_len = static_cast<int32_t>(a_end),
+                 .slots_start = b_len,
+                 .path = MlaPath::Mha};
       for (size_t i = a_begin; i < a_end; ++i) {
         bm.token_ids.push_back(kPrompt[i]);
         bm.positions.push_back(static_cast<int32_t>(i));

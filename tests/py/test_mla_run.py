@@ -51,11 +51,11 @@ def test_synth_with_deepseek_v2_vocab_runs_and_inspects(tmp_path):
     assert re.search(r"latent cache row\s+80 floats", info)
     assert f"vocabulary                   {n_vocab}" in info
 
-    res = json.loads(mla("run", "-m", out, "--tokens", "1,2,3,4,5,6,7,8", "-n", "8", "--json").stdout)
+    res = json.loads(mla("run", "-m", out, "--tokens", "1,2,3,4,5,6,7,8", "-n", "8", "--json", "--ignore-eos").stdout)
     assert len(res["continuation"]) == 8
     assert all(0 <= x < n_vocab for x in res["continuation"])
     assert res["prefill_tokens_per_second"] > 0 and res["decode_tokens_per_second"] > 0
-    text = mla("run", "-m", out, "--tokens", "1,2,3", "-n", "4").stdout
+    text = mla("run", "-m", out, "--tokens", "1,2,3", "-n", "4", "--ignore-eos").stdout
     assert re.search(r"^continuation ids: \d+ \d+ \d+ \d+$", text, re.M)
     assert re.search(r"^prefill: 3 tokens in .* tokens/s\)$", text, re.M)
     assert re.search(r"^decode:  3 tokens in .* tokens/s\)$", text, re.M)
@@ -72,7 +72,8 @@ def test_paths_and_layouts_agree_through_cli(tmp_path):
     for f in (split, fused):
         for p in ("mha", "mqa"):
             dump = tmp_path / f"{f.stem}-{p}.f32"
-            mla("run", "-m", f, "--tokens", "5,9,200,31,7", "-n", "4", "--mla-path", p, "--dump-logits", dump)
+            mla("run", "-m", f, "--tokens", "5,9,200,31,7", "-n", "4", "--mla-path", p, "--dump-logits", dump,
+                "--kv-cache-dtype", "f32", "--ignore-eos")
             logits[(f.stem, p)] = np.fromfile(dump, dtype="<f4")
     ref = logits[("split", "mha")]
     assert ref.size == 8 * 512
@@ -98,4 +99,4 @@ def test_synth_json_config_and_errors(tmp_path):
     bad = mla("run", "-m", out, "--tokens", "1,x", check=False)
     assert bad.returncode != 0 and "'x' is not a non-negative token id" in bad.stderr
     bad = mla("run", "-m", out, "--tokens", "999999", check=False)
-    assert bad.returncode != 0 and "token id 999999 at row 0 outside the vocabulary" in bad.stderr
+    assert bad.returncode != 0 and "prompt token 999999 at position 0 is out of range" in bad.stderr

@@ -56,7 +56,9 @@ def model_files(tmp_path_factory):
 
 def run_mla(model_path, tokens, n_predict, path, dump, extra=()):
     cmd = [MLA, "run", "-m", str(model_path), "--tokens", ",".join(map(str, tokens)), "-n", str(n_predict),
-           "--mla-path", path, "--dump-logits", str(dump), "--json", "--threads", "2", *extra]
+           "--mla-path", path, "--dump-logits", str(dump), "--json", "--threads", "2",
+           # The reference is F32 throughout and does not stop at EOS.
+           "--kv-cache-dtype", "f32", "--ignore-eos", *extra]
     r = subprocess.run(cmd, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout), r.stderr

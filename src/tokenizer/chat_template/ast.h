@@ -73,13 +73,15 @@ struct DictExpr : Expr {
 };
 
 struct GetAttrExpr : Expr {
-  GetAttrExpr(Pos p, ExprPtr o, std::string a) : Expr(ExprKind::ExprKind_getattr, p), obj(std::move(o)), attr(std::move(a)) {}
+  GetAttrExpr(Pos p, ExprPtr o, std::string a)
+      : Expr(ExprKind::ExprKind_getattr, p), obj(std::move(o)), attr(std::move(a)) {}
   ExprPtr obj;
   std::string attr;
 };
 
 struct GetItemExpr : Expr {
-  GetItemExpr(Pos p, ExprPtr o, ExprPtr k) : Expr(ExprKind::ExprKind_getitem, p), obj(std::move(o)), key(std::move(k)) {}
+  GetItemExpr(Pos p, ExprPtr o, ExprPtr k)
+      : Expr(ExprKind::ExprKind_getitem, p), obj(std::move(o)), key(std::move(k)) {}
   ExprPtr obj, key;
 };
 
@@ -144,7 +146,16 @@ struct ConcatExpr : Expr {
   std::vector<ExprPtr> items;
 };
 
-enum class CompareOp : uint8_t { CompareOp_eq, CompareOp_ne, CompareOp_lt, CompareOp_le, CompareOp_gt, CompareOp_ge, CompareOp_in, CompareOp_notin };
+enum class CompareOp : uint8_t {
+  CompareOp_eq,
+  CompareOp_ne,
+  CompareOp_lt,
+  CompareOp_le,
+  CompareOp_gt,
+  CompareOp_ge,
+  CompareOp_in,
+  CompareOp_notin
+};
 struct CompareExpr : Expr {
   CompareExpr(Pos p, ExprPtr f) : Expr(ExprKind::ExprKind_compare, p), first(std::move(f)) {}
   ExprPtr first;

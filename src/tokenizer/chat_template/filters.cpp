@@ -35,7 +35,7 @@ std::vector<Value> attr_parts(const Value& attribute) {
   std::vector<Value> parts;
   for (auto& p : py::split(attribute.as_string(), std::string("."), -1)) {
     bool digits = !p.empty() && std::all_of(p.begin(), p.end(), [](char c) { return c >= '0' && c <= '9'; });
-    parts.push_back(digits ? Value::integer(std::stoll(p)) : Value::string(p));
+    parts.push_back(digits ? Value::integer(py::digits_value(p)) : Value::string(p));
   }
   return parts;
 }
@@ -86,21 +86,23 @@ Value f_attr(Interpreter& in, const Value& v, CallArgs& a) {
 Value f_batch(Interpreter&, const Value& v, CallArgs& a) {
   auto p = bind_args("batch", a, {{"linecount", k_required}, {"fill_with", none()}});
   if (!p[0].is_integral()) throw Error("batch(): linecount must be an integer");
-  int64_t n = p[0].as_int();
-  std::vector<Value> out, tmp;
-  for (auto& item : v.iterate()) {
-    if (static_cast<int64_t>(tmp.size()) == n) {
-      out.push_back(Value::list(std::move(tmp)));
-      tmp.clear();
+  return Value::lazy_iterator([v, p] {
+    int64_t n = p[0].as_int();
+    std::vector<Value> out, tmp;
+    for (auto& item : v.iterate()) {
+      if (static_cast<int64_t>(tmp.size()) == n) {
+        out.push_back(Value::list(std::move(tmp)));
+        tmp.clear();
+      }
+      tmp.push_back(std::move(item));
     }
-    tmp.push_back(std::move(item));
-  }
-  if (!tmp.empty()) {
-    if (!p[1].is_none())
-      while (static_cast<int64_t>(tmp.size()) < n) tmp.push_back(p[1]);
-    out.push_back(Value::list(std::move(tmp)));
-  }
-  return Value::iterator(std::move(out));
+    if (!tmp.empty()) {
+      if (!p[1].is_none())
+        while (static_cast<int64_t>(tmp.size()) < n) tmp.push_back(p[1]);
+      out.push_back(Value::list(std::move(tmp)));
+    }
+    return out;
+  });
 }
 
 Value f_capitalize(Interpreter&, const Value& v, CallArgs& a) {
@@ -145,12 +147,23 @@ Value f_escape(Interpreter&, const Value& v, CallArgs& a) {
   std::string out;
   for (char c : text(v)) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out.push_back(c);
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out.push_back(c);
     }
   }
   return Value::string(std::move(out));
@@ -160,6 +173,10 @@ Value f_first(Interpreter&, const Value& v, CallArgs& a) {
   bind_args("first", a, {});
   if (v.is_seq(SeqKind::SeqKind_iterator)) {
     SeqData& s = v.seq_data();
+    if (s.pending) {
+      s.items = v.iterate();
+      s.consumed = false;
+    }
     if (s.consumed || s.items.empty()) return Value::undefined("No first item, sequence was empty.");
     Value first = s.items.front();
     s.items.erase(s.items.begin());  // the rest stays available, as with next() on a generator
@@ -200,7 +217,8 @@ std::optional<double> parse_float(const std::string& s) {
     return lower[0] == '-' ? -x : x;
   }
   for (char c : body)
-    if (!(std::isdigit(static_cast<unsigned char>(c)) || c == '.' || c == 'e' || c == '+' || c == '-')) return std::nullopt;
+    if (!(std::isdigit(static_cast<unsigned char>(c)) || c == '.' || c == 'e' || c == '+' || c == '-'))
+      return std::nullopt;
   char* end = nullptr;
   double x = std::strtod(clean.c_str(), &end);
   if (end != clean.c_str() + clean.size()) return std::nullopt;
@@ -267,7 +285,8 @@ Value f_float(Interpreter&, const Value& v, CallArgs& a) {
 }
 
 Value f_format(Interpreter&, const Value& v, CallArgs& a) {
-  if (!a.args.empty() && !a.kwargs.empty()) throw Error("can't handle positional and keyword arguments at the same time");
+  if (!a.args.empty() && !a.kwargs.empty())
+    throw Error("can't handle positional and keyword arguments at the same time");
   if (!a.kwargs.empty()) {
     auto d = std::make_shared<DictData>();
     for (auto& [k, x] : a.kwargs) d->set(Value::string(k), x);
@@ -282,7 +301,8 @@ Value f_indent(Interpreter&, const Value& v, CallArgs& a) {
   if (p[0].is_string()) {
     indention = p[0].as_string();
   } else {
-    if (!p[0].is_integral()) throw Error(fmt::format("can't multiply sequence by non-int of type '{}'", p[0].type_name()));
+    if (!p[0].is_integral())
+      throw Error(fmt::format("can't multiply sequence by non-int of type '{}'", p[0].type_name()));
     indention.assign(static_cast<size_t>(std::max<int64_t>(0, p[0].as_int())), ' ');
   }
   if (v.is_undefined()) v.throw_undefined();
@@ -301,11 +321,13 @@ Value f_indent(Interpreter&, const Value& v, CallArgs& a) {
 
 Value f_items(Interpreter&, const Value& v, CallArgs& a) {
   bind_args("items", a, {});
-  if (v.is_undefined()) return Value::iterator({});
-  if (!v.is_dict()) throw Error("Can only get item pairs from a mapping.");
-  std::vector<Value> out;
-  for (const auto& [k, x] : v.dict_data().items) out.push_back(Value::tuple({k, x}));
-  return Value::iterator(std::move(out));
+  return Value::lazy_iterator([v] {
+    std::vector<Value> out;
+    if (v.is_undefined()) return out;
+    if (!v.is_dict()) throw Error("Can only get item pairs from a mapping.");
+    for (const auto& [k, x] : v.dict_data().items) out.push_back(Value::tuple({k, x}));
+    return out;
+  });
 }
 
 Value f_join(Interpreter& in, const Value& v, CallArgs& a) {
@@ -341,24 +363,29 @@ Value f_upper(Interpreter&, const Value& v, CallArgs& a) {
 }
 
 Value f_map(Interpreter& in, const Value& v, CallArgs& a) {
-  std::vector<Value> out;
-  bool by_attribute = a.args.empty() && std::any_of(a.kwargs.begin(), a.kwargs.end(), [](const auto& kv) { return kv.first == "attribute"; });
+  bool by_attribute = a.args.empty() && std::any_of(a.kwargs.begin(), a.kwargs.end(),
+                                                    [](const auto& kv) { return kv.first == "attribute"; });
   if (by_attribute) {
     auto p = bind_args("map", a, {{"attribute", k_required}, {"default", none()}});
-    std::vector<Value> parts = attr_parts(p[0]);
-    for (const auto& item : v.iterate()) out.push_back(get_path(in, item, parts, &p[1]));
-    return Value::iterator(std::move(out));
+    return Value::lazy_iterator([&in, v, p] {
+      std::vector<Value> out, parts = attr_parts(p[0]);
+      for (const auto& item : v.iterate()) out.push_back(get_path(in, item, parts, &p[1]));
+      return out;
+    });
   }
   if (a.args.empty()) throw Error("map requires a filter argument");
   std::string name = text(a.args[0]);
   CallArgs rest;
   rest.args.assign(a.args.begin() + 1, a.args.end());
   rest.kwargs = a.kwargs;
-  for (const auto& item : v.iterate()) {
-    CallArgs each = rest;
-    out.push_back(in.apply_filter(name, item, each));
-  }
-  return Value::iterator(std::move(out));
+  return Value::lazy_iterator([&in, v, name, rest] {
+    std::vector<Value> out;
+    for (const auto& item : v.iterate()) {
+      CallArgs each = rest;
+      out.push_back(in.apply_filter(name, item, each));
+    }
+    return out;
+  });
 }
 
 Value min_max(Interpreter& in, const Value& v, CallArgs& a, bool is_max) {
@@ -400,19 +427,21 @@ Value select_reject(Interpreter& in, const Value& v, CallArgs& a, bool lookup_at
     test_args.args.assign(a.args.begin() + static_cast<ptrdiff_t>(off) + 1, a.args.end());
   }
   test_args.kwargs = a.kwargs;
-  std::vector<Value> out;
-  for (const auto& item : v.iterate()) {
-    Value x = lookup_attr ? get_path(in, item, parts) : item;
-    bool ok;
-    if (test) {
-      CallArgs each = test_args;
-      ok = in.apply_test(*test, x, each);
-    } else {
-      ok = x.truthy();
+  return Value::lazy_iterator([&in, v, parts, test, test_args, lookup_attr, keep_if] {
+    std::vector<Value> out;
+    for (const auto& item : v.iterate()) {
+      Value x = lookup_attr ? get_path(in, item, parts) : item;
+      bool ok;
+      if (test) {
+        CallArgs each = test_args;
+        ok = in.apply_test(*test, x, each);
+      } else {
+        ok = x.truthy();
+      }
+      if (ok == keep_if) out.push_back(item);
     }
-    if (ok == keep_if) out.push_back(item);
-  }
-  return Value::iterator(std::move(out));
+    return out;
+  });
 }
 Value f_select(Interpreter& in, const Value& v, CallArgs& a) { return select_reject(in, v, a, false, true); }
 Value f_reject(Interpreter& in, const Value& v, CallArgs& a) { return select_reject(in, v, a, false, false); }
@@ -423,7 +452,8 @@ Value f_replace(Interpreter&, const Value& v, CallArgs& a) {
   auto p = bind_args("replace", a, {{"old", k_required}, {"new", k_required}, {"count", none()}});
   int64_t count = -1;
   if (!p[2].is_none()) {
-    if (!p[2].is_integral()) throw Error(fmt::format("'{}' object cannot be interpreted as an integer", p[2].type_name()));
+    if (!p[2].is_integral())
+      throw Error(fmt::format("'{}' object cannot be interpreted as an integer", p[2].type_name()));
     count = p[2].as_int();
   }
   return Value::string(py::replace(text(v), text(p[0]), text(p[1]), count));
@@ -462,7 +492,8 @@ Value f_round(Interpreter&, const Value& v, CallArgs& a) {
   if (method != "common" && method != "ceil" && method != "floor") throw Error("method must be common, ceil or floor");
   if (v.is_undefined()) v.throw_undefined();
   if (!v.is_number()) throw Error(fmt::format("type {} doesn't define __round__ method", v.type_name()));
-  if (!p[0].is_integral()) throw Error(fmt::format("'{}' object cannot be interpreted as an integer", p[0].type_name()));
+  if (!p[0].is_integral())
+    throw Error(fmt::format("'{}' object cannot be interpreted as an integer", p[0].type_name()));
   int64_t prec = p[0].as_int();
   if (method == "common") {
     if (v.is_integral()) {
@@ -482,10 +513,12 @@ Value f_safe(Interpreter&, const Value& v, CallArgs& a) {
 }
 
 Value f_sort(Interpreter& in, const Value& v, CallArgs& a) {
-  auto p = bind_args("sort", a, {{"reverse", boolean(false)}, {"case_sensitive", boolean(false)}, {"attribute", none()}});
+  auto p =
+      bind_args("sort", a, {{"reverse", boolean(false)}, {"case_sensitive", boolean(false)}, {"attribute", none()}});
   std::vector<std::vector<Value>> paths;
   if (p[2].is_string()) {
-    for (auto& part : py::split(p[2].as_string(), std::string(","), -1)) paths.push_back(attr_parts(Value::string(part)));
+    for (auto& part : py::split(p[2].as_string(), std::string(","), -1))
+      paths.push_back(attr_parts(Value::string(part)));
   } else {
     paths.push_back(attr_parts(p[2]));
   }
@@ -541,8 +574,9 @@ Value f_title(Interpreter&, const Value& v, CallArgs& a) {
 }
 
 Value f_tojson(Interpreter&, const Value& v, CallArgs& a) {
-  auto p = bind_args("tojson", a,
-                     {{"ensure_ascii", boolean(false)}, {"indent", none()}, {"separators", none()}, {"sort_keys", boolean(false)}});
+  auto p = bind_args(
+      "tojson", a,
+      {{"ensure_ascii", boolean(false)}, {"indent", none()}, {"separators", none()}, {"sort_keys", boolean(false)}});
   JsonDumpOptions opt;
   opt.ensure_ascii = p[0].truthy();
   if (p[1].is_string()) {
@@ -573,11 +607,21 @@ Value f_trim(Interpreter&, const Value& v, CallArgs& a) {
 }
 
 Value f_truncate(Interpreter&, const Value& v, CallArgs& a) {
-  auto p = bind_args("truncate", a, {{"length", integer(255)}, {"killwords", boolean(false)}, {"end", Value::string("...")}, {"leeway", none()}});
+  auto p = bind_args(
+      "truncate", a,
+      {{"length", integer(255)}, {"killwords", boolean(false)}, {"end", Value::string("...")}, {"leeway", none()}});
+  if (!p[0].is_integral() || !(p[3].is_none() || p[3].is_integral()))
+    throw Error("truncate(): length and leeway must be integers");
   int64_t length = p[0].as_int(), leeway = p[3].is_none() ? 5 : p[3].as_int();
-  std::u32string s = py::decode(text(v)), end = py::decode(text(p[2]));
-  if (length < static_cast<int64_t>(end.size())) throw Error(fmt::format("expected length >= {}, got {}", end.size(), length));
-  if (static_cast<int64_t>(s.size()) <= length + leeway) return Value::string(py::encode(s));
+  std::u32string end = py::decode(text(p[2]));
+  if (length < static_cast<int64_t>(end.size()))
+    throw Error(fmt::format("expected length >= {}, got {}", end.size(), length));
+  if (!v.is_string()) {  // jinja2 takes len() of whatever it gets and slices it
+    if (static_cast<int64_t>(v.len()) <= length + leeway) return v;
+    throw Error(fmt::format("'{}' object has no attribute 'rsplit'", v.type_name()));
+  }
+  std::u32string s = py::decode(v.as_string());
+  if (static_cast<int64_t>(s.size()) <= length + leeway) return v;
   std::u32string head = s.substr(0, static_cast<size_t>(length) - end.size());
   if (!p[1].truthy()) {
     size_t sp = head.rfind(U' ');
@@ -588,18 +632,20 @@ Value f_truncate(Interpreter&, const Value& v, CallArgs& a) {
 
 Value f_unique(Interpreter& in, const Value& v, CallArgs& a) {
   auto p = bind_args("unique", a, {{"case_sensitive", boolean(false)}, {"attribute", none()}});
-  std::vector<Value> parts = attr_parts(p[1]);
-  std::vector<Value> seen, out;
-  for (auto& item : v.iterate()) {
-    Value key = get_path(in, item, parts);
-    if (!p[0].truthy()) key = ignore_case(key);
-    check_hashable(key);
-    if (std::none_of(seen.begin(), seen.end(), [&](const Value& s) { return py_eq(s, key); })) {
-      seen.push_back(key);
-      out.push_back(std::move(item));
+  return Value::lazy_iterator([&in, v, p] {
+    std::vector<Value> parts = attr_parts(p[1]);
+    std::vector<Value> seen, out;
+    for (auto& item : v.iterate()) {
+      Value key = get_path(in, item, parts);
+      if (!p[0].truthy()) key = ignore_case(key);
+      check_hashable(key);
+      if (std::none_of(seen.begin(), seen.end(), [&](const Value& s) { return py_eq(s, key); })) {
+        seen.push_back(key);
+        out.push_back(std::move(item));
+      }
     }
-  }
-  return Value::iterator(std::move(out));
+    return out;
+  });
 }
 
 Value f_wordcount(Interpreter&, const Value& v, CallArgs& a) {

@@ -1,12 +1,13 @@
 // Python string formatting: printf-style `fmt % args` and str.format() with the format-spec
 // mini-language ([[fill]align][sign][#][0][width][,|_][.precision][type]).
+#include "tokenizer/chat_template/format.h"
+
 #include <fmt/format.h>
 
 #include <cmath>
 #include <cstdio>
 
 #include "tokenizer/chat_template/builtins.h"
-#include "tokenizer/chat_template/format.h"
 #include "tokenizer/chat_template/pystr.h"
 
 namespace mla::jinja {
@@ -35,8 +36,10 @@ std::string format_float(double x, char type, std::optional<int> precision, bool
     case 'e':
     case 'E':
     case 'f':
-    case 'F': return c_format_prec(type, precision.value_or(6), x);
-    case '%': return c_format_prec('f', precision.value_or(6), x * 100) + "%";
+    case 'F':
+      return c_format_prec(type, precision.value_or(6), x);
+    case '%':
+      return c_format_prec('f', precision.value_or(6), x * 100) + "%";
     case 'g':
     case 'G': {
       std::string spec = fmt::format("%{}.{}{}", alternate ? "#" : "", precision.value_or(6), type);
@@ -117,7 +120,8 @@ std::string format_value(const Value& v, std::string_view spec) {
   if (v.is_string() || (!numeric && (type == 0 || type == 's'))) {
     if (type != 0 && type != 's')
       throw Error(fmt::format("Unknown format code '{}' for object of type '{}'", type, v.type_name()));
-    if (!v.is_string() && !spec.empty() && !numeric) throw Error(fmt::format("unsupported format string passed to {}.__format__", v.type_name()));
+    if (!v.is_string() && !spec.empty() && !numeric)
+      throw Error(fmt::format("unsupported format string passed to {}.__format__", v.type_name()));
     if (sign) throw Error("Sign not allowed in string format specifier");
     if (align == '=') throw Error("'=' alignment not allowed in string format specifier");
     std::u32string text = py::decode(v.str());
@@ -136,10 +140,22 @@ std::string format_value(const Value& v, std::string_view spec) {
       uint64_t mag = x < 0 ? 0 - static_cast<uint64_t>(x) : static_cast<uint64_t>(x);
       if (x < 0) prefix = "-";
       switch (type) {
-        case 'b': body = fmt::format("{:b}", mag); if (alternate) prefix += "0b"; break;
-        case 'o': body = fmt::format("{:o}", mag); if (alternate) prefix += "0o"; break;
-        case 'x': body = fmt::format("{:x}", mag); if (alternate) prefix += "0x"; break;
-        case 'X': body = fmt::format("{:X}", mag); if (alternate) prefix += "0X"; break;
+        case 'b':
+          body = fmt::format("{:b}", mag);
+          if (alternate) prefix += "0b";
+          break;
+        case 'o':
+          body = fmt::format("{:o}", mag);
+          if (alternate) prefix += "0o";
+          break;
+        case 'x':
+          body = fmt::format("{:x}", mag);
+          if (alternate) prefix += "0x";
+          break;
+        case 'X':
+          body = fmt::format("{:X}", mag);
+          if (alternate) prefix += "0X";
+          break;
         case 'c': {
           std::string c;
           py::append_utf8(c, static_cast<char32_t>(x));
@@ -147,9 +163,11 @@ std::string format_value(const Value& v, std::string_view spec) {
           prefix.clear();
           break;
         }
-        default: body = std::to_string(mag);
+        default:
+          body = std::to_string(mag);
       }
-      if (grouping) body = group_digits(body, grouping, (type == 'b' || type == 'o' || type == 'x' || type == 'X') ? 4 : 3);
+      if (grouping)
+        body = group_digits(body, grouping, (type == 'b' || type == 'o' || type == 'x' || type == 'X') ? 4 : 3);
     } else {
       if (v.is_integral() || v.is_float()) {
         if (type != 0 && std::string_view("eEfFgGn%").find(type) == std::string_view::npos)
@@ -184,16 +202,24 @@ std::string format_value(const Value& v, std::string_view spec) {
     return out;
   };
   switch (align) {
-    case '<': return prefix + body + repeat(pad);
-    case '^': return repeat(pad / 2) + prefix + body + repeat(pad - pad / 2);
-    case '=': return prefix + repeat(pad) + body;
-    default: return repeat(pad) + prefix + body;
+    case '<':
+      return prefix + body + repeat(pad);
+    case '^':
+      return repeat(pad / 2) + prefix + body + repeat(pad - pad / 2);
+    case '=':
+      return prefix + repeat(pad) + body;
+    default:
+      return repeat(pad) + prefix + body;
   }
 }
 
 std::string percent_format(const std::string& fmt_s, const Value& args) {
   std::vector<Value> positional;
   const DictData* mapping = nullptr;
+  // Python skips the "not all arguments converted" check for subscriptable right operands
+  // (PyMapping_Check): dicts, lists, ranges and jinja2's Undefined.
+  bool mapping_like = args.is_dict() || args.is_seq(SeqKind::SeqKind_list) || args.is_seq(SeqKind::SeqKind_range) ||
+                      args.is_undefined();
   if (args.is_seq(SeqKind::SeqKind_tuple))
     positional = args.seq_data().items;
   else if (args.is_dict())
@@ -260,7 +286,10 @@ std::string percent_format(const std::string& fmt_s, const Value& args) {
       if (alt) sp += '#';
       if (zero) sp += '0';
       sp += width;
-      if (has_precision) sp += "." + (precision.empty() ? std::string("0") : precision);
+      if (has_precision) {
+        sp += '.';
+        sp += precision.empty() ? std::string("0") : precision;
+      }
       if (type) sp += type;
       return sp;
     };
@@ -270,18 +299,22 @@ std::string percent_format(const std::string& fmt_s, const Value& args) {
       case 'a': {
         std::string text = conv == 's' ? v.str() : v.repr();
         Value sv = Value::string(text);
-        std::string sp;
-        if (align) sp += align;
+        std::string sp(1, align ? align : '>');
         sp += width;
-        if (has_precision) sp += "." + (precision.empty() ? std::string("0") : precision);
+        if (has_precision) {
+          sp += '.';
+          sp += precision.empty() ? std::string("0") : precision;
+        }
         out += format_value(sv, sp);
         break;
       }
       case 'd':
       case 'i':
       case 'u': {
-        if (!v.is_number()) throw Error(fmt::format("%{} format: a real number is required, not {}", conv, v.type_name()));
-        Value iv = v.is_float() ? Value::integer(static_cast<int64_t>(std::trunc(v.as_double()))) : Value::integer(v.as_int());
+        if (!v.is_number())
+          throw Error(fmt::format("%{} format: a real number is required, not {}", conv, v.type_name()));
+        Value iv =
+            v.is_float() ? Value::integer(static_cast<int64_t>(std::trunc(v.as_double()))) : Value::integer(v.as_int());
         has_precision = false;
         out += format_value(iv, build('d'));
         break;
@@ -289,7 +322,8 @@ std::string percent_format(const std::string& fmt_s, const Value& args) {
       case 'x':
       case 'X':
       case 'o': {
-        if (!v.is_integral()) throw Error(fmt::format("%{} format: an integer is required, not {}", conv, v.type_name()));
+        if (!v.is_integral())
+          throw Error(fmt::format("%{} format: an integer is required, not {}", conv, v.type_name()));
         has_precision = false;
         out += format_value(Value::integer(v.as_int()), build(conv));
         break;
@@ -314,10 +348,12 @@ std::string percent_format(const std::string& fmt_s, const Value& args) {
         out += format_value(Value::string(c), std::string(align ? "<" : "") + width);
         break;
       }
-      default: throw Error(fmt::format("unsupported format character '{}'", conv));
+      default:
+        throw Error(fmt::format("unsupported format character '{}'", conv));
     }
   }
-  if (!mapping && next_arg < positional.size()) throw Error("not all arguments converted during string formatting");
+  if (!mapping_like && next_arg < positional.size())
+    throw Error("not all arguments converted during string formatting");
   return out;
 }
 

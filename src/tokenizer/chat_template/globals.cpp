@@ -157,34 +157,51 @@ void NamespaceObject::set_attr(const std::string& name, Value v) { attrs.set(Val
 
 ScopePtr make_globals() {
   auto g = std::make_shared<Scope>();
-  auto add = [&](const char* name, std::function<Value(Interpreter&, CallArgs&)> fn) {
-    g->vars[name] = Value::function(name, "builtin_function_or_method", std::move(fn));
+  // repr: what jinja2 prints for the global itself; empty when that includes a memory address.
+  auto add = [&](const char* name, std::function<Value(Interpreter&, CallArgs&)> fn, const char* repr = "") {
+    auto f = std::make_shared<Function>();
+    f->name = name;
+    f->type_name = "builtin_function_or_method";
+    f->call = std::move(fn);
+    f->repr = repr;
+    g->vars[name] = Value::function(std::move(f));
   };
   add("range", make_range);
-  add("dict", [](Interpreter&, CallArgs& a) { return Value::dict(dict_from_args("dict", a)); });
-  add("namespace", [](Interpreter&, CallArgs& a) {
-    auto ns = std::make_shared<NamespaceObject>();
-    ns->attrs = *dict_from_args("namespace", a);
-    return Value::object(std::move(ns));
-  });
-  add("cycler", [](Interpreter&, CallArgs& a) {
-    if (!a.kwargs.empty()) throw Error("cycler() takes no keyword arguments");
-    if (a.args.empty()) throw Error("at least one item has to be provided");
-    return Value::object(std::make_shared<CyclerObject>(a.args));
-  });
-  add("joiner", [](Interpreter&, CallArgs& a) {
-    auto v = bind_args("joiner", a, {{"sep", Value::string(", ")}});
-    auto used = std::make_shared<bool>(false);
-    std::string sep = v[0].str();
-    return Value::function("joiner", "Joiner", [used, sep](Interpreter&, CallArgs& b) {
-      bind_args("joiner", b, {});
-      if (!*used) {
-        *used = true;
-        return Value::string("");
-      }
-      return Value::string(sep);
-    });
-  });
+  add(
+      "dict", [](Interpreter&, CallArgs& a) { return Value::dict(dict_from_args("dict", a)); }, "<class 'dict'>");
+  add(
+      "namespace",
+      [](Interpreter& in, CallArgs& a) {
+        auto ns = std::make_shared<NamespaceObject>();
+        ns->attrs = *dict_from_args("namespace", a);
+        in.own(ns);
+        return Value::object(std::move(ns));
+      },
+      "<class 'jinja2.utils.Namespace'>");
+  add(
+      "cycler",
+      [](Interpreter&, CallArgs& a) {
+        if (!a.kwargs.empty()) throw Error("cycler() takes no keyword arguments");
+        if (a.args.empty()) throw Error("at least one item has to be provided");
+        return Value::object(std::make_shared<CyclerObject>(a.args));
+      },
+      "<class 'jinja2.utils.Cycler'>");
+  add(
+      "joiner",
+      [](Interpreter&, CallArgs& a) {
+        auto v = bind_args("joiner", a, {{"sep", Value::string(", ")}});
+        auto used = std::make_shared<bool>(false);
+        std::string sep = v[0].str();
+        return Value::function("joiner", "Joiner", [used, sep](Interpreter&, CallArgs& b) {
+          bind_args("joiner", b, {});
+          if (!*used) {
+            *used = true;
+            return Value::string("");
+          }
+          return Value::string(sep);
+        });
+      },
+      "<class 'jinja2.utils.Joiner'>");
   add("lipsum", [](Interpreter&, CallArgs&) -> Value { throw Error("lipsum() is not supported by mla.cpp"); });
   // transformers' chat-template globals
   add("raise_exception", [](Interpreter&, CallArgs& a) -> Value {

@@ -33,6 +33,7 @@ class NamespaceObject : public Object {
   std::string repr() const override;
   bool is_namespace() const override { return true; }
   void set_attr(const std::string& name, Value v) override;
+  void clear() override { attrs.items.clear(); }
   DictData attrs;
 };
 

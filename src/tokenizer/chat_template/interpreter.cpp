@@ -28,21 +28,31 @@ auto at_pos(const Pos& p, F&& f) -> decltype(f()) {
 }  // namespace
 
 const Value* Scope::find(const std::string& name) const {
-  for (const Scope* s = this; s; s = s->parent.get()) {
+  for (const Scope* s = this; s; s = s->parent ? s->parent.get() : s->closure_parent) {
     auto it = s->vars.find(name);
     if (it != s->vars.end()) return &it->second;
   }
   return nullptr;
 }
 
-Interpreter::Interpreter(const RenderOptions& opt) : opt_(opt), globals_(make_globals()) {}
+// The globals hold no per-render state, so every render shares one read-only scope.
+Interpreter::Interpreter(const RenderOptions& opt) : opt_(opt) {
+  static const ScopePtr globals = make_globals();
+  globals_ = globals;
+}
 
-std::string Interpreter::render(const Body& body, const Value& context) {
+Interpreter::~Interpreter() {
+  for (auto& o : owned_) o->clear();
+}
+
+std::string Interpreter::render(const Body& body, const Value& context,
+                                const std::vector<std::string>& root_undefined) {
   auto root = std::make_shared<Scope>();
   root->parent = globals_;
   if (context.is_dict())
     for (const auto& [k, v] : context.dict_data().items)
       if (k.is_string()) root->vars[k.as_string()] = v;
+  for (const auto& name : root_undefined) root->vars[name] = Value::undefined(fmt::format("'{}' is undefined", name));
   std::string out;
   exec_body(body, root, out);
   return out;
@@ -80,7 +90,9 @@ Interpreter::Flow Interpreter::exec(const Stmt& s, const ScopePtr& scope, std::s
           if (eval(*test, scope).truthy()) return exec_body(body, scope, out);
         return exec_body(st.else_body, scope, out);
       }
-      case StmtKind::StmtKind_for: exec_for(static_cast<const ForStmt&>(s), scope, out); return Flow::Flow_normal;
+      case StmtKind::StmtKind_for:
+        exec_for(static_cast<const ForStmt&>(s), scope, out);
+        return Flow::Flow_normal;
       case StmtKind::StmtKind_set: {
         const auto& st = static_cast<const SetStmt&>(s);
         assign(*st.target, eval(*st.value, scope), scope);
@@ -133,8 +145,10 @@ Interpreter::Flow Interpreter::exec(const Stmt& s, const ScopePtr& scope, std::s
         exec_body(static_cast<const ScopeStmt&>(s).body, inner, out);
         return Flow::Flow_normal;
       }
-      case StmtKind::StmtKind_break: return Flow::Flow_break;
-      case StmtKind::StmtKind_continue: return Flow::Flow_continue;
+      case StmtKind::StmtKind_break:
+        return Flow::Flow_break;
+      case StmtKind::StmtKind_continue:
+        return Flow::Flow_continue;
     }
     return Flow::Flow_normal;
   });
@@ -174,7 +188,9 @@ void Interpreter::exec_for(const ForStmt& s, const ScopePtr& scope, std::string&
 
 void Interpreter::assign(const Expr& target, Value v, const ScopePtr& scope) {
   switch (target.kind) {
-    case ExprKind::ExprKind_name: scope->vars[static_cast<const NameExpr&>(target).name] = std::move(v); return;
+    case ExprKind::ExprKind_name:
+      scope->vars[static_cast<const NameExpr&>(target).name] = std::move(v);
+      return;
     case ExprKind::ExprKind_nsref: {
       const auto& ns = static_cast<const NsRefExpr&>(target);
       Value obj = lookup(ns.name, scope);
@@ -194,21 +210,34 @@ void Interpreter::assign(const Expr& target, Value v, const ScopePtr& scope) {
       for (size_t i = 0; i < names.size(); ++i) assign(*names[i], std::move(items[i]), scope);
       return;
     }
-    default: throw Error("can't assign to this expression", target.pos.line, target.pos.column);
+    default:
+      throw Error("can't assign to this expression", target.pos.line, target.pos.column);
   }
 }
 
 Value Interpreter::make_macro(const MacroStmt& m, const ScopePtr& scope) {
   const MacroStmt* macro = &m;
-  ScopePtr closure = scope;
-  return Value::function(m.name, "Macro", [macro, closure](Interpreter& in, CallArgs& args) {
-    return in.call_macro(*macro, closure, args);
-  });
+  Scope* closure = scope.get();
+  macro_scopes_.push_back(scope);
+  auto fn = std::make_shared<Function>();
+  fn->name = m.name;
+  fn->type_name = "Macro";
+  fn->call = [macro, closure](Interpreter& in, CallArgs& args) { return in.call_macro(*macro, closure, args); };
+  fn->repr = fmt::format("<Macro '{}'>", m.name);
+  fn->attrs = std::make_shared<DictData>();
+  std::vector<Value> names;
+  for (const auto& p : m.params) names.push_back(Value::string(p.first));
+  fn->attrs->set(Value::string("name"), Value::string(m.name));
+  fn->attrs->set(Value::string("arguments"), Value::tuple(std::move(names)));
+  fn->attrs->set(Value::string("catch_kwargs"), Value::boolean(m.catch_kwargs));
+  fn->attrs->set(Value::string("catch_varargs"), Value::boolean(m.catch_varargs));
+  fn->attrs->set(Value::string("caller"), Value::boolean(m.uses_caller));
+  return Value::function(std::move(fn));
 }
 
 // Argument binding as jinja2's Macro.__call__: positional first, then keywords by name; extra
 // positional arguments go to `varargs` and extra keywords to `kwargs` only if the body reads them.
-Value Interpreter::call_macro(const MacroStmt& m, const ScopePtr& closure, CallArgs& args) {
+Value Interpreter::call_macro(const MacroStmt& m, Scope* closure, CallArgs& args) {
   if (call_depth_ >= k_max_call_depth) throw Error("maximum recursion depth exceeded in macro calls");
   struct DepthGuard {
     int& d;
@@ -216,7 +245,7 @@ Value Interpreter::call_macro(const MacroStmt& m, const ScopePtr& closure, CallA
   } guard{++call_depth_};
 
   auto scope = std::make_shared<Scope>();
-  scope->parent = closure;
+  scope->closure_parent = closure;
   size_t n_params = m.params.size();
   std::vector<std::optional<Value>> bound(n_params);
   for (size_t i = 0; i < n_params && i < args.args.size(); ++i) bound[i] = args.args[i];
@@ -303,9 +332,12 @@ CallArgs Interpreter::eval_args(const ArgList& a, const ScopePtr& scope) {
 
 Value Interpreter::eval_inner(const Expr& e, const ScopePtr& scope) {
   switch (e.kind) {
-    case ExprKind::ExprKind_const: return static_cast<const ConstExpr&>(e).value;
-    case ExprKind::ExprKind_name: return lookup(static_cast<const NameExpr&>(e).name, scope);
-    case ExprKind::ExprKind_nsref: throw Error("namespace reference used as a value");
+    case ExprKind::ExprKind_const:
+      return static_cast<const ConstExpr&>(e).value;
+    case ExprKind::ExprKind_name:
+      return lookup(static_cast<const NameExpr&>(e).name, scope);
+    case ExprKind::ExprKind_nsref:
+      throw Error("namespace reference used as a value");
     case ExprKind::ExprKind_list:
     case ExprKind::ExprKind_tuple: {
       std::vector<Value> items;
@@ -334,13 +366,12 @@ Value Interpreter::eval_inner(const Expr& e, const ScopePtr& scope) {
           if (!x) return std::nullopt;
           return eval(*x, scope);
         };
-        std::optional<Value> r = slice(obj, part(s.start), part(s.stop), part(s.step));
-        if (r) return *r;
-        return Value::undefined(fmt::format("{} has no element slice", obj.object_type_repr()));
+        return slice(obj, part(s.start), part(s.stop), part(s.step));
       }
       return getitem(obj, eval(*g.key, scope));
     }
-    case ExprKind::ExprKind_slice: throw Error("slice outside of a subscript");
+    case ExprKind::ExprKind_slice:
+      throw Error("slice outside of a subscript");
     case ExprKind::ExprKind_call: {
       const auto& c = static_cast<const CallExpr&>(e);
       Value callee = eval(*c.callee, scope);
@@ -412,6 +443,9 @@ Value Interpreter::getattr(const Value& obj, const std::string& name) {
     if (auto v = obj.object_ref().get_attr(name)) return *v;
     return missing_attr(obj, name);
   }
+  if (obj.is_function() && obj.function_ref().attrs) {
+    if (const Value* v = obj.function_ref().attrs->get(name)) return *v;
+  }
   if (auto m = find_method(obj, name)) return *m;
   if (obj.is_dict()) {
     if (const Value* v = obj.dict_data().get(name)) return *v;
@@ -439,8 +473,7 @@ Value Interpreter::getitem(const Value& obj, const Value& key) {
     if (i < 0) i += n;
     if (i < 0 || i >= n) return fallback();
     if (obj.is_string()) {
-      std::optional<Value> r = slice(obj, Value::integer(i), Value::integer(i + 1), std::nullopt);
-      return *r;
+      return slice(obj, Value::integer(i), Value::integer(i + 1), std::nullopt);
     }
     return obj.seq_data().items[static_cast<size_t>(i)];
   }
@@ -455,13 +488,13 @@ Value Interpreter::call(const Value& callee, CallArgs& args) {
 
 Value Interpreter::apply_filter(const std::string& name, const Value& subject, CallArgs& args) {
   FilterFn f = find_filter(name);
-  if (!f) throw Error(fmt::format("no filter named '{}' found", name));
+  if (!f) throw Error(fmt::format("unknown filter '{}'", name));
   return f(*this, subject, args);
 }
 
 bool Interpreter::apply_test(const std::string& name, const Value& subject, CallArgs& args) {
   TestFn t = find_test(name);
-  if (!t) throw Error(fmt::format("no test named '{}' found", name));
+  if (!t) throw Error(fmt::format("unknown test '{}'", name));
   return t(*this, subject, args);
 }
 

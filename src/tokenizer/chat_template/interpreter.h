@@ -26,6 +26,7 @@ struct RenderOptions {
 
 struct Scope {
   std::shared_ptr<Scope> parent;
+  Scope* closure_parent = nullptr;  // macro call scopes: the defining scope (owned elsewhere)
   std::unordered_map<std::string, Value> vars;
   const Value* find(const std::string& name) const;
 };
@@ -34,9 +35,12 @@ using ScopePtr = std::shared_ptr<Scope>;
 class Interpreter {
  public:
   explicit Interpreter(const RenderOptions& opt);
+  ~Interpreter();  // breaks reference cycles made during the render (see owned_)
 
-  // context: a dict of template variables. Throws jinja::Error (with position when known).
-  std::string render(const Body& body, const Value& context);
+  // context: a dict of template variables. root_undefined: names that start undefined at the
+  // top level whatever the context says (parse.h: root_assigned_first). Throws jinja::Error
+  // (with position when known).
+  std::string render(const Body& body, const Value& context, const std::vector<std::string>& root_undefined = {});
 
   // Python/jinja2 operations the builtins also need.
   Value getattr(const Value& obj, const std::string& name);
@@ -45,6 +49,9 @@ class Interpreter {
   Value apply_filter(const std::string& name, const Value& subject, CallArgs& args);
   bool apply_test(const std::string& name, const Value& subject, CallArgs& args);
   const RenderOptions& options() const { return opt_; }
+  // Mutable objects (namespaces) are the only way values can form reference cycles; the
+  // interpreter owns them and empties them when the render ends.
+  void own(std::shared_ptr<Object> mutable_object) { owned_.push_back(std::move(mutable_object)); }
 
  private:
   enum class Flow { Flow_normal, Flow_break, Flow_continue };
@@ -54,7 +61,7 @@ class Interpreter {
   void exec_for(const ForStmt& s, const ScopePtr& scope, std::string& out);
   void assign(const Expr& target, Value v, const ScopePtr& scope);
   Value make_macro(const MacroStmt& m, const ScopePtr& scope);
-  Value call_macro(const MacroStmt& m, const ScopePtr& closure, CallArgs& args);
+  Value call_macro(const MacroStmt& m, Scope* closure, CallArgs& args);
   // Applies a filter chain whose innermost subject is null to `subject`.
   Value apply_filter_chain(const Expr& chain, Value subject, const ScopePtr& scope);
 
@@ -66,6 +73,10 @@ class Interpreter {
   RenderOptions opt_;
   ScopePtr globals_;
   int call_depth_ = 0;
+  // Scopes that macros close over. Macros hold plain pointers to them (a scope holding the
+  // macro that holds the scope would be a cycle); they live until the render ends.
+  std::vector<ScopePtr> macro_scopes_;
+  std::vector<std::shared_ptr<Object>> owned_;
 };
 
 }  // namespace mla::jinja

@@ -350,17 +350,38 @@ class Lexer {
       }
       char e = raw[++i];
       switch (e) {
-        case '\n': break;  // line continuation
-        case '\\': out.push_back('\\'); break;
-        case '\'': out.push_back('\''); break;
-        case '"': out.push_back('"'); break;
-        case 'a': out.push_back('\a'); break;
-        case 'b': out.push_back('\b'); break;
-        case 'f': out.push_back('\f'); break;
-        case 'n': out.push_back('\n'); break;
-        case 'r': out.push_back('\r'); break;
-        case 't': out.push_back('\t'); break;
-        case 'v': out.push_back('\v'); break;
+        case '\n':
+          break;  // line continuation
+        case '\\':
+          out.push_back('\\');
+          break;
+        case '\'':
+          out.push_back('\'');
+          break;
+        case '"':
+          out.push_back('"');
+          break;
+        case 'a':
+          out.push_back('\a');
+          break;
+        case 'b':
+          out.push_back('\b');
+          break;
+        case 'f':
+          out.push_back('\f');
+          break;
+        case 'n':
+          out.push_back('\n');
+          break;
+        case 'r':
+          out.push_back('\r');
+          break;
+        case 't':
+          out.push_back('\t');
+          break;
+        case 'v':
+          out.push_back('\v');
+          break;
         case 'x':
         case 'u':
         case 'U': {
@@ -376,7 +397,8 @@ class Lexer {
           i += n;
           break;
         }
-        case 'N': fail(p, "\\N{...} escapes are not supported in string literals");
+        case 'N':
+          fail(p, "\\N{...} escapes are not supported in string literals");
         default:
           if (e >= '0' && e <= '7') {
             char32_t cp = static_cast<char32_t>(e - '0');
@@ -444,17 +466,28 @@ std::vector<Token> tokenize(std::string_view source, const LexOptions& opt) {
 
 std::string describe(const Token& t) {
   switch (t.type) {
-    case TokenType::TokenType_data: return "template data / text";
-    case TokenType::TokenType_var_begin: return "begin of print statement";
-    case TokenType::TokenType_var_end: return "end of print statement";
-    case TokenType::TokenType_block_begin: return "begin of statement block";
-    case TokenType::TokenType_block_end: return "end of statement block";
-    case TokenType::TokenType_name: return t.text;
-    case TokenType::TokenType_string: return "string";
-    case TokenType::TokenType_integer: return "integer";
-    case TokenType::TokenType_float: return "float";
-    case TokenType::TokenType_op: return t.text;
-    case TokenType::TokenType_eof: return "end of template";
+    case TokenType::TokenType_data:
+      return "template data / text";
+    case TokenType::TokenType_var_begin:
+      return "begin of print statement";
+    case TokenType::TokenType_var_end:
+      return "end of print statement";
+    case TokenType::TokenType_block_begin:
+      return "begin of statement block";
+    case TokenType::TokenType_block_end:
+      return "end of statement block";
+    case TokenType::TokenType_name:
+      return t.text;
+    case TokenType::TokenType_string:
+      return "string";
+    case TokenType::TokenType_integer:
+      return "integer";
+    case TokenType::TokenType_float:
+      return "float";
+    case TokenType::TokenType_op:
+      return t.text;
+    case TokenType::TokenType_eof:
+      return "end of template";
   }
   return "token";
 }

@@ -34,7 +34,7 @@ struct Token {
 };
 
 struct LexOptions {
-  bool trim_blocks = true;    // transformers' chat-template environment sets both
+  bool trim_blocks = true;  // transformers' chat-template environment sets both
   bool lstrip_blocks = true;
 };
 

@@ -64,7 +64,8 @@ std::optional<int64_t> opt_index(const Value& v) {
 
 int64_t want_int(const Value& v, std::string_view what) {
   if (v.is_undefined()) v.throw_undefined();
-  if (!v.is_integral()) throw Error(fmt::format("{}: '{}' object cannot be interpreted as an integer", what, v.type_name()));
+  if (!v.is_integral())
+    throw Error(fmt::format("{}: '{}' object cannot be interpreted as an integer", what, v.type_name()));
   return v.as_int();
 }
 
@@ -109,7 +110,8 @@ std::string str_format(Interpreter& in, const std::string& f, CallArgs& a) {
     size_t close = s.find(U'}', i);
     if (close == std::u32string::npos) throw Error("expected '}' before end of string");
     std::string field = py::encode(s.substr(i + 1, close - i - 1));
-    if (field.find('{') != std::string::npos) throw Error("nested replacement fields in format specs are not supported");
+    if (field.find('{') != std::string::npos)
+      throw Error("nested replacement fields in format specs are not supported");
     i = close;
     std::string spec, conv;
     if (size_t colon = field.find(':'); colon != std::string::npos) {
@@ -126,13 +128,15 @@ std::string str_format(Interpreter& in, const std::string& f, CallArgs& a) {
     if (head.empty()) {
       if (used_manual) throw Error("cannot switch from manual field specification to automatic field numbering");
       used_auto = true;
-      if (auto_index >= a.args.size()) throw Error(fmt::format("Replacement index {} out of range for positional args tuple", auto_index));
+      if (auto_index >= a.args.size())
+        throw Error(fmt::format("Replacement index {} out of range for positional args tuple", auto_index));
       v = a.args[auto_index++];
     } else if (std::all_of(head.begin(), head.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
       if (used_auto) throw Error("cannot switch from automatic field numbering to manual field specification");
       used_manual = true;
-      size_t k = std::stoul(head);
-      if (k >= a.args.size()) throw Error(fmt::format("Replacement index {} out of range for positional args tuple", k));
+      auto k = static_cast<size_t>(py::digits_value(head));
+      if (k >= a.args.size())
+        throw Error(fmt::format("Replacement index {} out of range for positional args tuple", k));
       v = a.args[k];
     } else {
       auto it = std::find_if(a.kwargs.begin(), a.kwargs.end(), [&](const auto& kv) { return kv.first == head; });
@@ -148,8 +152,9 @@ std::string str_format(Interpreter& in, const std::string& f, CallArgs& a) {
         size_t rb = field.find(']', end);
         if (rb == std::string::npos) throw Error("Missing ']' in format string");
         std::string key = field.substr(end + 1, rb - end - 1);
-        bool digits = !key.empty() && std::all_of(key.begin(), key.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
-        v = in.getitem(v, digits ? Value::integer(std::stoll(key)) : Value::string(key));
+        bool digits =
+            !key.empty() && std::all_of(key.begin(), key.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+        v = in.getitem(v, digits ? Value::integer(py::digits_value(key)) : Value::string(key));
         end = rb + 1;
       }
     }
@@ -173,7 +178,8 @@ bool str_predicate(const std::string& s, const std::string& name) {
   if (name == "isspace") return all(py::is_space);
   if (name == "isascii") return std::all_of(u.begin(), u.end(), [](char32_t c) { return c < 0x80; });
   if (name == "isidentifier")
-    return !u.empty() && !py::is_digit(u[0]) && std::all_of(u.begin(), u.end(), [](char32_t c) { return py::is_word(c); });
+    return !u.empty() && !py::is_digit(u[0]) &&
+           std::all_of(u.begin(), u.end(), [](char32_t c) { return py::is_word(c); });
   bool any_cased = false, ok = true;
   if (name == "islower" || name == "isupper") {
     for (char32_t c : u) {
@@ -216,8 +222,9 @@ std::string pad_str(const std::string& s, int64_t width, const std::string& fill
 std::optional<Value> str_method(const Value& self, const std::string& name) {
   const std::string s = self.as_string();
   auto m = [&](Method fn) { return bound("str", name, std::move(fn)); };
-  static const std::set<std::string> predicates = {"isalnum", "isalpha", "isdigit", "isdecimal", "isnumeric", "isspace",
-                                                   "isascii", "isidentifier", "islower", "isupper", "istitle"};
+  static const std::set<std::string> predicates = {"isalnum",   "isalpha", "isdigit", "isdecimal",
+                                                   "isnumeric", "isspace", "isascii", "isidentifier",
+                                                   "islower",   "isupper", "istitle"};
   if (predicates.count(name))
     return m([s, name](Interpreter&, CallArgs& a) {
       bind_args(name, a, {});
@@ -254,13 +261,14 @@ std::optional<Value> str_method(const Value& self, const std::string& name) {
   if (name == "replace")
     return m([s](Interpreter&, CallArgs& a) {
       auto v = bind_args("replace", a, {{"old", std::nullopt}, {"new", std::nullopt}, {"count", Value::integer(-1)}});
-      return Value::string(
-          py::replace(s, want_str(v[0], "replace() argument 1"), want_str(v[1], "replace() argument 2"), want_int(v[2], "count")));
+      return Value::string(py::replace(s, want_str(v[0], "replace() argument 1"),
+                                       want_str(v[1], "replace() argument 2"), want_int(v[2], "count")));
     });
   if (name == "startswith" || name == "endswith")
     return m([s, name](Interpreter&, CallArgs& a) {
       auto v = bind_args(name, a, {{"prefix", std::nullopt}, {"start", Value::none()}, {"end", Value::none()}});
-      std::vector<Value> options = v[0].is_seq(SeqKind::SeqKind_tuple) ? v[0].seq_data().items : std::vector<Value>{v[0]};
+      std::vector<Value> options =
+          v[0].is_seq(SeqKind::SeqKind_tuple) ? v[0].seq_data().items : std::vector<Value>{v[0]};
       for (const auto& o : options) {
         if (!o.is_string())
           throw Error(fmt::format("{} first arg must be str or a tuple of str, not {}", name, o.type_name()));
@@ -300,14 +308,16 @@ std::optional<Value> str_method(const Value& self, const std::string& name) {
       if (hit == std::string::npos)
         return name == "partition" ? Value::tuple({Value::string(s), Value::string(""), Value::string("")})
                                    : Value::tuple({Value::string(""), Value::string(""), Value::string(s)});
-      return Value::tuple({Value::string(s.substr(0, hit)), Value::string(sep), Value::string(s.substr(hit + sep.size()))});
+      return Value::tuple(
+          {Value::string(s.substr(0, hit)), Value::string(sep), Value::string(s.substr(hit + sep.size()))});
     });
   if (name == "removeprefix" || name == "removesuffix")
     return m([s, name](Interpreter&, CallArgs& a) {
       auto v = bind_args(name, a, {{"affix", std::nullopt}});
       const std::string& x = want_str(v[0], "must be str");
       if (name == "removeprefix" && s.compare(0, x.size(), x) == 0) return Value::string(s.substr(x.size()));
-      if (name == "removesuffix" && !x.empty() && s.size() >= x.size() && s.compare(s.size() - x.size(), x.size(), x) == 0)
+      if (name == "removesuffix" && !x.empty() && s.size() >= x.size() &&
+          s.compare(s.size() - x.size(), x.size(), x) == 0)
         return Value::string(s.substr(0, s.size() - x.size()));
       return Value::string(s);
     });
@@ -327,11 +337,13 @@ std::optional<Value> str_method(const Value& self, const std::string& name) {
       if (!s.empty() && (s[0] == '+' || s[0] == '-')) return Value::string(s.substr(0, 1) + zeros + s.substr(1));
       return Value::string(zeros + s);
     });
-  if (name == "format")
-    return m([s](Interpreter& in, CallArgs& a) { return Value::string(str_format(in, s, a)); });
-  static const std::set<std::string> unsupported = {"encode", "expandtabs", "format_map", "isprintable", "maketrans", "translate"};
+  if (name == "format") return m([s](Interpreter& in, CallArgs& a) { return Value::string(str_format(in, s, a)); });
+  static const std::set<std::string> unsupported = {"encode",      "expandtabs", "format_map",
+                                                    "isprintable", "maketrans",  "translate"};
   if (unsupported.count(name))
-    return m([name](Interpreter&, CallArgs&) -> Value { throw Error(fmt::format("str.{}() is not supported by mla.cpp", name)); });
+    return m([name](Interpreter&, CallArgs&) -> Value {
+      throw Error(fmt::format("str.{}() is not supported by mla.cpp", name));
+    });
   return std::nullopt;
 }
 
@@ -358,7 +370,7 @@ std::optional<Value> dict_method(const Value& self, const std::string& name) {
         else
           out.push_back(name == "keys" ? k : v);
       }
-      SeqKind kind = name == "items" ? SeqKind::SeqKind_dict_items
+      SeqKind kind = name == "items"  ? SeqKind::SeqKind_dict_items
                      : name == "keys" ? SeqKind::SeqKind_dict_keys
                                       : SeqKind::SeqKind_dict_values;
       return Value::seq(std::move(out), kind);
@@ -401,7 +413,8 @@ std::optional<Value> seq_method(const Value& self, const std::string& name) {
         bind_args("copy", a, {});
         return Value::list(data.seq_data().items);
       });
-    static const std::set<std::string> mutating = {"append", "clear", "extend", "insert", "pop", "remove", "reverse", "sort"};
+    static const std::set<std::string> mutating = {"append", "clear",  "extend",  "insert",
+                                                   "pop",    "remove", "reverse", "sort"};
     if (mutating.count(name)) return unsafe(self, name);
   }
   return std::nullopt;

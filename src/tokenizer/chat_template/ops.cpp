@@ -21,14 +21,22 @@ constexpr size_t k_max_result_bytes = size_t{256} << 20;  // refuse "x" * 10**12
 
 const char* op_symbol(BinaryOp op) {
   switch (op) {
-    case BinaryOp::BinaryOp_add: return "+";
-    case BinaryOp::BinaryOp_sub: return "-";
-    case BinaryOp::BinaryOp_mul: return "*";
-    case BinaryOp::BinaryOp_div: return "/";
-    case BinaryOp::BinaryOp_floordiv: return "//";
-    case BinaryOp::BinaryOp_mod: return "%";
-    case BinaryOp::BinaryOp_pow: return "** or pow()";
-    default: return "?";
+    case BinaryOp::BinaryOp_add:
+      return "+";
+    case BinaryOp::BinaryOp_sub:
+      return "-";
+    case BinaryOp::BinaryOp_mul:
+      return "*";
+    case BinaryOp::BinaryOp_div:
+      return "/";
+    case BinaryOp::BinaryOp_floordiv:
+      return "//";
+    case BinaryOp::BinaryOp_mod:
+      return "%";
+    case BinaryOp::BinaryOp_pow:
+      return "** or pow()";
+    default:
+      return "?";
   }
 }
 
@@ -57,8 +65,7 @@ std::pair<double, double> float_divmod(double vx, double wx) {
 Value repeat(const Value& seq, int64_t n) {
   if (n <= 0) return seq.is_string() ? Value::string("") : Value::seq({}, seq.seq_data().kind);
   size_t unit = seq.is_string() ? seq.as_string().size() : seq.seq_data().items.size() * sizeof(Value);
-  if (unit != 0 && static_cast<uint64_t>(n) > k_max_result_bytes / unit)
-    throw Error("repetition result is too large");
+  if (unit != 0 && static_cast<uint64_t>(n) > k_max_result_bytes / unit) throw Error("repetition result is too large");
   if (seq.is_string()) {
     std::string out;
     out.reserve(unit * static_cast<size_t>(n));
@@ -119,13 +126,17 @@ int64_t checked_mul(int64_t a, int64_t b) {
 }
 
 Value binary_op(BinaryOp op, const Value& a, const Value& b) {
+  // str.__mod__ accepts any right operand, an undefined one included
+  if (op == BinaryOp::BinaryOp_mod && a.is_string()) return Value::string(percent_format(a.as_string(), b));
   if (a.is_undefined()) a.throw_undefined();
   if (b.is_undefined()) b.throw_undefined();
   bool nums = a.is_number() && b.is_number();
   bool ints = a.is_integral() && b.is_integral();
   switch (op) {
     case BinaryOp::BinaryOp_add:
-      if (nums) return ints ? Value::integer(checked_add(a.as_int(), b.as_int())) : Value::floating(a.as_double() + b.as_double());
+      if (nums)
+        return ints ? Value::integer(checked_add(a.as_int(), b.as_int()))
+                    : Value::floating(a.as_double() + b.as_double());
       if (a.is_string() && b.is_string()) {
         if (a.as_string().size() + b.as_string().size() > k_max_result_bytes) throw Error("string result is too large");
         return Value::string(a.as_string() + b.as_string());
@@ -136,7 +147,8 @@ Value binary_op(BinaryOp op, const Value& a, const Value& b) {
         return Value::seq(std::move(items), a.seq_data().kind);
       }
       if (a.is_string() || a.is_list_or_tuple())
-        throw Error(fmt::format("can only concatenate {} (not \"{}\") to {}", a.type_name(), b.type_name(), a.type_name()));
+        throw Error(
+            fmt::format("can only concatenate {} (not \"{}\") to {}", a.type_name(), b.type_name(), a.type_name()));
       unsupported("+", a, b);
     case BinaryOp::BinaryOp_sub:
       if (!nums) unsupported("-", a, b);
@@ -147,7 +159,9 @@ Value binary_op(BinaryOp op, const Value& a, const Value& b) {
       }
       return Value::floating(a.as_double() - b.as_double());
     case BinaryOp::BinaryOp_mul:
-      if (nums) return ints ? Value::integer(checked_mul(a.as_int(), b.as_int())) : Value::floating(a.as_double() * b.as_double());
+      if (nums)
+        return ints ? Value::integer(checked_mul(a.as_int(), b.as_int()))
+                    : Value::floating(a.as_double() * b.as_double());
       if ((a.is_string() || a.is_list_or_tuple()) && b.is_integral()) return repeat(a, b.as_int());
       if ((b.is_string() || b.is_list_or_tuple()) && a.is_integral()) return repeat(b, a.as_int());
       if (a.is_string() || a.is_list_or_tuple() || b.is_string() || b.is_list_or_tuple())
@@ -164,7 +178,6 @@ Value binary_op(BinaryOp op, const Value& a, const Value& b) {
       if (b.as_double() == 0) throw Error("float floor division by zero");
       return Value::floating(float_divmod(a.as_double(), b.as_double()).first);
     case BinaryOp::BinaryOp_mod:
-      if (a.is_string()) return Value::string(percent_format(a.as_string(), b));
       if (!nums) unsupported("%", a, b);
       if (ints) return Value::integer(mod_int(a.as_int(), b.as_int()));
       if (b.as_double() == 0) throw Error("float modulo");
@@ -172,7 +185,8 @@ Value binary_op(BinaryOp op, const Value& a, const Value& b) {
     case BinaryOp::BinaryOp_pow:
       if (!nums) unsupported("** or pow()", a, b);
       return power(a, b);
-    default: break;
+    default:
+      break;
   }
   throw Error(fmt::format("unsupported operator {}", op_symbol(op)));
 }
@@ -181,7 +195,8 @@ Value unary_op(UnaryOp op, const Value& a) {
   if (op == UnaryOp::UnaryOp_not) return Value::boolean(!a.truthy());
   if (a.is_undefined()) a.throw_undefined();
   if (!a.is_number())
-    throw Error(fmt::format("bad operand type for unary {}: '{}'", op == UnaryOp::UnaryOp_neg ? "-" : "+", a.type_name()));
+    throw Error(
+        fmt::format("bad operand type for unary {}: '{}'", op == UnaryOp::UnaryOp_neg ? "-" : "+", a.type_name()));
   if (op == UnaryOp::UnaryOp_pos) return a.is_bool() ? Value::integer(a.as_int()) : a;
   if (a.is_float()) return Value::floating(-a.as_double());
   if (a.as_int() == std::numeric_limits<int64_t>::min()) overflow();
@@ -190,40 +205,59 @@ Value unary_op(UnaryOp op, const Value& a) {
 
 bool compare_op(CompareOp op, const Value& a, const Value& b) {
   switch (op) {
-    case CompareOp::CompareOp_eq: return py_eq(a, b);
-    case CompareOp::CompareOp_ne: return !py_eq(a, b);
-    case CompareOp::CompareOp_in: return contains(b, a);
-    case CompareOp::CompareOp_notin: return !contains(b, a);
-    default: break;
+    case CompareOp::CompareOp_eq:
+      return py_eq(a, b);
+    case CompareOp::CompareOp_ne:
+      return !py_eq(a, b);
+    case CompareOp::CompareOp_in:
+      return contains(b, a);
+    case CompareOp::CompareOp_notin:
+      return !contains(b, a);
+    default:
+      break;
   }
   if (a.is_undefined()) a.throw_undefined();
   if (b.is_undefined()) b.throw_undefined();
   if (a.is_number() && b.is_number() && !(a.is_integral() && b.is_integral())) {
     double x = a.as_double(), y = b.as_double();  // NaN compares false both ways, as in Python
     switch (op) {
-      case CompareOp::CompareOp_lt: return x < y;
-      case CompareOp::CompareOp_le: return x <= y;
-      case CompareOp::CompareOp_gt: return x > y;
-      default: return x >= y;
+      case CompareOp::CompareOp_lt:
+        return x < y;
+      case CompareOp::CompareOp_le:
+        return x <= y;
+      case CompareOp::CompareOp_gt:
+        return x > y;
+      default:
+        return x >= y;
     }
   }
   auto check = [&](const char* sym) {
     bool ok = (a.is_number() && b.is_number()) || (a.is_string() && b.is_string()) ||
               (a.is_list_or_tuple() && b.is_list_or_tuple() && a.seq_data().kind == b.seq_data().kind);
     if (!ok)
-      throw Error(fmt::format("'{}' not supported between instances of '{}' and '{}'", sym, a.type_name(), b.type_name()));
+      throw Error(
+          fmt::format("'{}' not supported between instances of '{}' and '{}'", sym, a.type_name(), b.type_name()));
   };
   switch (op) {
-    case CompareOp::CompareOp_lt: check("<"); return py_lt(a, b);
-    case CompareOp::CompareOp_le: check("<="); return py_lt(a, b) || py_eq(a, b);
-    case CompareOp::CompareOp_gt: check(">"); return py_lt(b, a);
-    default: check(">="); return py_lt(b, a) || py_eq(a, b);
+    case CompareOp::CompareOp_lt:
+      check("<");
+      return py_lt(a, b);
+    case CompareOp::CompareOp_le:
+      check("<=");
+      return py_lt(a, b) || py_eq(a, b);
+    case CompareOp::CompareOp_gt:
+      check(">");
+      return py_lt(b, a);
+    default:
+      check(">=");
+      return py_lt(b, a) || py_eq(a, b);
   }
 }
 
 bool contains(const Value& container, const Value& item) {
   switch (container.type()) {
-    case Value::Type::Type_undefined: return false;
+    case Value::Type::Type_undefined:
+      return false;
     case Value::Type::Type_string:
       if (!item.is_string())
         throw Error(fmt::format("'in <string>' requires string as left operand, not {}", item.type_name()));
@@ -234,17 +268,21 @@ bool contains(const Value& container, const Value& item) {
         if (py_eq(x, item)) return true;
       return false;
     }
-    case Value::Type::Type_dict: return container.dict_data().find(item) >= 0;
-    default: break;
+    case Value::Type::Type_dict:
+      return container.dict_data().find(item) >= 0;
+    default:
+      break;
   }
   throw Error(fmt::format("argument of type '{}' is not iterable", container.type_name()));
 }
 
-std::optional<Value> slice(const Value& obj, const std::optional<Value>& start, const std::optional<Value>& stop,
-                           const std::optional<Value>& step) {
+Value slice(const Value& obj, const std::optional<Value>& start, const std::optional<Value>& stop,
+            const std::optional<Value>& step) {
   if (obj.is_undefined()) obj.throw_undefined();
+  // jinja2 compiles slices to Python's obj[a:b:c] directly, so unsliceable objects raise.
+  if (obj.is_dict()) throw Error("unhashable type: 'slice'");
   bool sliceable = obj.is_string() || obj.is_list_or_tuple() || obj.is_seq(SeqKind::SeqKind_range);
-  if (!sliceable) return std::nullopt;
+  if (!sliceable) throw Error(fmt::format("'{}' object is not subscriptable", obj.type_name()));
   auto index_of = [](const std::optional<Value>& v) -> std::optional<int64_t> {
     if (!v || v->is_none()) return std::nullopt;
     if (v->is_undefined()) v->throw_undefined();

@@ -13,10 +13,10 @@ Value binary_op(BinaryOp op, const Value& a, const Value& b);  // not and/or (th
 Value unary_op(UnaryOp op, const Value& a);
 bool compare_op(CompareOp op, const Value& a, const Value& b);
 bool contains(const Value& container, const Value& item);  // `item in container`
-// obj[start:stop:step] for str, list, tuple and range; nullopt for a missing part. Returns
-// nullopt when jinja2 would give an undefined value (unsliceable object).
-std::optional<Value> slice(const Value& obj, const std::optional<Value>& start, const std::optional<Value>& stop,
-                           const std::optional<Value>& step);
+// obj[start:stop:step] for str, list, tuple and range; nullopt for a missing part. Other
+// objects raise, as Python's slicing does.
+Value slice(const Value& obj, const std::optional<Value>& start, const std::optional<Value>& stop,
+            const std::optional<Value>& step);
 
 // Python's str(x) of a number or checks: int64 addition etc. with overflow errors.
 int64_t checked_add(int64_t a, int64_t b);

@@ -62,8 +62,7 @@ class Parser {
     return next();
   }
   [[noreturn]] void unexpected(const std::string& expected) const {
-    if (cur().type == TokenType::TokenType_eof)
-      fail(fmt::format("unexpected end of template, expected {}", expected));
+    if (cur().type == TokenType::TokenType_eof) fail(fmt::format("unexpected end of template, expected {}", expected));
     fail(fmt::format("expected {}, got '{}'", expected, describe(cur())));
   }
 
@@ -250,10 +249,6 @@ class Parser {
     expect_op(")");
   }
 
-  // Which of caller/kwargs/varargs the body reads (jinja2 decides the same from the body).
-  static void scan_names(const Expr* e, MacroStmt& m);
-  static void scan_body(const Body& body, MacroStmt& m);
-
   StmtPtr parse_macro() {
     auto s = std::make_unique<MacroStmt>(StmtKind::StmtKind_macro, pos());
     next();  // macro
@@ -263,7 +258,7 @@ class Parser {
     loop_depth_ = 0;
     s->body = parse_statements({"endmacro"}, true);
     loop_depth_ = saved;
-    scan_body(s->body, *s);
+    find_special_names(*s);
     return s;
   }
 
@@ -278,7 +273,7 @@ class Parser {
     loop_depth_ = 0;
     s->body = parse_statements({"endcall"}, true);
     loop_depth_ = saved;
-    scan_body(s->body, *s);
+    find_special_names(*s);
     return s;
   }
 
@@ -436,8 +431,8 @@ class Parser {
     ExprPtr left = parse_pow();
     while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
       const std::string& t = next().text;
-      BinaryOp op = t == "*" ? BinaryOp::BinaryOp_mul
-                    : t == "/" ? BinaryOp::BinaryOp_div
+      BinaryOp op = t == "*"    ? BinaryOp::BinaryOp_mul
+                    : t == "/"  ? BinaryOp::BinaryOp_div
                     : t == "//" ? BinaryOp::BinaryOp_floordiv
                                 : BinaryOp::BinaryOp_mod;
       left = std::make_unique<BinaryExpr>(p, op, std::move(left), parse_pow());
@@ -494,8 +489,12 @@ class Parser {
         while (cur().type == TokenType::TokenType_string) s += next().text;
         return std::make_unique<ConstExpr>(p, Value::string(std::move(s)));
       }
-      case TokenType::TokenType_integer: next(); return std::make_unique<ConstExpr>(p, Value::integer(t.int_value));
-      case TokenType::TokenType_float: next(); return std::make_unique<ConstExpr>(p, Value::floating(t.float_value));
+      case TokenType::TokenType_integer:
+        next();
+        return std::make_unique<ConstExpr>(p, Value::integer(t.int_value));
+      case TokenType::TokenType_float:
+        next();
+        return std::make_unique<ConstExpr>(p, Value::floating(t.float_value));
       case TokenType::TokenType_op:
         if (t.text == "(") {
           next();
@@ -506,7 +505,8 @@ class Parser {
         if (t.text == "[") return parse_list();
         if (t.text == "{") return parse_dict();
         break;
-      default: break;
+      default:
+        break;
     }
     if (t.type == TokenType::TokenType_eof) fail("unexpected end of template");
     fail(fmt::format("unexpected '{}'", describe(t)));
@@ -598,7 +598,8 @@ class Parser {
     Pos p = pos_of(t);
     if (t.text == ".") {
       const Token& attr = next();
-      if (attr.type == TokenType::TokenType_name) return std::make_unique<GetAttrExpr>(p, std::move(node), attr.text);
+      if (attr.type == TokenType::TokenType_name)
+        return std::make_unique<GetAttrExpr>(pos_of(attr), std::move(node), attr.text);
       if (attr.type != TokenType::TokenType_integer) fail("expected name or number", pos_of(attr));
       return std::make_unique<GetItemExpr>(p, std::move(node),
                                            std::make_unique<ConstExpr>(pos_of(attr), Value::integer(attr.int_value)));
@@ -668,7 +669,8 @@ class Parser {
   }
 
   ExprPtr parse_call(ExprPtr node) {
-    auto c = std::make_unique<CallExpr>(pos(), std::move(node));
+    Pos p = node->pos;  // errors in a call point at what is called
+    auto c = std::make_unique<CallExpr>(p, std::move(node));
     c->args = parse_call_args();
     return c;
   }
@@ -713,122 +715,7 @@ class Parser {
   }
 };
 
-void Parser::scan_names(const Expr* e, MacroStmt& m) {
-  if (!e) return;
-  switch (e->kind) {
-    case ExprKind::ExprKind_name: {
-      const auto& n = static_cast<const NameExpr&>(*e).name;
-      if (n == "varargs") m.catch_varargs = true;
-      if (n == "kwargs") m.catch_kwargs = true;
-      if (n == "caller") m.uses_caller = true;
-      return;
-    }
-    case ExprKind::ExprKind_list:
-    case ExprKind::ExprKind_tuple:
-      for (const auto& x : static_cast<const SeqExpr&>(*e).items) scan_names(x.get(), m);
-      return;
-    case ExprKind::ExprKind_dict:
-      for (const auto& [k, v] : static_cast<const DictExpr&>(*e).items) {
-        scan_names(k.get(), m);
-        scan_names(v.get(), m);
-      }
-      return;
-    case ExprKind::ExprKind_getattr: scan_names(static_cast<const GetAttrExpr&>(*e).obj.get(), m); return;
-    case ExprKind::ExprKind_getitem:
-      scan_names(static_cast<const GetItemExpr&>(*e).obj.get(), m);
-      scan_names(static_cast<const GetItemExpr&>(*e).key.get(), m);
-      return;
-    case ExprKind::ExprKind_slice: {
-      const auto& s = static_cast<const SliceExpr&>(*e);
-      scan_names(s.start.get(), m);
-      scan_names(s.stop.get(), m);
-      scan_names(s.step.get(), m);
-      return;
-    }
-    case ExprKind::ExprKind_call:
-    case ExprKind::ExprKind_filter:
-    case ExprKind::ExprKind_test: {
-      const ArgList* a;
-      if (e->kind == ExprKind::ExprKind_call) {
-        scan_names(static_cast<const CallExpr&>(*e).callee.get(), m);
-        a = &static_cast<const CallExpr&>(*e).args;
-      } else {
-        scan_names(static_cast<const FilterExpr&>(*e).subject.get(), m);
-        a = &static_cast<const FilterExpr&>(*e).args;
-      }
-      for (const auto& x : a->args) scan_names(x.get(), m);
-      for (const auto& kv : a->kwargs) scan_names(kv.second.get(), m);
-      scan_names(a->dyn_args.get(), m);
-      scan_names(a->dyn_kwargs.get(), m);
-      return;
-    }
-    case ExprKind::ExprKind_unary: scan_names(static_cast<const UnaryExpr&>(*e).operand.get(), m); return;
-    case ExprKind::ExprKind_binary:
-      scan_names(static_cast<const BinaryExpr&>(*e).left.get(), m);
-      scan_names(static_cast<const BinaryExpr&>(*e).right.get(), m);
-      return;
-    case ExprKind::ExprKind_concat:
-      for (const auto& x : static_cast<const ConcatExpr&>(*e).items) scan_names(x.get(), m);
-      return;
-    case ExprKind::ExprKind_compare:
-      scan_names(static_cast<const CompareExpr&>(*e).first.get(), m);
-      for (const auto& kv : static_cast<const CompareExpr&>(*e).ops) scan_names(kv.second.get(), m);
-      return;
-    case ExprKind::ExprKind_condexpr: {
-      const auto& c = static_cast<const CondExpr&>(*e);
-      scan_names(c.test.get(), m);
-      scan_names(c.then_expr.get(), m);
-      scan_names(c.else_expr.get(), m);
-      return;
-    }
-    default: return;
-  }
-}
-
-void Parser::scan_body(const Body& body, MacroStmt& m) {
-  for (const auto& s : body) {
-    switch (s->kind) {
-      case StmtKind::StmtKind_output:
-        for (const auto& piece : static_cast<const OutputStmt&>(*s).pieces) scan_names(piece.expr.get(), m);
-        break;
-      case StmtKind::StmtKind_if:
-        for (const auto& [test, b] : static_cast<const IfStmt&>(*s).branches) {
-          scan_names(test.get(), m);
-          scan_body(b, m);
-        }
-        scan_body(static_cast<const IfStmt&>(*s).else_body, m);
-        break;
-      case StmtKind::StmtKind_for: {
-        const auto& f = static_cast<const ForStmt&>(*s);
-        scan_names(f.iter.get(), m);
-        scan_names(f.filter.get(), m);
-        scan_body(f.body, m);
-        scan_body(f.else_body, m);
-        break;
-      }
-      case StmtKind::StmtKind_set: scan_names(static_cast<const SetStmt&>(*s).value.get(), m); break;
-      case StmtKind::StmtKind_set_block:
-        scan_names(static_cast<const SetBlockStmt&>(*s).filter.get(), m);
-        scan_body(static_cast<const SetBlockStmt&>(*s).body, m);
-        break;
-      case StmtKind::StmtKind_call_block: scan_names(static_cast<const CallBlockStmt&>(*s).call.get(), m); break;
-      case StmtKind::StmtKind_filter_block:
-        scan_names(static_cast<const FilterBlockStmt&>(*s).filter.get(), m);
-        scan_body(static_cast<const FilterBlockStmt&>(*s).body, m);
-        break;
-      case StmtKind::StmtKind_with:
-        for (const auto& kv : static_cast<const WithStmt&>(*s).assignments) scan_names(kv.second.get(), m);
-        scan_body(static_cast<const WithStmt&>(*s).body, m);
-        break;
-      case StmtKind::StmtKind_scope: scan_body(static_cast<const ScopeStmt&>(*s).body, m); break;
-      default: break;
-    }
-  }
-}
-
 }  // namespace
-
-void validate_filters(const Body& body);  // parser_validate.cpp
 
 Body parse(const std::vector<Token>& tokens) {
   Body body = Parser(tokens).parse_template();

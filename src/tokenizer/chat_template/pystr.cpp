@@ -126,11 +126,11 @@ bool is_printable(char32_t c) {
   };
   // Zs, Zl, Zp, Cf, Cs, Co and noncharacters.
   static constexpr Range k_not_printable[] = {
-      {0x0600, 0x0605},   {0x061C, 0x061C},   {0x06DD, 0x06DD},   {0x070F, 0x070F},     {0x0890, 0x0891},
-      {0x08E2, 0x08E2},   {0x1680, 0x1680},   {0x180E, 0x180E},   {0x2000, 0x200F},     {0x2028, 0x202F},
-      {0x205F, 0x2064},   {0x2066, 0x206F},   {0x3000, 0x3000},   {0xD800, 0xF8FF},     {0xFDD0, 0xFDEF},
-      {0xFEFF, 0xFEFF},   {0xFFF9, 0xFFFB},   {0xFFFE, 0xFFFF},   {0x110BD, 0x110BD},   {0x110CD, 0x110CD},
-      {0x13430, 0x1343F}, {0x1BCA0, 0x1BCA3}, {0x1D173, 0x1D17A}, {0xE0000, 0xE007F},   {0xF0000, 0x10FFFF},
+      {0x0600, 0x0605},   {0x061C, 0x061C},   {0x06DD, 0x06DD},   {0x070F, 0x070F},   {0x0890, 0x0891},
+      {0x08E2, 0x08E2},   {0x1680, 0x1680},   {0x180E, 0x180E},   {0x2000, 0x200F},   {0x2028, 0x202F},
+      {0x205F, 0x2064},   {0x2066, 0x206F},   {0x3000, 0x3000},   {0xD800, 0xF8FF},   {0xFDD0, 0xFDEF},
+      {0xFEFF, 0xFEFF},   {0xFFF9, 0xFFFB},   {0xFFFE, 0xFFFF},   {0x110BD, 0x110BD}, {0x110CD, 0x110CD},
+      {0x13430, 0x1343F}, {0x1BCA0, 0x1BCA3}, {0x1D173, 0x1D17A}, {0xE0000, 0xE007F}, {0xF0000, 0x10FFFF},
   };
   for (const auto& r : k_not_printable)
     if (c >= r.lo && c <= r.hi) return false;
@@ -171,8 +171,8 @@ struct OffsetRange {
   int delta;
 };
 constexpr OffsetRange k_offset_ranges[] = {
-    {'A', 'Z', 32},          {0x00C0, 0x00D6, 32}, {0x00D8, 0x00DE, 32}, {0x0388, 0x038A, 37},
-    {0x0391, 0x03A1, 32},    {0x03A3, 0x03A9, 32}, {0x0400, 0x040F, 80}, {0x0410, 0x042F, 32},
+    {'A', 'Z', 32},       {0x00C0, 0x00D6, 32}, {0x00D8, 0x00DE, 32}, {0x0388, 0x038A, 37},
+    {0x0391, 0x03A1, 32}, {0x03A3, 0x03A9, 32}, {0x0400, 0x040F, 80}, {0x0410, 0x042F, 32},
 };
 
 }  // namespace
@@ -269,7 +269,9 @@ std::string capitalize(std::string_view s) {
   std::u32string u = decode(s);
   std::string out;
   for (size_t i = 0; i < u.size(); ++i) {
-    if (i == 0)
+    if (i == 0 && u[i] == 0x00DF)
+      out += "Ss";  // titlecase of 'ß'
+    else if (i == 0)
       append_utf8(out, to_upper(u[i]));
     else
       append_utf8(out, to_lower(u[i]));
@@ -282,7 +284,9 @@ std::string title(std::string_view s) {
   bool prev_cased = false;
   for (char32_t c : decode(s)) {
     bool cased = is_cased_upper(c) || is_cased_lower(c);
-    if (cased)
+    if (cased && !prev_cased && c == 0x00DF)
+      out += "Ss";  // titlecase of 'ß'
+    else if (cased)
       append_utf8(out, prev_cased ? to_lower(c) : to_upper(c));
     else
       append_utf8(out, c);
@@ -337,9 +341,7 @@ std::vector<std::string> split(std::string_view s, const std::optional<std::stri
     while (i < u.size() && is_space(u[i])) ++i;
     if (i == u.size()) break;
     if (maxsplit >= 0 && static_cast<int64_t>(out.size()) == maxsplit) {
-      size_t e = u.size();
-      while (e > i && is_space(u[e - 1])) --e;
-      out.push_back(encode(std::u32string_view(u).substr(i, e - i)));
+      out.push_back(encode(std::u32string_view(u).substr(i)));  // the rest keeps its trailing spaces
       break;
     }
     size_t j = i;
@@ -371,9 +373,7 @@ std::vector<std::string> rsplit(std::string_view s, const std::optional<std::str
     while (e > 0 && is_space(u[e - 1])) --e;
     if (e == 0) break;
     if (maxsplit >= 0 && static_cast<int64_t>(out.size()) == maxsplit) {
-      size_t b = 0;
-      while (b < e && is_space(u[b])) ++b;
-      out.push_back(encode(std::u32string_view(u).substr(b, e - b)));
+      out.push_back(encode(std::u32string_view(u).substr(0, e)));  // the rest keeps its leading spaces
       break;
     }
     size_t j = e;
@@ -483,8 +483,8 @@ int64_t count(std::string_view s, std::string_view sub, std::optional<int64_t> s
   return n;
 }
 
-bool startswith(std::string_view s, std::string_view prefix, std::optional<int64_t> start,
-                std::optional<int64_t> end, bool at_end) {
+bool startswith(std::string_view s, std::string_view prefix, std::optional<int64_t> start, std::optional<int64_t> end,
+                bool at_end) {
   std::u32string u = decode(s), p = decode(prefix);
   adjust_range(static_cast<int64_t>(u.size()), start, end);
   int64_t b = *start, e = *end;
@@ -492,6 +492,13 @@ bool startswith(std::string_view s, std::string_view prefix, std::optional<int64
   if (e - b < m) return false;
   int64_t at = at_end ? e - m : b;
   return std::u32string_view(u).substr(at, m) == p;
+}
+
+int64_t digits_value(std::string_view digits) {
+  int64_t v = 0;
+  for (char c : digits)
+    if (__builtin_mul_overflow(v, 10, &v) || __builtin_add_overflow(v, c - '0', &v)) return INT64_MAX;
+  return v;
 }
 
 // ---- repr -------------------------------------------------------------------------------------

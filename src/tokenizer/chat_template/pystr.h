@@ -27,8 +27,8 @@ bool valid_utf8(std::string_view s, size_t* bad_offset = nullptr);
 bool is_space(char32_t c);      // str.isspace() / the \s class of Python's re
 bool is_printable(char32_t c);  // str.isprintable()
 bool is_alpha(char32_t c);
-bool is_digit(char32_t c);      // decimal digits only
-bool is_word(char32_t c);       // \w of Python's re (approximation outside the covered scripts)
+bool is_digit(char32_t c);  // decimal digits only
+bool is_word(char32_t c);   // \w of Python's re (approximation outside the covered scripts)
 bool is_cased_upper(char32_t c);
 bool is_cased_lower(char32_t c);
 char32_t to_upper(char32_t c);
@@ -56,8 +56,12 @@ void adjust_range(int64_t n, std::optional<int64_t>& start, std::optional<int64_
 int64_t find(std::string_view s, std::string_view sub, std::optional<int64_t> start, std::optional<int64_t> end,
              bool reverse);
 int64_t count(std::string_view s, std::string_view sub, std::optional<int64_t> start, std::optional<int64_t> end);
-bool startswith(std::string_view s, std::string_view prefix, std::optional<int64_t> start,
-                std::optional<int64_t> end, bool at_end);
+bool startswith(std::string_view s, std::string_view prefix, std::optional<int64_t> start, std::optional<int64_t> end,
+                bool at_end);
+
+// A non-empty run of ASCII digits as an integer, saturating at INT64_MAX (Python ints are
+// unbounded; every caller uses the value as an index, where any huge value is out of range).
+int64_t digits_value(std::string_view digits);
 
 // repr(str): quotes and escapes exactly as CPython does.
 std::string repr(std::string_view s);

@@ -115,13 +115,20 @@ bool t_sameas(Interpreter&, const Value& v, CallArgs& a) {
   Value other = bind_args("sameas", a, {{"other", k_required}})[0];
   if (v.type() != other.type()) return false;
   switch (v.type()) {
-    case Value::Type::Type_none: return true;
-    case Value::Type::Type_undefined: return false;
-    case Value::Type::Type_bool: return v.as_bool() == other.as_bool();
-    case Value::Type::Type_int: return v.as_int() == other.as_int() && v.as_int() >= -5 && v.as_int() <= 256;
-    case Value::Type::Type_float: return false;
-    case Value::Type::Type_string: return v.as_string() == other.as_string();
-    default: return v.identity() == other.identity();
+    case Value::Type::Type_none:
+      return true;
+    case Value::Type::Type_undefined:
+      return false;
+    case Value::Type::Type_bool:
+      return v.as_bool() == other.as_bool();
+    case Value::Type::Type_int:
+      return v.as_int() == other.as_int() && v.as_int() >= -5 && v.as_int() <= 256;
+    case Value::Type::Type_float:
+      return false;
+    case Value::Type::Type_string:
+      return v.as_string() == other.as_string();
+    default:
+      return v.identity() == other.identity();
   }
 }
 bool t_escaped(Interpreter&, const Value&, CallArgs& a) {
@@ -132,25 +139,66 @@ bool t_in(Interpreter&, const Value& v, CallArgs& a) {
   Value seq = bind_args("in", a, {{"seq", k_required}})[0];
   return contains(seq, v);
 }
-bool t_eq(Interpreter&, const Value& v, CallArgs& a) { return compare_op(CompareOp::CompareOp_eq, v, one_arg("eq", a)); }
-bool t_ne(Interpreter&, const Value& v, CallArgs& a) { return compare_op(CompareOp::CompareOp_ne, v, one_arg("ne", a)); }
-bool t_gt(Interpreter&, const Value& v, CallArgs& a) { return compare_op(CompareOp::CompareOp_gt, v, one_arg("gt", a)); }
-bool t_ge(Interpreter&, const Value& v, CallArgs& a) { return compare_op(CompareOp::CompareOp_ge, v, one_arg("ge", a)); }
-bool t_lt(Interpreter&, const Value& v, CallArgs& a) { return compare_op(CompareOp::CompareOp_lt, v, one_arg("lt", a)); }
-bool t_le(Interpreter&, const Value& v, CallArgs& a) { return compare_op(CompareOp::CompareOp_le, v, one_arg("le", a)); }
+bool t_eq(Interpreter&, const Value& v, CallArgs& a) {
+  return compare_op(CompareOp::CompareOp_eq, v, one_arg("eq", a));
+}
+bool t_ne(Interpreter&, const Value& v, CallArgs& a) {
+  return compare_op(CompareOp::CompareOp_ne, v, one_arg("ne", a));
+}
+bool t_gt(Interpreter&, const Value& v, CallArgs& a) {
+  return compare_op(CompareOp::CompareOp_gt, v, one_arg("gt", a));
+}
+bool t_ge(Interpreter&, const Value& v, CallArgs& a) {
+  return compare_op(CompareOp::CompareOp_ge, v, one_arg("ge", a));
+}
+bool t_lt(Interpreter&, const Value& v, CallArgs& a) {
+  return compare_op(CompareOp::CompareOp_lt, v, one_arg("lt", a));
+}
+bool t_le(Interpreter&, const Value& v, CallArgs& a) {
+  return compare_op(CompareOp::CompareOp_le, v, one_arg("le", a));
+}
 
 const std::map<std::string, TestFn, std::less<>>& test_table() {
   static const std::map<std::string, TestFn, std::less<>> table = {
-      {"odd", t_odd},         {"even", t_even},       {"divisibleby", t_divisibleby}, {"defined", t_defined},
-      {"undefined", t_undefined}, {"filter", t_filter}, {"test", t_test},         {"none", t_none},
-      {"boolean", t_boolean}, {"false", t_false},     {"true", t_true},               {"integer", t_integer},
-      {"float", t_float},     {"lower", t_lower},     {"upper", t_upper},             {"string", t_string},
-      {"mapping", t_mapping}, {"number", t_number},   {"sequence", t_sequence},       {"iterable", t_iterable},
-      {"callable", t_callable}, {"sameas", t_sameas}, {"escaped", t_escaped},         {"in", t_in},
-      {"==", t_eq},           {"eq", t_eq},           {"equalto", t_eq},              {"!=", t_ne},
-      {"ne", t_ne},           {">", t_gt},            {"gt", t_gt},                   {"greaterthan", t_gt},
-      {">=", t_ge},           {"ge", t_ge},           {"<", t_lt},                    {"lt", t_lt},
-      {"lessthan", t_lt},     {"<=", t_le},           {"le", t_le},
+      {"odd", t_odd},
+      {"even", t_even},
+      {"divisibleby", t_divisibleby},
+      {"defined", t_defined},
+      {"undefined", t_undefined},
+      {"filter", t_filter},
+      {"test", t_test},
+      {"none", t_none},
+      {"boolean", t_boolean},
+      {"false", t_false},
+      {"true", t_true},
+      {"integer", t_integer},
+      {"float", t_float},
+      {"lower", t_lower},
+      {"upper", t_upper},
+      {"string", t_string},
+      {"mapping", t_mapping},
+      {"number", t_number},
+      {"sequence", t_sequence},
+      {"iterable", t_iterable},
+      {"callable", t_callable},
+      {"sameas", t_sameas},
+      {"escaped", t_escaped},
+      {"in", t_in},
+      {"==", t_eq},
+      {"eq", t_eq},
+      {"equalto", t_eq},
+      {"!=", t_ne},
+      {"ne", t_ne},
+      {">", t_gt},
+      {"gt", t_gt},
+      {"greaterthan", t_gt},
+      {">=", t_ge},
+      {"ge", t_ge},
+      {"<", t_lt},
+      {"lt", t_lt},
+      {"lessthan", t_lt},
+      {"<=", t_le},
+      {"le", t_le},
   };
   return table;
 }

@@ -18,11 +18,48 @@ Value Value::undefined(std::string hint) {
   return Value(std::move(u));
 }
 
+namespace {
+
+uint32_t nesting_of(const Value& v) {
+  if (v.is_seq()) return v.seq_data().depth;
+  if (v.is_dict()) return v.dict_data().depth;
+  return 0;
+}
+
+uint32_t checked_depth(uint32_t child_depth) {
+  if (child_depth + 1 > k_max_nesting)
+    throw Error(fmt::format("lists/dicts nested more than {} levels deep", k_max_nesting));
+  return child_depth + 1;
+}
+
+// Bounds recursion through objects (a namespace holding a list holding the namespace).
+struct ReprGuard {
+  static inline thread_local int depth = 0;
+  ReprGuard() {
+    if (++depth > static_cast<int>(k_max_nesting)) {
+      --depth;
+      throw Error("maximum recursion depth exceeded while getting the repr of an object");
+    }
+  }
+  ~ReprGuard() { --depth; }
+};
+
+}  // namespace
+
 Value Value::seq(std::vector<Value> items, SeqKind kind) {
   auto d = std::make_shared<SeqData>();
+  uint32_t child = 0;
+  for (const auto& x : items) child = std::max(child, nesting_of(x));
+  d->depth = checked_depth(child);
   d->kind = kind;
   d->items = std::move(items);
   return Value(std::move(d));
+}
+
+Value Value::lazy_iterator(std::function<std::vector<Value>()> produce) {
+  Value v = seq({}, SeqKind::SeqKind_iterator);
+  v.seq_data().pending = std::move(produce);
+  return v;
 }
 
 Value Value::dict(std::shared_ptr<DictData> d) {
@@ -38,32 +75,39 @@ Value Value::function(std::string name, std::string type_name, std::function<Val
   return Value(std::move(f));
 }
 
-Value Value::from_json(const nlohmann::ordered_json& j) {
+Value Value::from_json(const nlohmann::ordered_json& j, uint32_t depth) {
   using T = nlohmann::ordered_json::value_t;
+  if (depth >= k_max_nesting) throw Error(fmt::format("context JSON nested more than {} levels deep", k_max_nesting));
   switch (j.type()) {
-    case T::null: return none();
-    case T::boolean: return boolean(j.get<bool>());
-    case T::number_integer: return integer(j.get<int64_t>());
+    case T::null:
+      return none();
+    case T::boolean:
+      return boolean(j.get<bool>());
+    case T::number_integer:
+      return integer(j.get<int64_t>());
     case T::number_unsigned: {
       auto u = j.get<uint64_t>();
       if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
         throw Error(fmt::format("integer {} in the context is out of the 64-bit range", u));
       return integer(static_cast<int64_t>(u));
     }
-    case T::number_float: return floating(j.get<double>());
-    case T::string: return string(j.get<std::string>());
+    case T::number_float:
+      return floating(j.get<double>());
+    case T::string:
+      return string(j.get<std::string>());
     case T::array: {
       std::vector<Value> items;
       items.reserve(j.size());
-      for (const auto& x : j) items.push_back(from_json(x));
+      for (const auto& x : j) items.push_back(from_json(x, depth + 1));
       return list(std::move(items));
     }
     case T::object: {
       auto d = std::make_shared<DictData>();
-      for (const auto& [k, x] : j.items()) d->set(string(k), from_json(x));
+      for (const auto& [k, x] : j.items()) d->set(string(k), from_json(x, depth + 1));
       return dict(std::move(d));
     }
-    default: throw Error("unsupported JSON value in the context (binary or discarded)");
+    default:
+      throw Error("unsupported JSON value in the context (binary or discarded)");
   }
 }
 
@@ -80,11 +124,16 @@ void Value::throw_undefined() const {
 
 const void* Value::identity() const {
   switch (type()) {
-    case Type::Type_seq: return std::get<std::shared_ptr<SeqData>>(v_).get();
-    case Type::Type_dict: return std::get<std::shared_ptr<DictData>>(v_).get();
-    case Type::Type_object: return std::get<std::shared_ptr<Object>>(v_).get();
-    case Type::Type_function: return std::get<std::shared_ptr<Function>>(v_).get();
-    default: return nullptr;
+    case Type::Type_seq:
+      return std::get<std::shared_ptr<SeqData>>(v_).get();
+    case Type::Type_dict:
+      return std::get<std::shared_ptr<DictData>>(v_).get();
+    case Type::Type_object:
+      return std::get<std::shared_ptr<Object>>(v_).get();
+    case Type::Type_function:
+      return std::get<std::shared_ptr<Function>>(v_).get();
+    default:
+      return nullptr;
   }
 }
 
@@ -102,6 +151,7 @@ ptrdiff_t DictData::find(const Value& key) const {
 }
 
 void DictData::set(Value key, Value value) {
+  depth = std::max(depth, checked_depth(std::max(nesting_of(key), nesting_of(value))));
   ptrdiff_t i = find(key);
   if (i >= 0)
     items[static_cast<size_t>(i)].second = std::move(value);
@@ -120,39 +170,63 @@ const Value* DictData::get(std::string_view key) const {
 bool Value::truthy() const {
   switch (type()) {
     case Type::Type_undefined:
-    case Type::Type_none: return false;
-    case Type::Type_bool: return as_bool();
-    case Type::Type_int: return as_int() != 0;
-    case Type::Type_float: return as_double() != 0.0;
-    case Type::Type_string: return !as_string().empty();
-    case Type::Type_seq: return seq_data().kind == SeqKind::SeqKind_iterator || !seq_data().items.empty();
-    case Type::Type_dict: return !dict_data().items.empty();
-    default: return true;
+    case Type::Type_none:
+      return false;
+    case Type::Type_bool:
+      return as_bool();
+    case Type::Type_int:
+      return as_int() != 0;
+    case Type::Type_float:
+      return as_double() != 0.0;
+    case Type::Type_string:
+      return !as_string().empty();
+    case Type::Type_seq:
+      return seq_data().kind == SeqKind::SeqKind_iterator || !seq_data().items.empty();
+    case Type::Type_dict:
+      return !dict_data().items.empty();
+    default:
+      return true;
   }
 }
 
 std::string Value::type_name() const {
   switch (type()) {
-    case Type::Type_undefined: return "Undefined";
-    case Type::Type_none: return "NoneType";
-    case Type::Type_bool: return "bool";
-    case Type::Type_int: return "int";
-    case Type::Type_float: return "float";
-    case Type::Type_string: return "str";
+    case Type::Type_undefined:
+      return "Undefined";
+    case Type::Type_none:
+      return "NoneType";
+    case Type::Type_bool:
+      return "bool";
+    case Type::Type_int:
+      return "int";
+    case Type::Type_float:
+      return "float";
+    case Type::Type_string:
+      return "str";
     case Type::Type_seq:
       switch (seq_data().kind) {
-        case SeqKind::SeqKind_list: return "list";
-        case SeqKind::SeqKind_tuple: return "tuple";
-        case SeqKind::SeqKind_iterator: return "generator";
-        case SeqKind::SeqKind_dict_keys: return "dict_keys";
-        case SeqKind::SeqKind_dict_values: return "dict_values";
-        case SeqKind::SeqKind_dict_items: return "dict_items";
-        case SeqKind::SeqKind_range: return "range";
+        case SeqKind::SeqKind_list:
+          return "list";
+        case SeqKind::SeqKind_tuple:
+          return "tuple";
+        case SeqKind::SeqKind_iterator:
+          return "generator";
+        case SeqKind::SeqKind_dict_keys:
+          return "dict_keys";
+        case SeqKind::SeqKind_dict_values:
+          return "dict_values";
+        case SeqKind::SeqKind_dict_items:
+          return "dict_items";
+        case SeqKind::SeqKind_range:
+          return "range";
       }
       return "list";
-    case Type::Type_dict: return "dict";
-    case Type::Type_object: return object_ref().type_name();
-    case Type::Type_function: return function_ref().type_name;
+    case Type::Type_dict:
+      return "dict";
+    case Type::Type_object:
+      return object_ref().type_name();
+    case Type::Type_function:
+      return function_ref().type_name;
   }
   return "object";
 }
@@ -176,22 +250,33 @@ std::string join_repr(const std::vector<Value>& items) {
 }  // namespace
 
 std::string Value::repr() const {
+  ReprGuard guard;
   switch (type()) {
-    case Type::Type_undefined: return "Undefined";
-    case Type::Type_none: return "None";
-    case Type::Type_bool: return as_bool() ? "True" : "False";
-    case Type::Type_int: return std::to_string(as_int());
-    case Type::Type_float: return py::float_repr(as_double());
-    case Type::Type_string: return py::repr(as_string());
+    case Type::Type_undefined:
+      return "Undefined";
+    case Type::Type_none:
+      return "None";
+    case Type::Type_bool:
+      return as_bool() ? "True" : "False";
+    case Type::Type_int:
+      return std::to_string(as_int());
+    case Type::Type_float:
+      return py::float_repr(as_double());
+    case Type::Type_string:
+      return py::repr(as_string());
     case Type::Type_seq: {
       const SeqData& s = seq_data();
       switch (s.kind) {
-        case SeqKind::SeqKind_list: return "[" + join_repr(s.items) + "]";
+        case SeqKind::SeqKind_list:
+          return "[" + join_repr(s.items) + "]";
         case SeqKind::SeqKind_tuple:
           return s.items.size() == 1 ? "(" + s.items[0].repr() + ",)" : "(" + join_repr(s.items) + ")";
-        case SeqKind::SeqKind_dict_keys: return "dict_keys([" + join_repr(s.items) + "])";
-        case SeqKind::SeqKind_dict_values: return "dict_values([" + join_repr(s.items) + "])";
-        case SeqKind::SeqKind_dict_items: return "dict_items([" + join_repr(s.items) + "])";
+        case SeqKind::SeqKind_dict_keys:
+          return "dict_keys([" + join_repr(s.items) + "])";
+        case SeqKind::SeqKind_dict_values:
+          return "dict_values([" + join_repr(s.items) + "])";
+        case SeqKind::SeqKind_dict_items:
+          return "dict_items([" + join_repr(s.items) + "])";
         case SeqKind::SeqKind_range:
           return s.range_step == 1 ? fmt::format("range({}, {})", s.range_start, s.range_stop)
                                    : fmt::format("range({}, {}, {})", s.range_start, s.range_stop, s.range_step);
@@ -210,9 +295,10 @@ std::string Value::repr() const {
       }
       return out + "}";
     }
-    case Type::Type_object: return object_ref().repr();
+    case Type::Type_object:
+      return object_ref().repr();
     case Type::Type_function:
-      if (function_ref().type_name == "Macro") return fmt::format("<Macro '{}'>", function_ref().name);
+      if (!function_ref().repr.empty()) return function_ref().repr;
       throw Error(fmt::format("cannot convert {} to text (jinja2 prints its memory address)", function_ref().name));
   }
   return "";
@@ -226,20 +312,25 @@ std::string Value::str() const {
 
 size_t Value::len() const {
   switch (type()) {
-    case Type::Type_undefined: return 0;
-    case Type::Type_string: return py::length(as_string());
+    case Type::Type_undefined:
+      return 0;
+    case Type::Type_string:
+      return py::length(as_string());
     case Type::Type_seq:
       if (seq_data().kind == SeqKind::SeqKind_iterator) break;
       return seq_data().items.size();
-    case Type::Type_dict: return dict_data().items.size();
-    default: break;
+    case Type::Type_dict:
+      return dict_data().items.size();
+    default:
+      break;
   }
   throw Error(fmt::format("object of type '{}' has no len()", type_name()));
 }
 
 std::vector<Value> Value::iterate() const {
   switch (type()) {
-    case Type::Type_undefined: return {};
+    case Type::Type_undefined:
+      return {};
     case Type::Type_string: {
       std::vector<Value> out;
       for (char32_t c : py::decode(as_string())) {
@@ -254,6 +345,11 @@ std::vector<Value> Value::iterate() const {
       if (s.kind == SeqKind::SeqKind_iterator) {
         if (s.consumed) return {};
         s.consumed = true;
+        if (s.pending) {
+          auto produce = std::move(s.pending);
+          s.pending = nullptr;
+          return produce();
+        }
       }
       return s.items;
     }
@@ -262,7 +358,8 @@ std::vector<Value> Value::iterate() const {
       for (const auto& kv : dict_data().items) out.push_back(kv.first);
       return out;
     }
-    default: break;
+    default:
+      break;
   }
   throw Error(fmt::format("'{}' object is not iterable", type_name()));
 }
@@ -290,8 +387,10 @@ bool py_eq(const Value& a, const Value& b) {
   if (a.type() != b.type()) return false;
   switch (a.type()) {
     case Value::Type::Type_undefined:
-    case Value::Type::Type_none: return true;
-    case Value::Type::Type_string: return a.as_string() == b.as_string();
+    case Value::Type::Type_none:
+      return true;
+    case Value::Type::Type_string:
+      return a.as_string() == b.as_string();
     case Value::Type::Type_seq: {
       SeqKind ka = a.seq_data().kind, kb = b.seq_data().kind;
       if (ka == SeqKind::SeqKind_iterator || kb == SeqKind::SeqKind_iterator) return a.identity() == b.identity();
@@ -308,7 +407,8 @@ bool py_eq(const Value& a, const Value& b) {
       }
       return true;
     }
-    default: return a.identity() == b.identity();
+    default:
+      return a.identity() == b.identity();
   }
 }
 
@@ -325,8 +425,7 @@ bool py_lt(const Value& a, const Value& b) {
       if (!py_eq(x[i], y[i])) return py_lt(x[i], y[i]);
     return x.size() < y.size();
   }
-  throw Error(
-      fmt::format("'<' not supported between instances of '{}' and '{}'", a.type_name(), b.type_name()));
+  throw Error(fmt::format("'<' not supported between instances of '{}' and '{}'", a.type_name(), b.type_name()));
 }
 
 void check_hashable(const Value& v) {
@@ -338,8 +437,10 @@ void check_hashable(const Value& v) {
       }
       if (v.seq_data().kind == SeqKind::SeqKind_list) break;
       return;
-    case Value::Type::Type_dict: break;
-    default: return;
+    case Value::Type::Type_dict:
+      break;
+    default:
+      return;
   }
   throw Error(fmt::format("unhashable type: '{}'", v.type_name()));
 }
@@ -352,14 +453,29 @@ void json_string(std::string& out, std::string_view s, bool ensure_ascii) {
   out.push_back('"');
   for (char32_t c : py::decode(s)) {
     switch (c) {
-      case '"': out += "\\\""; continue;
-      case '\\': out += "\\\\"; continue;
-      case '\n': out += "\\n"; continue;
-      case '\r': out += "\\r"; continue;
-      case '\t': out += "\\t"; continue;
-      case '\b': out += "\\b"; continue;
-      case '\f': out += "\\f"; continue;
-      default: break;
+      case '"':
+        out += "\\\"";
+        continue;
+      case '\\':
+        out += "\\\\";
+        continue;
+      case '\n':
+        out += "\\n";
+        continue;
+      case '\r':
+        out += "\\r";
+        continue;
+      case '\t':
+        out += "\\t";
+        continue;
+      case '\b':
+        out += "\\b";
+        continue;
+      case '\f':
+        out += "\\f";
+        continue;
+      default:
+        break;
     }
     if (c < 0x20 || (ensure_ascii && c > 0x7E)) {
       if (c >= 0x10000) {
@@ -394,24 +510,39 @@ struct JsonWriter {
 
   std::string key_text(const Value& k) {
     switch (k.type()) {
-      case Value::Type::Type_string: return k.as_string();
-      case Value::Type::Type_bool: return k.as_bool() ? "true" : "false";
-      case Value::Type::Type_none: return "null";
-      case Value::Type::Type_int: return std::to_string(k.as_int());
-      case Value::Type::Type_float: return json_float(k.as_double());
+      case Value::Type::Type_string:
+        return k.as_string();
+      case Value::Type::Type_bool:
+        return k.as_bool() ? "true" : "false";
+      case Value::Type::Type_none:
+        return "null";
+      case Value::Type::Type_int:
+        return std::to_string(k.as_int());
+      case Value::Type::Type_float:
+        return json_float(k.as_double());
       default:
         throw Error(fmt::format("keys must be str, int, float, bool or None, not {}", k.type_name()));
     }
   }
 
   void write(const Value& v, int level) {
-    if (++depth > 500) throw Error("json.dumps: maximum nesting depth exceeded");
+    if (++depth > static_cast<int>(k_max_nesting) + 1) throw Error("json.dumps: maximum nesting depth exceeded");
     switch (v.type()) {
-      case Value::Type::Type_none: out += "null"; break;
-      case Value::Type::Type_bool: out += v.as_bool() ? "true" : "false"; break;
-      case Value::Type::Type_int: out += std::to_string(v.as_int()); break;
-      case Value::Type::Type_float: out += json_float(v.as_double()); break;
-      case Value::Type::Type_string: json_string(out, v.as_string(), opt.ensure_ascii); break;
+      case Value::Type::Type_none:
+        out += "null";
+        break;
+      case Value::Type::Type_bool:
+        out += v.as_bool() ? "true" : "false";
+        break;
+      case Value::Type::Type_int:
+        out += std::to_string(v.as_int());
+        break;
+      case Value::Type::Type_float:
+        out += json_float(v.as_double());
+        break;
+      case Value::Type::Type_string:
+        json_string(out, v.as_string(), opt.ensure_ascii);
+        break;
       case Value::Type::Type_seq: {
         if (!v.is_list_or_tuple()) goto unserializable;
         const auto& items = v.seq_data().items;

@@ -27,8 +27,7 @@ class Interpreter;
 // the interpreter fills in the innermost expression or statement being evaluated.
 class Error : public std::exception {
  public:
-  explicit Error(std::string msg, int line = 0, int column = 0)
-      : message(std::move(msg)), line(line), column(column) {}
+  explicit Error(std::string msg, int line = 0, int column = 0) : message(std::move(msg)), line(line), column(column) {}
   const char* what() const noexcept override { return message.c_str(); }
   std::string message;
   int line;
@@ -54,12 +53,21 @@ enum class SeqKind : uint8_t {
 struct SeqData {
   SeqKind kind = SeqKind::SeqKind_list;
   std::vector<Value> items;
-  bool consumed = false;                             // iterator only
+  bool consumed = false;  // iterator only
+  // iterator only: produces the items on first use. jinja2's generator filters (map, select,
+  // items, ...) run lazily, so their errors surface only if the result is iterated.
+  std::function<std::vector<Value>()> pending;
   int64_t range_start = 0, range_stop = 0, range_step = 1;  // range only, for repr()
+  uint32_t depth = 1;                                       // nesting of lists/dicts, bounded by k_max_nesting
 };
+
+// Deeper list/dict nesting is an error: it bounds the recursion of repr, ==, json.dumps and
+// destruction. (CPython's repr gives up at its recursion limit of 1000 as well.)
+constexpr uint32_t k_max_nesting = 1000;
 
 struct DictData {
   std::vector<std::pair<Value, Value>> items;  // insertion order
+  uint32_t depth = 1;
   // Index of key, or -1. Throws Error for an unhashable key, as Python does.
   ptrdiff_t find(const Value& key) const;
   void set(Value key, Value value);
@@ -76,12 +84,15 @@ class Object {
   virtual std::string repr() const = 0;
   virtual bool is_namespace() const { return false; }
   virtual void set_attr(const std::string& name, Value v);  // namespaces only
+  virtual void clear() {}                                   // drops references to other values (end of render)
 };
 
 struct Function {
   std::string name;       // for messages: "range", "macro 'render'", "str.split"
   std::string type_name;  // Python type: "builtin_function_or_method", "Macro", ...
   std::function<Value(Interpreter&, CallArgs&)> call;
+  std::string repr;                 // repr() text; empty: jinja2 would print a memory address
+  std::shared_ptr<DictData> attrs;  // readable attributes (a macro's name, arguments, ...)
 };
 
 class Value {
@@ -110,12 +121,13 @@ class Value {
   static Value list(std::vector<Value> items) { return seq(std::move(items), SeqKind::SeqKind_list); }
   static Value tuple(std::vector<Value> items) { return seq(std::move(items), SeqKind::SeqKind_tuple); }
   static Value iterator(std::vector<Value> items) { return seq(std::move(items), SeqKind::SeqKind_iterator); }
+  static Value lazy_iterator(std::function<std::vector<Value>()> produce);
   static Value dict(std::shared_ptr<DictData> d = nullptr);
   static Value object(std::shared_ptr<Object> o) { return Value(std::move(o)); }
-  static Value function(std::string name, std::string type_name,
-                        std::function<Value(Interpreter&, CallArgs&)> fn);
+  static Value function(std::string name, std::string type_name, std::function<Value(Interpreter&, CallArgs&)> fn);
+  static Value function(std::shared_ptr<Function> f) { return Value(std::move(f)); }
 
-  static Value from_json(const nlohmann::ordered_json& j);
+  static Value from_json(const nlohmann::ordered_json& j, uint32_t depth = 0);
 
   Type type() const { return static_cast<Type>(v_.index()); }
   bool is_undefined() const { return type() == Type::Type_undefined; }
@@ -151,8 +163,8 @@ class Value {
 
   // Python semantics.
   bool truthy() const;
-  std::string str() const;   // str(x); undefined -> ""
-  std::string repr() const;  // repr(x)
+  std::string str() const;               // str(x); undefined -> ""
+  std::string repr() const;              // repr(x)
   std::string type_name() const;         // type(x).__name__
   std::string object_type_repr() const;  // jinja2's "'dict object'", "None", ...
   size_t len() const;                    // len(x); Error if unsized

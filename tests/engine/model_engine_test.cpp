@@ -1,0 +1,291 @@
+// The engine on the real deepseek2 forward (a synth model and the reference fixture model):
+// batch invariance of greedy tokens and logits (alone vs 7 other requests arriving at different
+// steps, token budgets 8/16/64/2048, with and without prefix hits, after preemption), `auto`
+// against the fixed paths, the KV cache dtypes, and the dispatch trace lines.
+#include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <sstream>
+
+#include "../model/model_test_util.h"
+#include "engine/deepseek2_runner.h"
+#include "engine_harness.h"
+#include "util/log.h"
+#include "util/trace.h"
+
+namespace mla::testing {
+namespace {
+
+const std::string kFixtureModel =
+    std::string(MLA_SOURCE_DIR) + "/tests/fixtures/reference/deepseek-v3-tiny/model-f32.gguf";
+
+std::string synth_q8_model() {
+  SynthSpec s;
+  s.type = GgmlType::Q8_0;
+  s.seed = 21;
+  s.n_embd = 64;
+  s.n_ff = 128;
+  s.q_lora_rank = 32;
+  s.kv_lora_rank = 48;  // latent row 48 + 16 = 64: a Q8_0 cache works
+  s.qk_nope = 16;
+  s.qk_rope = 16;
+  s.v_head = 16;
+  s.n_ff_exp = 32;
+  s.n_vocab = 256;
+  return synth_file("engine_q8", s);
+}
+
+std::function<std::unique_ptr<ModelRunner>()> model_runner(const std::string& path, MlaPathPolicy policy,
+                                                           int block_size, int64_t tokens,
+                                                           GgmlType dtype = GgmlType::F16) {
+  return [=] {
+    ModelOptions mo;
+    mo.n_threads = 2;
+    mo.max_batch_tokens = 2048;
+    KvCacheOptions kv;
+    kv.dtype = dtype;
+    kv.block_size = block_size;
+    kv.tokens = tokens;
+    return std::make_unique<Deepseek2Runner>(path, policy, mo, kv);
+  };
+}
+
+SamplingParams greedy(int n) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.max_tokens = n;
+  p.ignore_eos = true;
+  return p;
+}
+
+std::vector<int32_t> prompt_of(int n, int seed, int n_vocab) {
+  std::vector<int32_t> p;
+  for (int i = 0; i < n; ++i) p.push_back(static_cast<int32_t>((seed * 131 + i * 71 + i * i * 7) % n_vocab));
+  return p;
+}
+
+std::vector<Arrival> arrivals(int n_vocab) {
+  const int lens[] = {1, 3, 9, 20, 5, 33, 7, 14};
+  const int at[] = {0, 0, 1, 2, 3, 5, 8, 13};
+  std::vector<Arrival> a;
+  for (int i = 0; i < 8; ++i)
+    a.push_back({"q" + std::to_string(i), prompt_of(lens[i], i + 1, n_vocab), greedy(3 + i % 3), at[i]});
+  // Two more that share q5's first 32 tokens: prefix-cache hits when they arrive.
+  a.push_back({"hit1", a[5].prompt, greedy(3), 20});
+  a.back().prompt.resize(32);
+  a.back().prompt.push_back(7);
+  a.push_back({"hit2", a[5].prompt, greedy(4), 24});
+  return a;
+}
+
+EngineConfig config(MlaPathPolicy policy, int budget, bool prefix) {
+  EngineConfig c;
+  c.path_policy = policy;
+  c.max_num_batched_tokens = budget;
+  c.enable_prefix_caching = prefix;
+  c.max_num_seqs = 16;
+  return c;
+}
+
+void expect_bit_identical(const RunResult& want, const RunResult& got, const std::string& what) {
+  for (const auto& [id, seqs] : want.seqs) {
+    ASSERT_TRUE(got.seqs.count(id)) << what << " " << id;
+    EXPECT_EQ(got.seqs.at(id)[0].tokens, seqs[0].tokens) << what << ": tokens of " << id;
+    for (const auto& [pos, row] : want.logits.at(id)) {
+      const auto& g = got.logits.at(id).at(pos);
+      ASSERT_EQ(0, std::memcmp(row.data(), g.data(), row.size() * sizeof(float)))
+          << what << ": logits of " << id << " at position " << pos;
+    }
+  }
+}
+
+struct Case {
+  std::string name;
+  MlaPathPolicy policy;
+};
+
+class ModelBatchInvariance : public ::testing::TestWithParam<Case> {
+ protected:
+  std::string path() const { return GetParam().name == "synth_q8" ? synth_q8_model() : kFixtureModel; }
+};
+
+TEST_P(ModelBatchInvariance, AloneEqualsBatchedAcrossBudgetsPrefixHitsAndPreemption) {
+  const MlaPathPolicy policy = GetParam().policy;
+  const std::string file = path();
+  const int n_vocab = static_cast<int>(load_deepseek2(file, {})->config.n_vocab);
+  const auto all = arrivals(n_vocab);
+
+  RunResult solo;
+  for (auto a : all) {
+    a.at_step = 0;
+    auto r = run_engine(model_runner(file, policy, 16, 256), config(policy, 2048, false), {a});
+    solo.seqs[a.id] = r.seqs[a.id];
+    solo.logits[a.id] = r.logits[a.id];
+  }
+  for (int budget : {8, 16, 64, 2048}) {
+    for (bool prefix : {false, true}) {
+      if (budget == 2048 && !prefix) continue;  // covered by the solo runs' configuration
+      auto got = run_engine(model_runner(file, policy, 16, 256), config(policy, budget, prefix), all);
+      expect_bit_identical(solo, got, "budget " + std::to_string(budget) + (prefix ? " prefix" : ""));
+      if (prefix) EXPECT_GT(got.counters.n_prefix_hits, 0);
+    }
+  }
+  // 6 blocks of 8 tokens for ten requests (the longest needs 5): preemption and recomputation.
+  auto tight = run_engine(model_runner(file, policy, 8, 48), config(policy, 16, true), all);
+  expect_bit_identical(solo, tight, "preemption");
+  EXPECT_GT(tight.counters.n_preemptions, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, ModelBatchInvariance,
+                         ::testing::Values(Case{"synth_q8", MlaPathPolicy::Mha}, Case{"synth_q8", MlaPathPolicy::Mqa},
+                                           Case{"fixture_v3", MlaPathPolicy::Mha},
+                                           Case{"fixture_v3", MlaPathPolicy::Mqa}),
+                         [](const auto& info) {
+                           return info.param.name + "_" + std::string(mla_path_policy_name(info.param.policy));
+                         });
+
+double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0, ref = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff = std::max(diff, static_cast<double>(std::fabs(a[i] - b[i])));
+    ref = std::max(ref, static_cast<double>(std::fabs(b[i])));
+  }
+  return diff / ref;
+}
+
+TEST(ModelEngine, AutoMatchesFixedPathTokensAndLogitsWithin1e5) {
+  // F32 cache: the two paths differ only in their own rounding, not in the cache's.
+  const auto all = arrivals(512);
+  auto mha = run_engine(model_runner(kFixtureModel, MlaPathPolicy::Auto, 16, 512, GgmlType::F32),
+                        config(MlaPathPolicy::Mha, 16, true), all);
+  auto aut = run_engine(model_runner(kFixtureModel, MlaPathPolicy::Auto, 16, 512, GgmlType::F32),
+                        config(MlaPathPolicy::Auto, 16, true), all);
+  EXPECT_GT(aut.counters.n_tokens_mqa, 0);
+  EXPECT_GT(aut.counters.n_tokens_mha, 0);
+  for (const auto& [id, seqs] : mha.seqs) {
+    EXPECT_EQ(aut.seqs[id][0].tokens, seqs[0].tokens) << id;
+    for (const auto& [pos, row] : mha.logits.at(id))
+      EXPECT_LE(max_rel_diff(aut.logits[id][pos], row), 1e-5) << id << " position " << pos;
+  }
+}
+
+TEST(ModelEngine, CacheDtypesRunAndF32MatchesTheDirectForward) {
+  struct DtypeCase {
+    std::string file;
+    int n_vocab;
+    std::vector<GgmlType> dtypes;
+  };
+  // The fixture's latent row (64 + 16) is not a multiple of 32, the synth's (48 + 16) is.
+  for (const DtypeCase& dc : {DtypeCase{kFixtureModel, 512, {GgmlType::F32, GgmlType::F16, GgmlType::BF16}},
+                              DtypeCase{synth_q8_model(), 256, {GgmlType::F32, GgmlType::Q8_0}}}) {
+    const std::vector<int32_t> prompt = prompt_of(12, 3, dc.n_vocab);
+    // The model's own single-sequence path (slot = position, F32 cache, no engine).
+    const auto direct = run_logits(dc.file, MlaPathPolicy::Mha, prompt, 3);
+    for (GgmlType dtype : dc.dtypes) {
+      auto cfg = config(MlaPathPolicy::Mha, 5, true);
+      cfg.all_logits = true;
+      auto r = run_engine(model_runner(dc.file, MlaPathPolicy::Mha, 4, 64, dtype), cfg,
+                          {{"d", prompt, greedy(4), 0}});
+      std::vector<float> got;
+      for (const auto& [pos, row] : r.logits["d"]) got.insert(got.end(), row.begin(), row.end());
+      ASSERT_EQ(got.size(), direct.size()) << ggml_type_name(dtype);
+      if (dtype == GgmlType::F32) {
+        EXPECT_EQ(got, direct);  // chunks of 5, blocks of 4: still bit-identical
+        continue;
+      }
+      // Rounded cache rows: the prompt's logits are close to the F32 ones, not equal.
+      const size_t n = prompt.size() * dc.n_vocab;
+      std::vector<float> g(got.begin(), got.begin() + n), d(direct.begin(), direct.begin() + n);
+      EXPECT_LE(max_rel_diff(g, d), dtype == GgmlType::F16 ? 1e-2 : 5e-2) << ggml_type_name(dtype);
+      EXPECT_NE(g, d) << ggml_type_name(dtype);
+    }
+  }
+}
+
+class CaptureLog {
+ public:
+  CaptureLog() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(out_)) {
+    sink_->set_pattern("%v");
+    log().sinks().push_back(sink_);
+  }
+  ~CaptureLog() {
+    auto& sinks = log().sinks();
+    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
+  }
+  std::string text() const { return out_.str(); }
+
+ private:
+  std::ostringstream out_;
+  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
+};
+
+int count(const std::string& text, const std::string& needle) {
+  int n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
+// A synth model with DeepSeek's 102400-token vocabulary, where "Hello" is one token.
+std::string deepseek_vocab_model() {
+  SynthSpec s;
+  s.type = GgmlType::Q8_0;
+  s.seed = 3;
+  s.n_embd = 64;
+  s.n_ff = 64;
+  s.q_lora_rank = 32;
+  s.kv_lora_rank = 32;
+  s.qk_nope = 16;
+  s.qk_rope = 16;
+  s.v_head = 16;
+  s.n_ff_exp = 32;
+  s.vocab_path = std::string(MLA_SOURCE_DIR) + "/../shared/data/vocab/ggml-vocab-deepseek-llm.gguf";
+  return synth_file("engine_dsvocab", s);
+}
+
+TEST(ModelEngine, DispatchTraceForTheHelloProbeAndAMixedBatch) {
+  const std::string file = deepseek_vocab_model();
+  // The id of "Hello" from the vocabulary itself.
+  int32_t hello = -1;
+  {
+    auto f = GgufFile::open(file);
+    auto tokens = f->get_strings("tokenizer.ggml.tokens");
+    for (size_t i = 0; i < tokens.size(); ++i)
+      if (tokens[i] == "Hello") hello = static_cast<int32_t>(i);
+  }
+  ASSERT_GE(hello, 0);
+  Engine engine(model_runner(file, MlaPathPolicy::Auto, 16, 256)(), config(MlaPathPolicy::Auto, 8, true));
+  {
+    trace_configure("dispatch:1");
+    CaptureLog cap;
+    engine.add_request("hello", {hello}, greedy(2));
+    engine.step();
+    const std::string t = cap.text();
+    EXPECT_EQ(count(t, "dispatch layer=blk.0 is_sparse=0 num_mqa=1 num_mha=0 total_toks=1 policy=auto"), 1) << t;
+    EXPECT_EQ(count(t, "dispatch layer=blk.1 is_sparse=0 num_mqa=1 num_mha=0 total_toks=1 policy=auto"), 1) << t;
+    engine.step();
+    EXPECT_EQ(count(cap.text(), "dispatch layer="), 2);  // N = 1 call per layer
+  }
+  engine.run_until_idle();
+  // Three sequences decoding and one prompt chunk in one step (budget 8: 3 decodes + 5 tokens).
+  engine.add_request("d1", {hello}, greedy(4));
+  engine.add_request("d2", {5, 6}, greedy(4));
+  engine.add_request("d3", {hello, 9, 10}, greedy(4));
+  engine.step();  // three prompts
+  engine.add_request("long", prompt_of(20, 5, 1000), greedy(2));
+  trace_configure("dispatch:1");
+  {
+    CaptureLog cap;
+    engine.step();
+    EXPECT_EQ(count(cap.text(), "dispatch layer=blk.0 is_sparse=0 num_mqa=3 num_mha=1 total_toks=8 policy=auto"), 1)
+        << cap.text();
+  }
+  trace_reset();
+  engine.run_until_idle();
+  EXPECT_EQ(engine.kv().pool().n_free(), engine.kv().pool().n_blocks());
+}
+
+}  // namespace
+}  // namespace mla::testing

@@ -138,9 +138,10 @@ void serve(ServeArgs& a) {
 
   // Signals: the first asks for a graceful stop, the second for an immediate one. While the
   // model loads there is nothing to drain: exit at once.
-  std::atomic<int> n_signals{0};
-  std::atomic<bool> loaded{false};
-  std::thread signal_thread([&] {
+  // Static: the detached thread may outlive this function (a signal during exit).
+  static std::atomic<int> n_signals{0};
+  static std::atomic<bool> loaded{false};
+  std::thread signal_thread([stop_signals] {
     for (;;) {
       int sig = 0;
       if (sigwait(&stop_signals, &sig) != 0) continue;

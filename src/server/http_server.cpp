@@ -96,6 +96,9 @@ class Session : public std::enable_shared_from_this<Session> {
   Session(tcp::socket&& socket, std::shared_ptr<Shared> shared, uint64_t id)
       : stream_(std::move(socket)), shared_(std::move(shared)), id_(id) {
     beast::error_code ec;
+    // Only asynchronous operations and the peek in on_watch use the socket: the peek must not
+    // block.
+    stream_.socket().non_blocking(true, ec);
     auto ep = stream_.socket().remote_endpoint(ec);
     if (!ec) remote_ = fmt::format("{}:{}", ep.address().to_string(), ep.port());
   }
@@ -365,8 +368,12 @@ void Session::on_watch(beast::error_code ec) {
   }
   if (ec == net::error::operation_aborted) return;
   if (!ec) {
+    // Readiness can be reported spuriously: peek without blocking (the socket is in
+    // non-blocking mode) and watch again if there is nothing after all.
     char c;
     size_t n = stream_.socket().receive(net::buffer(&c, 1), tcp::socket::message_peek, ec);
+    if (ec == net::error::would_block || ec == net::error::try_again || ec == net::error::interrupted)
+      return start_watch();
     if (!ec && n > 0) {  // pipelined bytes: leave them for the next read
       watch_disabled_ = true;
       return;

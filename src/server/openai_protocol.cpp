@@ -32,16 +32,11 @@ json ApiError::to_json() const {
 }
 
 json parse_json_object(std::string_view body) {
-  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) {
-    // Parse again for the position of the error.
-    try {
-      json again = json::parse(body);
-      (void)again;
-    } catch (const json::parse_error& e) {
-      bad_request(fmt::format("request body is not valid JSON: {}", e.what()), "", "invalid_json");
-    }
-    bad_request("request body is not valid JSON", "", "invalid_json");
+  json j;
+  try {
+    j = json::parse(body);
+  } catch (const json::parse_error& e) {  // the message gives the byte position
+    bad_request(fmt::format("request body is not valid JSON: {}", e.what()), "", "invalid_json");
   }
   if (!j.is_object())
     bad_request(fmt::format("request body must be a JSON object, got {}", j.type_name()), "",

@@ -9,5 +9,8 @@ int& exit_code();
 
 void register_version(CLI::App& app);
 void register_gguf(CLI::App& app);  // mla gguf inspect|...
+void register_gguf_synth(CLI::App& gguf);                // mla gguf synth (gguf_synth.cpp)
+void register_gguf_convert_mla_layout(CLI::App& gguf);   // mla gguf convert-mla-layout (gguf_synth.cpp)
+void register_run(CLI::App& app);                        // mla run (run.cpp)
 
 }  // namespace mla::cli

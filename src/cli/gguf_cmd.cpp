@@ -7,6 +7,8 @@
 
 #include "cli/commands.h"
 #include "gguf/gguf.h"
+#include "model/config.h"
+#include "util/error.h"
 
 namespace mla::cli {
 namespace {
@@ -76,6 +78,14 @@ void print_text(const GgufFile& f, bool full) {
   std::string types;
   for (const auto& [name, n] : tot.by_type) types += fmt::format("{}{}: {}", types.empty() ? "" : ", ", name, n);
   if (!types.empty()) fmt::print("tensor types: {}\n", types);
+  if (const GgufValue* arch = f.find("general.architecture");
+      arch && arch->type() == GgufValueType::STRING && arch->as_string() == "deepseek2") {
+    try {
+      fmt::print("\nderived hyper-parameters (deepseek2):\n{}", describe_deepseek_config(load_deepseek_config(f)));
+    } catch (const Error& e) {
+      fmt::print("\nderived hyper-parameters (deepseek2): not loadable: {}\n", e.what());
+    }
+  }
 }
 
 void print_json(const GgufFile& f, bool full) {
@@ -134,6 +144,8 @@ void register_gguf(CLI::App& app) {
   });
 
   // Further `mla gguf X` subcommands register here (one file each: src/cli/gguf_X.cpp).
+  register_gguf_synth(*gguf);
+  register_gguf_convert_mla_layout(*gguf);
 }
 
 }  // namespace mla::cli

@@ -5,6 +5,10 @@
 // type's block size. `_ref` functions are the portable scalar references; the unsuffixed ones
 // pick the fastest kernel for this CPU once (see dispatch) and must agree with the reference
 // within the tolerance stated in tests/quant.
+//
+// Dequantization (reference and SIMD) is bit-exact with ggml's dequantize_row_* and gguf-py's
+// gguf.quants.dequantize. quantize_row for F16, BF16, Q8_0, Q4_0 and Q8_K is bit-exact with
+// ggml's quantize_row_*_ref; the K-quants search scales like llama.cpp's reference quantizer.
 #include <cstddef>
 #include <cstdint>
 
@@ -18,22 +22,45 @@ bool can_dequantize(GgmlType t);
 // True when quantize_row() supports t (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, and Q8_K).
 bool can_quantize(GgmlType t);
 
-// Throws mla::Error "tensor type IQ2_XXS is not supported yet" for an unsupported type.
+// Throws mla::Error "tensor type IQ2_XXS is not supported yet" for an unsupported type, and
+// mla::Error when n is not a multiple of the block size.
 void dequantize_row_ref(GgmlType t, const void* src, float* dst, int64_t n);
 void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n);
-// imatrix-free quantization from F32; dst holds ggml_row_bytes(t, n) bytes.
+// imatrix-free quantization from F32; dst holds ggml_row_bytes(t, n) bytes. Same errors.
 void quantize_row(GgmlType t, const float* src, void* dst, int64_t n);
 
 // The activation format a weight type's dot product consumes (llama.cpp's vec_dot_type):
-// Q8_0 for the 32-element block types, Q8_K for K-quants and IQ4_XS, F32 for F32, F16 for F16,
-// BF16 for BF16.
+// Q8_0 for the 32-element block types (also Q4_1/Q5_1, whose ggml pairing is Q8_1: the
+// activation sum Q8_1 carries is recomputed from the Q8_0 quants), Q8_K for K-quants and IQ4_XS,
+// F32 for F32, F16 for F16, BF16 for BF16. Throws for an unsupported type.
 GgmlType vec_dot_type(GgmlType weight_type);
 // dot(w, a) over n elements: w is one row of weight_type, a one row already quantized to
-// vec_dot_type(weight_type).
+// vec_dot_type(weight_type) by quantize_row (so Q8 quants lie in [-127, 127], which the SIMD
+// kernels rely on). Throws for an unsupported type; n must be a multiple of the block size.
 float vec_dot_ref(GgmlType weight_type, int64_t n, const void* w, const void* a);
 float vec_dot(GgmlType weight_type, int64_t n, const void* w, const void* a);
 
-// fp16 / bf16 scalar conversions (IEEE round-to-nearest-even, as ggml).
+// Kernel pointers for hot loops: look up once, call per row. n must be a multiple of the block
+// size (not checked).
+using DequantizeFn = void (*)(const void* src, float* dst, int64_t n);
+using QuantizeFn = void (*)(const float* src, void* dst, int64_t n);
+using VecDotFn = float (*)(int64_t n, const void* w, const void* a);
+
+enum class QuantIsa { Ref, Avx2 };
+const char* quant_isa_name(QuantIsa isa);
+// Whether this CPU can run kernels of `isa` (Ref: always; Avx2: AVX2 and FMA and F16C).
+bool quant_isa_available(QuantIsa isa);
+// The kernel of exactly that ISA, or nullptr when there is none (or the CPU lacks the ISA).
+DequantizeFn find_dequantize(GgmlType t, QuantIsa isa);
+QuantizeFn find_quantize(GgmlType t, QuantIsa isa);
+VecDotFn find_vec_dot(GgmlType weight_type, QuantIsa isa);
+// The fastest kernel available on this CPU; throws "tensor type X is not supported yet".
+DequantizeFn dequantize_fn(GgmlType t);
+QuantizeFn quantize_fn(GgmlType t);
+VecDotFn vec_dot_fn(GgmlType weight_type);
+
+// fp16 / bf16 scalar conversions (IEEE round-to-nearest-even, as ggml). fp16→fp32 keeps NaN
+// payloads; fp32→fp16/bf16 returns a quiet NaN for a NaN.
 float fp16_to_fp32(uint16_t h);
 uint16_t fp32_to_fp16(float f);
 float bf16_to_fp32(uint16_t h);

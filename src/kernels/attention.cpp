@@ -1,0 +1,171 @@
+#include "kernels/attention.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "kernels/ops.h"
+#include "kernels/vec.h"
+
+namespace mla {
+namespace {
+
+float* thread_buffer(AttnScratch& s, int n_threads, int t, size_t n_floats) {
+  if (static_cast<int>(s.per_thread.size()) < n_threads) s.per_thread.resize(n_threads);
+  auto& v = s.per_thread[t];
+  if (v.size() < n_floats) v.resize(n_floats);
+  return v.data();
+}
+
+const float* ctx_row(const MlaAttnParams& p, int64_t j) { return p.cache + p.slots[j] * p.cache_stride; }
+
+}  // namespace
+
+void mla_attention_mha(const MlaAttnParams& p, ThreadPool& pool, AttnScratch& scratch) {
+  const int64_t qk_head = p.qk_nope + p.qk_rope;
+  // Grow every thread's buffer up front: resizing inside the parallel region would race on
+  // the outer vector.
+  const size_t need = static_cast<size_t>(p.n_ctx * (p.qk_nope + p.v_dim + 1));
+  for (int t = 0; t < pool.n_threads(); ++t) thread_buffer(scratch, pool.n_threads(), t, need);
+  pool.parallel_for(p.n_head, [&](int64_t h0, int64_t h1, int t) {
+    float* k_nope = scratch.per_thread[t].data();     // [n_ctx][qk_nope]
+    float* v = k_nope + p.n_ctx * p.qk_nope;          // [n_ctx][v_dim]
+    float* scores = v + p.n_ctx * p.v_dim;            // [n_ctx]
+    for (int64_t h = h0; h < h1; ++h) {
+      const float* wk = p.w_uk_t + h * p.qk_nope * p.kv_lora;
+      const float* wv = p.w_uv + h * p.v_dim * p.kv_lora;
+      // Decompress the context for this head.
+      for (int64_t j = 0; j < p.n_ctx; ++j) {
+        const float* c = ctx_row(p, j);
+        for (int64_t d = 0; d < p.qk_nope; ++d) k_nope[j * p.qk_nope + d] = dot_f32(wk + d * p.kv_lora, c, p.kv_lora);
+        for (int64_t e = 0; e < p.v_dim; ++e) v[j * p.v_dim + e] = dot_f32(wv + e * p.kv_lora, c, p.kv_lora);
+      }
+      for (int64_t i = 0; i < p.n_q; ++i) {
+        const int64_t n_vis = p.n_ctx - p.n_q + i + 1;
+        const float* qh = p.q + i * p.q_stride + h * qk_head;
+        for (int64_t j = 0; j < n_vis; ++j) {
+          float s = dot_f32(qh, k_nope + j * p.qk_nope, p.qk_nope) +
+                    dot_f32(qh + p.qk_nope, ctx_row(p, j) + p.kv_lora, p.qk_rope);
+          scores[j] = s * p.kq_scale;
+        }
+        softmax(scores, n_vis);
+        float* o = p.out + i * p.out_stride + h * p.v_dim;
+        std::memset(o, 0, sizeof(float) * p.v_dim);
+        for (int64_t j = 0; j < n_vis; ++j) axpy_f32(scores[j], v + j * p.v_dim, o, p.v_dim);
+      }
+    }
+  });
+}
+
+void mla_attention_mqa(const MlaAttnParams& p, ThreadPool& pool, AttnScratch& scratch) {
+  const int64_t qk_head = p.qk_nope + p.qk_rope;
+  const int64_t max_heads = (p.n_head + pool.n_threads() - 1) / pool.n_threads();
+  const size_t need = static_cast<size_t>(max_heads * (2 * p.kv_lora + p.n_ctx));
+  for (int t = 0; t < pool.n_threads(); ++t) thread_buffer(scratch, pool.n_threads(), t, need);
+  pool.parallel_for(p.n_head, [&](int64_t h0, int64_t h1, int t) {
+    const int64_t nh = h1 - h0;
+    float* q_lat = scratch.per_thread[t].data();  // [nh][kv_lora]
+    float* o_lat = q_lat + nh * p.kv_lora;         // [nh][kv_lora]
+    float* scores = o_lat + nh * p.kv_lora;        // [nh][n_ctx]
+    for (int64_t i = 0; i < p.n_q; ++i) {
+      const int64_t n_vis = p.n_ctx - p.n_q + i + 1;
+      const float* q_tok = p.q + i * p.q_stride;
+      // Absorb W_UK into each head's query: q_lat[c] = Σ_d W_UK[h][c][d] q_nope[d].
+      for (int64_t hh = 0; hh < nh; ++hh) {
+        const float* wk = p.w_uk + (h0 + hh) * p.kv_lora * p.qk_nope;
+        const float* qn = q_tok + (h0 + hh) * qk_head;
+        for (int64_t c = 0; c < p.kv_lora; ++c) q_lat[hh * p.kv_lora + c] = dot_f32(wk + c * p.qk_nope, qn, p.qk_nope);
+      }
+      // Scores: each latent row is read once for all of this thread's heads.
+      for (int64_t j = 0; j < n_vis; ++j) {
+        const float* row = ctx_row(p, j);
+        for (int64_t hh = 0; hh < nh; ++hh) {
+          const float* qp = q_tok + (h0 + hh) * qk_head + p.qk_nope;
+          float s = dot_f32(q_lat + hh * p.kv_lora, row, p.kv_lora) + dot_f32(qp, row + p.kv_lora, p.qk_rope);
+          scores[hh * p.n_ctx + j] = s * p.kq_scale;
+        }
+      }
+      for (int64_t hh = 0; hh < nh; ++hh) softmax(scores + hh * p.n_ctx, n_vis);
+      std::memset(o_lat, 0, sizeof(float) * nh * p.kv_lora);
+      for (int64_t j = 0; j < n_vis; ++j) {
+        const float* row = ctx_row(p, j);
+        for (int64_t hh = 0; hh < nh; ++hh) axpy_f32(scores[hh * p.n_ctx + j], row, o_lat + hh * p.kv_lora, p.kv_lora);
+      }
+      // Decompress the attended latent: out[e] = Σ_c W_UV[h][e][c] o_lat[c].
+      for (int64_t hh = 0; hh < nh; ++hh) {
+        const float* wv = p.w_uv + (h0 + hh) * p.v_dim * p.kv_lora;
+        float* o = p.out + i * p.out_stride + (h0 + hh) * p.v_dim;
+        for (int64_t e = 0; e < p.v_dim; ++e) o[e] = dot_f32(wv + e * p.kv_lora, o_lat + hh * p.kv_lora, p.kv_lora);
+      }
+    }
+  });
+}
+
+void mla_attention_mha_ref(const MlaAttnParams& p) {
+  const int64_t qk_head = p.qk_nope + p.qk_rope;
+  std::vector<double> k(p.n_ctx * qk_head), v(p.n_ctx * p.v_dim), w(p.n_ctx);
+  for (int64_t h = 0; h < p.n_head; ++h) {
+    for (int64_t j = 0; j < p.n_ctx; ++j) {
+      const float* c = ctx_row(p, j);
+      for (int64_t d = 0; d < p.qk_nope; ++d)
+        k[j * qk_head + d] = dot_f64(p.w_uk_t + (h * p.qk_nope + d) * p.kv_lora, c, p.kv_lora);
+      for (int64_t d = 0; d < p.qk_rope; ++d) k[j * qk_head + p.qk_nope + d] = c[p.kv_lora + d];
+      for (int64_t e = 0; e < p.v_dim; ++e)
+        v[j * p.v_dim + e] = dot_f64(p.w_uv + (h * p.v_dim + e) * p.kv_lora, c, p.kv_lora);
+    }
+    for (int64_t i = 0; i < p.n_q; ++i) {
+      const int64_t n_vis = p.n_ctx - p.n_q + i + 1;
+      const float* qh = p.q + i * p.q_stride + h * qk_head;
+      double mx = -INFINITY, sum = 0;
+      for (int64_t j = 0; j < n_vis; ++j) {
+        double s = 0;
+        for (int64_t d = 0; d < qk_head; ++d) s += qh[d] * k[j * qk_head + d];
+        w[j] = s * p.kq_scale;
+        mx = std::max(mx, w[j]);
+      }
+      for (int64_t j = 0; j < n_vis; ++j) sum += (w[j] = std::exp(w[j] - mx));
+      float* o = p.out + i * p.out_stride + h * p.v_dim;
+      for (int64_t e = 0; e < p.v_dim; ++e) {
+        double acc = 0;
+        for (int64_t j = 0; j < n_vis; ++j) acc += w[j] / sum * v[j * p.v_dim + e];
+        o[e] = static_cast<float>(acc);
+      }
+    }
+  }
+}
+
+void mla_attention_mqa_ref(const MlaAttnParams& p) {
+  const int64_t qk_head = p.qk_nope + p.qk_rope;
+  std::vector<double> q_lat(p.kv_lora), o_lat(p.kv_lora), w(p.n_ctx);
+  for (int64_t h = 0; h < p.n_head; ++h) {
+    for (int64_t i = 0; i < p.n_q; ++i) {
+      const int64_t n_vis = p.n_ctx - p.n_q + i + 1;
+      const float* qh = p.q + i * p.q_stride + h * qk_head;
+      for (int64_t c = 0; c < p.kv_lora; ++c)
+        q_lat[c] = dot_f64(p.w_uk + (h * p.kv_lora + c) * p.qk_nope, qh, p.qk_nope);
+      double mx = -INFINITY, sum = 0;
+      for (int64_t j = 0; j < n_vis; ++j) {
+        const float* row = ctx_row(p, j);
+        double s = 0;
+        for (int64_t c = 0; c < p.kv_lora; ++c) s += q_lat[c] * row[c];
+        for (int64_t d = 0; d < p.qk_rope; ++d) s += static_cast<double>(qh[p.qk_nope + d]) * row[p.kv_lora + d];
+        w[j] = s * p.kq_scale;
+        mx = std::max(mx, w[j]);
+      }
+      for (int64_t j = 0; j < n_vis; ++j) sum += (w[j] = std::exp(w[j] - mx));
+      std::fill(o_lat.begin(), o_lat.end(), 0.0);
+      for (int64_t j = 0; j < n_vis; ++j) {
+        const float* row = ctx_row(p, j);
+        for (int64_t c = 0; c < p.kv_lora; ++c) o_lat[c] += w[j] / sum * row[c];
+      }
+      float* o = p.out + i * p.out_stride + h * p.v_dim;
+      for (int64_t e = 0; e < p.v_dim; ++e) {
+        const float* wv = p.w_uv + (h * p.v_dim + e) * p.kv_lora;
+        double acc = 0;
+        for (int64_t c = 0; c < p.kv_lora; ++c) acc += wv[c] * o_lat[c];
+        o[e] = static_cast<float>(acc);
+      }
+    }
+  }
+}
+
+}  // namespace mla

@@ -1,0 +1,60 @@
+#pragma once
+// MLA attention of one sequence over its latent cache rows, by either exact path.
+//
+// Every context row is the latent [c_kv (kv_lora_rank) | k_pe (qk_rope)] of one token, c_kv
+// normed and k_pe roped. Per head h:
+//   MHA (decompressed): k_nope_j = W_UK_h · c_kv_j, v_j = W_UV_h · c_kv_j, then ordinary attention
+//       with key [k_nope_j | k_pe_j] of qk_nope + qk_rope dims and value v_j of v_head_dim.
+//   MQA (absorbed): q_lat = W_UK_hᵀ · q_nope, score_j = q_lat · c_kv_j + q_pe · k_pe_j,
+//       o_lat = Σ_j p_j c_kv_j, out = W_UV_h · o_lat. All heads share the one latent "KV head".
+// Both scale scores by kq_scale and are causal: query i (of n_q, the sequence's last n_q
+// positions) sees context rows [0, n_ctx - n_q + i].
+//
+// Threads split heads statically; each head's reductions run in a fixed order, so results do
+// not depend on the thread count or on other sequences in the batch.
+#include <cstdint>
+#include <vector>
+
+#include "kernels/thread_pool.h"
+
+namespace mla {
+
+struct MlaAttnParams {
+  int64_t n_head = 0;
+  int64_t qk_nope = 0;     // qk_nope_head_dim
+  int64_t qk_rope = 0;     // qk_rope_head_dim
+  int64_t kv_lora = 0;     // kv_lora_rank
+  int64_t v_dim = 0;       // v_head_dim
+  float kq_scale = 1;      // mscale² / sqrt(qk_nope + qk_rope)
+
+  int64_t n_q = 0;         // query tokens of this sequence
+  const float* q = nullptr;  // [n_q][n_head][qk_nope | qk_rope], q_pe roped; tokens q_stride apart
+  int64_t q_stride = 0;
+
+  int64_t n_ctx = 0;       // context rows, n_ctx >= n_q
+  const float* cache = nullptr;  // latent arena of this layer
+  int64_t cache_stride = 0;      // floats between consecutive slots (kv_lora + qk_rope)
+  const int32_t* slots = nullptr;  // [n_ctx]: the slot of context row j
+
+  // F32 projections (dequantized at load):
+  const float* w_uk = nullptr;    // MQA: [n_head][kv_lora][qk_nope] (GGUF attn_k_b); may be nullptr for MHA
+  const float* w_uk_t = nullptr;  // MHA: [n_head][qk_nope][kv_lora] (attn_kv_b K rows); may be nullptr for MQA
+  const float* w_uv = nullptr;    // [n_head][v_dim][kv_lora] (attn_v_b)
+
+  float* out = nullptr;    // [n_q][n_head][v_dim]; tokens out_stride apart
+  int64_t out_stride = 0;
+};
+
+// Per-thread work buffers; grown on first use to the largest context seen.
+struct AttnScratch {
+  std::vector<std::vector<float>> per_thread;
+};
+
+void mla_attention_mha(const MlaAttnParams& p, ThreadPool& pool, AttnScratch& scratch);
+void mla_attention_mqa(const MlaAttnParams& p, ThreadPool& pool, AttnScratch& scratch);
+
+// Scalar references: plain loops from the definitions, double accumulation.
+void mla_attention_mha_ref(const MlaAttnParams& p);
+void mla_attention_mqa_ref(const MlaAttnParams& p);
+
+}  // namespace mla

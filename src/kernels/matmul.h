@@ -1,0 +1,51 @@
+#pragma once
+// Matmul of a (possibly quantized) weight matrix with F32 activations, the way ggml does it:
+// each activation row is quantized once to the weight type's vec_dot_type, then every output
+// is one quant.h vec_dot of a weight row with an activation row.
+//
+// Threads split the output rows statically; a single output is never split, so results are
+// bit-identical whatever the batch size or thread count (batch invariance).
+#include <cstdint>
+#include <vector>
+
+#include "gguf/types.h"
+#include "kernels/thread_pool.h"
+
+namespace mla {
+
+// A row-major weight: n_rows rows of n_cols elements (ggml ne[0] = n_cols), row_bytes apart.
+struct WeightMatrix {
+  GgmlType type = GgmlType::F32;
+  const uint8_t* data = nullptr;
+  int64_t n_cols = 0;
+  int64_t n_rows = 0;
+  int64_t row_bytes = 0;
+
+  const uint8_t* row(int64_t r) const { return data + r * row_bytes; }
+  // Rows [first, first + n) as a matrix of their own (an expert's slice of a 3-D tensor).
+  WeightMatrix rows(int64_t first, int64_t n) const {
+    WeightMatrix m = *this;
+    m.data = row(first);
+    m.n_rows = n;
+    return m;
+  }
+};
+
+// Holds activations quantized for one matmul call. Grows on first use to the largest size
+// needed, so steady-state calls do not allocate.
+struct MatmulScratch {
+  std::vector<uint8_t> act;
+};
+
+// y[t * y_stride + r] = sum_k W[r][k] * x[t * x_stride + k] for t < n_tok, r < w.n_rows.
+// x rows hold w.n_cols floats. Throws mla::Error if the weight type has no dot kernel.
+void matmul(const WeightMatrix& w, const float* x, int64_t x_stride, int64_t n_tok, float* y, int64_t y_stride,
+            ThreadPool& pool, MatmulScratch& scratch);
+
+// Single-threaded reference with the scalar vec_dot_ref kernels, same activation quantization.
+void matmul_ref(const WeightMatrix& w, const float* x, int64_t x_stride, int64_t n_tok, float* y, int64_t y_stride);
+
+// True when matmul supports this weight type (a dot kernel and a quantizer for its vec_dot_type).
+bool matmul_supports(GgmlType t);
+
+}  // namespace mla

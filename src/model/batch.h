@@ -1,0 +1,49 @@
+#pragma once
+// The batch description the forward pass consumes. Built once per step by the caller (the
+// engine, `mla run`, tests); layers read only this, never a request object.
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+namespace mla {
+
+// How one sequence's queries attend in an MLA layer (see kernels/attention.h).
+enum class MlaPath : uint8_t { Mha, Mqa };
+// The per-sequence choice: Auto sends a sequence whose query length is <= decode_threshold
+// to MQA (decode), longer ones to MHA (prefill).
+enum class MlaPathPolicy : uint8_t { Auto, Mha, Mqa };
+
+std::string_view mla_path_policy_name(MlaPathPolicy p);  // "auto" | "mha" | "mqa"
+std::string_view mla_path_name(MlaPath p);              // "mha" | "mqa"
+// Throws mla::Error for anything but auto|mha|mqa.
+MlaPathPolicy parse_mla_path_policy(std::string_view s);
+MlaPath choose_mla_path(MlaPathPolicy policy, int64_t query_len, int64_t decode_threshold = 1);
+
+struct SeqMeta {
+  int32_t query_start = 0;  // first of this sequence's tokens in the batch arrays
+  int32_t query_len = 0;    // its tokens in this step: positions context_len - query_len .. context_len - 1
+  int32_t context_len = 0;  // tokens in its cache after this step, including this step's
+  int32_t slots_start = 0;  // where its context slot list starts in BatchMeta::context_slots
+  MlaPath path = MlaPath::Mha;
+};
+
+struct BatchMeta {
+  std::vector<int32_t> token_ids;      // [n_tokens]
+  std::vector<int32_t> positions;      // [n_tokens] RoPE position of each token
+  std::vector<int32_t> slot_mapping;   // [n_tokens] latent cache slot each token's row is written to
+  std::vector<SeqMeta> seqs;           // sequences, their tokens contiguous in the arrays above
+  std::vector<int32_t> context_slots;  // per sequence, context_len slots: the slot of context position j
+  std::vector<int32_t> logits_rows;    // batch rows whose logits are wanted, ascending
+  MlaPathPolicy policy = MlaPathPolicy::Auto;  // the policy the paths were chosen under (for traces)
+
+  int64_t n_tokens() const { return static_cast<int64_t>(token_ids.size()); }
+  // Sets every sequence's path from policy.
+  void choose_paths(MlaPathPolicy p, int64_t decode_threshold = 1);
+};
+
+// One sequence whose cache holds `n_past` earlier tokens in slots 0..n_past-1 (slot = position),
+// extended by `tokens`. Logits for every new token when all_logits, else for the last one.
+BatchMeta single_sequence_batch(const std::vector<int32_t>& tokens, int32_t n_past, bool all_logits,
+                                MlaPathPolicy policy);
+
+}  // namespace mla

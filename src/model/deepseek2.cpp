@@ -1,0 +1,308 @@
+#include "model/deepseek2.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "gguf/gguf.h"
+#include "kernels/moe.h"
+#include "kernels/ops.h"
+#include "kernels/rope.h"
+#include "quant/quant.h"
+#include "util/error.h"
+#include "util/log.h"
+#include "util/trace.h"
+
+namespace mla {
+
+Deepseek2Bundle::~Deepseek2Bundle() = default;
+
+WeightLoadOptions weight_options_for(MlaPathPolicy policy, bool verify_paths) {
+  WeightLoadOptions o;
+  if (!verify_paths && policy == MlaPathPolicy::Mha) o.need_mqa = false;
+  if (!verify_paths && policy == MlaPathPolicy::Mqa) o.need_mha = false;
+  return o;
+}
+
+std::unique_ptr<Deepseek2Bundle> load_deepseek2(const std::string& path, const WeightLoadOptions& opt) {
+  auto b = std::make_unique<Deepseek2Bundle>();
+  b->file = GgufFile::open(path);
+  b->config = load_deepseek_config(*b->file);
+  b->weights = bind_deepseek_weights(*b->file, b->config, opt);
+  return b;
+}
+
+Deepseek2Model::Deepseek2Model(const DeepseekConfig& c, const DeepseekWeights& w, const ModelOptions& opt)
+    : c_(c), w_(w), opt_(opt), pool_(opt.n_threads) {
+  if (opt_.max_batch_tokens < 1) fail("model: max_batch_tokens is {}, expected >= 1", opt_.max_batch_tokens);
+  const size_t T = static_cast<size_t>(opt_.max_batch_tokens);
+  const int64_t shared_ff = c.n_ff_exp * c.n_expert_shared;
+  const int64_t ff = std::max({c.n_ff, shared_ff, 2 * c.n_ff_exp, int64_t{1}});
+  x_.resize(T * c.n_embd);
+  h_.resize(T * c.n_embd);
+  q_a_.resize(T * std::max<int64_t>(c.q_lora_rank, 1));
+  q_.resize(T * c.n_head * c.qk_head);
+  kv_.resize(T * c.latent_dim);
+  attn_.resize(T * c.n_head * c.v_head);
+  if (opt_.verify_paths) attn_alt_.resize(attn_.size());
+  proj_.resize(T * c.n_embd);
+  gate_.resize(T * ff);
+  up_.resize(T * ff);
+  cos_.resize(T * c.qk_rope / 2);
+  sin_.resize(T * c.qk_rope / 2);
+  if (c.n_layer_dense_lead < c.n_layer) {
+    router_.resize(T * c.n_expert);
+    sel_experts_.resize(T * c.n_expert_used);
+    sel_weights_.resize(T * c.n_expert_used);
+    route_scratch_.resize(2 * c.n_expert + c.n_expert_groups);
+    expert_offsets_.resize(c.n_expert + 1);
+    expert_cursor_.resize(c.n_expert);
+    expert_rows_.resize(T * c.n_expert_used);
+    ex_in_.resize(T * c.n_embd);
+    ex_out_.resize(T * c.n_embd);
+  }
+}
+
+void Deepseek2Model::mm(const WeightMatrix& w, const float* x, int64_t x_stride, int64_t n, float* y, int64_t y_stride) {
+  matmul(w, x, x_stride, n, y, y_stride, pool_, mm_scratch_);
+}
+
+void Deepseek2Model::validate(const BatchMeta& b, const LatentCache& cache) const {
+  const int64_t T = b.n_tokens();
+  if (T < 1) fail("batch: no tokens");
+  if (T > opt_.max_batch_tokens) fail("batch: {} tokens exceed max_batch_tokens {}", T, opt_.max_batch_tokens);
+  if (static_cast<int64_t>(b.positions.size()) != T || static_cast<int64_t>(b.slot_mapping.size()) != T)
+    fail("batch: {} token ids but {} positions and {} slots", T, b.positions.size(), b.slot_mapping.size());
+  if (cache.n_layer() != c_.n_layer || cache.row_dim() != c_.latent_dim)
+    fail("batch: latent cache is {} layers x {} floats, model needs {} x {}", cache.n_layer(), cache.row_dim(),
+         c_.n_layer, c_.latent_dim);
+  for (int64_t t = 0; t < T; ++t) {
+    if (b.token_ids[t] < 0 || b.token_ids[t] >= c_.n_vocab)
+      fail("batch: token id {} at row {} outside the vocabulary [0, {})", b.token_ids[t], t, c_.n_vocab);
+    if (b.slot_mapping[t] < 0 || b.slot_mapping[t] >= cache.n_slots())
+      fail("batch: slot {} at row {} outside the cache's {} slots", b.slot_mapping[t], t, cache.n_slots());
+    if (b.positions[t] < 0) fail("batch: negative position {} at row {}", b.positions[t], t);
+  }
+  int64_t covered = 0;
+  for (size_t i = 0; i < b.seqs.size(); ++i) {
+    const SeqMeta& s = b.seqs[i];
+    if (s.query_start != covered || s.query_len < 1 || s.query_len > s.context_len)
+      fail("batch: sequence {} has query [{}, +{}) with context {} (tokens must be contiguous, 1 <= query <= context)",
+           i, s.query_start, s.query_len, s.context_len);
+    covered += s.query_len;
+    if (covered > T) fail("batch: sequences cover more than the {} tokens", T);
+    if (s.slots_start < 0 || static_cast<size_t>(s.slots_start) + s.context_len > b.context_slots.size())
+      fail("batch: sequence {} slot list [{}, +{}) exceeds the {} context slots", i, s.slots_start, s.context_len,
+           b.context_slots.size());
+    for (int32_t j = 0; j < s.context_len; ++j) {
+      int32_t slot = b.context_slots[s.slots_start + j];
+      if (slot < 0 || slot >= cache.n_slots()) fail("batch: sequence {} context slot {} out of range", i, slot);
+    }
+    for (int32_t k = 0; k < s.query_len; ++k)
+      if (b.context_slots[s.slots_start + s.context_len - s.query_len + k] != b.slot_mapping[s.query_start + k])
+        fail("batch: sequence {}: token {} is written to slot {} but its context position lists slot {}", i,
+             s.query_start + k, b.slot_mapping[s.query_start + k],
+             b.context_slots[s.slots_start + s.context_len - s.query_len + k]);
+  }
+  if (covered != T) fail("batch: sequences cover {} of {} tokens", covered, T);
+  for (size_t i = 0; i < b.logits_rows.size(); ++i)
+    if (b.logits_rows[i] < 0 || b.logits_rows[i] >= T || (i > 0 && b.logits_rows[i] <= b.logits_rows[i - 1]))
+      fail("batch: logits rows must be ascending batch rows, got {} at index {}", b.logits_rows[i], i);
+}
+
+void Deepseek2Model::forward(const BatchMeta& b, LatentCache& cache, float* logits) {
+  validate(b, cache);
+  const int64_t T = b.n_tokens(), E = c_.n_embd, half = c_.qk_rope / 2;
+
+  // Embedding rows, any type; cos/sin per token once for all layers.
+  pool_.parallel_for(T, [&](int64_t t0, int64_t t1, int) {
+    for (int64_t t = t0; t < t1; ++t) {
+      dequantize_row(w_.token_embd.type, w_.token_embd.row(b.token_ids[t]), x_.data() + t * E, E);
+      rope_cos_sin(c_.rope, b.positions[t], cos_.data() + t * half, sin_.data() + t * half);
+    }
+  });
+
+  int64_t n_rows = T;  // rows of x_ still carried (shrinks to the logits rows in the last layer)
+  for (int64_t il = 0; il < c_.n_layer; ++il) {
+    const LayerWeights& L = w_.layers[il];
+    for (int64_t t = 0; t < T; ++t) rmsnorm(x_.data() + t * E, L.attn_norm.data(), h_.data() + t * E, E, c_.rms_eps);
+    attention(il, b, cache);
+    // {n_head * v_head, T} -> {n_embd, T}, added to the residual.
+    mm(L.attn_output, attn_.data(), c_.n_head * c_.v_head, T, proj_.data(), E);
+    for (int64_t t = 0; t < T; ++t) add_inplace(x_.data() + t * E, proj_.data() + t * E, E);
+
+    if (il == c_.n_layer - 1) {
+      // Only the rows whose logits are wanted go on; the caches are already written.
+      n_rows = static_cast<int64_t>(b.logits_rows.size());
+      for (int64_t i = 0; i < n_rows; ++i)
+        if (b.logits_rows[i] != i) std::memcpy(x_.data() + i * E, x_.data() + b.logits_rows[i] * E, sizeof(float) * E);
+      if (n_rows == 0) return;
+    }
+    for (int64_t t = 0; t < n_rows; ++t)
+      rmsnorm(x_.data() + t * E, L.ffn_norm.data(), h_.data() + t * E, E, c_.rms_eps);
+    if (L.is_moe) moe_ffn(L, n_rows);
+    else dense_ffn(L, n_rows);
+    for (int64_t t = 0; t < n_rows; ++t) add_inplace(x_.data() + t * E, proj_.data() + t * E, E);
+  }
+
+  for (int64_t t = 0; t < n_rows; ++t)
+    rmsnorm(x_.data() + t * E, w_.output_norm.data(), h_.data() + t * E, E, c_.rms_eps);
+  mm(w_.output, h_.data(), E, n_rows, logits, c_.n_vocab);
+}
+
+void Deepseek2Model::attention(int64_t il, const BatchMeta& b, LatentCache& cache) {
+  const LayerWeights& L = w_.layers[il];
+  const int64_t T = b.n_tokens(), E = c_.n_embd, R = c_.kv_lora_rank, half = c_.qk_rope / 2;
+  const int64_t q_width = c_.n_head * c_.qk_head;
+
+  // Query: {n_embd, T} -> {n_head * qk_head, T} directly (lite) or through the q LoRA.
+  if (c_.is_lite) {
+    mm(L.attn_q, h_.data(), E, T, q_.data(), q_width);
+  } else {
+    mm(L.attn_q_a, h_.data(), E, T, q_a_.data(), c_.q_lora_rank);
+    for (int64_t t = 0; t < T; ++t)
+      rmsnorm(q_a_.data() + t * c_.q_lora_rank, L.attn_q_a_norm.data(), q_a_.data() + t * c_.q_lora_rank,
+              c_.q_lora_rank, c_.rms_eps);
+    mm(L.attn_q_b, q_a_.data(), c_.q_lora_rank, T, q_.data(), q_width);
+  }
+  // Latent: {n_embd, T} -> {kv_lora_rank + qk_rope, T}; norm c_kv, rope k_pe, store in the cache.
+  mm(L.attn_kv_a_mqa, h_.data(), E, T, kv_.data(), c_.latent_dim);
+  pool_.parallel_for(T, [&](int64_t t0, int64_t t1, int) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const float* cs = cos_.data() + t * half;
+      const float* sn = sin_.data() + t * half;
+      float* kv = kv_.data() + t * c_.latent_dim;
+      rmsnorm(kv, L.attn_kv_a_norm.data(), kv, R, c_.rms_eps);
+      rope_apply(kv + R, 1, 0, static_cast<int>(c_.qk_rope), cs, sn);
+      std::memcpy(cache.row(il, b.slot_mapping[t]), kv, sizeof(float) * c_.latent_dim);
+      // q_pe of every head: {qk_rope} at offset qk_nope of each {qk_head}.
+      rope_apply(q_.data() + t * q_width + c_.qk_nope, c_.n_head, c_.qk_head, static_cast<int>(c_.qk_rope), cs, sn);
+    }
+  });
+
+  // The dispatch decision point: each sequence goes down its path.
+  int num_mqa = 0, num_mha = 0;
+  for (const auto& s : b.seqs) (s.path == MlaPath::Mqa ? num_mqa : num_mha)++;
+  trace_dispatch(static_cast<int>(il), false, num_mqa, num_mha, static_cast<int>(T), mla_path_policy_name(b.policy));
+
+  const int64_t out_width = c_.n_head * c_.v_head;
+  for (const auto& s : b.seqs) run_mla_path(il, b, s, s.path, cache, attn_.data() + s.query_start * out_width);
+
+  if (opt_.verify_paths) {
+    double max_abs = 0, max_ref = 0;
+    for (const auto& s : b.seqs) {
+      MlaPath other = s.path == MlaPath::Mha ? MlaPath::Mqa : MlaPath::Mha;
+      float* alt = attn_alt_.data() + s.query_start * out_width;
+      run_mla_path(il, b, s, other, cache, alt);
+      const float* a = attn_.data() + s.query_start * out_width;
+      for (int64_t i = 0; i < s.query_len * out_width; ++i) {
+        max_abs = std::max(max_abs, static_cast<double>(std::fabs(a[i] - alt[i])));
+        max_ref = std::max(max_ref, static_cast<double>(std::fabs(a[i])));
+      }
+    }
+    log().info("verify-paths layer=blk.{} max_abs_diff={:.3e} max_rel_diff={:.3e} (mha vs mqa attention output)", il,
+               max_abs, max_ref > 0 ? max_abs / max_ref : max_abs);
+  }
+}
+
+void Deepseek2Model::run_mla_path(int64_t il, const BatchMeta& b, const SeqMeta& s, MlaPath path, LatentCache& cache,
+                                  float* out) {
+  const LayerWeights& L = w_.layers[il];
+  MlaAttnParams p;
+  p.n_head = c_.n_head;
+  p.qk_nope = c_.qk_nope;
+  p.qk_rope = c_.qk_rope;
+  p.kv_lora = c_.kv_lora_rank;
+  p.v_dim = c_.v_head;
+  p.kq_scale = c_.kq_scale;
+  p.n_q = s.query_len;
+  p.q_stride = c_.n_head * c_.qk_head;
+  p.q = q_.data() + s.query_start * p.q_stride;
+  p.n_ctx = s.context_len;
+  p.cache = cache.layer(il);
+  p.cache_stride = c_.latent_dim;
+  p.slots = b.context_slots.data() + s.slots_start;
+  p.w_uk = L.w_uk.empty() ? nullptr : L.w_uk.data();
+  p.w_uk_t = L.w_uk_t.empty() ? nullptr : L.w_uk_t.data();
+  p.w_uv = L.w_uv.data();
+  p.out = out;
+  p.out_stride = c_.n_head * c_.v_head;
+  if (path == MlaPath::Mha) {
+    if (!p.w_uk_t) fail("model: the MHA path was requested but the model was loaded for MQA only");
+    mla_attention_mha(p, pool_, attn_scratch_);
+  } else {
+    if (!p.w_uk) fail("model: the MQA path was requested but the model was loaded for MHA only");
+    mla_attention_mqa(p, pool_, attn_scratch_);
+  }
+}
+
+void Deepseek2Model::dense_ffn(const LayerWeights& L, int64_t n) {
+  const int64_t E = c_.n_embd, F = c_.n_ff;
+  mm(L.ffn_gate, h_.data(), E, n, gate_.data(), F);
+  mm(L.ffn_up, h_.data(), E, n, up_.data(), F);
+  swiglu(gate_.data(), up_.data(), gate_.data(), n * F);
+  mm(L.ffn_down, gate_.data(), F, n, proj_.data(), E);
+}
+
+void Deepseek2Model::moe_ffn(const LayerWeights& L, int64_t n) {
+  const int64_t E = c_.n_embd, F = c_.n_ff_exp, X = c_.n_expert, K = c_.n_expert_used;
+  // Routing: {n_embd, n} -> {n_expert, n} logits -> k experts and weights per token.
+  mm(L.ffn_gate_inp, h_.data(), E, n, router_.data(), X);
+  MoeRouting r;
+  r.n_expert = static_cast<int>(X);
+  r.n_expert_used = static_cast<int>(K);
+  r.n_group = static_cast<int>(c_.n_expert_groups);
+  r.n_group_used = static_cast<int>(c_.n_expert_groups_used);
+  r.gating = c_.gating;
+  r.norm_weights = c_.expert_weights_norm;
+  r.weights_scale = static_cast<float>(c_.expert_weights_scale);
+  r.bias = L.exp_probs_b.empty() ? nullptr : L.exp_probs_b.data();
+  for (int64_t t = 0; t < n; ++t)
+    moe_route(r, router_.data() + t * X, sel_experts_.data() + t * K, sel_weights_.data() + t * K, route_scratch_.data());
+
+  // Group (token, k) pairs by expert, tokens ascending within an expert.
+  std::fill(expert_offsets_.begin(), expert_offsets_.end(), 0);
+  for (int64_t i = 0; i < n * K; ++i) expert_offsets_[sel_experts_[i] + 1]++;
+  for (int64_t e = 0; e < X; ++e) expert_offsets_[e + 1] += expert_offsets_[e];
+  std::copy(expert_offsets_.begin(), expert_offsets_.end() - 1, expert_cursor_.begin());
+  for (int64_t i = 0; i < n * K; ++i) expert_rows_[expert_cursor_[sel_experts_[i]]++] = static_cast<int32_t>(i);
+
+  // transformers' summation order: routed experts in expert order starting from zero, then the
+  // shared experts; each token's sum depends only on its own experts.
+  float* acc = proj_.data();
+  std::fill(acc, acc + n * E, 0.0f);
+  for (int64_t e = 0; e < X; ++e) {
+    const int32_t b0 = expert_offsets_[e], b1 = expert_offsets_[e + 1];
+    const int64_t m = b1 - b0;
+    if (m == 0) continue;
+    for (int64_t i = 0; i < m; ++i)
+      std::memcpy(ex_in_.data() + i * E, h_.data() + (expert_rows_[b0 + i] / K) * E, sizeof(float) * E);
+    if (L.gate_up_merged) {
+      // {n_embd, m} -> {2 * n_ff_exp, m}: gate rows then up rows of expert e.
+      mm(L.ffn_gate_up_exps.rows(e * 2 * F, 2 * F), ex_in_.data(), E, m, up_.data(), 2 * F);
+      for (int64_t i = 0; i < m; ++i) swiglu(up_.data() + i * 2 * F, up_.data() + i * 2 * F + F, gate_.data() + i * F, F);
+    } else {
+      mm(L.ffn_gate_exps.rows(e * F, F), ex_in_.data(), E, m, gate_.data(), F);
+      mm(L.ffn_up_exps.rows(e * F, F), ex_in_.data(), E, m, up_.data(), F);
+      swiglu(gate_.data(), up_.data(), gate_.data(), m * F);
+    }
+    mm(L.ffn_down_exps.rows(e * E, E), gate_.data(), F, m, ex_out_.data(), E);
+    for (int64_t i = 0; i < m; ++i) {
+      const int32_t pair = expert_rows_[b0 + i];
+      const float wgt = sel_weights_[pair];
+      float* dst = acc + (pair / K) * E;
+      const float* src = ex_out_.data() + i * E;
+      for (int64_t j = 0; j < E; ++j) dst[j] += src[j] * wgt;
+    }
+  }
+  if (c_.n_expert_shared > 0) {
+    const int64_t S = F * c_.n_expert_shared;
+    mm(L.ffn_gate_shexp, h_.data(), E, n, gate_.data(), S);
+    mm(L.ffn_up_shexp, h_.data(), E, n, up_.data(), S);
+    swiglu(gate_.data(), up_.data(), gate_.data(), n * S);
+    mm(L.ffn_down_shexp, gate_.data(), S, n, ex_out_.data(), E);
+    for (int64_t t = 0; t < n; ++t) add_inplace(acc + t * E, ex_out_.data() + t * E, E);
+  }
+}
+
+}  // namespace mla

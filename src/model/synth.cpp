@@ -1,0 +1,465 @@
+#include "model/synth.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <nlohmann/json.hpp>
+
+#include "gguf/gguf.h"
+#include "model/config.h"
+#include "quant/quant.h"
+#include "util/error.h"
+#include "util/log.h"
+
+namespace mla {
+namespace {
+
+// ---------------------------------------------------------------- spec from JSON
+
+GgmlType type_named(const std::string& s) {
+  auto t = ggml_type_from_name(s);
+  if (!t) fail("synth: unknown tensor type '{}'", s);
+  if (!can_quantize(*t)) fail("synth: tensor type {} cannot be written (no quantizer)", s);
+  return *t;
+}
+
+MlaLayout layout_named(const std::string& s) {
+  if (s == "split") return MlaLayout::Split;
+  if (s == "fused") return MlaLayout::Fused;
+  fail("synth: layout '{}' is not split or fused", s);
+}
+
+const char* const kRoles[] = {"embd", "output", "attn_q", "attn_kv_a", "attn_mla", "attn_output",
+                              "ffn", "ffn_exps", "ffn_shexp", "router"};
+
+struct SpecKey {
+  const char* name;
+  std::function<void(SynthSpec&, const nlohmann::json&)> set;
+};
+
+template <typename T>
+std::function<void(SynthSpec&, const nlohmann::json&)> field(T SynthSpec::*m) {
+  return [m](SynthSpec& s, const nlohmann::json& j) { s.*m = j.get<T>(); };
+}
+
+const std::vector<SpecKey>& spec_table() {
+  static const std::vector<SpecKey> keys = {
+      {"n_layer", field(&SynthSpec::n_layer)},
+      {"n_layer_dense_lead", field(&SynthSpec::n_layer_dense_lead)},
+      {"n_embd", field(&SynthSpec::n_embd)},
+      {"n_ff", field(&SynthSpec::n_ff)},
+      {"n_head", field(&SynthSpec::n_head)},
+      {"q_lora_rank", field(&SynthSpec::q_lora_rank)},
+      {"kv_lora_rank", field(&SynthSpec::kv_lora_rank)},
+      {"qk_nope", field(&SynthSpec::qk_nope)},
+      {"qk_rope", field(&SynthSpec::qk_rope)},
+      {"v_head", field(&SynthSpec::v_head)},
+      {"n_expert", field(&SynthSpec::n_expert)},
+      {"n_expert_used", field(&SynthSpec::n_expert_used)},
+      {"n_expert_shared", field(&SynthSpec::n_expert_shared)},
+      {"n_ff_exp", field(&SynthSpec::n_ff_exp)},
+      {"n_expert_groups", field(&SynthSpec::n_expert_groups)},
+      {"n_expert_groups_used", field(&SynthSpec::n_expert_groups_used)},
+      {"gating", field(&SynthSpec::gating)},
+      {"weights_norm", field(&SynthSpec::weights_norm)},
+      {"weights_scale", field(&SynthSpec::weights_scale)},
+      {"exp_probs_b", field(&SynthSpec::exp_probs_b)},
+      {"n_vocab", field(&SynthSpec::n_vocab)},
+      {"n_ctx_train", field(&SynthSpec::n_ctx_train)},
+      {"rms_eps", field(&SynthSpec::rms_eps)},
+      {"rope_freq_base", field(&SynthSpec::rope_freq_base)},
+      {"rope_scaling", field(&SynthSpec::rope_scaling)},
+      {"rope_factor", field(&SynthSpec::rope_factor)},
+      {"rope_orig_ctx", field(&SynthSpec::rope_orig_ctx)},
+      {"yarn_mscale_all_dim", field(&SynthSpec::yarn_mscale_all_dim)},
+      {"layout", [](SynthSpec& s, const nlohmann::json& j) { s.layout = layout_named(j.get<std::string>()); }},
+      {"mla_keys", field(&SynthSpec::mla_keys)},
+      {"tied_output", field(&SynthSpec::tied_output)},
+      {"merged_gate_up", field(&SynthSpec::merged_gate_up)},
+      {"type", [](SynthSpec& s, const nlohmann::json& j) { s.type = type_named(j.get<std::string>()); }},
+      {"types",
+       [](SynthSpec& s, const nlohmann::json& j) {
+         if (!j.is_object()) fail("synth: 'types' must be an object of role: type");
+         for (const auto& [role, t] : j.items()) {
+           bool known = false;
+           for (const char* r : kRoles) known |= role == r;
+           if (!known) fail("synth: unknown tensor role '{}' in types", role);
+           s.role_types[role] = type_named(t.get<std::string>());
+         }
+       }},
+      {"vocab", field(&SynthSpec::vocab_path)},
+      {"seed", field(&SynthSpec::seed)},
+      {"name", field(&SynthSpec::name)},
+  };
+  return keys;
+}
+
+// ---------------------------------------------------------------- random numbers
+
+uint64_t splitmix64(uint64_t& s) {
+  uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// A normal stream per tensor name, so a tensor's values depend only on (seed, name, count).
+class Normal {
+ public:
+  Normal(uint64_t seed, const std::string& name) : s_(seed) {
+    for (unsigned char c : name) s_ = (s_ ^ c) * 0x100000001b3ull;
+  }
+  double uniform() { return (splitmix64(s_) >> 11) * (1.0 / 9007199254740992.0); }
+  double next() {
+    double u1 = uniform(), u2 = uniform();
+    if (u1 < 1e-300) u1 = 1e-300;
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(2 * M_PI * u2);
+  }
+
+ private:
+  uint64_t s_;
+};
+
+std::vector<float> normals(const SynthSpec& s, const std::string& name, int64_t n, double stddev) {
+  Normal g(s.seed, name);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = static_cast<float>(g.next() * stddev);
+  return v;
+}
+
+std::vector<float> near_one(const SynthSpec& s, const std::string& name, int64_t n) {
+  Normal g(s.seed, name);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = static_cast<float>(1.0 + 0.1 * (2 * g.uniform() - 1));
+  return v;
+}
+
+// ---------------------------------------------------------------- encoding
+
+GgmlType fit_type(GgmlType t, int64_t row) {
+  for (GgmlType cand : {t, GgmlType::Q8_0, GgmlType::F16, GgmlType::F32})
+    if (row % ggml_traits(cand).block_elems == 0) return cand;
+  return GgmlType::F32;
+}
+
+std::vector<uint8_t> encode(GgmlType t, const std::vector<float>& v, int64_t row) {
+  const int64_t rows = static_cast<int64_t>(v.size()) / row;
+  const int64_t rb = ggml_row_bytes(t, row);
+  std::vector<uint8_t> out(static_cast<size_t>(rb * rows));
+  for (int64_t r = 0; r < rows; ++r) quantize_row(t, v.data() + r * row, out.data() + r * rb, row);
+  return out;
+}
+
+class Builder {
+ public:
+  Builder(const SynthSpec& s, GgufWriter& w) : s_(s), w_(w) {}
+
+  GgmlType role_type(const std::string& role) const {
+    auto it = s_.role_types.find(role);
+    return it != s_.role_types.end() ? it->second : s_.type;
+  }
+  // A tensor from F32 values; ne in ggml order (ne[0] = row length).
+  void add(const std::string& name, const std::string& role, std::vector<int64_t> ne, const std::vector<float>& v) {
+    GgmlType t = role.empty() ? GgmlType::F32 : fit_type(role_type(role), ne[0]);
+    w_.add_tensor(name, t, std::move(ne), encode(t, v, ne[0]));
+  }
+  void matrix(const std::string& name, const std::string& role, std::vector<int64_t> ne) {
+    int64_t n = 1;
+    for (auto d : ne) n *= d;
+    add(name, role, ne, normals(s_, name, n, 1.0 / std::sqrt(static_cast<double>(ne[0]))));
+  }
+  void norm(const std::string& name, int64_t n) { add(name, "", {n}, near_one(s_, name, n)); }
+
+ private:
+  const SynthSpec& s_;
+  GgufWriter& w_;
+};
+
+void check_spec(const SynthSpec& s) {
+  auto pos = [](const char* k, int64_t v) {
+    if (v < 1) fail("synth: {} is {}, expected >= 1", k, v);
+  };
+  pos("n_layer", s.n_layer);
+  pos("n_embd", s.n_embd);
+  pos("n_head", s.n_head);
+  pos("kv_lora_rank", s.kv_lora_rank);
+  pos("qk_nope", s.qk_nope);
+  pos("v_head", s.v_head);
+  pos("n_vocab", s.n_vocab);
+  pos("n_ctx_train", s.n_ctx_train);
+  if (s.qk_rope < 2 || s.qk_rope % 2) fail("synth: qk_rope is {}, expected an even value >= 2", s.qk_rope);
+  if (s.q_lora_rank < 0) fail("synth: q_lora_rank is {}, expected >= 0 (0: lite)", s.q_lora_rank);
+  if (s.n_layer_dense_lead < 0 || s.n_layer_dense_lead > s.n_layer)
+    fail("synth: n_layer_dense_lead is {}, expected 0 to n_layer {}", s.n_layer_dense_lead, s.n_layer);
+  if (s.n_layer_dense_lead > 0) pos("n_ff", s.n_ff);
+  if (s.n_layer_dense_lead < s.n_layer) {
+    pos("n_expert", s.n_expert);
+    pos("n_expert_used", s.n_expert_used);
+    pos("n_ff_exp", s.n_ff_exp);
+    pos("n_expert_groups", s.n_expert_groups);
+  }
+  if (s.gating != "softmax" && s.gating != "sigmoid") fail("synth: gating '{}' is not softmax or sigmoid", s.gating);
+  if (s.rope_scaling != "none" && s.rope_scaling != "linear" && s.rope_scaling != "yarn")
+    fail("synth: rope_scaling '{}' is not none, linear or yarn", s.rope_scaling);
+}
+
+void copy_vocab(const std::string& path, GgufWriter& w, int64_t& n_vocab) {
+  auto v = GgufFile::open(path);
+  int64_t n_tokens = 0;
+  for (const auto& [k, val] : v->metadata()) {
+    if (k.rfind("tokenizer.", 0) != 0) continue;
+    w.set(k, val);
+    if (k == "tokenizer.ggml.tokens" && val.type() == GgufValueType::ARRAY)
+      n_tokens = static_cast<int64_t>(val.as_array().items.size());
+  }
+  if (n_tokens < 1) fail("synth: {}: no tokenizer.ggml.tokens list to take the vocabulary from", path);
+  n_vocab = n_tokens;
+}
+
+}  // namespace
+
+const std::vector<std::string>& synth_spec_keys() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n;
+    for (const auto& k : spec_table()) n.push_back(k.name);
+    return n;
+  }();
+  return names;
+}
+
+void apply_synth_json(SynthSpec& s, const nlohmann::json& j) {
+  if (!j.is_object()) fail("synth: the config must be a JSON object");
+  for (const auto& [key, value] : j.items()) {
+    const SpecKey* found = nullptr;
+    for (const auto& k : spec_table())
+      if (key == k.name) found = &k;
+    if (!found) fail("synth: unknown config key '{}'", key);
+    try {
+      found->set(s, value);
+    } catch (const nlohmann::json::exception& e) {
+      fail("synth: config key '{}': {}", key, e.what());
+    }
+  }
+}
+
+void write_synth_deepseek2(const SynthSpec& s, const std::string& path) {
+  check_spec(s);
+  GgufWriter w;
+  int64_t n_vocab = s.n_vocab;
+  const std::string a = "deepseek2.";
+  w.set("general.architecture", GgufValue::str("deepseek2"));
+  w.set("general.name", GgufValue::str(s.name));
+  auto u32 = [](int64_t v) { return GgufValue::u32(static_cast<uint32_t>(v)); };
+  auto f32 = [](double v) { return GgufValue::f32(static_cast<float>(v)); };
+  const bool moe = s.n_layer_dense_lead < s.n_layer;
+  const int64_t qk_head = s.qk_nope + s.qk_rope;
+  w.set(a + "block_count", u32(s.n_layer));
+  w.set(a + "context_length", u32(s.n_ctx_train));
+  w.set(a + "embedding_length", u32(s.n_embd));
+  w.set(a + "feed_forward_length", u32(s.n_ff));
+  w.set(a + "attention.head_count", u32(s.n_head));
+  w.set(a + "attention.head_count_kv", u32(s.mla_keys ? 1 : s.n_head));
+  w.set(a + "rope.freq_base", f32(s.rope_freq_base));
+  w.set(a + "attention.layer_norm_rms_epsilon", f32(s.rms_eps));
+  if (moe) {
+    w.set(a + "expert_used_count", u32(s.n_expert_used));
+    w.set(a + "expert_group_count", u32(s.n_expert_groups));
+    w.set(a + "expert_group_used_count", u32(s.n_expert_groups_used));
+  }
+  w.set(a + "leading_dense_block_count", u32(s.n_layer_dense_lead));
+  if (s.q_lora_rank > 0) w.set(a + "attention.q_lora_rank", u32(s.q_lora_rank));
+  w.set(a + "attention.kv_lora_rank", u32(s.kv_lora_rank));
+  w.set(a + "attention.key_length", u32(s.mla_keys ? s.kv_lora_rank + s.qk_rope : qk_head));
+  w.set(a + "attention.value_length", u32(s.mla_keys ? s.kv_lora_rank : s.v_head));
+  if (s.mla_keys) {
+    w.set(a + "attention.key_length_mla", u32(qk_head));
+    w.set(a + "attention.value_length_mla", u32(s.v_head));
+  }
+  if (moe) {
+    w.set(a + "expert_feed_forward_length", u32(s.n_ff_exp));
+    w.set(a + "expert_count", u32(s.n_expert));
+    w.set(a + "expert_shared_count", u32(s.n_expert_shared));
+    w.set(a + "expert_weights_scale", f32(s.weights_scale));
+    w.set(a + "expert_weights_norm", GgufValue::boolean(s.weights_norm));
+    w.set(a + "expert_gating_func", u32(s.gating == "sigmoid" ? 2 : 1));
+  }
+  w.set(a + "rope.dimension_count", u32(s.qk_rope));
+  if (s.rope_scaling != "none") {
+    w.set(a + "rope.scaling.type", GgufValue::str(s.rope_scaling));
+    w.set(a + "rope.scaling.factor", f32(s.rope_factor));
+    if (s.rope_scaling == "yarn") {
+      w.set(a + "rope.scaling.original_context_length", u32(s.rope_orig_ctx));
+      if (s.yarn_mscale_all_dim != 0) w.set(a + "rope.scaling.yarn_log_multiplier", f32(0.1 * s.yarn_mscale_all_dim));
+    }
+  }
+  if (!s.vocab_path.empty()) copy_vocab(s.vocab_path, w, n_vocab);
+  w.set(a + "vocab_size", u32(n_vocab));
+
+  Builder b(s, w);
+  const int64_t E = s.n_embd;
+  b.add("token_embd.weight", "embd", {E, n_vocab}, normals(s, "token_embd.weight", E * n_vocab, 1.0));
+  b.norm("output_norm.weight", E);
+  if (!s.tied_output) b.matrix("output.weight", "output", {E, n_vocab});
+
+  const int64_t H = s.n_head, R = s.kv_lora_rank, N = s.qk_nope, V = s.v_head;
+  for (int64_t il = 0; il < s.n_layer; ++il) {
+    auto n = [&](const char* t, const char* suffix = "weight") { return fmt::format("blk.{}.{}.{}", il, t, suffix); };
+    b.norm(n("attn_norm"), E);
+    if (s.q_lora_rank > 0) {
+      b.matrix(n("attn_q_a"), "attn_q", {E, s.q_lora_rank});
+      b.norm(n("attn_q_a_norm"), s.q_lora_rank);
+      b.matrix(n("attn_q_b"), "attn_q", {s.q_lora_rank, H * qk_head});
+    } else {
+      b.matrix(n("attn_q"), "attn_q", {E, H * qk_head});
+    }
+    b.matrix(n("attn_kv_a_mqa"), "attn_kv_a", {E, R + s.qk_rope});
+    b.norm(n("attn_kv_a_norm"), R);
+    // The MLA projections from one set of values whatever the layout: W_UK [H][N][R], W_UV [H][V][R].
+    const double sd = 1.0 / std::sqrt(static_cast<double>(R));
+    std::vector<float> uk_t = normals(s, n("mla_uk"), H * N * R, sd);
+    std::vector<float> uv = normals(s, n("mla_uv"), H * V * R, sd);
+    if (s.layout == MlaLayout::Split) {
+      std::vector<float> uk(uk_t.size());
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t d = 0; d < N; ++d)
+          for (int64_t r = 0; r < R; ++r) uk[(h * R + r) * N + d] = uk_t[(h * N + d) * R + r];
+      b.add(n("attn_k_b"), "attn_mla", {N, R, H}, uk);
+      b.add(n("attn_v_b"), "attn_mla", {R, V, H}, uv);
+    } else {
+      std::vector<float> kv(static_cast<size_t>(H * (N + V) * R));
+      for (int64_t h = 0; h < H; ++h) {
+        std::copy(uk_t.begin() + h * N * R, uk_t.begin() + (h + 1) * N * R, kv.begin() + h * (N + V) * R);
+        std::copy(uv.begin() + h * V * R, uv.begin() + (h + 1) * V * R, kv.begin() + (h * (N + V) + N) * R);
+      }
+      b.add(n("attn_kv_b"), "attn_mla", {R, H * (N + V)}, kv);
+    }
+    b.matrix(n("attn_output"), "attn_output", {H * V, E});
+    b.norm(n("ffn_norm"), E);
+    if (il < s.n_layer_dense_lead) {
+      b.matrix(n("ffn_gate"), "ffn", {E, s.n_ff});
+      b.matrix(n("ffn_up"), "ffn", {E, s.n_ff});
+      b.matrix(n("ffn_down"), "ffn", {s.n_ff, E});
+      continue;
+    }
+    const int64_t X = s.n_expert, F = s.n_ff_exp;
+    b.matrix(n("ffn_gate_inp"), "router", {E, X});
+    if (s.exp_probs_b) {
+      Normal g(s.seed, n("exp_probs_b", "bias"));
+      std::vector<float> bias(static_cast<size_t>(X));
+      for (auto& x : bias) x = static_cast<float>(0.05 * (2 * g.uniform() - 1));
+      b.add(n("exp_probs_b", "bias"), "", {X}, bias);
+    }
+    if (s.merged_gate_up) {
+      // Same values as the separate tensors: per expert, gate rows then up rows.
+      auto gate = normals(s, n("ffn_gate_exps"), E * F * X, 1.0 / std::sqrt(static_cast<double>(E)));
+      auto up = normals(s, n("ffn_up_exps"), E * F * X, 1.0 / std::sqrt(static_cast<double>(E)));
+      std::vector<float> gu(static_cast<size_t>(2 * E * F * X));
+      for (int64_t e = 0; e < X; ++e) {
+        std::copy(gate.begin() + e * F * E, gate.begin() + (e + 1) * F * E, gu.begin() + 2 * e * F * E);
+        std::copy(up.begin() + e * F * E, up.begin() + (e + 1) * F * E, gu.begin() + (2 * e + 1) * F * E);
+      }
+      b.add(n("ffn_gate_up_exps"), "ffn_exps", {E, 2 * F, X}, gu);
+    } else {
+      b.add(n("ffn_gate_exps"), "ffn_exps", {E, F, X},
+            normals(s, n("ffn_gate_exps"), E * F * X, 1.0 / std::sqrt(static_cast<double>(E))));
+      b.add(n("ffn_up_exps"), "ffn_exps", {E, F, X},
+            normals(s, n("ffn_up_exps"), E * F * X, 1.0 / std::sqrt(static_cast<double>(E))));
+    }
+    b.matrix(n("ffn_down_exps"), "ffn_exps", {F, E, X});
+    if (s.n_expert_shared > 0) {
+      const int64_t S = F * s.n_expert_shared;
+      b.matrix(n("ffn_gate_shexp"), "ffn_shexp", {E, S});
+      b.matrix(n("ffn_up_shexp"), "ffn_shexp", {E, S});
+      b.matrix(n("ffn_down_shexp"), "ffn_shexp", {S, E});
+    }
+  }
+  w.write(path);
+}
+
+// ---------------------------------------------------------------- layout conversion
+
+namespace {
+
+bool exact_float_type(GgmlType t) { return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16; }
+
+// The type for a re-laid-out tensor built from `src`-typed values with rows of `row` elements.
+GgmlType relayout_type(GgmlType src, int64_t row, bool keep_quant) {
+  if ((exact_float_type(src) || keep_quant) && row % ggml_traits(src).block_elems == 0) return src;
+  return GgmlType::F32;
+}
+
+std::vector<float> to_f32(const GgufTensorInfo& t) {
+  std::vector<float> out(static_cast<size_t>(t.n_elements));
+  const int64_t rb = ggml_row_bytes(t.type, t.ne[0]);
+  for (int64_t r = 0; r < t.n_rows(); ++r) dequantize_row(t.type, t.data + r * rb, out.data() + r * t.ne[0], t.ne[0]);
+  return out;
+}
+
+}  // namespace
+
+void convert_mla_layout(const std::string& in_path, const std::string& out_path, MlaLayout target,
+                        bool keep_quant_type) {
+  auto f = GgufFile::open(in_path);
+  DeepseekConfig c = load_deepseek_config(*f);
+  const int64_t H = c.n_head, R = c.kv_lora_rank, N = c.qk_nope, V = c.v_head;
+  GgufWriter w;
+  w.copy_metadata_from(*f);
+  int converted = 0;
+  for (const auto& t : f->tensors()) {
+    std::string name = t.name;
+    auto layer_name = [&](const std::string& suffix) {
+      return name.substr(0, name.find('.', 4) + 1) + suffix;  // "blk.N." + suffix
+    };
+    const bool is_kb = name.rfind("blk.", 0) == 0 && name.ends_with(".attn_k_b.weight");
+    const bool is_vb = name.rfind("blk.", 0) == 0 && name.ends_with(".attn_v_b.weight");
+    const bool is_kvb = name.rfind("blk.", 0) == 0 && name.ends_with(".attn_kv_b.weight");
+    if (target == MlaLayout::Fused && is_vb) continue;  // emitted with attn_k_b
+    if (target == MlaLayout::Fused && is_kb) {
+      const GgufTensorInfo* vb = f->find_tensor(layer_name("attn_v_b.weight"));
+      if (!vb) fail("convert: {}: '{}' has no matching attn_v_b", in_path, name);
+      if (t.ne != std::vector<int64_t>{N, R, H} || vb->ne != std::vector<int64_t>{R, V, H})
+        fail("convert: {}: '{}' {} / attn_v_b {} do not match the config's {{{}, {}, {}}} / {{{}, {}, {}}}", in_path,
+             name, t.shape_string(), vb->shape_string(), N, R, H, R, V, H);
+      std::vector<float> uk = to_f32(t), uv = to_f32(*vb);
+      std::vector<float> kv(static_cast<size_t>(H * (N + V) * R));
+      for (int64_t h = 0; h < H; ++h) {
+        for (int64_t d = 0; d < N; ++d)
+          for (int64_t r = 0; r < R; ++r) kv[(h * (N + V) + d) * R + r] = uk[(h * R + r) * N + d];
+        std::copy(uv.begin() + h * V * R, uv.begin() + (h + 1) * V * R, kv.begin() + (h * (N + V) + N) * R);
+      }
+      GgmlType type = t.type == vb->type ? relayout_type(t.type, R, keep_quant_type) : GgmlType::F32;
+      w.add_tensor(layer_name("attn_kv_b.weight"), type, {R, H * (N + V)}, encode(type, kv, R));
+      ++converted;
+      continue;
+    }
+    if (target == MlaLayout::Split && is_kvb) {
+      if (t.ne != std::vector<int64_t>{R, H * (N + V)})
+        fail("convert: {}: '{}' is {}, the config needs {{{}, {}}}", in_path, name, t.shape_string(), R, H * (N + V));
+      // attn_v_b rows are whole rows of attn_kv_b: moved unchanged, in the source type.
+      const int64_t rb = ggml_row_bytes(t.type, R);
+      std::vector<uint8_t> vb(static_cast<size_t>(H * V * rb));
+      for (int64_t h = 0; h < H; ++h)
+        std::memcpy(vb.data() + h * V * rb, t.data + (h * (N + V) + N) * rb, static_cast<size_t>(V * rb));
+      std::vector<float> kv = to_f32(t);
+      std::vector<float> uk(static_cast<size_t>(H * R * N));
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t d = 0; d < N; ++d)
+          for (int64_t r = 0; r < R; ++r) uk[(h * R + r) * N + d] = kv[(h * (N + V) + d) * R + r];
+      GgmlType ktype = relayout_type(t.type, N, keep_quant_type);
+      w.add_tensor(layer_name("attn_k_b.weight"), ktype, {N, R, H}, encode(ktype, uk, N));
+      w.add_tensor(layer_name("attn_v_b.weight"), t.type, {R, V, H}, std::move(vb));
+      ++converted;
+      continue;
+    }
+    w.add_tensor(name, t.type, t.ne, t.data, static_cast<size_t>(t.n_bytes));
+  }
+  if (converted == 0)
+    fail("convert: {}: no {} MLA tensors to convert (already {}?)", in_path,
+         target == MlaLayout::Fused ? "attn_k_b/attn_v_b" : "attn_kv_b", target == MlaLayout::Fused ? "fused" : "split");
+  if (converted != c.n_layer) fail("convert: {}: converted {} of {} layers (mixed layouts?)", in_path, converted, c.n_layer);
+  w.write(out_path);
+}
+
+}  // namespace mla

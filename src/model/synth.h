@@ -1,0 +1,78 @@
+#pragma once
+// Random-weight deepseek2 GGUF files for tests and demos, written as llama.cpp's converter
+// would write a real model of that shape (same keys, tensor names, shapes and layouts).
+//
+// Weight scales keep activations O(1): matrices are N(0, 1/fan_in), norms near 1, embeddings
+// N(0, 1), so attention and router softmaxes stay non-degenerate and nothing overflows.
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "gguf/types.h"
+#include "model/weights.h"
+
+namespace mla {
+
+struct SynthSpec {
+  int64_t n_layer = 2;
+  int64_t n_layer_dense_lead = 1;
+  int64_t n_embd = 256;
+  int64_t n_ff = 512;
+  int64_t n_head = 4;
+  int64_t q_lora_rank = 128;        // 0: lite (attn_q)
+  int64_t kv_lora_rank = 128;
+  int64_t qk_nope = 32;
+  int64_t qk_rope = 32;
+  int64_t v_head = 32;
+  int64_t n_expert = 8;
+  int64_t n_expert_used = 2;
+  int64_t n_expert_shared = 1;
+  int64_t n_ff_exp = 128;
+  int64_t n_expert_groups = 1;
+  int64_t n_expert_groups_used = 1;
+  std::string gating = "sigmoid";   // softmax | sigmoid
+  bool weights_norm = true;
+  double weights_scale = 2.5;
+  bool exp_probs_b = true;          // write the selection bias (V3 style)
+  int64_t n_vocab = 512;            // ignored with vocab_path
+  int64_t n_ctx_train = 4096;
+  double rms_eps = 1e-6;
+  double rope_freq_base = 10000;
+  std::string rope_scaling = "none";  // none | linear | yarn
+  double rope_factor = 4;
+  int64_t rope_orig_ctx = 1024;
+  double yarn_mscale_all_dim = 1.0;   // written as yarn_log_multiplier = 0.1 * this (0: not written)
+  MlaLayout layout = MlaLayout::Split;
+  bool mla_keys = true;             // false: an older file without *_mla keys, head_count_kv = n_head
+  bool tied_output = false;         // no output.weight
+  bool merged_gate_up = false;      // ffn_gate_up_exps instead of ffn_gate_exps + ffn_up_exps
+  GgmlType type = GgmlType::F32;    // default tensor type of matrices
+  // Per-role overrides: embd, output, attn_q, attn_kv_a, attn_mla (k_b/v_b/kv_b), attn_output,
+  // ffn (dense), ffn_exps, ffn_shexp, router. Norms and exp_probs_b are always F32. A type
+  // whose block does not divide a row falls back to Q8_0, then F16, then F32.
+  std::map<std::string, GgmlType> role_types;
+  std::string vocab_path;           // take tokenizer.* keys (and the vocabulary size) from this GGUF
+  uint64_t seed = 1;
+  std::string name = "synthetic deepseek2";
+};
+
+// Applies a JSON object of SynthSpec fields (same names as above; "types" maps roles to type
+// names; "type" and "layout" take names). Throws mla::Error on an unknown key or a bad value.
+void apply_synth_json(SynthSpec& s, const nlohmann::json& j);
+// The spec's field names, for CLI flags that mirror the JSON keys.
+const std::vector<std::string>& synth_spec_keys();
+
+// Writes the file. Throws mla::Error on an inconsistent spec.
+void write_synth_deepseek2(const SynthSpec& s, const std::string& path);
+
+// Copy of a deepseek2 file with the MLA projections in the other layout: Fused writes
+// attn_kv_b from attn_k_b + attn_v_b, Split the reverse. The re-laid-out tensor is built from
+// dequantized values; it keeps the source type when that is exact (F32/F16/BF16 sources, or
+// whole rows moved unchanged) and is F32 otherwise, unless keep_quant_type asks to requantize
+// into the source type (lossy). Every other tensor and key is copied unchanged.
+void convert_mla_layout(const std::string& in_path, const std::string& out_path, MlaLayout target,
+                        bool keep_quant_type = false);
+
+}  // namespace mla

@@ -1,0 +1,208 @@
+#include "model/weights.h"
+
+#include <fmt/format.h>
+
+#include <unordered_set>
+
+#include "gguf/gguf.h"
+#include "quant/quant.h"
+#include "util/error.h"
+#include "util/log.h"
+
+namespace mla {
+namespace {
+
+std::string shape_str(const std::vector<int64_t>& ne) {
+  std::string s = "{";
+  for (size_t i = 0; i < ne.size(); ++i) s += (i ? ", " : "") + std::to_string(ne[i]);
+  return s + "}";
+}
+
+std::vector<int64_t> trimmed(std::vector<int64_t> ne) {
+  while (ne.size() > 1 && ne.back() == 1) ne.pop_back();
+  return ne;
+}
+
+class Binder {
+ public:
+  explicit Binder(const GgufFile& f) : f_(f) {}
+
+  const GgufTensorInfo* find(const std::string& name) {
+    const GgufTensorInfo* t = f_.find_tensor(name);
+    if (t) bound_.insert(name);
+    return t;
+  }
+  bool has(const std::string& name) const { return f_.find_tensor(name) != nullptr; }
+
+  const GgufTensorInfo& require(const std::string& name, const std::vector<int64_t>& ne) {
+    const GgufTensorInfo* t = find(name);
+    if (!t) fail("deepseek2: {}: missing tensor '{}' (expected shape {})", f_.path(), name, shape_str(ne));
+    check_shape(*t, ne);
+    return *t;
+  }
+
+  void check_shape(const GgufTensorInfo& t, const std::vector<int64_t>& ne) const {
+    if (trimmed(t.ne) != trimmed(ne))
+      fail("deepseek2: {}: tensor '{}': expected shape {}, got {}", f_.path(), t.name, shape_str(ne), shape_str(t.ne));
+  }
+
+  // A matmul weight: rows of ne[0] elements, all higher dims flattened into rows.
+  WeightMatrix matrix(const std::string& name, const std::vector<int64_t>& ne) {
+    return as_matrix(require(name, ne));
+  }
+  WeightMatrix as_matrix(const GgufTensorInfo& t) const {
+    if (!matmul_supports(t.type))
+      fail("deepseek2: {}: tensor '{}' has type {}, which has no matmul kernel here", f_.path(), t.name,
+           ggml_type_name(t.type));
+    WeightMatrix m;
+    m.type = t.type;
+    m.data = t.data;
+    m.n_cols = t.ne[0];
+    m.n_rows = t.n_rows();
+    m.row_bytes = ggml_row_bytes(t.type, t.ne[0]);
+    return m;
+  }
+
+  // A small vector (norm weights, biases) converted to F32.
+  std::vector<float> vec(const std::string& name, int64_t n) { return to_f32(require(name, {n})); }
+
+  std::vector<float> to_f32(const GgufTensorInfo& t) const {
+    if (!can_dequantize(t.type))
+      fail("deepseek2: {}: tensor '{}' has type {}, which cannot be dequantized", f_.path(), t.name,
+           ggml_type_name(t.type));
+    std::vector<float> out(static_cast<size_t>(t.n_elements));
+    const int64_t row_bytes = ggml_row_bytes(t.type, t.ne[0]);
+    for (int64_t r = 0; r < t.n_rows(); ++r) dequantize_row(t.type, t.data + r * row_bytes, out.data() + r * t.ne[0], t.ne[0]);
+    return out;
+  }
+
+  void report_unbound() const {
+    std::vector<std::string> extra;
+    for (const auto& t : f_.tensors())
+      if (!bound_.count(t.name)) extra.push_back(t.name);
+    if (extra.empty()) return;
+    std::string names;
+    for (size_t i = 0; i < extra.size() && i < 4; ++i) names += (i ? ", " : "") + extra[i];
+    log().warn("deepseek2: {}: {} tensor(s) not used by the forward pass (e.g. {})", f_.path(), extra.size(), names);
+  }
+
+ private:
+  const GgufFile& f_;
+  std::unordered_set<std::string> bound_;
+};
+
+std::string blk(int64_t il, const char* name, const char* suffix = "weight") {
+  return fmt::format("blk.{}.{}.{}", il, name, suffix);
+}
+
+// Fills w_uk / w_uk_t / w_uv of one layer from whichever MLA tensors the file carries.
+void bind_mla(Binder& b, const DeepseekConfig& c, int64_t il, const WeightLoadOptions& opt, LayerWeights& L,
+              MlaLayout& layout) {
+  const int64_t H = c.n_head, R = c.kv_lora_rank, N = c.qk_nope, V = c.v_head;
+  const bool split = b.has(blk(il, "attn_k_b")) || b.has(blk(il, "attn_v_b"));
+  std::vector<float> uk;  // [H][R][N] (absorption form)
+  std::vector<float> uk_t;  // [H][N][R] (decompression form)
+  if (split) {
+    layout = MlaLayout::Split;
+    uk = b.to_f32(b.require(blk(il, "attn_k_b"), {N, R, H}));
+    L.w_uv = b.to_f32(b.require(blk(il, "attn_v_b"), {R, V, H}));
+    if (opt.need_mha) {
+      uk_t.resize(uk.size());
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t r = 0; r < R; ++r)
+          for (int64_t n = 0; n < N; ++n) uk_t[(h * N + n) * R + r] = uk[(h * R + r) * N + n];
+    }
+  } else {
+    layout = MlaLayout::Fused;
+    const GgufTensorInfo& t = b.require(blk(il, "attn_kv_b"), {R, H * (N + V)});
+    std::vector<float> kv = b.to_f32(t);  // rows h*(N+V) + d: K rows d < N, then V rows
+    uk_t.resize(H * N * R);
+    L.w_uv.resize(H * V * R);
+    for (int64_t h = 0; h < H; ++h) {
+      const float* base = kv.data() + h * (N + V) * R;
+      std::copy(base, base + N * R, uk_t.data() + h * N * R);
+      std::copy(base + N * R, base + (N + V) * R, L.w_uv.data() + h * V * R);
+    }
+    if (opt.need_mqa) {
+      uk.resize(uk_t.size());
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t n = 0; n < N; ++n)
+          for (int64_t r = 0; r < R; ++r) uk[(h * R + r) * N + n] = uk_t[(h * N + n) * R + r];
+    }
+  }
+  if (opt.need_mqa) L.w_uk = std::move(uk);
+  if (opt.need_mha) L.w_uk_t = std::move(uk_t);
+}
+
+}  // namespace
+
+std::vector<float> dequantize_tensor(const GgufFile& f, const std::string& name) {
+  Binder b(f);
+  const GgufTensorInfo* t = b.find(name);
+  if (!t) fail("gguf: {}: missing tensor '{}'", f.path(), name);
+  return b.to_f32(*t);
+}
+
+DeepseekWeights bind_deepseek_weights(const GgufFile& f, const DeepseekConfig& c, const WeightLoadOptions& opt) {
+  Binder b(f);
+  DeepseekWeights w;
+  const int64_t E = c.n_embd;
+  w.token_embd = b.matrix("token_embd.weight", {E, c.n_vocab});
+  w.output_norm = b.vec("output_norm.weight", E);
+  if (b.has("output.weight")) {
+    w.output = b.matrix("output.weight", {E, c.n_vocab});
+  } else {
+    w.output = w.token_embd;
+    w.output_tied = true;
+  }
+
+  const int64_t qk_out = c.n_head * c.qk_head;
+  w.layers.resize(c.n_layer);
+  for (int64_t il = 0; il < c.n_layer; ++il) {
+    LayerWeights& L = w.layers[il];
+    L.attn_norm = b.vec(blk(il, "attn_norm"), E);
+    if (c.is_lite) {
+      L.attn_q = b.matrix(blk(il, "attn_q"), {E, qk_out});
+    } else {
+      L.attn_q_a = b.matrix(blk(il, "attn_q_a"), {E, c.q_lora_rank});
+      L.attn_q_a_norm = b.vec(blk(il, "attn_q_a_norm"), c.q_lora_rank);
+      L.attn_q_b = b.matrix(blk(il, "attn_q_b"), {c.q_lora_rank, qk_out});
+    }
+    L.attn_kv_a_mqa = b.matrix(blk(il, "attn_kv_a_mqa"), {E, c.latent_dim});
+    L.attn_kv_a_norm = b.vec(blk(il, "attn_kv_a_norm"), c.kv_lora_rank);
+    MlaLayout layout;
+    bind_mla(b, c, il, opt, L, layout);
+    if (il == 0) w.layout = layout;
+    L.attn_output = b.matrix(blk(il, "attn_output"), {c.n_head * c.v_head, E});
+    L.ffn_norm = b.vec(blk(il, "ffn_norm"), E);
+
+    L.is_moe = c.layer_is_moe(il);
+    if (!L.is_moe) {
+      L.ffn_gate = b.matrix(blk(il, "ffn_gate"), {E, c.n_ff});
+      L.ffn_up = b.matrix(blk(il, "ffn_up"), {E, c.n_ff});
+      L.ffn_down = b.matrix(blk(il, "ffn_down"), {c.n_ff, E});
+      continue;
+    }
+    const int64_t X = c.n_expert, F = c.n_ff_exp;
+    L.ffn_gate_inp = b.matrix(blk(il, "ffn_gate_inp"), {E, X});
+    if (b.has(blk(il, "exp_probs_b", "bias"))) L.exp_probs_b = b.vec(blk(il, "exp_probs_b", "bias"), X);
+    if (b.has(blk(il, "ffn_gate_up_exps"))) {
+      L.gate_up_merged = true;
+      L.ffn_gate_up_exps = b.matrix(blk(il, "ffn_gate_up_exps"), {E, 2 * F, X});
+    } else {
+      L.ffn_gate_exps = b.matrix(blk(il, "ffn_gate_exps"), {E, F, X});
+      L.ffn_up_exps = b.matrix(blk(il, "ffn_up_exps"), {E, F, X});
+    }
+    L.ffn_down_exps = b.matrix(blk(il, "ffn_down_exps"), {F, E, X});
+    if (c.n_expert_shared > 0) {
+      const int64_t S = F * c.n_expert_shared;
+      L.ffn_gate_shexp = b.matrix(blk(il, "ffn_gate_shexp"), {E, S});
+      L.ffn_up_shexp = b.matrix(blk(il, "ffn_up_shexp"), {E, S});
+      L.ffn_down_shexp = b.matrix(blk(il, "ffn_down_shexp"), {S, E});
+    }
+  }
+  b.report_unbound();
+  return w;
+}
+
+}  // namespace mla

@@ -1,0 +1,70 @@
+#pragma once
+// Every tensor of a deepseek2 GGUF bound by name, with its type and shape checked against the
+// config (a mismatch names the tensor, the expected and the actual shape or type).
+//
+// Matmul weights stay in the file's mapping, in the file's type. Norm vectors are converted to
+// F32. The MLA projections W_UK / W_UV are dequantized to F32 at load and laid out for the paths
+// that will run: a file carrying the fused attn_kv_b gets W_UK (attn_k_b form) and W_UV derived
+// from it, a file carrying attn_k_b/attn_v_b gets the fused form's K rows when MHA needs them.
+// Quantized blocks are never transposed or split: dequantize first, then re-lay out.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/matmul.h"
+#include "model/config.h"
+
+namespace mla {
+
+class GgufFile;
+
+enum class MlaLayout { Split, Fused };  // attn_k_b + attn_v_b, or attn_kv_b
+
+struct LayerWeights {
+  std::vector<float> attn_norm;        // [n_embd]
+  WeightMatrix attn_q_a;               // {n_embd, q_lora_rank}              (absent when lite)
+  std::vector<float> attn_q_a_norm;    // [q_lora_rank]                      (absent when lite)
+  WeightMatrix attn_q_b;               // {q_lora_rank, n_head * qk_head}    (absent when lite)
+  WeightMatrix attn_q;                 // {n_embd, n_head * qk_head}         (lite only)
+  WeightMatrix attn_kv_a_mqa;          // {n_embd, kv_lora_rank + qk_rope}
+  std::vector<float> attn_kv_a_norm;   // [kv_lora_rank]
+  std::vector<float> w_uk;             // MQA: [n_head][kv_lora_rank][qk_nope] F32; empty when not needed
+  std::vector<float> w_uk_t;           // MHA: [n_head][qk_nope][kv_lora_rank] F32; empty when not needed
+  std::vector<float> w_uv;             // [n_head][v_head][kv_lora_rank] F32
+  WeightMatrix attn_output;            // {n_head * v_head, n_embd}
+  std::vector<float> ffn_norm;         // [n_embd]
+
+  bool is_moe = false;
+  WeightMatrix ffn_gate, ffn_up;       // dense: {n_embd, n_ff}
+  WeightMatrix ffn_down;               // dense: {n_ff, n_embd}
+  WeightMatrix ffn_gate_inp;           // {n_embd, n_expert}
+  std::vector<float> exp_probs_b;      // [n_expert] selection bias; empty when absent
+  bool gate_up_merged = false;         // ffn_gate_up_exps {n_embd, 2 * n_ff_exp, n_expert}: gate rows first
+  WeightMatrix ffn_gate_exps, ffn_up_exps;  // {n_embd, n_ff_exp, n_expert} as n_expert * n_ff_exp rows
+  WeightMatrix ffn_gate_up_exps;       // merged form, n_expert * 2 * n_ff_exp rows
+  WeightMatrix ffn_down_exps;          // {n_ff_exp, n_embd, n_expert} as n_expert * n_embd rows
+  WeightMatrix ffn_gate_shexp, ffn_up_shexp;  // {n_embd, n_ff_exp * n_expert_shared}; n_rows 0 when none
+  WeightMatrix ffn_down_shexp;         // {n_ff_exp * n_expert_shared, n_embd}
+};
+
+struct DeepseekWeights {
+  WeightMatrix token_embd;             // {n_embd, n_vocab}
+  std::vector<float> output_norm;      // [n_embd]
+  WeightMatrix output;                 // {n_embd, n_vocab}; token_embd when the file has no output
+  bool output_tied = false;
+  MlaLayout layout = MlaLayout::Split; // the MLA layout the file carries
+  std::vector<LayerWeights> layers;
+};
+
+struct WeightLoadOptions {
+  bool need_mha = true;  // derive W_UK in the decompression (attn_kv_b) form
+  bool need_mqa = true;  // derive W_UK in the absorption (attn_k_b) form
+};
+
+// Binds every tensor. The returned matrices point into f's mapping: keep f alive.
+DeepseekWeights bind_deepseek_weights(const GgufFile& f, const DeepseekConfig& c, const WeightLoadOptions& opt = {});
+
+// Dequantizes a whole tensor (any dequantizable type) to F32, row by row.
+std::vector<float> dequantize_tensor(const GgufFile& f, const std::string& name);
+
+}  // namespace mla

@@ -1,0 +1,151 @@
+#pragma once
+// Internal: the on-disk block layouts of the ggml formats mla.cpp decodes, and the small
+// helpers every kernel file shares. Layouts are facts of the GGUF format (ggml-common.h);
+// sizes are checked against the type table in gguf/types.cpp by static_assert and tests.
+#include <cstdint>
+#include <cstring>
+
+namespace mla::quant {
+
+inline constexpr int kQK = 32;     // elements per block of the 32-element formats
+inline constexpr int kQK_K = 256;  // elements per K-quant super-block
+
+struct BlockQ4_0 {
+  uint16_t d;            // fp16 scale
+  uint8_t qs[kQK / 2];   // element j in the low nibble of qs[j], element j+16 in the high one
+};
+struct BlockQ4_1 {
+  uint16_t d, m;         // fp16 scale and offset: x = d*q + m
+  uint8_t qs[kQK / 2];
+};
+struct BlockQ5_0 {
+  uint16_t d;
+  uint8_t qh[4];         // bit j = 5th bit of element j (little-endian uint32)
+  uint8_t qs[kQK / 2];
+};
+struct BlockQ5_1 {
+  uint16_t d, m;
+  uint8_t qh[4];
+  uint8_t qs[kQK / 2];
+};
+struct BlockQ8_0 {
+  uint16_t d;
+  int8_t qs[kQK];
+};
+struct BlockQ2_K {
+  uint8_t scales[kQK_K / 16];  // per 16 elements: low nibble scale, high nibble min
+  uint8_t qs[kQK_K / 4];       // 2-bit quants
+  uint16_t d, dmin;
+};
+struct BlockQ3_K {
+  uint8_t hmask[kQK_K / 8];    // high bit, inverted: set means +0, clear means -4
+  uint8_t qs[kQK_K / 4];       // low 2 bits
+  uint8_t scales[12];          // 16 signed 6-bit scales, offset 32
+  uint16_t d;
+};
+struct BlockQ4_K {
+  uint16_t d, dmin;
+  uint8_t scales[12];          // 8 six-bit scales and 8 six-bit mins (see unpack_k4_scales)
+  uint8_t qs[kQK_K / 2];
+};
+struct BlockQ5_K {
+  uint16_t d, dmin;
+  uint8_t scales[12];
+  uint8_t qh[kQK_K / 8];       // bit s of qh[l] = 5th bit of element 32*s + l
+  uint8_t qs[kQK_K / 2];
+};
+struct BlockQ6_K {
+  uint8_t ql[kQK_K / 2];
+  uint8_t qh[kQK_K / 4];
+  int8_t scales[kQK_K / 16];
+  uint16_t d;
+};
+struct BlockQ8_K {
+  float d;                     // fp32 scale (not fp16)
+  int8_t qs[kQK_K];
+  int16_t bsums[kQK_K / 16];   // sum of each 16 consecutive qs
+};
+struct BlockIQ4_NL {
+  uint16_t d;
+  uint8_t qs[kQK / 2];         // indices into kIQ4NLValues, nibbles as in Q4_0
+};
+struct BlockIQ4_XS {
+  uint16_t d;
+  uint16_t scales_h;           // 2 high bits of each of the 8 sub-block scales
+  uint8_t scales_l[kQK_K / 64];
+  uint8_t qs[kQK_K / 2];       // 8 sub-blocks of 32, each laid out like IQ4_NL
+};
+struct BlockMXFP4 {
+  uint8_t e;                   // E8M0 shared exponent
+  uint8_t qs[kQK / 2];         // E2M1 codes, nibbles as in Q4_0
+};
+
+static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_0) == 22 &&
+              sizeof(BlockQ5_1) == 24 && sizeof(BlockQ8_0) == 34);
+static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 && sizeof(BlockQ4_K) == 144 &&
+              sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210 && sizeof(BlockQ8_K) == 292);
+static_assert(sizeof(BlockIQ4_NL) == 18 && sizeof(BlockIQ4_XS) == 136 && sizeof(BlockMXFP4) == 17);
+
+// The 16 non-linear levels of IQ4_NL / IQ4_XS.
+inline constexpr int8_t kIQ4NLValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                            1,    13,   25,  38,  53,  69,  89,  113};
+// E2M1 (FP4) values times two, so they are integers; the scale is halved to compensate.
+inline constexpr int8_t kMXFP4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+// 2^(e-128): the E8M0 exponent e scaled by 1/2 (because kMXFP4Values are doubled). e = 0 and 1
+// are the subnormals 2^-128 and 2^-127; e = 255 is 2^127 (the format's NaN is not special-cased,
+// as in ggml).
+inline float e8m0_to_fp32_half(uint8_t e) {
+  uint32_t bits = e < 2 ? (0x00200000u << e) : (static_cast<uint32_t>(e - 1) << 23);
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// Round to nearest, ties to even, for |x| < 2^22, by the float magic-number trick ggml uses
+// (so that quantizers agree with it bit for bit).
+inline int nearest_int(float x) {
+  float v = x + 12582912.f;  // 1.5 * 2^23
+  int32_t i;
+  std::memcpy(&i, &v, 4);
+  return (i & 0x007fffff) - 0x00400000;
+}
+
+// Q4_K / Q5_K pack 8 scales and 8 mins of 6 bits into 12 bytes:
+//   bytes 0-3: scale j (j<4) in bits 0-5, high 2 bits of scale j+4 in bits 6-7
+//   bytes 4-7: min j (j<4) in bits 0-5, high 2 bits of min j+4 in bits 6-7
+//   bytes 8-11: low 4 bits of scale j+4 (bits 0-3) and of min j+4 (bits 4-7)
+inline void unpack_k4_scales(const uint8_t* packed, uint8_t* scales, uint8_t* mins) {
+  for (int j = 0; j < 4; ++j) {
+    scales[j] = packed[j] & 63;
+    mins[j] = packed[j + 4] & 63;
+    scales[j + 4] = (packed[j + 8] & 0x0F) | ((packed[j] >> 6) << 4);
+    mins[j + 4] = (packed[j + 8] >> 4) | ((packed[j + 4] >> 6) << 4);
+  }
+}
+inline void pack_k4_scales(const uint8_t* scales, const uint8_t* mins, uint8_t* packed) {
+  for (int j = 0; j < 4; ++j) {
+    packed[j] = (scales[j] & 63) | ((scales[j + 4] >> 4) << 6);
+    packed[j + 4] = (mins[j] & 63) | ((mins[j + 4] >> 4) << 6);
+    packed[j + 8] = (scales[j + 4] & 0x0F) | ((mins[j + 4] & 0x0F) << 4);
+  }
+}
+
+// Q3_K's 16 six-bit scales (stored offset by 32): low 4 bits in bytes 0-7 (scale j in the
+// low nibble of byte j%8 for j<8, high nibble for j>=8), high 2 bits in bytes 8-11
+// (scale j at byte 8 + j%4, bit 2*(j/4)).
+inline void unpack_q3_k_scales(const uint8_t* packed, int8_t* scales) {
+  for (int j = 0; j < 16; ++j) {
+    int lo = (packed[j % 8] >> (4 * (j / 8))) & 0x0F;
+    int hi = (packed[8 + j % 4] >> (2 * (j / 4))) & 0x03;
+    scales[j] = static_cast<int8_t>((lo | (hi << 4)) - 32);
+  }
+}
+
+inline uint16_t load_u16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+}  // namespace mla::quant

@@ -1,0 +1,37 @@
+#pragma once
+// Internal: the per-type kernel tables behind quant.h. Each kernel file (dequant_ref.cpp,
+// quantize.cpp, dot_ref.cpp, *_avx2.cpp) exports one lookup from type to function; dispatch.cpp
+// chooses among them once per process.
+#include "quant/quant.h"
+
+// Files whose results must match ggml / gguf-py bit for bit put this first: GCC contracts
+// a*b+c into an FMA (one rounding instead of two) even in ISO C++ mode, which changes results.
+#if defined(__clang__)
+#define MLA_NO_FP_CONTRACT _Pragma("clang fp contract(off)")
+#elif defined(__GNUC__)
+#define MLA_NO_FP_CONTRACT _Pragma("GCC optimize(\"fp-contract=off\")")
+#else
+#define MLA_NO_FP_CONTRACT
+#endif
+
+namespace mla::quant {
+
+// Scalar references; nullptr where the type has no such kernel.
+DequantizeFn dequantize_ref_fn(GgmlType t);
+QuantizeFn quantize_ref_fn(GgmlType t);
+VecDotFn vec_dot_ref_fn(GgmlType t);
+
+// AVX2+FMA(+F16C) kernels; nullptr where none exists. Only call them when
+// cpu_has_avx2_fma() is true (they are compiled with -mavx2 -mfma -mf16c).
+DequantizeFn dequantize_avx2_fn(GgmlType t);
+QuantizeFn quantize_avx2_fn(GgmlType t);
+VecDotFn vec_dot_avx2_fn(GgmlType t);
+
+bool cpu_has_avx2_fma();
+
+// K-quant quantizers (quantize_k.cpp), exported for quantize.cpp's table.
+void quantize_q4_k_ref(const float* x, void* dst, int64_t n);
+void quantize_q5_k_ref(const float* x, void* dst, int64_t n);
+void quantize_q6_k_ref(const float* x, void* dst, int64_t n);
+
+}  // namespace mla::quant

@@ -1,0 +1,113 @@
+// Scalar quantizers for the plain and 32-element formats and for Q8_K activations. Each is
+// bit-exact with ggml's quantize_row_*_ref (and with gguf-py where it has one).
+#include "quant/kernels.h"
+MLA_NO_FP_CONTRACT
+
+#include <cmath>
+#include <cstring>
+
+#include "quant/blocks.h"
+
+namespace mla::quant {
+namespace {
+
+void quant_f32(const float* x, void* dst, int64_t n) { std::memcpy(dst, x, n * sizeof(float)); }
+
+void quant_f16(const float* x, void* dst, int64_t n) {
+  auto* y = static_cast<uint16_t*>(dst);
+  for (int64_t i = 0; i < n; ++i) y[i] = fp32_to_fp16(x[i]);
+}
+
+void quant_bf16(const float* x, void* dst, int64_t n) {
+  auto* y = static_cast<uint16_t*>(dst);
+  for (int64_t i = 0; i < n; ++i) y[i] = fp32_to_bf16(x[i]);
+}
+
+// d = max|x|/127, q = round-half-away(x/d).
+void quant_q8_0(const float* x, void* dst, int64_t n) {
+  auto* b = static_cast<BlockQ8_0*>(dst);
+  for (int64_t i = 0; i < n / kQK; ++i, x += kQK) {
+    float amax = 0.0f;
+    for (int j = 0; j < kQK; ++j) {
+      const float ax = std::fabs(x[j]);
+      amax = amax > ax ? amax : ax;  // as ggml's MAX: a NaN propagates
+    }
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    b[i].d = fp32_to_fp16(d);
+    for (int j = 0; j < kQK; ++j) b[i].qs[j] = static_cast<int8_t>(std::round(x[j] * id));
+  }
+}
+
+// The scale maps the value of largest magnitude to -8 (so the other sign reaches +7 at most):
+// d = max/-8, q = min(15, trunc(x/d + 8.5)). ggml's C is compiled with FMA contraction on x86,
+// so x*id + 8.5 is rounded once; std::fma reproduces that on every target.
+void quant_q4_0(const float* x, void* dst, int64_t n) {
+  auto* b = static_cast<BlockQ4_0*>(dst);
+  for (int64_t i = 0; i < n / kQK; ++i, x += kQK) {
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < kQK; ++j) {
+      if (amax < std::fabs(x[j])) {
+        amax = std::fabs(x[j]);
+        max = x[j];
+      }
+    }
+    const float d = max / -8.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    b[i].d = fp32_to_fp16(d);
+    for (int j = 0; j < kQK / 2; ++j) {
+      const int q0 = static_cast<int8_t>(std::fma(x[j], id, 8.5f));
+      const int q1 = static_cast<int8_t>(std::fma(x[j + 16], id, 8.5f));
+      b[i].qs[j] = static_cast<uint8_t>((q0 < 15 ? q0 : 15) | ((q1 < 15 ? q1 : 15) << 4));
+    }
+  }
+}
+
+// Activations for K-quant dot products: the value of largest magnitude maps to -127, the rest
+// round to nearest-even; d is kept in fp32 and bsums hold each 16-element sum.
+void quant_q8_k(const float* x, void* dst, int64_t n) {
+  auto* b = static_cast<BlockQ8_K*>(dst);
+  for (int64_t i = 0; i < n / kQK_K; ++i, x += kQK_K) {
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < kQK_K; ++j) {
+      if (std::fabs(x[j]) > amax) {
+        amax = std::fabs(x[j]);
+        max = x[j];
+      }
+    }
+    if (amax == 0.0f) {
+      std::memset(&b[i], 0, sizeof(BlockQ8_K));
+      continue;
+    }
+    const float iscale = -127.0f / max;
+    for (int j = 0; j < kQK_K; ++j) {
+      const int v = nearest_int(iscale * x[j]);
+      b[i].qs[j] = static_cast<int8_t>(v < 127 ? v : 127);
+    }
+    for (int g = 0; g < kQK_K / 16; ++g) {
+      int sum = 0;
+      for (int j = 0; j < 16; ++j) sum += b[i].qs[16 * g + j];
+      b[i].bsums[g] = static_cast<int16_t>(sum);
+    }
+    b[i].d = 1.0f / iscale;
+  }
+}
+
+}  // namespace
+
+QuantizeFn quantize_ref_fn(GgmlType t) {
+  switch (t) {
+    case GgmlType::F32: return quant_f32;
+    case GgmlType::F16: return quant_f16;
+    case GgmlType::BF16: return quant_bf16;
+    case GgmlType::Q8_0: return quant_q8_0;
+    case GgmlType::Q4_0: return quant_q4_0;
+    case GgmlType::Q4_K: return quantize_q4_k_ref;
+    case GgmlType::Q5_K: return quantize_q5_k_ref;
+    case GgmlType::Q6_K: return quantize_q6_k_ref;
+    case GgmlType::Q8_K: return quant_q8_k;
+    default: return nullptr;
+  }
+}
+
+}  // namespace mla::quant

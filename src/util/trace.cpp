@@ -1,0 +1,82 @@
+#include "util/trace.h"
+
+#include <atomic>
+#include <charconv>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "util/error.h"
+#include "util/log.h"
+
+namespace mla {
+namespace {
+
+struct TraceState {
+  std::atomic<int> dispatch_limit{0};
+  std::mutex mu;                             // guards dispatch_calls
+  std::unordered_map<int, int> dispatch_calls;  // layer -> calls seen so far
+};
+
+TraceState& state() {
+  static TraceState s;
+  return s;
+}
+
+int parse_count(std::string_view name, std::string_view value) {
+  int n = 0;
+  auto [p, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+  if (ec != std::errc() || p != value.data() + value.size() || n < 0)
+    fail("trace: '{}:{}': expected a non-negative integer count after '{}:'", name, value, name);
+  return n;
+}
+
+}  // namespace
+
+void trace_configure(std::string_view spec) {
+  int dispatch = 0;
+  while (!spec.empty()) {
+    size_t comma = spec.find(',');
+    std::string_view item = spec.substr(0, comma);
+    spec = comma == std::string_view::npos ? std::string_view{} : spec.substr(comma + 1);
+    if (item.empty()) continue;
+    size_t colon = item.find(':');
+    std::string_view name = item.substr(0, colon);
+    std::string_view value = colon == std::string_view::npos ? std::string_view{} : item.substr(colon + 1);
+    if (name == "dispatch") {
+      if (value.empty()) fail("trace: 'dispatch' needs a count, e.g. dispatch:8");
+      dispatch = parse_count(name, value);
+    } else {
+      fail("trace: unknown item '{}' (known: dispatch:N)", name);
+    }
+  }
+  auto& s = state();
+  std::lock_guard lock(s.mu);
+  s.dispatch_calls.clear();
+  s.dispatch_limit.store(dispatch);
+}
+
+void trace_configure_from_env() {
+  if (const char* env = std::getenv("MLA_TRACE")) trace_configure(env);
+}
+
+void trace_reset() { trace_configure(""); }
+
+int trace_dispatch_limit() { return state().dispatch_limit.load(std::memory_order_relaxed); }
+
+void trace_dispatch(int layer, bool is_sparse, int num_mqa, int num_mha, int total_toks, std::string_view policy) {
+  auto& s = state();
+  int limit = s.dispatch_limit.load(std::memory_order_relaxed);
+  if (limit <= 0) return;
+  {
+    std::lock_guard lock(s.mu);
+    int& calls = s.dispatch_calls[layer];
+    if (calls >= limit) return;
+    ++calls;
+  }
+  log().info("dispatch layer=blk.{} is_sparse={} num_mqa={} num_mha={} total_toks={} policy={}", layer,
+             is_sparse ? 1 : 0, num_mqa, num_mha, total_toks, policy);
+}
+
+}  // namespace mla

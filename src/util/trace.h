@@ -1,0 +1,27 @@
+#pragma once
+// Process-wide trace switches, set once from `--trace SPEC` or the MLA_TRACE environment variable.
+//
+// SPEC is a comma-separated list of `name:N` items. Known names:
+//   dispatch:N  log the MLA path decision of each layer for its first N forward calls
+// Trace lines go through mla::log() (the single sink), at info level.
+#include <string_view>
+
+namespace mla {
+
+// Parses SPEC and replaces the current settings. Throws mla::Error on an unknown name or a bad N.
+void trace_configure(std::string_view spec);
+// Applies MLA_TRACE when it is set (and --trace was not given). Throws like trace_configure.
+void trace_configure_from_env();
+// Clears every switch and counter (tests).
+void trace_reset();
+
+// How many forward calls per layer the dispatch trace covers (0: off).
+int trace_dispatch_limit();
+
+// The hook at the MLA dispatch decision point of one layer. Logs
+//   dispatch layer=blk.N is_sparse=0 num_mqa=A num_mha=B total_toks=T policy=P
+// for the first trace_dispatch_limit() calls of each layer; cheap when tracing is off.
+// num_mqa / num_mha count the sequences sent down each path, total_toks the batch's tokens.
+void trace_dispatch(int layer, bool is_sparse, int num_mqa, int num_mha, int total_toks, std::string_view policy);
+
+}  // namespace mla

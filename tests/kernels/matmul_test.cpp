@@ -1,0 +1,106 @@
+// matmul (threaded, tiled, SIMD vec_dot) against matmul_ref (scalar vec_dot_ref), and its
+// batch invariance: a row's output bits do not depend on the batch size or thread count.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/matmul.h"
+#include "quant/quant.h"
+
+namespace mla {
+namespace {
+
+struct Quantized {
+  std::vector<uint8_t> bytes;
+  WeightMatrix m;
+};
+
+Quantized make_weight(GgmlType t, int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0, 1.0f / std::sqrt(static_cast<float>(cols)));
+  std::vector<float> f(rows * cols);
+  for (auto& x : f) x = d(rng);
+  Quantized q;
+  q.m.type = t;
+  q.m.n_cols = cols;
+  q.m.n_rows = rows;
+  q.m.row_bytes = ggml_row_bytes(t, cols);
+  q.bytes.resize(q.m.row_bytes * rows);
+  for (int64_t r = 0; r < rows; ++r) quantize_row(t, f.data() + r * cols, q.bytes.data() + r * q.m.row_bytes, cols);
+  q.m.data = q.bytes.data();
+  return q;
+}
+
+std::vector<float> randn(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0, 1);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+class MatmulTypes : public ::testing::TestWithParam<GgmlType> {};
+
+TEST_P(MatmulTypes, MatchesReference) {
+  const GgmlType t = GetParam();
+  const int64_t cols = 512, rows = 37, n_tok = 9;
+  auto w = make_weight(t, rows, cols, 7);
+  auto x = randn(n_tok * (cols + 3), 8);  // row stride cols + 3
+  std::vector<float> y(n_tok * (rows + 1)), yr(n_tok * (rows + 1));
+  ThreadPool pool(3);
+  MatmulScratch scratch;
+  matmul(w.m, x.data(), cols + 3, n_tok, y.data(), rows + 1, pool, scratch);
+  matmul_ref(w.m, x.data(), cols + 3, n_tok, yr.data(), rows + 1);
+  for (int64_t tk = 0; tk < n_tok; ++tk)
+    for (int64_t r = 0; r < rows; ++r) {
+      // sum|w x| is about sqrt(cols) here; kernels agree to float accumulation error.
+      EXPECT_NEAR(y[tk * (rows + 1) + r], yr[tk * (rows + 1) + r], 2e-5 * std::sqrt(cols)) << tk << " " << r;
+    }
+}
+
+TEST_P(MatmulTypes, RowResultsDoNotDependOnBatchOrThreads) {
+  const GgmlType t = GetParam();
+  const int64_t cols = 256, rows = 50, n_tok = 13;
+  auto w = make_weight(t, rows, cols, 11);
+  auto x = randn(n_tok * cols, 12);
+  std::vector<float> batched(n_tok * rows), single(rows);
+  ThreadPool pool4(4), pool1(1);
+  MatmulScratch s4, s1;
+  matmul(w.m, x.data(), cols, n_tok, batched.data(), rows, pool4, s4);
+  for (int64_t tk = 0; tk < n_tok; ++tk) {
+    matmul(w.m, x.data() + tk * cols, cols, 1, single.data(), rows, pool1, s1);
+    EXPECT_EQ(0, std::memcmp(single.data(), batched.data() + tk * rows, sizeof(float) * rows)) << "token " << tk;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, MatmulTypes,
+                         ::testing::Values(GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0,
+                                           GgmlType::Q4_K, GgmlType::Q6_K),
+                         [](const auto& info) { return std::string(ggml_type_name(info.param)); });
+
+TEST(Matmul, F32IsExactDotProduct) {
+  // 2x3 weight, known values.
+  float wv[6] = {1, 2, 3, -1, 0.5f, 4};
+  WeightMatrix w{GgmlType::F32, reinterpret_cast<const uint8_t*>(wv), 3, 2, 12};
+  float x[6] = {1, 1, 1, 2, -1, 0.5f};
+  float y[4];
+  ThreadPool pool(2);
+  MatmulScratch s;
+  matmul(w, x, 3, 2, y, 2, pool, s);
+  EXPECT_FLOAT_EQ(y[0], 6);
+  EXPECT_FLOAT_EQ(y[1], 3.5f);
+  EXPECT_FLOAT_EQ(y[2], 1.5f);
+  EXPECT_FLOAT_EQ(y[3], -2.5f + 2);
+}
+
+TEST(Matmul, SupportsKnownTypes) {
+  EXPECT_TRUE(matmul_supports(GgmlType::Q8_0));
+  EXPECT_TRUE(matmul_supports(GgmlType::Q4_K));
+  EXPECT_FALSE(matmul_supports(GgmlType::I32));
+}
+
+}  // namespace
+}  // namespace mla

@@ -1,0 +1,101 @@
+"""`mla gguf synth` / `mla gguf convert-mla-layout` / `mla gguf inspect` / `mla run` end to end
+on small synthetic deepseek2 files (one with the DeepSeek-V2 vocabulary)."""
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+MLA = os.environ.get("MLA_BIN", str(ROOT / "build" / "mla"))
+VOCAB = ROOT.parent / "shared" / "data" / "vocab" / "ggml-vocab-deepseek-llm.gguf"
+
+
+def mla(*args, check=True):
+    r = subprocess.run([MLA, *map(str, args)], capture_output=True, text=True)
+    if check:
+        assert r.returncode == 0, r.stderr
+    return r
+
+
+SMALL = ["--n-embd", "64", "--n-ff", "128", "--q-lora-rank", "32", "--kv-lora-rank", "64", "--qk-nope", "16",
+         "--qk-rope", "16", "--v-head", "16", "--n-ff-exp", "32", "--n-expert", "8", "--n-expert-used", "2"]
+
+
+def test_synth_with_deepseek_v2_vocab_runs_and_inspects(tmp_path):
+    out = tmp_path / "v2vocab.gguf"
+    mla("gguf", "synth", "-o", out, "--vocab", VOCAB, "--type", "q8_0", "--seed", "5", *SMALL)
+    # The vocabulary is the vocab file's, token for token (gguf-py needs ~30 s per file of this
+    # size, so the files are read back with `mla gguf inspect --json --full`, tested against gguf-py).
+    def keys(path):
+        md = json.loads(mla("gguf", "inspect", path, "--json", "--full").stdout)["metadata"]
+        return {k["key"]: k["value"] for k in md}, json.loads(mla("gguf", "inspect", path, "--json").stdout)["tensors"]
+    got, tensors = keys(out)
+    want, _ = keys(VOCAB)
+    tok_keys = sorted(k for k in want if k.startswith("tokenizer."))
+    assert tok_keys and all(got[k] == want[k] for k in tok_keys)
+    n_vocab = len(want["tokenizer.ggml.tokens"])
+    assert got["deepseek2.vocab_size"] == n_vocab
+    t = {x["name"]: x for x in tensors}
+    assert t["token_embd.weight"]["ne"] == [64, n_vocab] and t["token_embd.weight"]["type"] == "Q8_0"
+    assert t["blk.0.attn_k_b.weight"]["ne"] == [16, 64, 4]
+    assert t["blk.0.attn_v_b.weight"]["ne"] == [64, 16, 4]
+
+    info = mla("gguf", "inspect", out).stdout
+    assert "derived hyper-parameters (deepseek2):" in info
+    assert re.search(r"qk_nope / qk_rope / v_head\s+16 / 16 / 16", info)
+    assert re.search(r"latent cache row\s+80 floats", info)
+    assert f"vocabulary                   {n_vocab}" in info
+
+    res = json.loads(mla("run", "-m", out, "--tokens", "1,2,3,4,5,6,7,8", "-n", "8", "--json").stdout)
+    assert len(res["continuation"]) == 8
+    assert all(0 <= x < n_vocab for x in res["continuation"])
+    assert res["prefill_tokens_per_second"] > 0 and res["decode_tokens_per_second"] > 0
+    text = mla("run", "-m", out, "--tokens", "1,2,3", "-n", "4").stdout
+    assert re.search(r"^continuation ids: \d+ \d+ \d+ \d+$", text, re.M)
+    assert re.search(r"^prefill: 3 tokens in .* tokens/s\)$", text, re.M)
+    assert re.search(r"^decode:  3 tokens in .* tokens/s\)$", text, re.M)
+
+
+def test_paths_and_layouts_agree_through_cli(tmp_path):
+    split = tmp_path / "split.gguf"
+    fused = tmp_path / "fused.gguf"
+    mla("gguf", "synth", "-o", split, "--type", "q4_k", "--rope-scaling", "yarn", "--seed", "9", *SMALL)
+    mla("gguf", "convert-mla-layout", split, fused, "--layout", "fused")
+    names = {x.name for x in gguf.GGUFReader(str(fused)).tensors}
+    assert "blk.0.attn_kv_b.weight" in names and "blk.0.attn_k_b.weight" not in names
+    logits = {}
+    for f in (split, fused):
+        for p in ("mha", "mqa"):
+            dump = tmp_path / f"{f.stem}-{p}.f32"
+            mla("run", "-m", f, "--tokens", "5,9,200,31,7", "-n", "4", "--mla-path", p, "--dump-logits", dump)
+            logits[(f.stem, p)] = np.fromfile(dump, dtype="<f4")
+    ref = logits[("split", "mha")]
+    assert ref.size == 8 * 512
+    for k, v in logits.items():
+        assert np.abs(v - ref).max() <= 1e-5 * np.abs(ref).max(), k
+    assert np.array_equal(logits[("split", "mqa")], logits[("fused", "mqa")])
+
+
+def test_synth_json_config_and_errors(tmp_path):
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"n_layer": 3, "q_lora_rank": 0, "gating": "softmax", "types": {"ffn_exps": "q4_0"},
+                               "layout": "fused", "n_embd": 64, "n_ff": 64, "kv_lora_rank": 32, "qk_nope": 16,
+                               "qk_rope": 8, "v_head": 16, "n_ff_exp": 32}))
+    out = tmp_path / "j.gguf"
+    mla("gguf", "synth", "-o", out, "--config", cfg, "--n-layer", "2")  # flags override the file
+    r = gguf.GGUFReader(str(out))
+    assert int(r.fields["deepseek2.block_count"].contents()) == 2
+    names = {x.name: x for x in r.tensors}
+    assert "blk.0.attn_q.weight" in names and "blk.0.attn_kv_b.weight" in names
+    assert names["blk.1.ffn_up_exps.weight"].tensor_type == gguf.GGMLQuantizationType.Q4_0
+    bad = mla("gguf", "synth", "-o", tmp_path / "b.gguf", "--gating", "relu", check=False)
+    assert bad.returncode != 0 and "gating 'relu' is not softmax or sigmoid" in bad.stderr
+    bad = mla("run", "-m", out, "--tokens", "1,x", check=False)
+    assert bad.returncode != 0 and "'x' is not a non-negative token id" in bad.stderr
+    bad = mla("run", "-m", out, "--tokens", "999999", check=False)
+    assert bad.returncode != 0 and "token id 999999 at row 0 outside the vocabulary" in bad.stderr

@@ -1,0 +1,103 @@
+"""mla.cpp logits vs the transformers reference (tests/fixtures/reference, built by
+tools/reference/make_fixtures.py): for every fixture model and prompt, max |Δlogit| <= 1e-4 at
+every prompt position and every greedy step, top-1 equal everywhere, and the greedy
+continuation identical — with --mla-path mha and mqa, on the converter's (split) layout and on a
+fused-layout copy made by `mla gguf convert-mla-layout`."""
+import hashlib
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+REF_DIR = Path(os.environ.get("MLA_REFERENCE_DIR", ROOT / "tests" / "fixtures" / "reference"))
+MLA = os.environ.get("MLA_BIN", str(ROOT / "build" / "mla"))
+TOL = 1e-4
+
+MODELS = sorted(p.parent.name for p in REF_DIR.glob("*/reference.json"))
+
+
+def test_fixtures_present():
+    assert MODELS, f"no reference fixtures under {REF_DIR}"
+
+
+def load_ref(model):
+    d = REF_DIR / model
+    ref = json.loads((d / "reference.json").read_text())
+    return d, ref
+
+
+def read_f32(d, spec):
+    a = np.fromfile(d / spec["file"], dtype="<f4")
+    return a.reshape(spec["shape"])
+
+
+@pytest.fixture(scope="module")
+def model_files(tmp_path_factory):
+    """{model: {"split": converter's file, "fused": mla.cpp's fused copy}}"""
+    out = {}
+    tmp = tmp_path_factory.mktemp("fused")
+    for m in MODELS:
+        d, ref = load_ref(m)
+        src = d / ref["gguf"]["file"]
+        assert hashlib.sha256(src.read_bytes()).hexdigest() == ref["gguf"]["sha256"], f"{src} does not match reference.json"
+        fused = tmp / f"{m}-fused.gguf"
+        subprocess.run([MLA, "gguf", "convert-mla-layout", str(src), str(fused), "--layout", "fused"], check=True,
+                       capture_output=True)
+        out[m] = {"split": src, "fused": fused}
+    return out
+
+
+def run_mla(model_path, tokens, n_predict, path, dump, extra=()):
+    cmd = [MLA, "run", "-m", str(model_path), "--tokens", ",".join(map(str, tokens)), "-n", str(n_predict),
+           "--mla-path", path, "--dump-logits", str(dump), "--json", "--threads", "2", *extra]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout), r.stderr
+
+
+@pytest.mark.parametrize("layout", ["split", "fused"])
+@pytest.mark.parametrize("mla_path", ["mha", "mqa"])
+@pytest.mark.parametrize("model", MODELS)
+def test_logits_match_transformers(model, mla_path, layout, model_files, tmp_path):
+    d, ref = load_ref(model)
+    vocab = ref["hf_config"]["vocab_size"]
+    worst = {}
+    for name, case in ref["cases"].items():
+        tokens = case["token_ids"]
+        greedy = case["greedy"]["new_token_ids"]
+        want_prompt = read_f32(d, case["logits"])          # [n_prompt, vocab]
+        want_steps = read_f32(d, case["greedy"]["step_logits"])  # [n_new, vocab]: last position at each step
+        dump = tmp_path / f"{name}.f32"
+        res, _ = run_mla(model_files[model][layout], tokens, len(greedy), mla_path, dump)
+        got = np.fromfile(dump, dtype="<f4").reshape(-1, vocab)
+        n = len(tokens)
+        assert got.shape[0] == n + len(greedy) - 1
+        got_prompt, got_steps = got[:n], got[n - 1:]
+        assert got_steps.shape == want_steps.shape
+        d_prompt = float(np.abs(got_prompt - want_prompt).max())
+        d_steps = float(np.abs(got_steps - want_steps).max())
+        worst[name] = max(d_prompt, d_steps)
+        assert d_prompt <= TOL, f"{name}: prompt logits differ by {d_prompt:.3e}"
+        assert d_steps <= TOL, f"{name}: greedy-step logits differ by {d_steps:.3e}"
+        assert np.array_equal(got_prompt.argmax(1), want_prompt.argmax(1)), f"{name}: top-1 differs on the prompt"
+        assert np.array_equal(got_steps.argmax(1), want_steps.argmax(1)), f"{name}: top-1 differs on greedy steps"
+        assert res["continuation"] == greedy, f"{name}: greedy continuation differs"
+    print(f"\n{model} {layout} {mla_path}: max|Δlogit| " + ", ".join(f"{k} {v:.2e}" for k, v in worst.items()))
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_verify_paths_reports_small_differences(model, model_files, tmp_path):
+    _, ref = load_ref(model)
+    case = ref["cases"]["short"] if "short" in ref["cases"] else next(iter(ref["cases"].values()))
+    _, err = run_mla(model_files[model]["split"], case["token_ids"], 3, "auto", tmp_path / "x.f32",
+                     extra=["--verify-paths", "--trace", "dispatch:1"])
+    rel = [float(x) for x in re.findall(r"verify-paths layer=blk\.\d+ .*max_rel_diff=([0-9.e+-]+)", err)]
+    n_layer = ref["hf_config"]["num_hidden_layers"]
+    assert len(rel) == 3 * n_layer, err  # prefill + 2 decode steps, every layer
+    assert max(rel) <= 1e-5, err
+    assert len(re.findall(r"dispatch layer=blk\.\d+ is_sparse=0 num_mqa=0 num_mha=1 total_toks=", err)) == n_layer, err

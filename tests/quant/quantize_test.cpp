@@ -1,0 +1,190 @@
+// Quantize → dequantize error bounds. Bounds for the fixed-grid formats follow from their
+// definitions; the K-quants, whose scales are searched, must beat a naive min/max quantizer
+// with exact float scales that this test implements itself. Bit-exactness of F16/BF16/Q8_0/
+// Q4_0 quantization against gguf-py is checked in tests/py/test_gguf_py_roundtrip.py, and
+// RMSE against llama.cpp in tools/quant-compare (docs/PERF.md).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "quant/quant.h"
+#include "quant_test_util.h"
+
+namespace mla {
+namespace {
+
+double rmse(const std::vector<float>& a, const std::vector<float>& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+  return std::sqrt(s / a.size());
+}
+
+std::vector<float> roundtrip(GgmlType t, const std::vector<float>& x) {
+  const auto q = testing::quantized(t, x);
+  return testing::dequantized(t, q.data(), static_cast<int64_t>(x.size()));
+}
+
+// Student-t with 3 degrees of freedom: heavy tails, like real weight outliers.
+std::vector<float> student_t3(int64_t n, std::mt19937& rng) {
+  std::student_t_distribution<float> dist(3.0f);
+  std::vector<float> f(n);
+  for (auto& v : f) v = dist(rng);
+  return f;
+}
+
+// Naive affine 2^bits-level quantization per `group` elements with exact float scale and
+// offset: the baseline a scale search must beat.
+double naive_affine_rmse(const std::vector<float>& x, int group, int levels) {
+  double s = 0;
+  for (size_t g = 0; g < x.size(); g += group) {
+    const float lo = *std::min_element(x.begin() + g, x.begin() + g + group);
+    const float hi = *std::max_element(x.begin() + g, x.begin() + g + group);
+    const float d = (hi - lo) / (levels - 1);
+    for (int i = 0; i < group; ++i) {
+      const float v = x[g + i];
+      const float r = d > 0 ? lo + d * std::round((v - lo) / d) : lo;
+      s += (static_cast<double>(v) - r) * (static_cast<double>(v) - r);
+    }
+  }
+  return std::sqrt(s / x.size());
+}
+// Naive symmetric quantization to levels -half..half-1 per group, scale amax/half.
+double naive_symmetric_rmse(const std::vector<float>& x, int group, int half) {
+  double s = 0;
+  for (size_t g = 0; g < x.size(); g += group) {
+    float amax = 0;
+    for (int i = 0; i < group; ++i) amax = std::max(amax, std::fabs(x[g + i]));
+    const float d = amax / half;
+    for (int i = 0; i < group; ++i) {
+      const float v = x[g + i];
+      const float r = d > 0 ? d * std::clamp(std::round(v / d), -static_cast<float>(half), half - 1.0f) : 0;
+      s += (static_cast<double>(v) - r) * (static_cast<double>(v) - r);
+    }
+  }
+  return std::sqrt(s / x.size());
+}
+
+TEST(Quantize, Q8_0ElementErrorWithinHalfStep) {
+  std::mt19937 rng(1);
+  for (float scale : {1.0f, 1e-3f, 300.0f}) {
+    const auto x = testing::random_floats(4096, rng, scale);
+    const auto y = roundtrip(GgmlType::Q8_0, x);
+    for (size_t b = 0; b < x.size(); b += 32) {
+      float amax = 0;
+      for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[b + j]));
+      // Half a step, plus 127 levels times the fp16 rounding of the scale: relative 2^-11,
+      // or absolute 2^-25 where the scale is an fp16 subnormal (below 2^-14).
+      const float d = amax / 127;
+      const float d_err = std::max(d * std::ldexp(1.0f, -11), std::ldexp(1.0f, -25));
+      const float bound = (0.5f * d + 127 * d_err) * 1.001f;
+      for (int j = 0; j < 32; ++j) ASSERT_LE(std::fabs(x[b + j] - y[b + j]), bound) << b + j;
+    }
+  }
+}
+
+TEST(Quantize, Q4_0ElementErrorWithinOneStep) {
+  std::mt19937 rng(2);
+  const auto x = testing::random_floats(4096, rng, 1.0f);
+  const auto y = roundtrip(GgmlType::Q4_0, x);
+  for (size_t b = 0; b < x.size(); b += 32) {
+    float amax = 0;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[b + j]));
+    // The value of largest magnitude maps to level -8 exactly; the other sign can reach +8,
+    // which is clamped to +7: an error of up to one step.
+    const float bound = amax / 8 * (1.0f + 8 * std::ldexp(1.0f, -11)) * 1.001f;
+    for (int j = 0; j < 32; ++j) ASSERT_LE(std::fabs(x[b + j] - y[b + j]), bound) << b + j;
+  }
+}
+
+TEST(Quantize, Q8_KMatchesDefinition) {
+  std::mt19937 rng(3);
+  const auto x = testing::random_floats(1024, rng, 2.0f);
+  const auto q = testing::quantized(GgmlType::Q8_K, x);
+  for (int b = 0; b < 4; ++b) {
+    const uint8_t* blk = q.data() + 292 * b;
+    float d;
+    std::memcpy(&d, blk, 4);
+    const auto* qs = reinterpret_cast<const int8_t*>(blk + 4);
+    int16_t bsums[16];
+    std::memcpy(bsums, blk + 260, 32);
+    float amax = 0;
+    for (int j = 0; j < 256; ++j) amax = std::max(amax, std::fabs(x[256 * b + j]));
+    EXPECT_NEAR(std::fabs(d), amax / 127, amax / 127 * 1e-6);
+    for (int j = 0; j < 256; ++j) {
+      ASSERT_GE(qs[j], -127);
+      ASSERT_LE(std::fabs(d * qs[j] - x[256 * b + j]), std::fabs(d) * 0.5001f);
+    }
+    for (int g = 0; g < 16; ++g) {
+      int sum = 0;
+      for (int j = 0; j < 16; ++j) sum += qs[16 * g + j];
+      EXPECT_EQ(bsums[g], sum);
+    }
+  }
+}
+
+TEST(Quantize, ZeroRowsStayZero) {
+  for (GgmlType t : {GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q5_K,
+                     GgmlType::Q6_K, GgmlType::Q8_K}) {
+    const std::vector<float> x(512, 0.0f);
+    const auto y = roundtrip(t, x);
+    for (float v : y) ASSERT_EQ(v, 0.0f) << ggml_type_name(t);
+  }
+}
+
+struct KCase {
+  GgmlType type;
+  bool symmetric;
+  int group;
+  int levels;  // affine: number of levels; symmetric: half range
+};
+
+class KQuantQuality : public ::testing::TestWithParam<KCase> {};
+
+// The scale search must beat naive min/max (or max-abs) quantization with exact float scales,
+// although the K-quant scales themselves are stored in 6 or 8 bits.
+TEST_P(KQuantQuality, BeatsNaiveQuantizerOnGaussianAndHeavyTails) {
+  const KCase c = GetParam();
+  std::mt19937 rng(4);
+  for (int dist = 0; dist < 2; ++dist) {
+    const auto x = dist == 0 ? testing::random_floats(256 * 64, rng, 1.0f) : student_t3(256 * 64, rng);
+    const double got = rmse(x, roundtrip(c.type, x));
+    const double naive = c.symmetric ? naive_symmetric_rmse(x, c.group, c.levels) : naive_affine_rmse(x, c.group, c.levels);
+    EXPECT_LT(got, naive) << ggml_type_name(c.type) << (dist == 0 ? " gaussian" : " student-t3");
+    EXPECT_GT(got, 0.0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Quant, KQuantQuality,
+                         ::testing::Values(KCase{GgmlType::Q4_K, false, 32, 16}, KCase{GgmlType::Q5_K, false, 32, 32},
+                                           KCase{GgmlType::Q6_K, true, 16, 32}),
+                         [](const auto& info) { return std::string(ggml_type_name(info.param.type)); });
+
+TEST(Quantize, KQuantsHandleScaleExtremes) {
+  std::mt19937 rng(5);
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+    // 1e-2 puts the super-block scales near the fp16 subnormal range (smaller data underflows
+    // the fp16 scales to zero, a limit of the format).
+    for (float scale : {1e-2f, 1e3f}) {
+      const auto x = testing::random_floats(1024, rng, scale);
+      const auto y = roundtrip(t, x);
+      double sum_sq = 0;
+      for (float v : x) sum_sq += static_cast<double>(v) * v;
+      const double rel = rmse(x, y) / std::sqrt(sum_sq / x.size());
+      EXPECT_LT(rel, 0.1) << ggml_type_name(t) << " scale " << scale;
+    }
+    // One outlier among zeros: the outlier survives to within its sub-block's step.
+    std::vector<float> x(256, 0.0f);
+    x[77] = -5.0f;
+    const auto y = roundtrip(t, x);
+    EXPECT_NEAR(y[77], -5.0f, 0.2f) << ggml_type_name(t);
+    for (int i = 0; i < 256; ++i)
+      if (i != 77) EXPECT_NEAR(y[i], 0.0f, 0.2f) << ggml_type_name(t) << " element " << i;
+  }
+}
+
+}  // namespace
+}  // namespace mla

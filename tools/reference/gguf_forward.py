@@ -1,0 +1,243 @@
+"""A plain numpy forward pass of a deepseek2 GGUF, driven only by the GGUF keys and tensors.
+
+It is the executable form of NOTES.md: it reads model-f32.gguf (with the vendored gguf-py), runs
+both MLA paths (decompressed MHA and absorbed MQA) in float64, and compares the logits with the
+transformers reference written by make_fixtures.py. If this agrees, NOTES.md describes everything
+the C++ forward pass needs; if transformers or the converter change semantics, it stops agreeing.
+
+    tools/reference/.venv/bin/python tools/reference/gguf_forward.py [tests/fixtures/reference/<model> ...]
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+FIXTURES = HERE.parent.parent / "tests" / "fixtures" / "reference"
+
+
+def load_gguf(path: Path, llama_cpp: Path):
+    sys.path.insert(0, str(llama_cpp / "gguf-py"))
+    try:
+        import gguf  # noqa: E402  (the vendored gguf-py)
+    finally:
+        sys.path.remove(str(llama_cpp / "gguf-py"))
+    reader = gguf.GGUFReader(str(path))
+    keys = {f.name: f.contents() for f in reader.fields.values() if not f.name.startswith("GGUF.")}
+    # reader arrays are numpy views with shape = reversed(ne): [ne1, ne0] for 2-D, [ne2, ne1, ne0] for 3-D
+    tensors = {t.name: np.asarray(t.data, dtype=np.float64) for t in reader.tensors}
+    return keys, tensors
+
+
+def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    return x / (1.0 + np.exp(-x))
+
+
+def yarn_inv_freq(n_rot: int, base: float, factor: float, orig_ctx: int, beta_fast: float, beta_slow: float):
+    """Per-pair rotation frequencies [n_rot/2] after YaRN (same as ggml's rope_yarn and
+    transformers' _compute_yarn_parameters with truncate=True)."""
+    i = np.arange(n_rot // 2, dtype=np.float64)
+    extrapolation = base ** (-2.0 * i / n_rot)
+    if factor == 1.0:
+        return extrapolation
+
+    def corr_dim(n_rotations: float) -> float:
+        return n_rot * math.log(orig_ctx / (n_rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    low = max(math.floor(corr_dim(beta_fast)), 0)
+    high = min(math.ceil(corr_dim(beta_slow)), n_rot - 1)
+    ramp = np.clip((i - low) / max(high - low, 0.001), 0.0, 1.0)  # 0: keep, 1: interpolate
+    return extrapolation * (1.0 - ramp) + (extrapolation / factor) * ramp
+
+
+def rope_adjacent_pairs(x: np.ndarray, pos: np.ndarray, inv_freq: np.ndarray) -> np.ndarray:
+    """Rotates pairs (x[2i], x[2i+1]) by pos * inv_freq[i] (ggml 'normal' rope, GPT-J style).
+    x: [T, ..., n_rot], pos: [T]."""
+    angle = pos[:, None] * inv_freq[None, :]  # [T, n_rot/2]
+    shape = (x.shape[0],) + (1,) * (x.ndim - 2) + (angle.shape[1],)
+    cos, sin = np.cos(angle).reshape(shape), np.sin(angle).reshape(shape)
+    x0, x1 = x[..., 0::2], x[..., 1::2]
+    out = np.empty_like(x)
+    out[..., 0::2] = x0 * cos - x1 * sin
+    out[..., 1::2] = x0 * sin + x1 * cos
+    return out
+
+
+def rope_halves(x: np.ndarray, pos: np.ndarray, inv_freq: np.ndarray) -> np.ndarray:
+    """The other convention (NeoX style: pairs (x[i], x[i + n_rot/2])); WRONG for deepseek2, used only
+    by --ablations to show the fixtures tell the two apart."""
+    h = x.shape[-1] // 2
+    angle = pos[:, None] * inv_freq[None, :]
+    shape = (x.shape[0],) + (1,) * (x.ndim - 2) + (angle.shape[1],)
+    cos, sin = np.cos(angle).reshape(shape), np.sin(angle).reshape(shape)
+    x0, x1 = x[..., :h], x[..., h:]
+    return np.concatenate([x0 * cos - x1 * sin, x0 * sin + x1 * cos], axis=-1)
+
+
+def forward(keys: dict, w: dict, ids: list[int], path: str, rope=rope_adjacent_pairs) -> np.ndarray:
+    """Logits [T, vocab] for one sequence at positions 0..T-1. path: 'mha' or 'mqa'."""
+    a = keys["general.architecture"]
+    assert a == "deepseek2", a
+    k = lambda name, default=None: keys.get(f"{a}.{name}", default)  # noqa: E731
+    n_layer, n_head = k("block_count"), k("attention.head_count")
+    eps = k("attention.layer_norm_rms_epsilon")
+    kv_lora = k("attention.kv_lora_rank")
+    n_rot = k("rope.dimension_count")
+    qk_head = k("attention.key_length_mla")          # qk_nope + qk_rope
+    v_head = k("attention.value_length_mla")
+    qk_nope = qk_head - n_rot
+    n_dense = k("leading_dense_block_count")
+    n_used = k("expert_used_count")
+    n_group, n_group_used = k("expert_group_count", 1), k("expert_group_used_count", 1)
+    gating = k("expert_gating_func", 1)              # 1 softmax, 2 sigmoid
+    w_scale = k("expert_weights_scale", 1.0)
+    w_norm = k("expert_weights_norm", False)
+
+    factor = k("rope.scaling.factor", 1.0) if k("rope.scaling.type") == "yarn" else 1.0
+    inv_freq = yarn_inv_freq(n_rot, k("rope.freq_base"), factor, k("rope.scaling.original_context_length", 0),
+                             k("rope.scaling.yarn_beta_fast", 32.0), k("rope.scaling.yarn_beta_slow", 1.0))
+    mscale = 1.0 + k("rope.scaling.yarn_log_multiplier", 0.0) * math.log(factor) if factor > 1 else 1.0
+    kq_scale = mscale * mscale / math.sqrt(qk_head)
+
+    T = len(ids)
+    pos = np.arange(T, dtype=np.float64)
+    causal = np.triu(np.full((T, T), -np.inf), k=1)
+    x = w["token_embd.weight"][ids]  # [T, H]
+    for il in range(n_layer):
+        p = f"blk.{il}."
+        xn = rms_norm(x, w[p + "attn_norm.weight"], eps)
+        if p + "attn_q_a.weight" in w:
+            q = rms_norm(xn @ w[p + "attn_q_a.weight"].T, w[p + "attn_q_a_norm.weight"], eps) @ w[p + "attn_q_b.weight"].T
+        else:
+            q = xn @ w[p + "attn_q.weight"].T
+        q = q.reshape(T, n_head, qk_head)
+        q_nope, q_pe = q[..., :qk_nope], rope(q[..., qk_nope:], pos, inv_freq)
+        kv = xn @ w[p + "attn_kv_a_mqa.weight"].T                      # [T, kv_lora + n_rot]
+        c_kv = rms_norm(kv[:, :kv_lora], w[p + "attn_kv_a_norm.weight"], eps)  # [T, kv_lora]
+        k_pe = rope(kv[:, kv_lora:], pos, inv_freq)                     # [T, n_rot], shared by heads
+        k_b = w[p + "attn_k_b.weight"]  # [n_head, kv_lora, qk_nope]  (ne {qk_nope, kv_lora, n_head})
+        v_b = w[p + "attn_v_b.weight"]  # [n_head, v_head, kv_lora]   (ne {kv_lora, v_head, n_head})
+        if path == "mha":
+            k_nope = np.einsum("tc,hcn->thn", c_kv, k_b)                # [T, n_head, qk_nope]
+            v = np.einsum("tc,hvc->thv", c_kv, v_b)                     # [T, n_head, v_head]
+            s = np.einsum("ihn,jhn->hij", q_nope, k_nope) + np.einsum("ihr,jr->hij", q_pe, k_pe)
+            pr = softmax(s * kq_scale + causal)
+            o = np.einsum("hij,jhv->ihv", pr, v)
+        else:
+            q_lat = np.einsum("thn,hcn->thc", q_nope, k_b)              # [T, n_head, kv_lora]
+            s = np.einsum("ihc,jc->hij", q_lat, c_kv) + np.einsum("ihr,jr->hij", q_pe, k_pe)
+            pr = softmax(s * kq_scale + causal)
+            o_lat = np.einsum("hij,jc->ihc", pr, c_kv)                  # [T, n_head, kv_lora]
+            o = np.einsum("ihc,hvc->ihv", o_lat, v_b)
+        x = x + o.reshape(T, n_head * v_head) @ w[p + "attn_output.weight"].T
+
+        xn = rms_norm(x, w[p + "ffn_norm.weight"], eps)
+        if il < n_dense:
+            x = x + mlp(xn, w[p + "ffn_gate.weight"], w[p + "ffn_up.weight"], w[p + "ffn_down.weight"])
+            continue
+        logits = xn @ w[p + "ffn_gate_inp.weight"].T                    # [T, n_expert]
+        probs = 1.0 / (1.0 + np.exp(-logits)) if gating == 2 else softmax(logits)
+        choice = probs + w[p + "exp_probs_b.bias"] if p + "exp_probs_b.bias" in w else probs.copy()
+        n_expert = choice.shape[1]
+        if n_group > 1:
+            g = choice.reshape(T, n_group, n_expert // n_group)
+            g_score = np.sort(g, axis=-1)[..., -2:].sum(-1)             # sum of the top 2 per group
+            drop = np.argsort(-g_score, axis=-1)[:, n_group_used:]
+            g = g.copy()
+            for t in range(T):
+                g[t, drop[t]] = -np.inf
+            choice = g.reshape(T, n_expert)
+        sel = np.argsort(-choice, axis=-1)[:, :n_used]                   # [T, n_used]
+        wts = np.take_along_axis(probs, sel, axis=-1)                    # bias not in the weights
+        if w_norm:
+            wts = wts / wts.sum(-1, keepdims=True)
+        wts = wts * w_scale
+        out = mlp(xn, w[p + "ffn_gate_shexp.weight"], w[p + "ffn_up_shexp.weight"], w[p + "ffn_down_shexp.weight"])
+        for t in range(T):
+            for e, we in zip(sel[t], wts[t]):
+                out[t] += we * mlp(xn[t:t + 1], w[p + "ffn_gate_exps.weight"][e], w[p + "ffn_up_exps.weight"][e],
+                                   w[p + "ffn_down_exps.weight"][e])[0]
+        x = x + out
+    return rms_norm(x, w["output_norm.weight"], eps) @ w["output.weight"].T
+
+
+def softmax(s: np.ndarray) -> np.ndarray:
+    s = s - s.max(-1, keepdims=True)
+    e = np.exp(s)
+    return e / e.sum(-1, keepdims=True)
+
+
+def mlp(x: np.ndarray, gate: np.ndarray, up: np.ndarray, down: np.ndarray) -> np.ndarray:
+    return (silu(x @ gate.T) * (x @ up.T)) @ down.T
+
+
+def check(model_dir: Path, llama_cpp: Path, ablation: str | None = None) -> dict:
+    """Max |numpy - transformers| over all positions for each case and path. ablation: one of
+    ABLATIONS (a deliberately wrong variant), or None."""
+    index = json.loads((model_dir / "reference.json").read_text(encoding="utf-8"))
+    keys, w = load_gguf(model_dir / index["gguf"]["file"], llama_cpp)
+    rope = rope_adjacent_pairs
+    if ablation is not None:
+        keys, w, rope = ABLATIONS[ablation](dict(keys), dict(w))
+    result = {}
+    for case, entry in index["cases"].items():
+        ref = np.fromfile(model_dir / entry["logits"]["file"], dtype="<f4").reshape(entry["logits"]["shape"])
+        for path in (("mha", "mqa") if ablation is None else ("mha",)):
+            got = forward(keys, w, entry["token_ids"], path, rope)
+            result[f"{case}/{path}"] = float(np.max(np.abs(got - ref)))
+    return result
+
+
+def _set(keys: dict, **kv) -> dict:
+    keys.update({f"deepseek2.{k.replace('__', '.')}": v for k, v in kv.items()})
+    return keys
+
+
+ABLATIONS = {
+    "rope on halves (NeoX) instead of adjacent pairs": lambda k, w: (k, w, rope_halves),
+    "rope.scaling ignored (no YaRN frequencies, no mscale)": lambda k, w: (_set(k, rope__scaling__type="none"), w, rope_adjacent_pairs),
+    "no mscale^2 in the softmax scale": lambda k, w: (_set(k, rope__scaling__yarn_log_multiplier=0.0), w,
+                                                      rope_adjacent_pairs),
+    "exp_probs_b ignored": lambda k, w: (k, {n: t for n, t in w.items() if "exp_probs_b" not in n},
+                                         rope_adjacent_pairs),
+    "expert groups ignored": lambda k, w: (_set(k, expert_group_count=1), w, rope_adjacent_pairs),
+    "expert_weights_norm ignored": lambda k, w: (_set(k, expert_weights_norm=False), w, rope_adjacent_pairs),
+    "expert_weights_scale ignored": lambda k, w: (_set(k, expert_weights_scale=1.0), w, rope_adjacent_pairs),
+    "rms eps 1e-5 instead of 1e-6": lambda k, w: (_set(k, attention__layer_norm_rms_epsilon=1e-5), w,
+                                                  rope_adjacent_pairs),
+}
+
+
+def main() -> None:
+    sys.path.insert(0, str(HERE))
+    from make_fixtures import DEFAULT_LLAMA_CPP  # noqa: E402
+
+    args = sys.argv[1:]
+    ablations = "--ablations" in args
+    args = [a for a in args if a != "--ablations"]
+    dirs = [Path(a) for a in args] or sorted(p.parent for p in FIXTURES.glob("*/reference.json"))
+    worst = 0.0
+    for d in dirs:
+        diffs = check(d, DEFAULT_LLAMA_CPP)
+        worst = max(worst, *diffs.values())
+        print(f"{d.name}: max |numpy(GGUF) - transformers| logits: "
+              + ", ".join(f"{k} {v:.2e}" for k, v in diffs.items()))
+        if ablations:
+            for name in ABLATIONS:
+                diffs = check(d, DEFAULT_LLAMA_CPP, name)
+                print(f"  ablation '{name}': max diff {max(diffs.values()):.2e}")
+    if worst > 1e-3:
+        raise SystemExit(f"gguf_forward: max difference {worst:.3e} > 1e-3")
+
+
+if __name__ == "__main__":
+    main()

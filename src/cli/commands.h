@@ -12,5 +12,9 @@ void register_gguf(CLI::App& app);  // mla gguf inspect|...
 void register_gguf_synth(CLI::App& gguf);                // mla gguf synth (gguf_synth.cpp)
 void register_gguf_convert_mla_layout(CLI::App& gguf);   // mla gguf convert-mla-layout (gguf_synth.cpp)
 void register_run(CLI::App& app);                        // mla run (run.cpp)
+// mla gguf dequant (src/cli/gguf_dequant.cpp)
+void register_gguf_dequant(CLI::App& gguf);
+// mla gguf quantize-test-file | quant-roundtrip (src/cli/gguf_quant_test.cpp)
+void register_gguf_quant_test(CLI::App& gguf);
 
 }  // namespace mla::cli

@@ -146,6 +146,8 @@ void register_gguf(CLI::App& app) {
   // Further `mla gguf X` subcommands register here (one file each: src/cli/gguf_X.cpp).
   register_gguf_synth(*gguf);
   register_gguf_convert_mla_layout(*gguf);
+  register_gguf_dequant(*gguf);
+  register_gguf_quant_test(*gguf);
 }
 
 }  // namespace mla::cli

@@ -2,6 +2,9 @@
 // Internal: the on-disk block layouts of the ggml formats mla.cpp decodes, and the small
 // helpers every kernel file shares. Layouts are facts of the GGUF format (ggml-common.h);
 // sizes are checked against the type table in gguf/types.cpp by static_assert and tests.
+// Helper functions are `static` on purpose: this header is compiled both with and without
+// -mavx2 (the *_avx2.cpp files), and an inline function with external linkage could be merged
+// by the linker into its AVX2-compiled copy and then run on a CPU without AVX2.
 #include <cstdint>
 #include <cstring>
 
@@ -95,7 +98,7 @@ inline constexpr int8_t kMXFP4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, 
 // 2^(e-128): the E8M0 exponent e scaled by 1/2 (because kMXFP4Values are doubled). e = 0 and 1
 // are the subnormals 2^-128 and 2^-127; e = 255 is 2^127 (the format's NaN is not special-cased,
 // as in ggml).
-inline float e8m0_to_fp32_half(uint8_t e) {
+static inline float e8m0_to_fp32_half(uint8_t e) {
   uint32_t bits = e < 2 ? (0x00200000u << e) : (static_cast<uint32_t>(e - 1) << 23);
   float f;
   std::memcpy(&f, &bits, 4);
@@ -104,7 +107,7 @@ inline float e8m0_to_fp32_half(uint8_t e) {
 
 // Round to nearest, ties to even, for |x| < 2^22, by the float magic-number trick ggml uses
 // (so that quantizers agree with it bit for bit).
-inline int nearest_int(float x) {
+static inline int nearest_int(float x) {
   float v = x + 12582912.f;  // 1.5 * 2^23
   int32_t i;
   std::memcpy(&i, &v, 4);
@@ -115,7 +118,7 @@ inline int nearest_int(float x) {
 //   bytes 0-3: scale j (j<4) in bits 0-5, high 2 bits of scale j+4 in bits 6-7
 //   bytes 4-7: min j (j<4) in bits 0-5, high 2 bits of min j+4 in bits 6-7
 //   bytes 8-11: low 4 bits of scale j+4 (bits 0-3) and of min j+4 (bits 4-7)
-inline void unpack_k4_scales(const uint8_t* packed, uint8_t* scales, uint8_t* mins) {
+static inline void unpack_k4_scales(const uint8_t* packed, uint8_t* scales, uint8_t* mins) {
   for (int j = 0; j < 4; ++j) {
     scales[j] = packed[j] & 63;
     mins[j] = packed[j + 4] & 63;
@@ -123,7 +126,7 @@ inline void unpack_k4_scales(const uint8_t* packed, uint8_t* scales, uint8_t* mi
     mins[j + 4] = (packed[j + 8] >> 4) | ((packed[j + 4] >> 6) << 4);
   }
 }
-inline void pack_k4_scales(const uint8_t* scales, const uint8_t* mins, uint8_t* packed) {
+static inline void pack_k4_scales(const uint8_t* scales, const uint8_t* mins, uint8_t* packed) {
   for (int j = 0; j < 4; ++j) {
     packed[j] = (scales[j] & 63) | ((scales[j + 4] >> 4) << 6);
     packed[j + 4] = (mins[j] & 63) | ((mins[j + 4] >> 4) << 6);
@@ -134,18 +137,12 @@ inline void pack_k4_scales(const uint8_t* scales, const uint8_t* mins, uint8_t* 
 // Q3_K's 16 six-bit scales (stored offset by 32): low 4 bits in bytes 0-7 (scale j in the
 // low nibble of byte j%8 for j<8, high nibble for j>=8), high 2 bits in bytes 8-11
 // (scale j at byte 8 + j%4, bit 2*(j/4)).
-inline void unpack_q3_k_scales(const uint8_t* packed, int8_t* scales) {
+static inline void unpack_q3_k_scales(const uint8_t* packed, int8_t* scales) {
   for (int j = 0; j < 16; ++j) {
     int lo = (packed[j % 8] >> (4 * (j / 8))) & 0x0F;
     int hi = (packed[8 + j % 4] >> (2 * (j / 4))) & 0x03;
     scales[j] = static_cast<int8_t>((lo | (hi << 4)) - 32);
   }
-}
-
-inline uint16_t load_u16(const uint8_t* p) {
-  uint16_t v;
-  std::memcpy(&v, p, 2);
-  return v;
 }
 
 }  // namespace mla::quant

@@ -161,6 +161,4 @@ DequantizeFn dequantize_avx2_fn(GgmlType t) {
   }
 }
 
-QuantizeFn quantize_avx2_fn(GgmlType) { return nullptr; }
-
 }  // namespace mla::quant

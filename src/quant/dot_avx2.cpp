@@ -270,6 +270,8 @@ VecDotFn vec_dot_avx2_fn(GgmlType t) {
     case GgmlType::Q4_0: return dot_q4_0;
     case GgmlType::IQ4_NL: return dot_iq4_nl;
     case GgmlType::MXFP4: return dot_mxfp4;
+    case GgmlType::Q2_K: return dot_q2_k_avx2;
+    case GgmlType::Q3_K: return dot_q3_k_avx2;
     case GgmlType::Q4_K: return dot_q4_k;
     case GgmlType::Q5_K: return dot_q5_k;
     case GgmlType::Q6_K: return dot_q6_k;

@@ -29,6 +29,10 @@ VecDotFn vec_dot_avx2_fn(GgmlType t);
 
 bool cpu_has_avx2_fma();
 
+// Q2_K / Q3_K AVX2 dot products (dot_q23k_avx2.cpp), exported for vec_dot_avx2_fn's table.
+float dot_q2_k_avx2(int64_t n, const void* w, const void* a);
+float dot_q3_k_avx2(int64_t n, const void* w, const void* a);
+
 // K-quant quantizers (quantize_k.cpp), exported for quantize.cpp's table.
 void quantize_q4_k_ref(const float* x, void* dst, int64_t n);
 void quantize_q5_k_ref(const float* x, void* dst, int64_t n);

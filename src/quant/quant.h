@@ -8,7 +8,9 @@
 //
 // Dequantization (reference and SIMD) is bit-exact with ggml's dequantize_row_* and gguf-py's
 // gguf.quants.dequantize. quantize_row for F16, BF16, Q8_0, Q4_0 and Q8_K is bit-exact with
-// ggml's quantize_row_*_ref; the K-quants search scales like llama.cpp's reference quantizer.
+// ggml's quantize_row_*_ref (and gguf-py); the K-quants search scales like llama.cpp's reference
+// quantizer (without an importance matrix) and give the same bytes on the data of
+// tools/quant-compare.
 #include <cstddef>
 #include <cstdint>
 

@@ -35,7 +35,8 @@ void quant_q8_0(const float* x, void* dst, int64_t n) {
     const float d = amax / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     b[i].d = fp32_to_fp16(d);
-    for (int j = 0; j < kQK; ++j) b[i].qs[j] = static_cast<int8_t>(std::round(x[j] * id));
+    // |x*id| <= 127 for finite input; the clamp only keeps inf/NaN (from a subnormal d) defined.
+    for (int j = 0; j < kQK; ++j) b[i].qs[j] = static_cast<int8_t>(std::fmax(-127.0f, std::fmin(127.0f, std::round(x[j] * id))));
   }
 }
 
@@ -56,8 +57,9 @@ void quant_q4_0(const float* x, void* dst, int64_t n) {
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     b[i].d = fp32_to_fp16(d);
     for (int j = 0; j < kQK / 2; ++j) {
-      const int q0 = static_cast<int8_t>(std::fma(x[j], id, 8.5f));
-      const int q1 = static_cast<int8_t>(std::fma(x[j + 16], id, 8.5f));
+      // x*id + 8.5 lies in [0.5, 16.5] for finite input; the clamp keeps inf/NaN defined.
+      const int q0 = static_cast<int>(std::fmax(0.0f, std::fmin(16.0f, std::fma(x[j], id, 8.5f))));
+      const int q1 = static_cast<int>(std::fmax(0.0f, std::fmin(16.0f, std::fma(x[j + 16], id, 8.5f))));
       b[i].qs[j] = static_cast<uint8_t>((q0 < 15 ? q0 : 15) | ((q1 < 15 ? q1 : 15) << 4));
     }
   }

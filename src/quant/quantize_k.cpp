@@ -7,7 +7,10 @@
 //  2. Quantize the per-sub-block scales (and offsets) themselves to 6 or 8 bits against one
 //     fp16 super-block scale.
 //  3. Re-round every element against the scale it will actually be decoded with.
+// Sums and products round separately (no FMA contraction), as in ggml's portable build, so the
+// output matches llama.cpp's reference quantizer.
 #include "quant/kernels.h"
+MLA_NO_FP_CONTRACT
 
 #include <algorithm>
 #include <cmath>
@@ -20,9 +23,12 @@ namespace {
 
 // Fits x[i] ≈ scale * L[i] - neg_min with integer L[i] in [0, nmax] and neg_min >= 0 (an offset
 // that is never positive: K-quants store it as a subtracted minimum), minimising
-// sum w[i] * err[i]^2. Candidate inverse scales are (nmax + rmin + rdelta*k) / (max - min) for
-// k = 0..nstep; for each, the levels are rounded and the optimal (scale, offset) is solved in
-// closed form from the 2x2 normal equations. Returns scale; writes the best levels to L.
+// sum w[i] * err[i]^2. Candidate grids have inverse scale (nmax + rmin + rdelta*k) / (max - o)
+// and origin o for k = 0..nstep, where o is the best offset found so far (initially min(x, 0)):
+// once a fit improves, later grids start from the fitted offset, which lets the search walk
+// (this is what llama.cpp's reference does, and it measurably lowers the error). For each grid
+// the levels are rounded and the optimal (scale, offset) is solved in closed form from the 2x2
+// normal equations. Returns scale; writes the best levels to L.
 float fit_scale_offset(int n, int nmax, const float* x, const float* w, uint8_t* L, float* neg_min,
                        float rmin, float rdelta, int nstep) {
   float lo = x[0], hi = x[0];
@@ -44,7 +50,7 @@ float fit_scale_offset(int n, int nmax, const float* x, const float* w, uint8_t*
     float err = 0;
     for (int i = 0; i < n; ++i) {
       const float diff = scale * levels[i] + offset - x[i];
-      err += w[i] * diff * diff;
+      err += w[i] * (diff * diff);
     }
     return err;
   };
@@ -57,10 +63,10 @@ float fit_scale_offset(int n, int nmax, const float* x, const float* w, uint8_t*
 
   uint8_t trial[32];
   for (int k = 0; k <= nstep; ++k) {
-    inv = (rmin + rdelta * k + nmax) / (hi - lo);
+    inv = (rmin + rdelta * k + nmax) / (hi - best_offset);
     float sum_l = 0, sum_l2 = 0, sum_xl = 0;
     for (int i = 0; i < n; ++i) {
-      const int l = std::clamp(nearest_int(inv * (x[i] - lo)), 0, nmax);
+      const int l = std::clamp(nearest_int(inv * (x[i] - best_offset)), 0, nmax);
       trial[i] = static_cast<uint8_t>(l);
       sum_l += w[i] * l;
       sum_l2 += w[i] * l * l;

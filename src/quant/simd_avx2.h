@@ -1,30 +1,30 @@
 #pragma once
 // Internal: small AVX2 helpers shared by the *_avx2.cpp files. Include only from files compiled
-// with -mavx2 -mfma -mf16c.
+// with -mavx2 -mfma -mf16c. Functions are `static` so no copy escapes those files (see blocks.h).
 #include <immintrin.h>
 
 #include <cstdint>
 
 namespace mla::quant::avx2 {
 
-inline float hsum(__m256 v) {
+static inline float hsum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
 }
 
-inline float hsum(__m128 s) {
+static inline float hsum(__m128 s) {
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
 }
 
-inline float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
+static inline float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
 
 // 16 bytes of packed nibbles → 32 bytes: the low nibbles (elements 0-15) in the low lane, the
 // high nibbles (elements 16-31) in the high lane — the element order of Q4_0-style blocks.
-inline __m256i unpack_nibbles_32(const uint8_t* qs) {
+static inline __m256i unpack_nibbles_32(const uint8_t* qs) {
   const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
   const __m256i both = _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed);
   return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
@@ -34,13 +34,13 @@ inline __m256i unpack_nibbles_32(const uint8_t* qs) {
 // 4 adjacent products. Uses |x| as the unsigned operand of maddubs, so it needs y != -128
 // wherever x < 0 (Q8 activations from quantize_row lie in [-127, 127]). The int16 pair sums
 // stay below 2*128*127 and cannot saturate.
-inline __m256i dot_i8_quads(__m256i x, __m256i y) {
+static inline __m256i dot_i8_quads(__m256i x, __m256i y) {
   const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
   return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
 }
 
 // Broadcasts int16 lane i (0-7) of the 128-bit value duplicated in both lanes of s.
-inline __m256i broadcast_i16(__m256i s, int i) {
+static inline __m256i broadcast_i16(__m256i s, int i) {
   return _mm256_shuffle_epi8(s, _mm256_set1_epi16(static_cast<int16_t>(((2 * i + 1) << 8) | (2 * i))));
 }
 

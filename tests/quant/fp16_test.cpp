@@ -84,7 +84,9 @@ TEST(Fp16, AllHalfPatternsMatchF16C) {
     uint32_t want = bits_of(hw_half_to_float(hh));
     if (signalling_nan) want &= ~0x00400000u;  // F16C quiets signalling NaNs; we keep them
     ASSERT_EQ(bits_of(fp16_to_fp32(hh)), want) << std::hex << h;
-    if (!std::isnan(fp16_to_fp32(hh))) ASSERT_EQ(fp32_to_fp16(fp16_to_fp32(hh)), hh) << std::hex << h;
+    if (!std::isnan(fp16_to_fp32(hh))) {
+      ASSERT_EQ(fp32_to_fp16(fp16_to_fp32(hh)), hh) << std::hex << h;
+    }
   }
 }
 
@@ -126,7 +128,9 @@ TEST(Bf16, KnownPatterns) {
   for (uint32_t h = 0; h < 65536; ++h) {
     ASSERT_EQ(bits_of(bf16_to_fp32(static_cast<uint16_t>(h))), h << 16);
     const bool nan = (h & 0x7F80) == 0x7F80 && (h & 0x7F) != 0;
-    if (!nan) ASSERT_EQ(fp32_to_bf16(bf16_to_fp32(static_cast<uint16_t>(h))), h);
+    if (!nan) {
+      ASSERT_EQ(fp32_to_bf16(bf16_to_fp32(static_cast<uint16_t>(h))), h);
+    }
   }
 }
 

@@ -182,7 +182,71 @@ TEST(Quantize, KQuantsHandleScaleExtremes) {
     const auto y = roundtrip(t, x);
     EXPECT_NEAR(y[77], -5.0f, 0.2f) << ggml_type_name(t);
     for (int i = 0; i < 256; ++i)
-      if (i != 77) EXPECT_NEAR(y[i], 0.0f, 0.2f) << ggml_type_name(t) << " element " << i;
+      if (i != 77) {
+        EXPECT_NEAR(y[i], 0.0f, 0.2f) << ggml_type_name(t) << " element " << i;
+      }
+  }
+}
+
+}  // namespace
+}  // namespace mla
+
+namespace mla {
+namespace {
+
+// SIMD activation quantizers must give the reference's bytes exactly (finite inputs): random
+// rows at several magnitudes, zero blocks, ties between +amax and -amax (the first one sets the
+// sign of Q8_K's scale), values on rounding ties, subnormal floats and the fp16 overflow edge.
+TEST(Quantize, SimdMatchesReferenceBitExact) {
+  if (!quant_isa_available(QuantIsa::Avx2)) GTEST_SKIP() << "CPU without AVX2+FMA+F16C";
+  std::mt19937 rng(17);
+  std::vector<std::vector<float>> rows;
+  for (float scale : {1.0f, 1e-3f, 3e4f, 1e-30f})
+    rows.push_back(testing::random_floats(1024, rng, scale));
+  rows.push_back(std::vector<float>(1024, 0.0f));
+  {
+    auto r = testing::random_floats(1024, rng, 1.0f);
+    for (size_t b = 0; b < r.size(); b += 256) {
+      r[b + 3] = 7.0f;   // +amax first ...
+      r[b + 200] = -7.0f;  // ... then -amax
+      r[b + 40] = -7.0f;   // (and in the next 32-block, -amax first)
+      r[b + 45] = 7.0f;
+    }
+    rows.push_back(r);
+  }
+  {
+    std::vector<float> r(1024);
+    for (size_t i = 0; i < r.size(); ++i) r[i] = (static_cast<float>(i % 64) - 31.5f) * 0.5f;  // halves: rounding ties
+    rows.push_back(r);
+  }
+  {
+    std::vector<float> r(1024);
+    for (size_t i = 0; i < r.size(); ++i) r[i] = (i % 2 ? -1.0f : 1.0f) * std::ldexp(1.0f + (i % 7) / 8.0f, -140 + static_cast<int>(i % 30));
+    for (size_t i = 0; i < r.size(); i += 17) r[i] = (i % 3 ? 65519.0f : 65520.0f);
+    rows.push_back(r);
+  }
+  for (GgmlType t : {GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q8_K}) {
+    QuantizeFn simd = find_quantize(t, QuantIsa::Avx2);
+    ASSERT_NE(simd, nullptr) << ggml_type_name(t);
+    for (size_t r = 0; r < rows.size(); ++r) {
+      const auto& x = rows[r];
+      std::vector<uint8_t> want(ggml_row_bytes(t, 1024)), got(want.size());
+      find_quantize(t, QuantIsa::Ref)(x.data(), want.data(), 1024);
+      simd(x.data(), got.data(), 1024);
+      for (size_t i = 0; i < want.size(); ++i)
+        ASSERT_EQ(got[i], want[i]) << ggml_type_name(t) << " row " << r << " byte " << i;
+    }
+  }
+}
+
+TEST(Quantize, PlainTypesHandleOddLengthsInSimd) {
+  std::mt19937 rng(19);
+  const auto x = testing::random_floats(37, rng, 1.0f);
+  for (GgmlType t : {GgmlType::F16, GgmlType::BF16}) {
+    std::vector<uint8_t> want(ggml_row_bytes(t, 37)), got(want.size());
+    find_quantize(t, QuantIsa::Ref)(x.data(), want.data(), 37);
+    quantize_row(t, x.data(), got.data(), 37);
+    EXPECT_EQ(got, want) << ggml_type_name(t);
   }
 }
 

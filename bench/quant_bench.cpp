@@ -1,0 +1,225 @@
+// Quant kernel benchmarks, single-threaded: row dot products (reference and AVX2) reported as
+// GB/s of weight bytes, plus memory-bandwidth probes that give the roofline to compare with.
+//
+//   dot/<TYPE>/<isa>/hot   weights fit in L2 (1 MiB): the kernel's own throughput
+//   dot/<TYPE>/<isa>/cold  weights far exceed the LLC (MLA_BENCH_COLD_MIB, default 1024 MiB):
+//                          what a decode step sees; AVX2 kernels only (the reference kernels are
+//                          compute-bound, so hot already says what they do)
+//   dequantize/<TYPE>/<isa>  the hot matrix to floats, GB/s of weight bytes
+//   quantize/<TYPE>/<isa>    one 4096-float activation row, GB/s of floats read
+//   membw/read_sum         sum of a cold buffer of uint64 (read bandwidth), 1 and 2 threads
+//   membw/memcpy           memcpy between cold buffers (bytes counted once per direction)
+//
+// Rates are per CPU second (Google Benchmark's default), which keeps them meaningful on a
+// shared, loaded machine.
+//
+// A kernel runs at the roofline when its cold GB/s equals membw/read_sum's.
+#include <benchmark/benchmark.h>
+#include <immintrin.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "../tests/quant/quant_test_util.h"
+#include "quant/quant.h"
+
+namespace mla {
+namespace {
+
+constexpr int64_t kCols = 4096;  // row length: a typical hidden size
+constexpr size_t kHotBytes = size_t{1} << 20;
+
+size_t cold_bytes() {
+  const char* env = std::getenv("MLA_BENCH_COLD_MIB");
+  const long mib = env ? std::atol(env) : 1024;
+  return static_cast<size_t>(mib > 0 ? mib : 1024) << 20;
+}
+
+uint64_t splitmix64(uint64_t& s) {
+  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// A weight matrix of whole rows, about `bytes` large: random quant bits with sane scales (so
+// no NaN, Inf or denormal slows a kernel down), or normal values for the float types.
+struct Matrix {
+  GgmlType type{};
+  size_t bytes = 0;
+  int64_t n_rows = 0;
+  int64_t row_bytes = 0;
+  std::unique_ptr<uint8_t[]> data;
+  std::vector<uint8_t> act;  // one activation row in vec_dot_type(type)
+};
+
+void fill(Matrix& m) {
+  const auto& tr = ggml_traits(m.type);
+  const size_t total = static_cast<size_t>(m.n_rows * m.row_bytes);
+  uint64_t s = 42;
+  for (size_t i = 0; i + 8 <= total; i += 8) {
+    const uint64_t v = splitmix64(s);
+    std::memcpy(m.data.get() + i, &v, 8);
+  }
+  std::mt19937 rng(1);
+  if (tr.block_elems == 1) {  // float types: tile one row of real values
+    const auto row = testing::random_row(m.type, kCols, rng, testing::ScaleCase::Random);
+    for (int64_t r = 0; r < m.n_rows; ++r) std::memcpy(m.data.get() + r * m.row_bytes, row.data(), row.size());
+    return;
+  }
+  const auto offsets = testing::half_scale_offsets(m.type);
+  const size_t n_blocks = total / tr.block_bytes;
+  for (size_t b = 0; b < n_blocks; ++b) {
+    uint8_t* blk = m.data.get() + b * tr.block_bytes;
+    for (int off : offsets) {
+      const uint16_t h = testing::pick_half_scale(testing::ScaleCase::Random, rng, 0);
+      std::memcpy(blk + off, &h, 2);
+    }
+    if (m.type == GgmlType::MXFP4) blk[0] = static_cast<uint8_t>(120 + b % 16);
+  }
+}
+
+// The matrix of the running benchmark; consecutive benchmarks of one type and size share it.
+const Matrix& matrix(GgmlType t, size_t bytes) {
+  static Matrix m;
+  if (m.data && m.type == t && m.bytes == bytes) return m;
+  m = Matrix{};
+  m.type = t;
+  m.bytes = bytes;
+  m.row_bytes = ggml_row_bytes(t, kCols);
+  m.n_rows = std::max<int64_t>(1, static_cast<int64_t>(bytes) / m.row_bytes);
+  m.data.reset(new uint8_t[static_cast<size_t>(m.n_rows * m.row_bytes)]);
+  fill(m);
+  std::mt19937 rng(2);
+  m.act = testing::quantized(vec_dot_type(t), testing::random_floats(kCols, rng, 1.0f));
+  return m;
+}
+
+// Dequantization of the hot matrix, GB/s of weight bytes read.
+void bm_dequantize(benchmark::State& state, GgmlType t, QuantIsa isa) {
+  const DequantizeFn dequantize = find_dequantize(t, isa);
+  const Matrix& m = matrix(t, kHotBytes);
+  std::vector<float> row(kCols);
+  for (auto _ : state) {
+    for (int64_t r = 0; r < m.n_rows; ++r) dequantize(m.data.get() + r * m.row_bytes, row.data(), kCols);
+    benchmark::DoNotOptimize(row.data());
+  }
+  state.SetBytesProcessed(state.iterations() * m.n_rows * m.row_bytes);
+}
+
+// Quantization of one activation row (what every matmul does first), GB/s of floats read.
+void bm_quantize(benchmark::State& state, GgmlType t, QuantIsa isa) {
+  const QuantizeFn quantize = find_quantize(t, isa);
+  std::mt19937 rng(3);
+  const auto x = testing::random_floats(kCols, rng, 1.0f);
+  std::vector<uint8_t> q(static_cast<size_t>(ggml_row_bytes(t, kCols)));
+  for (auto _ : state) {
+    quantize(x.data(), q.data(), kCols);
+    benchmark::DoNotOptimize(q.data());
+  }
+  state.SetBytesProcessed(state.iterations() * kCols * static_cast<int64_t>(sizeof(float)));
+}
+
+void bm_dot(benchmark::State& state, GgmlType t, QuantIsa isa, size_t bytes) {
+  const VecDotFn dot = find_vec_dot(t, isa);
+  const Matrix& m = matrix(t, bytes);
+  for (auto _ : state) {
+    float sum = 0;
+    for (int64_t r = 0; r < m.n_rows; ++r) sum += dot(kCols, m.data.get() + r * m.row_bytes, m.act.data());
+    benchmark::DoNotOptimize(sum);
+  }
+  state.SetBytesProcessed(state.iterations() * m.n_rows * m.row_bytes);
+  state.counters["rows"] = static_cast<double>(m.n_rows);
+}
+
+// Cold buffers for the bandwidth probes, shared by all of them.
+struct ColdBuffers {
+  size_t bytes;
+  std::unique_ptr<uint64_t[]> a, b;
+  explicit ColdBuffers(size_t n) : bytes(n), a(new uint64_t[n / 8]), b(new uint64_t[n / 8]) {
+    for (size_t i = 0; i < n / 8; ++i) a[i] = b[i] = i * 0x9E3779B97F4A7C15ull;
+  }
+};
+ColdBuffers& cold() {
+  static ColdBuffers buffers(cold_bytes());
+  return buffers;
+}
+
+// Sum of n uint64 with four 256-bit accumulators: enough loads in flight to saturate memory.
+__attribute__((target("avx2"))) uint64_t sum_avx2(const uint64_t* p, size_t n) {
+  __m256i acc[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
+  for (size_t i = 0; i + 16 <= n; i += 16)
+    for (int k = 0; k < 4; ++k)
+      acc[k] = _mm256_add_epi64(acc[k], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 4 * k)));
+  alignas(32) uint64_t out[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(out), _mm256_add_epi64(_mm256_add_epi64(acc[0], acc[1]), _mm256_add_epi64(acc[2], acc[3])));
+  return out[0] + out[1] + out[2] + out[3];
+}
+uint64_t sum_scalar(const uint64_t* p, size_t n) {
+  uint64_t s = 0;
+  for (size_t i = 0; i < n; ++i) s += p[i];
+  return s;
+}
+
+// Each thread reads its own slice of the cold buffer.
+void bm_read_sum(benchmark::State& state) {
+  ColdBuffers& c = cold();
+  const size_t n = c.bytes / 8 / state.threads();
+  const uint64_t* p = c.a.get() + n * state.thread_index();
+  const bool avx2 = __builtin_cpu_supports("avx2");
+  for (auto _ : state) benchmark::DoNotOptimize(avx2 ? sum_avx2(p, n) : sum_scalar(p, n));
+  state.SetBytesProcessed(state.iterations() * n * 8);
+}
+
+void bm_memcpy(benchmark::State& state) {
+  ColdBuffers& c = cold();
+  for (auto _ : state) {
+    std::memcpy(c.b.get(), c.a.get(), c.bytes);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * c.bytes * 2);
+}
+
+const GgmlType kBenchTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16,   GgmlType::Q8_0,
+                                GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q5_K,   GgmlType::Q6_K,
+                                GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::IQ4_XS, GgmlType::IQ4_NL,
+                                GgmlType::MXFP4};
+
+[[maybe_unused]] const bool registered = [] {
+  for (GgmlType t : kBenchTypes) {
+    for (QuantIsa isa : {QuantIsa::Ref, QuantIsa::Avx2}) {
+      if (!find_vec_dot(t, isa)) continue;
+      const std::string name = std::string("dot/") + std::string(ggml_type_name(t)) + "/" + quant_isa_name(isa);
+      benchmark::RegisterBenchmark((name + "/hot").c_str(), bm_dot, t, isa, kHotBytes)->Unit(benchmark::kMicrosecond);
+    }
+  }
+  for (GgmlType t : kBenchTypes) {
+    if (!find_vec_dot(t, QuantIsa::Avx2)) continue;
+    const std::string name = std::string("dot/") + std::string(ggml_type_name(t)) + "/avx2/cold";
+    benchmark::RegisterBenchmark(name.c_str(), bm_dot, t, QuantIsa::Avx2, cold_bytes())->Unit(benchmark::kMillisecond);
+  }
+  for (GgmlType t : kBenchTypes) {
+    for (QuantIsa isa : {QuantIsa::Ref, QuantIsa::Avx2}) {
+      if (!find_dequantize(t, isa) || !find_dequantize(t, QuantIsa::Avx2)) continue;  // types with a SIMD kernel
+      const std::string name = std::string("dequantize/") + std::string(ggml_type_name(t)) + "/" + quant_isa_name(isa);
+      benchmark::RegisterBenchmark(name.c_str(), bm_dequantize, t, isa)->Unit(benchmark::kMicrosecond);
+    }
+  }
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q8_K, GgmlType::F16, GgmlType::BF16}) {
+    for (QuantIsa isa : {QuantIsa::Ref, QuantIsa::Avx2}) {
+      if (!find_quantize(t, isa)) continue;
+      const std::string name = std::string("quantize/") + std::string(ggml_type_name(t)) + "/" + quant_isa_name(isa);
+      benchmark::RegisterBenchmark(name.c_str(), bm_quantize, t, isa)->Unit(benchmark::kMicrosecond);
+    }
+  }
+  benchmark::RegisterBenchmark("membw/read_sum", bm_read_sum)->Unit(benchmark::kMillisecond)->ThreadRange(1, 2);
+  benchmark::RegisterBenchmark("membw/memcpy", bm_memcpy)->Unit(benchmark::kMillisecond);
+  return true;
+}();
+
+}  // namespace
+}  // namespace mla

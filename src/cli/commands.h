@@ -16,5 +16,7 @@ void register_run(CLI::App& app);                        // mla run (run.cpp)
 void register_gguf_dequant(CLI::App& gguf);
 // mla gguf quantize-test-file | quant-roundtrip (src/cli/gguf_quant_test.cpp)
 void register_gguf_quant_test(CLI::App& gguf);
+void register_tokenize(CLI::App& app);           // mla tokenize
+void register_gguf_vocab_from_hf(CLI::App& gguf);  // mla gguf vocab-from-hf (called from register_gguf)
 
 }  // namespace mla::cli

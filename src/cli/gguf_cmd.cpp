@@ -148,6 +148,7 @@ void register_gguf(CLI::App& app) {
   register_gguf_convert_mla_layout(*gguf);
   register_gguf_dequant(*gguf);
   register_gguf_quant_test(*gguf);
+  register_gguf_vocab_from_hf(*gguf);
 }
 
 }  // namespace mla::cli

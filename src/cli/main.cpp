@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   mla::cli::register_version(app);
   mla::cli::register_gguf(app);
   mla::cli::register_run(app);
+  mla::cli::register_tokenize(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -18,5 +18,7 @@ void register_gguf_dequant(CLI::App& gguf);
 void register_gguf_quant_test(CLI::App& gguf);
 void register_tokenize(CLI::App& app);           // mla tokenize
 void register_gguf_vocab_from_hf(CLI::App& gguf);  // mla gguf vocab-from-hf (called from register_gguf)
+void register_perplexity(CLI::App& app);          // mla perplexity (perplexity_cmd.cpp)
+void register_gguf_quantize(CLI::App& gguf);      // mla gguf quantize (gguf_quantize.cpp)
 
 }  // namespace mla::cli

@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   mla::cli::register_gguf(app);
   mla::cli::register_run(app);
   mla::cli::register_tokenize(app);
+  mla::cli::register_perplexity(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "gguf/gguf.h"
 #include "model/deepseek2.h"
+#include "tokenizer/tokenizer.h"
 #include "util/error.h"
 #include "util/log.h"
 #include "util/trace.h"
@@ -82,13 +83,22 @@ void run(const RunArgs& a) {
   if (a.batch < 1) fail("run: --batch must be >= 1, got {}", a.batch);
   if (!a.prompt.empty() && !a.tokens.empty()) fail("run: give either -p or --tokens, not both");
   if (a.prompt.empty() && a.tokens.empty()) fail("run: give a prompt with -p TEXT or --tokens 1,2,3");
-  if (!a.prompt.empty()) fail("run: -p needs a tokenizer, which this build does not have yet; use --tokens");
-  std::vector<int32_t> prompt = parse_token_list(a.tokens);
-
   const MlaPathPolicy policy = parse_mla_path_policy(a.mla_path);
   auto t_load = std::chrono::steady_clock::now();
   auto bundle = load_deepseek2(a.model, weight_options_for(policy, a.verify_paths));
   const DeepseekConfig& c = bundle->config;
+  // -p: the file's own tokenizer, BOS added where the vocabulary says so.
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::vector<int32_t> prompt;
+  if (!a.prompt.empty()) {
+    tokenizer = Tokenizer::from_gguf(*bundle->file);
+    EncodeOptions eo;
+    eo.add_special = true;
+    prompt = tokenizer->encode(a.prompt, eo);
+    if (prompt.empty()) fail("run: the prompt tokenizes to nothing");
+  } else {
+    prompt = parse_token_list(a.tokens);
+  }
   ModelOptions mo;
   mo.n_threads = a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   mo.max_batch_tokens = a.batch;
@@ -156,9 +166,11 @@ void run(const RunArgs& a) {
     j["decode_seconds"] = t_decode;
     j["decode_tokens_per_second"] = decode_tps;
     j["mla_path"] = a.mla_path;
+    if (tokenizer) j["text"] = tokenizer->decode_text(out);
     fmt::print("{}\n", j.dump());
     return;
   }
+  if (tokenizer) fmt::print("{}{}\n", a.prompt, tokenizer->decode_text(out));
   std::string ids;
   for (int32_t t : out) ids += fmt::format("{}{}", ids.empty() ? "" : " ", t);
   fmt::print("continuation ids: {}\n", ids);
@@ -172,7 +184,7 @@ void register_run(CLI::App& app) {
   auto* cmd = app.add_subcommand("run", "Generate from a deepseek2 GGUF on the CPU");
   static RunArgs a;
   cmd->add_option("-m,--model", a.model, "deepseek2 GGUF file")->required();
-  cmd->add_option("-p,--prompt", a.prompt, "Prompt text (needs a tokenizer)");
+  cmd->add_option("-p,--prompt", a.prompt, "Prompt text (tokenized with the file's vocabulary, BOS added as it says)");
   cmd->add_option("--tokens", a.tokens, "Prompt as comma-separated token ids");
   cmd->add_option("-n,--n-predict", a.n_predict, "Tokens to generate")->capture_default_str();
   cmd->add_option("--temp", a.temp, "Sampling temperature; 0 is greedy")->capture_default_str();

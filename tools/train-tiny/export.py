@@ -28,6 +28,7 @@ import torch
 
 from common import BOS_ID, CONTEXT, DATA, EXTRA_CONFIG, HERE, RUNS, encode_split, load_tokenizer
 
+MODEL_NAME = "mla.cpp tiny DeepSeek-V3-style"
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 DEFAULT_LLAMA_CPP = (Path(os.environ.get("REFERENCE_CACHE_DIR", Path.home() / ".cache" / "mla"))
                      / f"llama-cpp-python-{LLAMA_CPP_PYTHON_VERSION}" / "vendor" / "llama.cpp")
@@ -85,7 +86,7 @@ def convert(hf_dir: Path, outfile: Path, outtype: str, llama_cpp: Path) -> None:
         raise SystemExit(f"export: {llama_cpp}/convert_hf_to_gguf.py not found (run tools/train-tiny/setup.sh)")
     env = dict(os.environ, PYTHONPATH=str(llama_cpp / "gguf-py"))
     subprocess.run([sys.executable, str(HERE / "convert_gguf.py"), str(llama_cpp), "--", str(hf_dir),
-                    "--outtype", outtype, "--outfile", str(outfile)], check=True, env=env)
+                    "--outtype", outtype, "--outfile", str(outfile), "--model-name", MODEL_NAME], check=True, env=env)
 
 
 def main() -> None:

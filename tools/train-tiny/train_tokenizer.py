@@ -32,7 +32,7 @@ def main() -> None:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train([str(DATA / "train.txt")], trainer)
     tok.post_processor = processors.TemplateProcessing(
-        single=f"{BOS} $A", pair=f"{BOS} $A {BOS} $B", special_tokens=[(BOS, BOS_ID)])
+        single=f"{BOS} $A", pair=f"{BOS} $A $B:1", special_tokens=[(BOS, BOS_ID)])
     if tok.get_vocab_size() != VOCAB_SIZE:
         raise SystemExit(f"train_tokenizer: {tok.get_vocab_size()} tokens, expected {VOCAB_SIZE}")
     for i, t in enumerate(SPECIALS):

@@ -1,6 +1,7 @@
 // mla perplexity -m FILE -f TEXT [-c CTX] [--chunks N]: perplexity of a deepseek2 GGUF on a text
 // file, by the method of llama.cpp's perplexity tool, so the two tools' numbers compare directly:
-//   - the whole file is tokenized once, with BOS when the vocabulary says add_bos;
+//   - the whole file is tokenized once, with BOS when the vocabulary says add_bos (special-token
+//     text in the file is not parsed as such);
 //   - it is cut into n_chunk = min(--chunks, n_tokens / n_ctx) chunks of n_ctx tokens; each chunk
 //     starts from an empty cache, and its first token is replaced by BOS when add_bos;
 //   - only the second half is scored: the logits at positions first = n_ctx/2 .. n_ctx-2 predict
@@ -72,6 +73,7 @@ void run_perplexity(const PerplexityArgs& a) {
   auto t_tok = std::chrono::steady_clock::now();
   EncodeOptions eo;
   eo.add_special = true;
+  eo.parse_special = false;  // as llama.cpp's tool: special-token text in the file is plain text
   const std::vector<TokenId> tokens = tokenizer->encode(text, eo);
   const double tok_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_tok).count();
   if (static_cast<int64_t>(tokens.size()) < 2 * static_cast<int64_t>(n_ctx))

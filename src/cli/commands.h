@@ -23,5 +23,7 @@ void register_gguf_synth(CLI::App& gguf);                // mla gguf synth (gguf
 void register_gguf_convert_mla_layout(CLI::App& gguf);   // mla gguf convert-mla-layout (gguf_synth.cpp)
 void register_run(CLI::App& app);                        // mla run (run.cpp)
 void register_serve(CLI::App& app);                      // mla serve (serve_cmd.cpp)
+void register_perplexity(CLI::App& app);                 // mla perplexity (perplexity_cmd.cpp)
+void register_gguf_quantize(CLI::App& gguf);             // mla gguf quantize (gguf_quantize.cpp)
 
 }  // namespace mla::cli

@@ -149,6 +149,7 @@ void register_gguf(CLI::App& app) {
   register_gguf_vocab_from_hf(*gguf);
   register_gguf_synth(*gguf);
   register_gguf_convert_mla_layout(*gguf);
+  register_gguf_quantize(*gguf);
 }
 
 }  // namespace mla::cli

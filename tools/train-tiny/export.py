@@ -8,7 +8,8 @@ Steps:
  2. saves DIR/hf: config.json (+ the converter's scoring_func/topk_method keys), safetensors
     weights (e_score_correction_bias included), tokenizer.json, tokenizer_config.json (chat template);
  3. reloads DIR/hf with from_pretrained (float32, eager attention) and checks its logits equal the
-    training module's on held-out windows (max |diff| <= 1e-4; writes DIR/export-check.json);
+    training module's on held-out windows (max |diff| <= 1e-5 x max |logit|; writes
+    DIR/export-check.json);
  4. converts DIR/hf with llama.cpp's convert_hf_to_gguf.py (through convert_gguf.py) to
     DIR/model-<outtype>.gguf.
 """
@@ -74,10 +75,14 @@ def check_logits(model, hf_dir: Path, n_windows: int = 4) -> dict:
         a = model(input_ids=ids).logits
         b = ref(input_ids=ids).logits
     diff = (a - b).abs().max().item()
-    result = {"windows": n_windows, "tokens_per_window": CONTEXT, "max_abs_diff": diff,
+    scale = a.abs().max().item()
+    result = {"windows": n_windows, "tokens_per_window": CONTEXT, "max_abs_diff": diff, "max_abs_logit": scale,
               "argmax_agree": float((a.argmax(-1) == b.argmax(-1)).float().mean())}
-    if diff > 1e-4:
-        raise SystemExit(f"export: training module and reloaded transformers model differ: max |diff| {diff}")
+    # SDPA (training) and eager (reference) attention round differently: allow float32 noise
+    # relative to the logits' magnitude, nothing more.
+    if diff > 1e-5 * max(1.0, scale):
+        raise SystemExit(f"export: training module and reloaded transformers model differ: max |diff| {diff} "
+                         f"(max |logit| {scale})")
     return result
 
 

@@ -118,7 +118,7 @@ def plot(log_path, png_path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--run", default="main")
-    ap.add_argument("--steps", type=int, default=950)
+    ap.add_argument("--steps", type=int, default=1600)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--min-lr-frac", type=float, default=0.1)

@@ -1,0 +1,177 @@
+// mla perplexity -m FILE -f TEXT [-c CTX] [--chunks N]: perplexity of a deepseek2 GGUF on a text
+// file, by the method of llama.cpp's perplexity tool, so the two tools' numbers compare directly:
+//   - the whole file is tokenized once, with BOS when the vocabulary says add_bos (special-token
+//     text in the file is not parsed as such);
+//   - it is cut into n_chunk = min(--chunks, n_tokens / n_ctx) chunks of n_ctx tokens; each chunk
+//     starts from an empty cache, and its first token is replaced by BOS when add_bos;
+//   - only the second half is scored: the logits at positions first = n_ctx/2 .. n_ctx-2 predict
+//     the tokens at first+1 .. n_ctx-1 (n_ctx - 1 - first tokens per chunk), so every scored token
+//     has at least n_ctx/2 tokens of context;
+//   - running PPL = exp(mean NLL) after every chunk; final estimate with the standard error
+//     ppl * sqrt((mean(NLL²) - mean(NLL)²) / (count - 1)).
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "cli/commands.h"
+#include "gguf/gguf.h"
+#include "model/deepseek2.h"
+#include "tokenizer/tokenizer.h"
+#include "util/error.h"
+#include "util/log.h"
+
+namespace mla::cli {
+namespace {
+
+struct PerplexityArgs {
+  std::string model;
+  std::string file;
+  int n_ctx = 0;      // 0: the model's context length
+  int n_chunks = -1;  // -1: all
+  int batch = 0;      // 0: n_ctx
+  int threads = 0;
+  std::string mla_path = "auto";
+  bool json = false;
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("perplexity: cannot open '{}'", path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// -log softmax(logits)[tok], accumulated in double as llama.cpp does.
+double token_nll(const float* logits, int64_t n_vocab, int32_t tok) {
+  float mx = logits[0];
+  for (int64_t i = 1; i < n_vocab; ++i) mx = std::max(mx, logits[i]);
+  double sum = 0;
+  for (int64_t i = 0; i < n_vocab; ++i) sum += std::exp(logits[i] - mx);
+  return -(static_cast<double>(logits[tok] - mx) - std::log(sum));
+}
+
+void run_perplexity(const PerplexityArgs& a) {
+  const MlaPathPolicy policy = parse_mla_path_policy(a.mla_path);
+  auto bundle = load_deepseek2(a.model, weight_options_for(policy, false));
+  const DeepseekConfig& c = bundle->config;
+  auto tokenizer = Tokenizer::from_gguf(*bundle->file);
+
+  const int64_t n_ctx_train = c.n_ctx_train;
+  const int n_ctx = a.n_ctx > 0 ? a.n_ctx : static_cast<int>(n_ctx_train);
+  if (n_ctx < 4) fail("perplexity: -c must be >= 4, got {} (and the model gives no context length)", n_ctx);
+  if (n_ctx_train > 0 && n_ctx > n_ctx_train)
+    log().warn("perplexity: n_ctx {} exceeds the model's training context {}", n_ctx, n_ctx_train);
+  const int batch = a.batch > 0 ? std::min(a.batch, n_ctx) : n_ctx;
+
+  const std::string text = read_file(a.file);
+  auto t_tok = std::chrono::steady_clock::now();
+  EncodeOptions eo;
+  eo.add_special = true;
+  eo.parse_special = false;  // as llama.cpp's tool: special-token text in the file is plain text
+  const std::vector<TokenId> tokens = tokenizer->encode(text, eo);
+  const double tok_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_tok).count();
+  if (static_cast<int64_t>(tokens.size()) < 2 * static_cast<int64_t>(n_ctx))
+    fail("perplexity: '{}' tokenizes to {} tokens; a context of {} needs at least {}", a.file, tokens.size(), n_ctx,
+         2 * n_ctx);
+  const bool add_bos = tokenizer->add_bos();
+  const TokenId bos = tokenizer->vocab().bos;
+  if (add_bos && !tokenizer->is_valid(bos)) fail("perplexity: the vocabulary says add_bos but has no valid BOS id");
+
+  const int n_chunk_max = static_cast<int>(tokens.size() / n_ctx);
+  const int n_chunk = a.n_chunks < 0 ? n_chunk_max : std::min(a.n_chunks, n_chunk_max);
+  const int first = n_ctx / 2;
+
+  ModelOptions mo;
+  mo.n_threads = a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  mo.max_batch_tokens = batch;
+  Deepseek2Model model(c, bundle->weights, mo);
+  LatentCache cache = model.make_cache(n_ctx);
+  std::vector<float> logits(static_cast<size_t>(batch) * c.n_vocab);
+
+  if (!a.json)
+    fmt::print(stderr, "perplexity: {} tokens (tokenized in {:.2f} s); {} chunks, n_ctx={}, batch={}, mla-path {}, {} threads\n",
+               tokens.size(), tok_s, n_chunk, n_ctx, batch, a.mla_path, mo.n_threads);
+
+  double nll = 0, nll2 = 0;
+  int64_t count = 0;
+  std::vector<double> running;
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<int32_t> piece;
+  for (int i = 0; i < n_chunk; ++i) {
+    const int64_t start = static_cast<int64_t>(i) * n_ctx;
+    for (int pos0 = 0; pos0 < n_ctx; pos0 += batch) {
+      const int len = std::min(batch, n_ctx - pos0);
+      piece.assign(tokens.begin() + start + pos0, tokens.begin() + start + pos0 + len);
+      if (add_bos && pos0 == 0) piece[0] = bos;
+      BatchMeta b = single_sequence_batch(piece, pos0, true, policy);
+      // Logits only where they are scored: positions first .. n_ctx-2.
+      b.logits_rows.clear();
+      for (int k = 0; k < len; ++k)
+        if (pos0 + k >= first && pos0 + k <= n_ctx - 2) b.logits_rows.push_back(k);
+      model.forward(b, cache, logits.data());
+      for (size_t r = 0; r < b.logits_rows.size(); ++r) {
+        const int64_t pos = pos0 + b.logits_rows[r];
+        const double v = token_nll(logits.data() + r * c.n_vocab, c.n_vocab, tokens[start + pos + 1]);
+        nll += v;
+        nll2 += v * v;
+        ++count;
+      }
+    }
+    running.push_back(std::exp(nll / count));
+    if (!a.json) {
+      fmt::print("[{}]{:.4f},", i + 1, running.back());
+      std::fflush(stdout);
+    }
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double mean = nll / count;
+  const double ppl = std::exp(mean);
+  const double var = nll2 / count - mean * mean;
+  const double err = var > 0 && count > 1 ? std::sqrt(var / (count - 1)) * ppl : 0.0;
+  if (a.json) {
+    nlohmann::json j;
+    j["model"] = a.model;
+    j["file"] = a.file;
+    j["n_tokens"] = tokens.size();
+    j["n_ctx"] = n_ctx;
+    j["chunks"] = n_chunk;
+    j["scored_tokens"] = count;
+    j["mla_path"] = a.mla_path;
+    j["mean_nll"] = mean;
+    j["ppl"] = ppl;
+    j["ppl_error"] = err;
+    j["running_ppl"] = running;
+    j["seconds"] = seconds;
+    fmt::print("{}\n", j.dump());
+    return;
+  }
+  fmt::print("\nFinal estimate: PPL = {:.4f} +/- {:.5f}\n", ppl, err);
+  fmt::print(stderr, "perplexity: {} tokens scored in {:.2f} s ({:.1f} tokens/s evaluated)\n", count, seconds,
+             static_cast<double>(n_chunk) * n_ctx / std::max(seconds, 1e-9));
+}
+
+}  // namespace
+
+void register_perplexity(CLI::App& app) {
+  auto* cmd = app.add_subcommand("perplexity", "Perplexity of a deepseek2 GGUF on a text file (llama.cpp's method)");
+  static PerplexityArgs a;
+  cmd->add_option("-m,--model", a.model, "deepseek2 GGUF file")->required();
+  cmd->add_option("-f,--file", a.file, "Text file")->required();
+  cmd->add_option("-c,--ctx-size", a.n_ctx, "Tokens per chunk (default: the model's context length)");
+  cmd->add_option("--chunks", a.n_chunks, "Most chunks to evaluate (default: all)");
+  cmd->add_option("-b,--batch", a.batch, "Most tokens per forward call (default: the chunk)");
+  cmd->add_option("-t,--threads", a.threads, "Threads (default: all hardware threads)");
+  cmd->add_option("--mla-path", a.mla_path, "MLA attention path: auto | mha | mqa")
+      ->check(CLI::IsMember({"auto", "mha", "mqa"}))
+      ->capture_default_str();
+  cmd->add_flag("--json", a.json, "Print the result as one JSON object");
+  cmd->callback([] { run_perplexity(a); });
+}
+
+}  // namespace mla::cli

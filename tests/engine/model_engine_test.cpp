@@ -130,7 +130,9 @@ TEST_P(ModelBatchInvariance, AloneEqualsBatchedAcrossBudgetsPrefixHitsAndPreempt
       if (budget == 2048 && !prefix) continue;  // covered by the solo runs' configuration
       auto got = run_engine(model_runner(file, policy, 16, 256), config(policy, budget, prefix), all);
       expect_bit_identical(solo, got, "budget " + std::to_string(budget) + (prefix ? " prefix" : ""));
-      if (prefix) EXPECT_GT(got.counters.n_prefix_hits, 0);
+      if (prefix) {
+        EXPECT_GT(got.counters.n_prefix_hits, 0);
+      }
     }
   }
   // 6 blocks of 8 tokens for ten requests (the longest needs 5): preemption and recomputation.

@@ -65,8 +65,11 @@ def main() -> None:
             print(rows[-1], flush=True)
         if Path(args.llama_perplexity).exists():
             t = time.time()
+            # -nr (no weight repacking): with repacking, llama.cpp 0.3.36's graph scheduler aborts on
+            # this model's F16/Q8_0/Q4_K files (GGML_ASSERT(*cur_backend_id != -1) in
+            # ggml_backend_sched_split_graph, AVX-512/AMX CPU); plain CPU buffers compute the same math.
             text = run([args.llama_perplexity, "-m", str(path), "-f", str(TEXT), "-c", str(args.ctx), "-b", str(args.ctx),
-                        "--chunks", str(args.chunks), "-t", str(args.threads)])
+                        "--chunks", str(args.chunks), "-t", str(args.threads), "-nr"])
             m = re.search(r"Final estimate: PPL = ([0-9.]+) \+/- ([0-9.]+)", text)
             n = re.search(r"calculating perplexity over (\d+) chunks", text)
             if not m:

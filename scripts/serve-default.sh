@@ -9,4 +9,4 @@ if [ ! -f "$MODEL" ]; then
   echo "make serve: model file $MODEL not found (set MLA_MODEL=FILE to serve another GGUF)" >&2
   exit 2
 fi
-exec "$MLA" serve -m "$MODEL" --host "$HOST" --port "$PORT"
+exec "$MLA" serve -m "$MODEL" --host "$HOST" --port "$PORT" --served-model-name "${MLA_SERVED_MODEL_NAME:-mla-tiny}"

@@ -363,7 +363,7 @@ void register_run(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--max-num-seqs", a.max_num_seqs, "Most sequences running at once")->capture_default_str();
   cmd->add_option("--kv-cache-dtype", a.kv_dtype, "Latent cache dtype: f16 | f32 | bf16 | q8_0")->capture_default_str();
-  cmd->add_option("--kv-cache-tokens", a.kv_tokens, "KV cache capacity in tokens (default: min(context, 32768))");
+  cmd->add_option("--kv-cache-tokens", a.kv_tokens, "KV cache capacity in tokens (default: 32768)");
   cmd->add_option("--kv-cache-memory", a.kv_memory, "KV cache capacity in bytes, e.g. 2G (instead of tokens)");
   cmd->add_option("--block-size", a.block_size, "Tokens per KV block")->capture_default_str();
   cmd->add_flag("--no-prefix-cache", a.no_prefix_cache, "Disable prefix caching");

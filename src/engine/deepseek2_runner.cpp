@@ -14,10 +14,8 @@ Deepseek2Runner::Deepseek2Runner(const std::string& path, MlaPathPolicy policy,
   model_ = std::make_unique<Deepseek2Model>(bundle_->config, bundle_->weights, model);
   const LatentShape shape = model_->latent_shape();
   int64_t tokens = kv.tokens;
-  if (tokens <= 0 && kv.memory_bytes <= 0)
-    tokens = std::min<int64_t>(bundle_->config.n_ctx_train > 0 ? bundle_->config.n_ctx_train
-                                                                : KvCacheOptions::kDefaultTokens,
-                               KvCacheOptions::kDefaultTokens);
+  // Not capped by the context length: a short-context model still serves many sequences at once.
+  if (tokens <= 0 && kv.memory_bytes <= 0) tokens = KvCacheOptions::kDefaultTokens;
   const int32_t n_blocks =
       blocks_for_capacity(shape, kv.dtype, kv.block_size, tokens, kv.memory_bytes);
   cache_ = std::make_unique<LatentCache>(shape, kv.dtype, kv.block_size, n_blocks);

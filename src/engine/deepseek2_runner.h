@@ -16,7 +16,7 @@ struct KvCacheOptions {
   int block_size = 16;              // tokens per block (CPU default; see docs/ARCHITECTURE.md)
   int64_t tokens = 0;               // --kv-cache-tokens; 0: from memory
   int64_t memory_bytes = 0;         // --kv-cache-memory; 0 with tokens 0: the default below
-  // Without either: min(n_ctx_train, kDefaultTokens) tokens.
+  // Without either: kDefaultTokens tokens, whatever the context length.
   static constexpr int64_t kDefaultTokens = 32768;
 };
 

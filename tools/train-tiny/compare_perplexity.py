@@ -33,6 +33,11 @@ def run(cmd: list[str]) -> str:
     return p.stdout + p.stderr
 
 
+def last_json(text: str) -> dict:
+    """The last line that is a JSON object (libraries may log to the same streams)."""
+    return json.loads(next(line for line in reversed(text.splitlines()) if line.startswith("{")))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--run", default="main")
@@ -51,15 +56,15 @@ def main() -> None:
     t = time.time()
     ref_cmd = [sys.executable, str(HERE / "reference.py"), str(export / "hf"), "perplexity", str(TEXT),
                "-c", str(args.ctx), "--chunks", str(args.chunks), "--json"]
-    ref = json.loads(run(ref_cmd).strip().splitlines()[-1])
+    ref = last_json(run(ref_cmd))
     rows.append({"impl": "transformers 5.24 (float32)", "file": "HF checkpoint", "ppl": ref["ppl"],
                  "err": ref["ppl_error"], "chunks": ref["chunks"], "seconds": time.time() - t})
     print(rows[-1], flush=True)
     for label, path in files.items():
         for path_mode in ("mha", "mqa"):
-            out = json.loads(run([args.mla, "perplexity", "-m", str(path), "-f", str(TEXT), "-c", str(args.ctx),
+            out = last_json(run([args.mla, "perplexity", "-m", str(path), "-f", str(TEXT), "-c", str(args.ctx),
                                   "--chunks", str(args.chunks), "-t", str(args.threads), "--mla-path", path_mode,
-                                  "--json"]).strip().splitlines()[-1])
+                                 "--json"]))
             rows.append({"impl": f"mla.cpp --mla-path {path_mode}", "file": label, "ppl": out["ppl"],
                          "err": out["ppl_error"], "chunks": out["chunks"], "seconds": out["seconds"]})
             print(rows[-1], flush=True)

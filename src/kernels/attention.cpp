@@ -1,5 +1,6 @@
 #include "kernels/attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -24,33 +25,39 @@ void mla_attention_mha(const MlaAttnParams& p, ThreadPool& pool, AttnScratch& sc
   const int64_t qk_head = p.qk_nope + p.qk_rope;
   // Grow every thread's buffer up front: resizing inside the parallel region would race on
   // the outer vector.
-  const size_t need = static_cast<size_t>(p.n_ctx * (p.qk_nope + p.v_dim + 1));
+  const size_t need = static_cast<size_t>(p.n_ctx * (qk_head + p.v_dim + 2));
   for (int t = 0; t < pool.n_threads(); ++t) thread_buffer(scratch, pool.n_threads(), t, need);
   pool.parallel_for(p.n_head, [&](int64_t h0, int64_t h1, int t) {
-    float* k_nope = scratch.per_thread[t].data();     // [n_ctx][qk_nope]
-    float* v = k_nope + p.n_ctx * p.qk_nope;          // [n_ctx][v_dim]
-    float* scores = v + p.n_ctx * p.v_dim;            // [n_ctx]
+    float* k = scratch.per_thread[t].data();  // [n_ctx][qk_nope | qk_rope]
+    float* v = k + p.n_ctx * qk_head;         // [n_ctx][v_dim]
+    float* scores = v + p.n_ctx * p.v_dim;    // [2][n_ctx]
+    auto ctx = [&](int64_t j) { return ctx_row(p, j); };
+    auto key = [&](int64_t j) -> const float* { return k + j * qk_head; };
     for (int64_t h = h0; h < h1; ++h) {
       const float* wk = p.w_uk_t + h * p.qk_nope * p.kv_lora;
       const float* wv = p.w_uv + h * p.v_dim * p.kv_lora;
-      // Decompress the context for this head.
-      for (int64_t j = 0; j < p.n_ctx; ++j) {
-        const float* c = ctx_row(p, j);
-        for (int64_t d = 0; d < p.qk_nope; ++d) k_nope[j * p.qk_nope + d] = dot_f32(wk + d * p.kv_lora, c, p.kv_lora);
-        for (int64_t e = 0; e < p.v_dim; ++e) v[j * p.v_dim + e] = dot_f32(wv + e * p.kv_lora, c, p.kv_lora);
-      }
-      for (int64_t i = 0; i < p.n_q; ++i) {
-        const int64_t n_vis = p.n_ctx - p.n_q + i + 1;
-        const float* qh = p.q + i * p.q_stride + h * qk_head;
-        for (int64_t j = 0; j < n_vis; ++j) {
-          float s = dot_f32(qh, k_nope + j * p.qk_nope, p.qk_nope) +
-                    dot_f32(qh + p.qk_nope, ctx_row(p, j) + p.kv_lora, p.qk_rope);
-          scores[j] = s * p.kq_scale;
+      // Decompress the context for this head: k_nope_j = W_UK_h c_j, v_j = W_UV_h c_j; k_pe as is.
+      dot_block_f32(p.n_ctx, p.qk_nope, p.kv_lora, ctx, [&](int64_t d) { return wk + d * p.kv_lora; }, k, qk_head);
+      dot_block_f32(p.n_ctx, p.v_dim, p.kv_lora, ctx, [&](int64_t e) { return wv + e * p.kv_lora; }, v, p.v_dim);
+      for (int64_t j = 0; j < p.n_ctx; ++j)
+        std::memcpy(k + j * qk_head + p.qk_nope, ctx_row(p, j) + p.kv_lora, sizeof(float) * p.qk_rope);
+      // Queries two at a time over the keys both see; the second also sees one more.
+      for (int64_t i = 0; i < p.n_q; i += 2) {
+        const int64_t nq = std::min<int64_t>(2, p.n_q - i);
+        const int64_t n_vis = p.n_ctx - p.n_q + i + 1;  // of query i; query i + 1 sees n_vis + 1
+        auto query = [&](int64_t r) { return p.q + (i + r) * p.q_stride + h * qk_head; };
+        dot_block_f32(nq, n_vis, qk_head, query, key, scores, p.n_ctx);
+        if (nq == 2) dot_block_f32(1, 1, qk_head, [&](int64_t) { return query(1); }, [&](int64_t) { return key(n_vis); },
+                                   scores + p.n_ctx + n_vis, p.n_ctx);
+        for (int64_t r = 0; r < nq; ++r) {
+          float* sc = scores + r * p.n_ctx;
+          const int64_t n = n_vis + r;
+          for (int64_t j = 0; j < n; ++j) sc[j] *= p.kq_scale;
+          softmax(sc, n);
+          float* o = p.out + (i + r) * p.out_stride + h * p.v_dim;
+          std::memset(o, 0, sizeof(float) * p.v_dim);
+          for (int64_t j = 0; j < n; ++j) axpy_f32(sc[j], v + j * p.v_dim, o, p.v_dim);
         }
-        softmax(scores, n_vis);
-        float* o = p.out + i * p.out_stride + h * p.v_dim;
-        std::memset(o, 0, sizeof(float) * p.v_dim);
-        for (int64_t j = 0; j < n_vis; ++j) axpy_f32(scores[j], v + j * p.v_dim, o, p.v_dim);
       }
     }
   });
@@ -58,33 +65,35 @@ void mla_attention_mha(const MlaAttnParams& p, ThreadPool& pool, AttnScratch& sc
 
 void mla_attention_mqa(const MlaAttnParams& p, ThreadPool& pool, AttnScratch& scratch) {
   const int64_t qk_head = p.qk_nope + p.qk_rope;
+  const int64_t row_len = p.kv_lora + p.qk_rope;  // a cache row: [c_kv | k_pe]
   const int64_t max_heads = (p.n_head + pool.n_threads() - 1) / pool.n_threads();
-  const size_t need = static_cast<size_t>(max_heads * (2 * p.kv_lora + p.n_ctx));
+  const size_t need = static_cast<size_t>(max_heads * (row_len + p.kv_lora + p.n_ctx));
   for (int t = 0; t < pool.n_threads(); ++t) thread_buffer(scratch, pool.n_threads(), t, need);
   pool.parallel_for(p.n_head, [&](int64_t h0, int64_t h1, int t) {
     const int64_t nh = h1 - h0;
-    float* q_lat = scratch.per_thread[t].data();  // [nh][kv_lora]
-    float* o_lat = q_lat + nh * p.kv_lora;         // [nh][kv_lora]
-    float* scores = o_lat + nh * p.kv_lora;        // [nh][n_ctx]
+    float* q_abs = scratch.per_thread[t].data();  // [nh][kv_lora | qk_rope]: absorbed query, q_pe
+    float* o_lat = q_abs + nh * row_len;          // [nh][kv_lora]
+    float* scores = o_lat + nh * p.kv_lora;       // [nh][n_ctx]
+    auto ctx = [&](int64_t j) { return ctx_row(p, j); };
     for (int64_t i = 0; i < p.n_q; ++i) {
       const int64_t n_vis = p.n_ctx - p.n_q + i + 1;
       const float* q_tok = p.q + i * p.q_stride;
-      // Absorb W_UK into each head's query: q_lat[c] = Σ_d W_UK[h][c][d] q_nope[d].
+      // Absorb W_UK into each head's query: q_abs[c] = Σ_d W_UK[h][c][d] q_nope[d]; then q_pe.
       for (int64_t hh = 0; hh < nh; ++hh) {
         const float* wk = p.w_uk + (h0 + hh) * p.kv_lora * p.qk_nope;
         const float* qn = q_tok + (h0 + hh) * qk_head;
-        for (int64_t c = 0; c < p.kv_lora; ++c) q_lat[hh * p.kv_lora + c] = dot_f32(wk + c * p.qk_nope, qn, p.qk_nope);
+        dot_block_f32(1, p.kv_lora, p.qk_nope, [&](int64_t) { return qn; },
+                      [&](int64_t c) { return wk + c * p.qk_nope; }, q_abs + hh * row_len, 0);
+        std::memcpy(q_abs + hh * row_len + p.kv_lora, qn + p.qk_nope, sizeof(float) * p.qk_rope);
       }
-      // Scores: each latent row is read once for all of this thread's heads.
-      for (int64_t j = 0; j < n_vis; ++j) {
-        const float* row = ctx_row(p, j);
-        for (int64_t hh = 0; hh < nh; ++hh) {
-          const float* qp = q_tok + (h0 + hh) * qk_head + p.qk_nope;
-          float s = dot_f32(q_lat + hh * p.kv_lora, row, p.kv_lora) + dot_f32(qp, row + p.kv_lora, p.qk_rope);
-          scores[hh * p.n_ctx + j] = s * p.kq_scale;
-        }
+      // Scores: one dot over the whole cache row [c_kv | k_pe] per head; each row is read once
+      // for a tile of heads.
+      dot_block_f32(nh, n_vis, row_len, [&](int64_t hh) { return q_abs + hh * row_len; }, ctx, scores, p.n_ctx);
+      for (int64_t hh = 0; hh < nh; ++hh) {
+        float* sc = scores + hh * p.n_ctx;
+        for (int64_t j = 0; j < n_vis; ++j) sc[j] *= p.kq_scale;
+        softmax(sc, n_vis);
       }
-      for (int64_t hh = 0; hh < nh; ++hh) softmax(scores + hh * p.n_ctx, n_vis);
       std::memset(o_lat, 0, sizeof(float) * nh * p.kv_lora);
       for (int64_t j = 0; j < n_vis; ++j) {
         const float* row = ctx_row(p, j);
@@ -93,8 +102,9 @@ void mla_attention_mqa(const MlaAttnParams& p, ThreadPool& pool, AttnScratch& sc
       // Decompress the attended latent: out[e] = Σ_c W_UV[h][e][c] o_lat[c].
       for (int64_t hh = 0; hh < nh; ++hh) {
         const float* wv = p.w_uv + (h0 + hh) * p.v_dim * p.kv_lora;
-        float* o = p.out + i * p.out_stride + (h0 + hh) * p.v_dim;
-        for (int64_t e = 0; e < p.v_dim; ++e) o[e] = dot_f32(wv + e * p.kv_lora, o_lat + hh * p.kv_lora, p.kv_lora);
+        const float* ol = o_lat + hh * p.kv_lora;
+        dot_block_f32(1, p.v_dim, p.kv_lora, [&](int64_t) { return ol; }, [&](int64_t e) { return wv + e * p.kv_lora; },
+                      p.out + i * p.out_stride + (h0 + hh) * p.v_dim, 0);
       }
     }
   });

@@ -25,6 +25,72 @@ inline void axpy_f32(float alpha, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
 }
 
+// A tile of dot products: c[r * ldc + s] = a[r] · b[s] for r < MR, s < NR, vectors of length k.
+// Every output is accumulated the same way whatever the tile shape (8 lanes over k in steps of 8,
+// the tail into lanes 0.., then a fixed pairwise sum), so an output does not depend on which tile
+// computed it. MR x NR independent accumulators keep the FMA units busy; each loaded 8-float
+// piece of a is used NR times and of b MR times.
+typedef float f32x8 __attribute__((vector_size(32)));
+
+inline f32x8 load_f32x8(const float* p) {
+  f32x8 v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return v;
+}
+
+template <int MR, int NR>
+inline void dot_tile_f32(const float* const* a, const float* const* b, int64_t k, float* c, int64_t ldc) {
+  f32x8 acc[MR][NR] = {};
+  int64_t i = 0;
+  for (; i + 8 <= k; i += 8) {
+    f32x8 bv[NR];
+    for (int s = 0; s < NR; ++s) bv[s] = load_f32x8(b[s] + i);
+    for (int r = 0; r < MR; ++r) {
+      const f32x8 av = load_f32x8(a[r] + i);
+      for (int s = 0; s < NR; ++s) acc[r][s] += av * bv[s];
+    }
+  }
+  for (int l = 0; i < k; ++i, ++l)
+    for (int r = 0; r < MR; ++r)
+      for (int s = 0; s < NR; ++s) acc[r][s][l] += a[r][i] * b[s][i];
+  for (int r = 0; r < MR; ++r)
+    for (int s = 0; s < NR; ++s) {
+      const f32x8& v = acc[r][s];
+      c[r * ldc + s] = ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
+    }
+}
+
+// c[r * ldc + s] = a_row(r) · b_row(s) for r < m, s < n, in 2 x 4 tiles (edges in smaller ones;
+// every output is computed as dot_tile_f32 computes it). a_row/b_row map an index to a row pointer.
+template <class ARow, class BRow>
+inline void dot_block_f32(int64_t m, int64_t n, int64_t k, ARow a_row, BRow b_row, float* c, int64_t ldc) {
+  int64_t r = 0;
+  for (; r + 2 <= m; r += 2) {
+    const float* a[2] = {a_row(r), a_row(r + 1)};
+    int64_t s = 0;
+    for (; s + 4 <= n; s += 4) {
+      const float* b[4] = {b_row(s), b_row(s + 1), b_row(s + 2), b_row(s + 3)};
+      dot_tile_f32<2, 4>(a, b, k, c + r * ldc + s, ldc);
+    }
+    for (; s < n; ++s) {
+      const float* b[1] = {b_row(s)};
+      dot_tile_f32<2, 1>(a, b, k, c + r * ldc + s, ldc);
+    }
+  }
+  for (; r < m; ++r) {
+    const float* a[1] = {a_row(r)};
+    int64_t s = 0;
+    for (; s + 4 <= n; s += 4) {
+      const float* b[4] = {b_row(s), b_row(s + 1), b_row(s + 2), b_row(s + 3)};
+      dot_tile_f32<1, 4>(a, b, k, c + r * ldc + s, ldc);
+    }
+    for (; s < n; ++s) {
+      const float* b[1] = {b_row(s)};
+      dot_tile_f32<1, 1>(a, b, k, c + r * ldc + s, ldc);
+    }
+  }
+}
+
 inline double dot_f64(const float* a, const float* b, int64_t n) {
   double s = 0;
   for (int64_t i = 0; i < n; ++i) s += static_cast<double>(a[i]) * b[i];

@@ -23,7 +23,7 @@ import requests
 REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO.parent / "shared"
 VOCAB = SHARED / "data" / "vocab" / "ggml-vocab-deepseek-llm.gguf"
-CHAT_TEMPLATE = REPO / "models" / "synth" / "chat_template.jinja"
+CHAT_TEMPLATE = REPO / "tests" / "fixtures" / "synth" / "chat_template.jinja"
 MODEL_NAME = "tiny-deepseek2"
 
 # Small enough that the whole server suite runs in well under a minute of model time on two

@@ -1,6 +1,18 @@
 #include "kernels/thread_pool.h"
 
 namespace mla {
+namespace {
+
+// About 20-80 microseconds of pause instructions, depending on the CPU's pause latency.
+constexpr int kSpinIterations = 2000;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+}  // namespace
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
   workers_.reserve(n_threads_ - 1);
@@ -8,13 +20,9 @@ ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads
 }
 
 ThreadPool::~ThreadPool() {
-  {
-    std::lock_guard lock(mu_);
-    stop_ = true;
-    ++generation_;
-    published_.store(generation_, std::memory_order_release);
-  }
-  wake_.notify_all();
+  stop_.store(true);
+  generation_.fetch_add(1);
+  generation_.notify_all();
   for (auto& t : workers_) t.join();
 }
 
@@ -23,42 +31,33 @@ void ThreadPool::run(const std::function<void(int)>& fn) {
     fn(0);
     return;
   }
-  {
-    std::lock_guard lock(mu_);
-    job_ = &fn;
-    pending_ = n_threads_ - 1;
-    ++generation_;
-    published_.store(generation_, std::memory_order_release);
-  }
-  wake_.notify_all();
+  job_ = &fn;
+  pending_.store(n_threads_ - 1, std::memory_order_relaxed);
+  generation_.fetch_add(1);  // seq_cst: ordered against the sleepers_ load below
+  if (sleepers_.load() > 0) generation_.notify_all();
   fn(0);
-  std::unique_lock lock(mu_);
-  done_cv_.wait(lock, [this] { return pending_ == 0; });
+  for (int i = 0; i < kSpinIterations && pending_.load(std::memory_order_acquire) != 0; ++i) cpu_relax();
+  if (pending_.load(std::memory_order_acquire) != 0) {
+    main_waiting_.store(true);
+    for (int p; (p = pending_.load()) != 0;) pending_.wait(p);
+    main_waiting_.store(false);
+  }
   job_ = nullptr;
 }
 
 void ThreadPool::worker(int index) {
-  uint64_t seen = 0;
+  uint32_t seen = 0;
   for (;;) {
-    // A short spin catches back-to-back kernels without a futex round trip; then block.
-    for (int i = 0; i < 2000 && published_.load(std::memory_order_acquire) == seen; ++i) {
-#if defined(__x86_64__) || defined(__i386__)
-      __builtin_ia32_pause();
-#endif
+    for (int i = 0; i < kSpinIterations && generation_.load(std::memory_order_acquire) == seen; ++i) cpu_relax();
+    if (generation_.load(std::memory_order_acquire) == seen) {
+      sleepers_.fetch_add(1);  // seq_cst: run() either sees a sleeper or we see its new generation
+      while (generation_.load() == seen) generation_.wait(seen);
+      sleepers_.fetch_sub(1);
     }
-    const std::function<void(int)>* job;
-    {
-      std::unique_lock lock(mu_);
-      wake_.wait(lock, [&] { return generation_ != seen; });
-      seen = generation_;
-      if (stop_) return;
-      job = job_;
-    }
-    (*job)(index);
-    {
-      std::lock_guard lock(mu_);
-      if (--pending_ == 0) done_cv_.notify_one();
-    }
+    seen = generation_.load(std::memory_order_acquire);
+    if (stop_.load()) return;
+    (*job_)(index);
+    if (pending_.fetch_sub(1) == 1 && main_waiting_.load()) pending_.notify_one();
   }
 }
 

@@ -6,10 +6,8 @@
 // way and never split one dot product's reduction across threads, so every result is
 // bit-identical whatever the thread count or the rest of the batch.
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -54,16 +52,18 @@ class ThreadPool {
  private:
   void worker(int index);
 
+  // Hand-off without locks: run() publishes job_ by bumping generation_ and waits for pending_
+  // to reach 0. Both sides spin briefly first (back-to-back kernels of one forward pass are
+  // microseconds apart) and then sleep in a futex wait (std::atomic::wait); the other side calls
+  // notify only when someone may be asleep, so a busy forward pass makes no system calls.
   int n_threads_;
   std::vector<std::thread> workers_;
-  std::mutex mu_;
-  std::condition_variable wake_;
-  std::condition_variable done_cv_;
-  const std::function<void(int)>* job_ = nullptr;
-  uint64_t generation_ = 0;
-  std::atomic<uint64_t> published_{0};  // generation_, readable without the lock for spinning
-  int pending_ = 0;
-  bool stop_ = false;
+  const std::function<void(int)>* job_ = nullptr;  // written before generation_ is bumped
+  std::atomic<uint32_t> generation_{0};
+  std::atomic<int> pending_{0};     // workers still running the current job
+  std::atomic<int> sleepers_{0};    // workers in generation_.wait
+  std::atomic<bool> main_waiting_{false};  // run() in pending_.wait
+  std::atomic<bool> stop_{false};
 };
 
 }  // namespace mla

@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include "kernels/thread_pool.h"
@@ -49,6 +51,25 @@ TEST(ThreadPool, RunReachesEveryThread) {
   int calls = 0;
   single.run([&](int t) { calls += 1 + t; });
   EXPECT_EQ(calls, 1);
+}
+
+// Back-to-back jobs (workers still spinning) and jobs after a pause (workers asleep in the futex
+// wait), with the calling thread's part both shorter and longer than the workers': every job
+// runs exactly once on every thread and run() returns only after all of them finished.
+TEST(ThreadPool, HandOffSurvivesSpinningAndSleepingWorkers) {
+  for (int n_threads : {2, 3, 5}) {
+    ThreadPool pool(n_threads);
+    std::vector<int64_t> seen(n_threads, 0);
+    for (int round = 0; round < 3000; ++round) {
+      if (round % 1000 == 999) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      const bool slow_main = round % 2 == 0;
+      pool.run([&](int t) {
+        if ((t == 0) == slow_main) std::this_thread::sleep_for(std::chrono::microseconds(round % 7 == 0 ? 200 : 0));
+        seen[t] += round;
+      });
+      for (int t = 0; t < n_threads; ++t) ASSERT_EQ(seen[t], int64_t{round} * (round + 1) / 2) << "thread " << t;
+    }
+  }
 }
 
 }  // namespace

@@ -219,6 +219,17 @@ std::vector<int32_t> OpenAiApi::tokenize(const std::string& text, bool add_speci
   return model_.tokenizer->encode(text, opt);
 }
 
+std::vector<int32_t> OpenAiApi::tokenize_chat(const std::string& rendered) const {
+  // Templates of models whose vocabulary says add_bos mostly write BOS themselves (DeepSeek's
+  // do); some do not (the embedded tiny model's). BOS is prepended only when missing, so neither
+  // kind ends up with none or with two.
+  std::vector<int32_t> ids = tokenize(rendered, /*add_special=*/false);
+  const Tokenizer& tok = *model_.tokenizer;
+  const int32_t bos = tok.vocab().bos;
+  if (tok.add_bos() && tok.is_valid(bos) && (ids.empty() || ids.front() != bos)) ids.insert(ids.begin(), bos);
+  return ids;
+}
+
 std::string OpenAiApi::render_chat(const json& messages, const json& tools, const json& kwargs,
                                    bool add_generation_prompt, bool continue_final_message) const {
   if (!model_.render_chat)
@@ -242,7 +253,8 @@ void OpenAiApi::handle_tokenize(const HttpRequest& req, const std::shared_ptr<Ht
   std::string text = tr.is_chat ? render_chat(tr.messages, tr.tools, tr.chat_template_kwargs,
                                               tr.add_generation_prompt, tr.continue_final_message)
                                 : tr.prompt;
-  std::vector<int32_t> ids = tokenize(text, tr.add_special_tokens);
+  std::vector<int32_t> ids =
+      tr.is_chat && !tr.add_special_tokens ? tokenize_chat(text) : tokenize(text, tr.add_special_tokens);
   send_json(res, 200,
             {{"count", ids.size()}, {"max_model_len", model_.max_model_len}, {"tokens", ids},
              {"token_strs", nullptr}});
@@ -292,8 +304,7 @@ void OpenAiApi::handle_chat(const HttpRequest& req, const std::shared_ptr<HttpRe
   check_model_name(cr.model);
   std::string text = render_chat(cr.messages, cr.tools, cr.chat_template_kwargs,
                                  cr.add_generation_prompt, cr.continue_final_message);
-  // The template writes the BOS token itself.
-  std::vector<int32_t> ids = tokenize(text, /*add_special=*/false);
+  std::vector<int32_t> ids = tokenize_chat(text);
   const int len = static_cast<int>(ids.size());
   check_context_length(len, cr.max_tokens, model_.max_model_len);
   if (!cr.max_tokens) {

@@ -87,6 +87,9 @@ class OpenAiApi {
   std::string render_chat(const json& messages, const json& tools, const json& kwargs,
                           bool add_generation_prompt, bool continue_final_message) const;
   std::vector<int32_t> tokenize(const std::string& text, bool add_special) const;
+  // A rendered chat prompt: its own special tokens, plus BOS where the vocabulary wants one and
+  // the template did not write it.
+  std::vector<int32_t> tokenize_chat(const std::string& rendered) const;
   void start_job(std::shared_ptr<GenerationJob> job, std::vector<std::vector<int32_t>> prompts,
                  const SamplingParams& params);
 

@@ -101,3 +101,34 @@ def test_perplexity_rejects_short_text(mla_bin, tmp_path):
     short.write_text("Only a few words.")
     p = run_mla(mla_bin, "perplexity", "-m", str(MODELS["q8_0"]), "-f", str(short), check=False)
     assert p.returncode != 0 and "needs at least" in p.stderr
+
+
+def test_served_model_answers_like_transformers():
+    """`mla serve` on the default model (as `make serve` runs it) through the official openai
+    client: the chat prompt is rendered and tokenized as transformers does it (template + BOS),
+    and temperature-0 completions reproduce transformers' greedy continuations."""
+    import openai
+    import requests
+
+    from server_util import MODEL_NAME, Server
+
+    cases = {c["name"]: c for c in golden()["cases"]}
+    server = Server(MODELS["q8_0"])
+    try:
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=60)
+        chat = cases["chat"]
+        messages = [{"role": "user", "content": "What is a dictionary?"}]
+        tok = requests.post(server.url + "/tokenize", json={"model": MODEL_NAME, "messages": messages,
+                                                             "add_generation_prompt": True}, timeout=30).json()
+        assert tok["tokens"] == chat["prompt_ids"], "chat prompt tokenized differently from transformers"
+        n = len(chat["continuation_ids"])
+        r = client.chat.completions.create(model=MODEL_NAME, messages=messages, max_tokens=n, temperature=0)
+        assert r.usage.prompt_tokens == len(chat["prompt_ids"])
+        assert r.choices[0].message.content == chat["continuation_text"]
+        hello = cases["hello"]
+        r = client.completions.create(model=MODEL_NAME, prompt=hello["prompt_text"],
+                                      max_tokens=len(hello["continuation_ids"]), temperature=0)
+        assert r.choices[0].text == hello["continuation_text"]
+        assert r.choices[0].finish_reason == "length"
+    finally:
+        server.stop()

@@ -33,10 +33,17 @@ static inline __m256i unpack_nibbles_32(const uint8_t* qs) {
 // Signed int8 x signed int8, summed in pairs and then in quads: 8 int32 lanes, each the sum of
 // 4 adjacent products. Uses |x| as the unsigned operand of maddubs, so it needs y != -128
 // wherever x < 0 (Q8 activations from quantize_row lie in [-127, 127]). The int16 pair sums
-// stay below 2*128*127 and cannot saturate.
+// stay below 2*128*127 and cannot saturate. Where the compiler targets a CPU with VNNI (a native
+// build on such a CPU) one vpdpbusd does both steps; the integer results are the same.
 static inline __m256i dot_i8_quads(__m256i x, __m256i y) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+#elif defined(__AVXVNNI__)
+  return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+#else
   const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
   return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+#endif
 }
 
 // Broadcasts int16 lane i (0-7) of the 128-bit value duplicated in both lanes of s.

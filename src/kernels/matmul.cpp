@@ -48,6 +48,7 @@ void matmul(const WeightMatrix& w, const float* x, int64_t x_stride, int64_t n_t
   if (n_tok <= 0 || w.n_rows <= 0) return;
   const GgmlType act_type = vec_dot_type(w.type);
   const VecDotFn dot = vec_dot_fn(w.type);
+  const VecDot4Fn dot4 = n_tok >= 4 ? vec_dot4_fn(w.type) : nullptr;  // same results, fewer weight loads
   int64_t act_row_bytes = 0;
   const uint8_t* act =
       prepare_activations(act_type, x, x_stride, n_tok, w.n_cols, act_row_bytes, &pool, &scratch, nullptr);
@@ -60,7 +61,13 @@ void matmul(const WeightMatrix& w, const float* x, int64_t x_stride, int64_t n_t
       const int64_t t1 = std::min(n_tok, t0 + tile);
       for (int64_t r = r0; r < r1; ++r) {
         const uint8_t* wr = w.row(r);
-        for (int64_t t = t0; t < t1; ++t) y[t * y_stride + r] = dot(n_cols, wr, act + t * act_row_bytes);
+        int64_t t = t0;
+        if (dot4)
+          for (float out[4]; t + 4 <= t1; t += 4) {
+            dot4(n_cols, wr, act + t * act_row_bytes, act_row_bytes, out);
+            for (int k = 0; k < 4; ++k) y[(t + k) * y_stride + r] = out[k];
+          }
+        for (; t < t1; ++t) y[t * y_stride + r] = dot(n_cols, wr, act + t * act_row_bytes);
       }
     }
   });

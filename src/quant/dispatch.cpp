@@ -81,6 +81,12 @@ DequantizeFn dequantize_fn(GgmlType t) { return best<DequantizeFn, find_dequanti
 QuantizeFn quantize_fn(GgmlType t) { return best<QuantizeFn, find_quantize>(t); }
 VecDotFn vec_dot_fn(GgmlType t) { return best<VecDotFn, find_vec_dot>(t); }
 
+VecDot4Fn vec_dot4_fn(GgmlType t) {
+  // Only alongside the AVX2 single-row kernel it mirrors.
+  if (!quant::cpu_has_avx2_fma() || find_vec_dot(t, QuantIsa::Avx2) == nullptr) return nullptr;
+  return quant::vec_dot4_avx2_fn(t);
+}
+
 bool can_dequantize(GgmlType t) { return quant::dequantize_ref_fn(t) != nullptr; }
 bool can_quantize(GgmlType t) { return quant::quantize_ref_fn(t) != nullptr; }
 

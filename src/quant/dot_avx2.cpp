@@ -59,38 +59,67 @@ float dot_half(int64_t n, const void* w, const void* a) {
 inline __m256i load_i8x32(const int8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 
 // Two independent accumulators over pairs of blocks hide the FMA latency. Levels(block) gives
-// the 32 signed weight levels; Scale(block) the weight scale.
-template <typename Block, typename Levels, typename Scale>
-float dot_blocks_q8_0(int64_t n, const Block* x, const BlockQ8_0* y, Levels levels, Scale scale) {
+// the 32 signed weight levels; Scale(block) the weight scale. NT activation rows (a_stride bytes
+// apart) share each weight block's loads and scale; every output is computed by exactly the
+// instructions the NT = 1 case uses for it, so the results are bit-identical whatever NT.
+template <int NT, typename Block, typename Levels, typename Scale>
+void dot_blocks_q8_0(int64_t n, const Block* x, const uint8_t* a, int64_t a_stride, Levels levels, Scale scale,
+                     float* out) {
   const int64_t nb = n / kQK;
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  const BlockQ8_0* y[NT];
+  for (int t = 0; t < NT; ++t) y[t] = reinterpret_cast<const BlockQ8_0*>(a + t * a_stride);
+  __m256 acc0[NT], acc1[NT];
+  for (int t = 0; t < NT; ++t) acc0[t] = acc1[t] = _mm256_setzero_ps();
   int64_t i = 0;
   for (; i + 2 <= nb; i += 2) {
-    const __m256i s0 = dot_i8_quads(levels(x[i]), load_i8x32(y[i].qs));
-    const __m256i s1 = dot_i8_quads(levels(x[i + 1]), load_i8x32(y[i + 1].qs));
-    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(scale(x[i]) * half_to_float(y[i].d)), _mm256_cvtepi32_ps(s0), acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_set1_ps(scale(x[i + 1]) * half_to_float(y[i + 1].d)), _mm256_cvtepi32_ps(s1), acc1);
+    const __m256i l0 = levels(x[i]), l1 = levels(x[i + 1]);
+    const float d0 = scale(x[i]), d1 = scale(x[i + 1]);
+    for (int t = 0; t < NT; ++t) {
+      const __m256i s0 = dot_i8_quads(l0, load_i8x32(y[t][i].qs));
+      const __m256i s1 = dot_i8_quads(l1, load_i8x32(y[t][i + 1].qs));
+      acc0[t] = _mm256_fmadd_ps(_mm256_set1_ps(d0 * half_to_float(y[t][i].d)), _mm256_cvtepi32_ps(s0), acc0[t]);
+      acc1[t] = _mm256_fmadd_ps(_mm256_set1_ps(d1 * half_to_float(y[t][i + 1].d)), _mm256_cvtepi32_ps(s1), acc1[t]);
+    }
   }
   if (i < nb) {
-    const __m256i s0 = dot_i8_quads(levels(x[i]), load_i8x32(y[i].qs));
-    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(scale(x[i]) * half_to_float(y[i].d)), _mm256_cvtepi32_ps(s0), acc0);
+    const __m256i l0 = levels(x[i]);
+    const float d0 = scale(x[i]);
+    for (int t = 0; t < NT; ++t) {
+      const __m256i s0 = dot_i8_quads(l0, load_i8x32(y[t][i].qs));
+      acc0[t] = _mm256_fmadd_ps(_mm256_set1_ps(d0 * half_to_float(y[t][i].d)), _mm256_cvtepi32_ps(s0), acc0[t]);
+    }
   }
-  return hsum(_mm256_add_ps(acc0, acc1));
+  for (int t = 0; t < NT; ++t) out[t] = hsum(_mm256_add_ps(acc0[t], acc1[t]));
+}
+
+// Each 32-element weight format as one kernel body, instantiated for 1 and 4 activation rows.
+template <int NT>
+void dot_q8_0_rows(int64_t n, const void* w, const void* a, int64_t a_stride, float* out) {
+  dot_blocks_q8_0<NT>(
+      n, static_cast<const BlockQ8_0*>(w), static_cast<const uint8_t*>(a), a_stride,
+      [](const BlockQ8_0& b) { return load_i8x32(b.qs); }, [](const BlockQ8_0& b) { return half_to_float(b.d); },
+      out);
+}
+
+template <int NT>
+void dot_q4_0_rows(int64_t n, const void* w, const void* a, int64_t a_stride, float* out) {
+  const __m256i eight = _mm256_set1_epi8(8);
+  dot_blocks_q8_0<NT>(
+      n, static_cast<const BlockQ4_0*>(w), static_cast<const uint8_t*>(a), a_stride,
+      [eight](const BlockQ4_0& b) { return _mm256_sub_epi8(unpack_nibbles_32(b.qs), eight); },
+      [](const BlockQ4_0& b) { return half_to_float(b.d); }, out);
 }
 
 float dot_q8_0(int64_t n, const void* w, const void* a) {
-  return dot_blocks_q8_0(
-      n, static_cast<const BlockQ8_0*>(w), static_cast<const BlockQ8_0*>(a),
-      [](const BlockQ8_0& b) { return load_i8x32(b.qs); },
-      [](const BlockQ8_0& b) { return half_to_float(b.d); });
+  float out;
+  dot_q8_0_rows<1>(n, w, a, 0, &out);
+  return out;
 }
 
 float dot_q4_0(int64_t n, const void* w, const void* a) {
-  const __m256i eight = _mm256_set1_epi8(8);
-  return dot_blocks_q8_0(
-      n, static_cast<const BlockQ4_0*>(w), static_cast<const BlockQ8_0*>(a),
-      [eight](const BlockQ4_0& b) { return _mm256_sub_epi8(unpack_nibbles_32(b.qs), eight); },
-      [](const BlockQ4_0& b) { return half_to_float(b.d); });
+  float out;
+  dot_q4_0_rows<1>(n, w, a, 0, &out);
+  return out;
 }
 
 // A 16-entry int8 table in both lanes, indexed by nibbles with pshufb.
@@ -98,20 +127,34 @@ inline __m256i table16(const int8_t* values) {
   return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(values)));
 }
 
-float dot_iq4_nl(int64_t n, const void* w, const void* a) {
+template <int NT>
+void dot_iq4_nl_rows(int64_t n, const void* w, const void* a, int64_t a_stride, float* out) {
   const __m256i table = table16(kIQ4NLValues);
-  return dot_blocks_q8_0(
-      n, static_cast<const BlockIQ4_NL*>(w), static_cast<const BlockQ8_0*>(a),
+  dot_blocks_q8_0<NT>(
+      n, static_cast<const BlockIQ4_NL*>(w), static_cast<const uint8_t*>(a), a_stride,
       [table](const BlockIQ4_NL& b) { return _mm256_shuffle_epi8(table, unpack_nibbles_32(b.qs)); },
-      [](const BlockIQ4_NL& b) { return half_to_float(b.d); });
+      [](const BlockIQ4_NL& b) { return half_to_float(b.d); }, out);
+}
+
+template <int NT>
+void dot_mxfp4_rows(int64_t n, const void* w, const void* a, int64_t a_stride, float* out) {
+  const __m256i table = table16(kMXFP4Values);
+  dot_blocks_q8_0<NT>(
+      n, static_cast<const BlockMXFP4*>(w), static_cast<const uint8_t*>(a), a_stride,
+      [table](const BlockMXFP4& b) { return _mm256_shuffle_epi8(table, unpack_nibbles_32(b.qs)); },
+      [](const BlockMXFP4& b) { return e8m0_to_fp32_half(b.e); }, out);
+}
+
+float dot_iq4_nl(int64_t n, const void* w, const void* a) {
+  float out;
+  dot_iq4_nl_rows<1>(n, w, a, 0, &out);
+  return out;
 }
 
 float dot_mxfp4(int64_t n, const void* w, const void* a) {
-  const __m256i table = table16(kMXFP4Values);
-  return dot_blocks_q8_0(
-      n, static_cast<const BlockMXFP4*>(w), static_cast<const BlockQ8_0*>(a),
-      [table](const BlockMXFP4& b) { return _mm256_shuffle_epi8(table, unpack_nibbles_32(b.qs)); },
-      [](const BlockMXFP4& b) { return e8m0_to_fp32_half(b.e); });
+  float out;
+  dot_mxfp4_rows<1>(n, w, a, 0, &out);
+  return out;
 }
 
 // ---- K-quants · Q8_K ------------------------------------------------------------------------
@@ -276,6 +319,16 @@ VecDotFn vec_dot_avx2_fn(GgmlType t) {
     case GgmlType::Q5_K: return dot_q5_k;
     case GgmlType::Q6_K: return dot_q6_k;
     case GgmlType::IQ4_XS: return dot_iq4_xs;
+    default: return nullptr;
+  }
+}
+
+VecDot4Fn vec_dot4_avx2_fn(GgmlType t) {
+  switch (t) {
+    case GgmlType::Q8_0: return dot_q8_0_rows<4>;
+    case GgmlType::Q4_0: return dot_q4_0_rows<4>;
+    case GgmlType::IQ4_NL: return dot_iq4_nl_rows<4>;
+    case GgmlType::MXFP4: return dot_mxfp4_rows<4>;
     default: return nullptr;
   }
 }

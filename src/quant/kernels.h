@@ -26,6 +26,8 @@ VecDotFn vec_dot_ref_fn(GgmlType t);
 DequantizeFn dequantize_avx2_fn(GgmlType t);
 QuantizeFn quantize_avx2_fn(GgmlType t);
 VecDotFn vec_dot_avx2_fn(GgmlType t);
+// Four-row twins of some vec_dot_avx2_fn kernels (same arithmetic per row); nullptr elsewhere.
+VecDot4Fn vec_dot4_avx2_fn(GgmlType t);
 
 bool cpu_has_avx2_fma();
 

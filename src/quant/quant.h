@@ -47,6 +47,10 @@ float vec_dot(GgmlType weight_type, int64_t n, const void* w, const void* a);
 using DequantizeFn = void (*)(const void* src, float* dst, int64_t n);
 using QuantizeFn = void (*)(const float* src, void* dst, int64_t n);
 using VecDotFn = float (*)(int64_t n, const void* w, const void* a);
+// Four activation rows at once: out[t] = w · (a + t * a_stride) for t < 4, each bit-identical to
+// what vec_dot_fn(weight_type) returns for that row (one kernel body serves both), so callers may
+// mix the two freely without changing any result.
+using VecDot4Fn = void (*)(int64_t n, const void* w, const void* a, int64_t a_stride, float* out);
 
 enum class QuantIsa { Ref, Avx2 };
 const char* quant_isa_name(QuantIsa isa);
@@ -60,6 +64,8 @@ VecDotFn find_vec_dot(GgmlType weight_type, QuantIsa isa);
 DequantizeFn dequantize_fn(GgmlType t);
 QuantizeFn quantize_fn(GgmlType t);
 VecDotFn vec_dot_fn(GgmlType weight_type);
+// The four-row twin of vec_dot_fn(weight_type), or nullptr where there is none.
+VecDot4Fn vec_dot4_fn(GgmlType weight_type);
 
 // fp16 / bf16 scalar conversions (IEEE round-to-nearest-even, as ggml). fp16→fp32 keeps NaN
 // payloads; fp32→fp16/bf16 returns a quiet NaN for a NaN.

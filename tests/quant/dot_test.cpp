@@ -9,6 +9,7 @@
 // and activations at ±max (quantized to ±127).
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -101,6 +102,41 @@ TEST_P(DotSimdTest, MatchesReference) {
     const float got = simd(n, w.data(), a.data());
     ASSERT_LE(std::fabs(got - want), 2e-5 * r.magnitude + 1e-37) << label << " ref " << want << " simd " << got;
   });
+}
+
+// The four-row kernels must give, bit for bit, what the single-row kernel gives for each row:
+// matmul mixes them by batch size, and batch invariance rests on it.
+TEST_P(DotSimdTest, FourRowKernelIsBitIdenticalToSingleRow) {
+  const GgmlType wt = GetParam();
+  VecDot4Fn four = vec_dot4_fn(wt);
+  if (!four) GTEST_SKIP() << ggml_type_name(wt) << " has no four-row kernel";
+  const VecDotFn one = vec_dot_fn(wt);
+  const GgmlType at = vec_dot_type(wt);
+  std::mt19937 rng(static_cast<uint32_t>(wt) + 17);
+  for (int64_t n : {ggml_traits(wt).block_elems, int64_t{96}, int64_t{4096}}) {
+    if (n % ggml_traits(wt).block_elems != 0) continue;
+    const auto w = testing::random_row(wt, n, rng, testing::ScaleCase::Random);
+    const int64_t row_bytes = ggml_row_bytes(at, n);
+    std::vector<uint8_t> acts;
+    for (int t = 0; t < 4; ++t) {
+      const auto a = testing::quantized(at, testing::random_floats(n, rng, t == 3 ? 1e-3f : 1.0f, t == 2));
+      acts.insert(acts.end(), a.begin(), a.end());
+    }
+    float got[4];
+    four(n, w.data(), acts.data(), row_bytes, got);
+    for (int t = 0; t < 4; ++t) {
+      const float want = one(n, w.data(), acts.data() + t * row_bytes);
+      EXPECT_EQ(std::bit_cast<uint32_t>(got[t]), std::bit_cast<uint32_t>(want))
+          << ggml_type_name(wt) << " n=" << n << " row " << t << ": " << got[t] << " vs " << want;
+    }
+  }
+}
+
+TEST(Dot, FourRowKernelsExistWhereExpected) {
+  if (!quant_isa_available(QuantIsa::Avx2)) GTEST_SKIP() << "no AVX2 on this CPU";
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::IQ4_NL, GgmlType::MXFP4})
+    EXPECT_NE(vec_dot4_fn(t), nullptr) << ggml_type_name(t);
+  EXPECT_EQ(vec_dot4_fn(GgmlType::Q4_K), nullptr);
 }
 
 TEST_P(DotTest, DispatchedEqualsChosenKernel) {

@@ -78,8 +78,10 @@ struct GgufTensorInfo {
 
 class GgufFile {
  public:
-  // Maps and validates the whole file. Throws mla::Error.
-  static std::unique_ptr<GgufFile> open(const std::string& path);
+  // Maps and validates the whole file. Throws mla::Error. prefault: once validated, ask the
+  // kernel to map every page now (MADV_POPULATE_READ, else MADV_WILLNEED), so the first forward
+  // pass does not stall on page faults; model loading uses it, inspection does not.
+  static std::unique_ptr<GgufFile> open(const std::string& path, bool prefault = false);
   // Parses bytes the caller keeps alive (tests, fuzzing). Throws mla::Error.
   static std::unique_ptr<GgufFile> parse(const uint8_t* data, size_t size, std::string label = "<memory>");
   ~GgufFile();

@@ -137,7 +137,7 @@ std::string GgufTensorInfo::shape_string() const {
   return out + "}";
 }
 
-std::unique_ptr<GgufFile> GgufFile::open(const std::string& path) {
+std::unique_ptr<GgufFile> GgufFile::open(const std::string& path, bool prefault) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail("gguf: cannot open '{}': {}", path, std::strerror(errno));
   struct stat st {};
@@ -165,6 +165,13 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::string& path) {
   f->size_ = size;
   f->map_ = map;
   f->parse_all();  // on throw, the destructor unmaps
+  if (prefault) {
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22  // Linux 5.14
+#endif
+    // Best effort: a kernel without POPULATE_READ gets a read-ahead hint instead.
+    if (madvise(map, size, MADV_POPULATE_READ) != 0) madvise(map, size, MADV_WILLNEED);
+  }
   return f;
 }
 

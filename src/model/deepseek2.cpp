@@ -26,7 +26,7 @@ WeightLoadOptions weight_options_for(MlaPathPolicy policy, bool verify_paths) {
 
 std::unique_ptr<Deepseek2Bundle> load_deepseek2(const std::string& path, const WeightLoadOptions& opt) {
   auto b = std::make_unique<Deepseek2Bundle>();
-  b->file = GgufFile::open(path);
+  b->file = GgufFile::open(path, /*prefault=*/true);
   b->config = load_deepseek_config(*b->file);
   b->weights = bind_deepseek_weights(*b->file, b->config, opt);
   return b;

@@ -180,35 +180,47 @@ inline __m128i mins_dot_bsums(uint64_t mins, const int16_t* bsums) {
   return _mm_madd_epi16(mins16, _mm_hadd_epi16(b0, b1));  // 4 int32
 }
 
-// Shared body of Q4_K and Q5_K: HighBits(chunk, &lo, &hi) adds the 5th bit (or nothing).
-template <typename Block, typename HighBits>
-float dot_k4_like(int64_t n, const Block* x, const BlockQ8_K* y, HighBits high_bits) {
+// Shared body of Q4_K and Q5_K: HighBits(chunk, &lo, &hi) adds the 5th bit (or nothing). NT
+// activation rows (a_stride bytes apart) share each super-block's unpacked levels and scales.
+// Per row the float operations are exactly those of NT = 1 (the integer sums are exact in any
+// order), so every row's result is bit-identical whatever NT.
+template <int NT, typename Block, typename HighBits>
+void dot_k4_like(int64_t n, const Block* x, const uint8_t* a, int64_t a_stride, HighBits high_bits, float* out) {
+  const BlockQ8_K* y[NT];
+  for (int t = 0; t < NT; ++t) y[t] = reinterpret_cast<const BlockQ8_K*>(a + t * a_stride);
   const __m256i low_mask = _mm256_set1_epi8(0x0F);
-  __m256 acc = _mm256_setzero_ps();
-  __m128 acc_m = _mm_setzero_ps();
+  __m256 acc[NT];
+  __m128 acc_m[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps(), acc_m[t] = _mm_setzero_ps();
   for (int64_t i = 0; i < n / kQK_K; ++i) {
-    const float d = y[i].d * half_to_float(x[i].d);
-    const float dmin = -y[i].d * half_to_float(x[i].dmin);
+    const float dw = half_to_float(x[i].d), dminw = half_to_float(x[i].dmin);
     uint64_t scales, mins;
     unpack_k4_scales_words(x[i].scales, &scales, &mins);
-    acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(mins_dot_bsums(mins, y[i].bsums)), acc_m);
+    for (int t = 0; t < NT; ++t)
+      acc_m[t] = _mm_fmadd_ps(_mm_set1_ps(-y[t][i].d * dminw), _mm_cvtepi32_ps(mins_dot_bsums(mins, y[t][i].bsums)),
+                              acc_m[t]);
 
     const __m256i scales16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(scales))));
     auto state = high_bits.begin(x[i]);
-    __m256i sum = _mm256_setzero_si256();
+    __m256i sum[NT];
+    for (int t = 0; t < NT; ++t) sum[t] = _mm256_setzero_si256();
     for (int c = 0; c < 4; ++c) {  // 64 elements: sub-blocks 2c (low nibbles) and 2c+1 (high)
       const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qs + 32 * c));
       __m256i lo = _mm256_and_si256(q, low_mask);
       __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low_mask);
       high_bits.add(state, &lo, &hi);
-      const __m256i p_lo = _mm256_maddubs_epi16(lo, load_i8x32(y[i].qs + 64 * c));
-      const __m256i p_hi = _mm256_maddubs_epi16(hi, load_i8x32(y[i].qs + 64 * c + 32));
-      sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p_lo, broadcast_i16(scales16, 2 * c)));
-      sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p_hi, broadcast_i16(scales16, 2 * c + 1)));
+      const __m256i sc_lo = broadcast_i16(scales16, 2 * c), sc_hi = broadcast_i16(scales16, 2 * c + 1);
+      for (int t = 0; t < NT; ++t) {
+        const __m256i p_lo = _mm256_maddubs_epi16(lo, load_i8x32(y[t][i].qs + 64 * c));
+        const __m256i p_hi = _mm256_maddubs_epi16(hi, load_i8x32(y[t][i].qs + 64 * c + 32));
+        sum[t] = _mm256_add_epi32(sum[t], _mm256_madd_epi16(p_lo, sc_lo));
+        sum[t] = _mm256_add_epi32(sum[t], _mm256_madd_epi16(p_hi, sc_hi));
+      }
     }
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sum), acc);
+    for (int t = 0; t < NT; ++t)
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(y[t][i].d * dw), _mm256_cvtepi32_ps(sum[t]), acc[t]);
   }
-  return hsum(acc) + hsum(acc_m);
+  for (int t = 0; t < NT; ++t) out[t] = hsum(acc[t]) + hsum(acc_m[t]);
 }
 
 struct NoHighBits {
@@ -227,11 +239,23 @@ struct Q5HighBits {
   }
 };
 
+template <int NT>
+void dot_q4_k_rows(int64_t n, const void* w, const void* a, int64_t a_stride, float* out) {
+  dot_k4_like<NT>(n, static_cast<const BlockQ4_K*>(w), static_cast<const uint8_t*>(a), a_stride, NoHighBits{}, out);
+}
+template <int NT>
+void dot_q5_k_rows(int64_t n, const void* w, const void* a, int64_t a_stride, float* out) {
+  dot_k4_like<NT>(n, static_cast<const BlockQ5_K*>(w), static_cast<const uint8_t*>(a), a_stride, Q5HighBits{}, out);
+}
 float dot_q4_k(int64_t n, const void* w, const void* a) {
-  return dot_k4_like(n, static_cast<const BlockQ4_K*>(w), static_cast<const BlockQ8_K*>(a), NoHighBits{});
+  float out;
+  dot_q4_k_rows<1>(n, w, a, 0, &out);
+  return out;
 }
 float dot_q5_k(int64_t n, const void* w, const void* a) {
-  return dot_k4_like(n, static_cast<const BlockQ5_K*>(w), static_cast<const BlockQ8_K*>(a), Q5HighBits{});
+  float out;
+  dot_q5_k_rows<1>(n, w, a, 0, &out);
+  return out;
 }
 
 // Q6_K: levels are stored as u6 = q + 32, so sum(sc * q * a) = sum(sc * u6 * a) - 32 * sum(sc * bsum).
@@ -329,6 +353,8 @@ VecDot4Fn vec_dot4_avx2_fn(GgmlType t) {
     case GgmlType::Q4_0: return dot_q4_0_rows<4>;
     case GgmlType::IQ4_NL: return dot_iq4_nl_rows<4>;
     case GgmlType::MXFP4: return dot_mxfp4_rows<4>;
+    case GgmlType::Q4_K: return dot_q4_k_rows<4>;
+    case GgmlType::Q5_K: return dot_q5_k_rows<4>;
     default: return nullptr;
   }
 }

@@ -110,15 +110,11 @@ void dot_q4_0_rows(int64_t n, const void* w, const void* a, int64_t a_stride, fl
       [](const BlockQ4_0& b) { return half_to_float(b.d); }, out);
 }
 
-float dot_q8_0(int64_t n, const void* w, const void* a) {
+// The one-row VecDotFn of a `*_rows<1>` kernel body.
+template <void (*Rows)(int64_t, const void*, const void*, int64_t, float*)>
+float one_row(int64_t n, const void* w, const void* a) {
   float out;
-  dot_q8_0_rows<1>(n, w, a, 0, &out);
-  return out;
-}
-
-float dot_q4_0(int64_t n, const void* w, const void* a) {
-  float out;
-  dot_q4_0_rows<1>(n, w, a, 0, &out);
+  Rows(n, w, a, 0, &out);
   return out;
 }
 
@@ -143,18 +139,6 @@ void dot_mxfp4_rows(int64_t n, const void* w, const void* a, int64_t a_stride, f
       n, static_cast<const BlockMXFP4*>(w), static_cast<const uint8_t*>(a), a_stride,
       [table](const BlockMXFP4& b) { return _mm256_shuffle_epi8(table, unpack_nibbles_32(b.qs)); },
       [](const BlockMXFP4& b) { return e8m0_to_fp32_half(b.e); }, out);
-}
-
-float dot_iq4_nl(int64_t n, const void* w, const void* a) {
-  float out;
-  dot_iq4_nl_rows<1>(n, w, a, 0, &out);
-  return out;
-}
-
-float dot_mxfp4(int64_t n, const void* w, const void* a) {
-  float out;
-  dot_mxfp4_rows<1>(n, w, a, 0, &out);
-  return out;
 }
 
 // ---- K-quants · Q8_K ------------------------------------------------------------------------
@@ -247,21 +231,13 @@ template <int NT>
 void dot_q5_k_rows(int64_t n, const void* w, const void* a, int64_t a_stride, float* out) {
   dot_k4_like<NT>(n, static_cast<const BlockQ5_K*>(w), static_cast<const uint8_t*>(a), a_stride, Q5HighBits{}, out);
 }
-float dot_q4_k(int64_t n, const void* w, const void* a) {
-  float out;
-  dot_q4_k_rows<1>(n, w, a, 0, &out);
-  return out;
-}
-float dot_q5_k(int64_t n, const void* w, const void* a) {
-  float out;
-  dot_q5_k_rows<1>(n, w, a, 0, &out);
-  return out;
-}
-
 // Q6_K: levels are stored as u6 = q + 32, so sum(sc * q * a) = sum(sc * u6 * a) - 32 * sum(sc * bsum).
-float dot_q6_k(int64_t n, const void* w, const void* a) {
+// NT activation rows share each super-block's unpacked levels (bit-identical per row, as above).
+template <int NT>
+void dot_q6_k_rows(int64_t n, const void* w, const void* a, int64_t a_stride, float* out) {
   const auto* x = static_cast<const BlockQ6_K*>(w);
-  const auto* y = static_cast<const BlockQ8_K*>(a);
+  const BlockQ8_K* y[NT];
+  for (int t = 0; t < NT; ++t) y[t] = reinterpret_cast<const BlockQ8_K*>(static_cast<const uint8_t*>(a) + t * a_stride);
   const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x03);
   // pshufb controls that put int16 scale 2k (low lane) and 2k+1 (high lane) in every slot.
   auto pair_ctrl = [](int k) {
@@ -270,13 +246,17 @@ float dot_q6_k(int64_t n, const void* w, const void* a) {
     return _mm256_set_m128i(_mm_set1_epi16(hi), _mm_set1_epi16(lo));
   };
   const __m256i ctrl[4] = {pair_ctrl(0), pair_ctrl(1), pair_ctrl(2), pair_ctrl(3)};
-  __m256 acc = _mm256_setzero_ps();
+  __m256 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / kQK_K; ++i) {
-    const float d = y[i].d * half_to_float(x[i].d);
+    const float dw = half_to_float(x[i].d);
     const __m256i scales16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales)));
-    const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].bsums));
-    const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(scales16, bsums), 5);
-    __m256i sum = _mm256_setzero_si256();
+    __m256i sum[NT], offset[NT];
+    for (int t = 0; t < NT; ++t) {
+      const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[t][i].bsums));
+      offset[t] = _mm256_slli_epi32(_mm256_madd_epi16(scales16, bsums), 5);
+      sum[t] = _mm256_setzero_si256();
+    }
     for (int h = 0; h < 2; ++h) {  // 128 elements, scales 8h..8h+7
       const __m256i sc = h == 0 ? _mm256_permute2x128_si256(scales16, scales16, 0x00)
                                 : _mm256_permute2x128_si256(scales16, scales16, 0x11);
@@ -292,13 +272,18 @@ float dot_q6_k(int64_t n, const void* w, const void* a) {
                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4)),
       };
       for (int k = 0; k < 4; ++k) {
-        const __m256i p = _mm256_maddubs_epi16(q[k], load_i8x32(y[i].qs + 128 * h + 32 * k));
-        sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p, _mm256_shuffle_epi8(sc, ctrl[k])));
+        const __m256i sck = _mm256_shuffle_epi8(sc, ctrl[k]);
+        for (int t = 0; t < NT; ++t) {
+          const __m256i p = _mm256_maddubs_epi16(q[k], load_i8x32(y[t][i].qs + 128 * h + 32 * k));
+          sum[t] = _mm256_add_epi32(sum[t], _mm256_madd_epi16(p, sck));
+        }
       }
     }
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_sub_epi32(sum, offset)), acc);
+    for (int t = 0; t < NT; ++t)
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(y[t][i].d * dw), _mm256_cvtepi32_ps(_mm256_sub_epi32(sum[t], offset[t])),
+                               acc[t]);
   }
-  return hsum(acc);
+  for (int t = 0; t < NT; ++t) out[t] = hsum(acc[t]);
 }
 
 float dot_iq4_xs(int64_t n, const void* w, const void* a) {
@@ -333,15 +318,15 @@ VecDotFn vec_dot_avx2_fn(GgmlType t) {
     case GgmlType::F32: return dot_f32;
     case GgmlType::F16: return dot_half<load_f16x8, fp16_to_fp32>;
     case GgmlType::BF16: return dot_half<load_bf16x8, bf16_to_fp32>;
-    case GgmlType::Q8_0: return dot_q8_0;
-    case GgmlType::Q4_0: return dot_q4_0;
-    case GgmlType::IQ4_NL: return dot_iq4_nl;
-    case GgmlType::MXFP4: return dot_mxfp4;
+    case GgmlType::Q8_0: return one_row<dot_q8_0_rows<1>>;
+    case GgmlType::Q4_0: return one_row<dot_q4_0_rows<1>>;
+    case GgmlType::IQ4_NL: return one_row<dot_iq4_nl_rows<1>>;
+    case GgmlType::MXFP4: return one_row<dot_mxfp4_rows<1>>;
     case GgmlType::Q2_K: return dot_q2_k_avx2;
     case GgmlType::Q3_K: return dot_q3_k_avx2;
-    case GgmlType::Q4_K: return dot_q4_k;
-    case GgmlType::Q5_K: return dot_q5_k;
-    case GgmlType::Q6_K: return dot_q6_k;
+    case GgmlType::Q4_K: return one_row<dot_q4_k_rows<1>>;
+    case GgmlType::Q5_K: return one_row<dot_q5_k_rows<1>>;
+    case GgmlType::Q6_K: return one_row<dot_q6_k_rows<1>>;
     case GgmlType::IQ4_XS: return dot_iq4_xs;
     default: return nullptr;
   }
@@ -355,6 +340,7 @@ VecDot4Fn vec_dot4_avx2_fn(GgmlType t) {
     case GgmlType::MXFP4: return dot_mxfp4_rows<4>;
     case GgmlType::Q4_K: return dot_q4_k_rows<4>;
     case GgmlType::Q5_K: return dot_q5_k_rows<4>;
+    case GgmlType::Q6_K: return dot_q6_k_rows<4>;
     default: return nullptr;
   }
 }

@@ -134,9 +134,10 @@ TEST_P(DotSimdTest, FourRowKernelIsBitIdenticalToSingleRow) {
 
 TEST(Dot, FourRowKernelsExistWhereExpected) {
   if (!quant_isa_available(QuantIsa::Avx2)) GTEST_SKIP() << "no AVX2 on this CPU";
-  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::IQ4_NL, GgmlType::MXFP4})
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::IQ4_NL, GgmlType::MXFP4, GgmlType::Q4_K, GgmlType::Q5_K,
+                    GgmlType::Q6_K})
     EXPECT_NE(vec_dot4_fn(t), nullptr) << ggml_type_name(t);
-  EXPECT_EQ(vec_dot4_fn(GgmlType::Q4_K), nullptr);
+  EXPECT_EQ(vec_dot4_fn(GgmlType::F32), nullptr);
 }
 
 TEST_P(DotTest, DispatchedEqualsChosenKernel) {

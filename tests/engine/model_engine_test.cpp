@@ -3,7 +3,6 @@
 // steps, token budgets 8/16/64/2048, with and without prefix hits, after preemption), `auto`
 // against the fixed paths, the KV cache dtypes, and the dispatch trace lines.
 #include <gtest/gtest.h>
-#include <spdlog/sinks/ostream_sink.h>
 
 #include <cmath>
 #include <cstring>
@@ -11,6 +10,7 @@
 #include <sstream>
 
 #include "../model/model_test_util.h"
+#include "../support/log_capture.h"
 #include "engine/deepseek2_runner.h"
 #include "engine_harness.h"
 #include "util/log.h"
@@ -18,6 +18,9 @@
 
 namespace mla::testing {
 namespace {
+
+using testing::CaptureLog;
+using testing::count_occurrences;
 
 const std::string kFixtureModel =
     std::string(MLA_SOURCE_DIR) + "/tests/fixtures/reference/deepseek-v3-tiny/model-f32.gguf";
@@ -207,29 +210,6 @@ TEST(ModelEngine, CacheDtypesRunAndF32MatchesTheDirectForward) {
   }
 }
 
-class CaptureLog {
- public:
-  CaptureLog() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(out_)) {
-    sink_->set_pattern("%v");
-    log().sinks().push_back(sink_);
-  }
-  ~CaptureLog() {
-    auto& sinks = log().sinks();
-    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
-  }
-  std::string text() const { return out_.str(); }
-
- private:
-  std::ostringstream out_;
-  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
-};
-
-int count(const std::string& text, const std::string& needle) {
-  int n = 0;
-  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
-  return n;
-}
-
 // A synth model with DeepSeek's 102400-token vocabulary, where "Hello" is one token.
 std::string deepseek_vocab_model() {
   SynthSpec s;
@@ -265,10 +245,10 @@ TEST(ModelEngine, DispatchTraceForTheHelloProbeAndAMixedBatch) {
     engine.add_request("hello", {hello}, greedy(2));
     engine.step();
     const std::string t = cap.text();
-    EXPECT_EQ(count(t, "dispatch layer=blk.0 is_sparse=0 num_mqa=1 num_mha=0 total_toks=1 policy=auto"), 1) << t;
-    EXPECT_EQ(count(t, "dispatch layer=blk.1 is_sparse=0 num_mqa=1 num_mha=0 total_toks=1 policy=auto"), 1) << t;
+    EXPECT_EQ(count_occurrences(t, "dispatch layer=blk.0 is_sparse=0 num_mqa=1 num_mha=0 total_toks=1 policy=auto"), 1) << t;
+    EXPECT_EQ(count_occurrences(t, "dispatch layer=blk.1 is_sparse=0 num_mqa=1 num_mha=0 total_toks=1 policy=auto"), 1) << t;
     engine.step();
-    EXPECT_EQ(count(cap.text(), "dispatch layer="), 2);  // N = 1 call per layer
+    EXPECT_EQ(count_occurrences(cap.text(), "dispatch layer="), 2);  // N = 1 call per layer
   }
   engine.run_until_idle();
   // Three sequences decoding and one prompt chunk in one step (budget 8: 3 decodes + 5 tokens).
@@ -281,7 +261,7 @@ TEST(ModelEngine, DispatchTraceForTheHelloProbeAndAMixedBatch) {
   {
     CaptureLog cap;
     engine.step();
-    EXPECT_EQ(count(cap.text(), "dispatch layer=blk.0 is_sparse=0 num_mqa=3 num_mha=1 total_toks=8 policy=auto"), 1)
+    EXPECT_EQ(count_occurrences(cap.text(), "dispatch layer=blk.0 is_sparse=0 num_mqa=3 num_mha=1 total_toks=8 policy=auto"), 1)
         << cap.text();
   }
   trace_reset();

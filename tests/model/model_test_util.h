@@ -36,6 +36,21 @@ inline const std::string& temp_dir() {
 }
 
 // Writes a synth model (once per name per process) and returns its path.
+// A small deepseek2 shape for tests that need a real forward pass but no particular sizes.
+inline SynthSpec small_spec() {
+  SynthSpec s;
+  s.n_embd = 64;
+  s.n_ff = 64;
+  s.q_lora_rank = 32;
+  s.kv_lora_rank = 32;
+  s.qk_nope = 16;
+  s.qk_rope = 8;
+  s.v_head = 16;
+  s.n_ff_exp = 32;
+  s.n_vocab = 64;
+  return s;
+}
+
 inline std::string synth_file(const std::string& name, const SynthSpec& spec) {
   std::string path = temp_dir() + "/" + name + ".gguf";
   if (!std::filesystem::exists(path)) write_synth_deepseek2(spec, path);

@@ -1,12 +1,12 @@
 // The dispatch trace: `--trace dispatch:N` / MLA_TRACE logs each layer's MLA path decision for
 // its first N forward calls through the single log sink.
 #include <gtest/gtest.h>
-#include <spdlog/sinks/ostream_sink.h>
 
 #include <cstdlib>
 #include <sstream>
 
 #include "model_test_util.h"
+#include "../support/log_capture.h"
 #include "util/error.h"
 #include "util/log.h"
 #include "util/trace.h"
@@ -14,41 +14,11 @@
 namespace mla {
 namespace {
 
-class CaptureLog {
- public:
-  CaptureLog() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(out_)) {
-    sink_->set_pattern("%v");
-    log().sinks().push_back(sink_);
-  }
-  ~CaptureLog() {
-    auto& sinks = log().sinks();
-    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
-  }
-  std::string text() const { return out_.str(); }
-
- private:
-  std::ostringstream out_;
-  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
-};
-
-int count(const std::string& text, const std::string& needle) {
-  int n = 0;
-  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
-  return n;
-}
+using testing::CaptureLog;
+using testing::count_occurrences;
 
 TEST(Trace, DispatchLogsFirstNCallsPerLayer) {
-  SynthSpec s;
-  s.n_embd = 64;
-  s.n_ff = 64;
-  s.q_lora_rank = 32;
-  s.kv_lora_rank = 32;
-  s.qk_nope = 16;
-  s.qk_rope = 8;
-  s.v_head = 16;
-  s.n_ff_exp = 32;
-  s.n_vocab = 64;
-  auto b = load_deepseek2(testing::synth_file("trace_model", s), {});
+  auto b = load_deepseek2(testing::synth_file("trace_model", testing::small_spec()), {});
   Deepseek2Model m(b->config, b->weights, {});
   LatentCache cache = m.make_cache(16);
   std::vector<float> logits(8 * 64);
@@ -59,16 +29,16 @@ TEST(Trace, DispatchLogsFirstNCallsPerLayer) {
     m.forward(single_sequence_batch({5}, 4, false, MlaPathPolicy::Auto), cache, logits.data());
     m.forward(single_sequence_batch({6}, 5, false, MlaPathPolicy::Auto), cache, logits.data());
     std::string t = cap.text();
-    EXPECT_EQ(count(t, "dispatch layer=blk.0 is_sparse=0 num_mqa=0 num_mha=1 total_toks=4 policy=auto"), 1) << t;
-    EXPECT_EQ(count(t, "dispatch layer=blk.1 is_sparse=0 num_mqa=0 num_mha=1 total_toks=4 policy=auto"), 1) << t;
-    EXPECT_EQ(count(t, "dispatch layer=blk.0 is_sparse=0 num_mqa=1 num_mha=0 total_toks=1 policy=auto"), 1) << t;
-    EXPECT_EQ(count(t, "dispatch layer="), 4) << t;  // the third call is past N = 2
+    EXPECT_EQ(count_occurrences(t, "dispatch layer=blk.0 is_sparse=0 num_mqa=0 num_mha=1 total_toks=4 policy=auto"), 1) << t;
+    EXPECT_EQ(count_occurrences(t, "dispatch layer=blk.1 is_sparse=0 num_mqa=0 num_mha=1 total_toks=4 policy=auto"), 1) << t;
+    EXPECT_EQ(count_occurrences(t, "dispatch layer=blk.0 is_sparse=0 num_mqa=1 num_mha=0 total_toks=1 policy=auto"), 1) << t;
+    EXPECT_EQ(count_occurrences(t, "dispatch layer="), 4) << t;  // the third call is past N = 2
   }
   trace_reset();
   {
     CaptureLog cap;
     m.forward(single_sequence_batch({7}, 6, false, MlaPathPolicy::Mha), cache, logits.data());
-    EXPECT_EQ(count(cap.text(), "dispatch"), 0);
+    EXPECT_EQ(count_occurrences(cap.text(), "dispatch"), 0);
   }
 }
 

@@ -10,23 +10,10 @@ namespace mla {
 namespace {
 
 using testing::rewrite_gguf;
+using testing::small_spec;
 using testing::synth_file;
 using testing::temp_dir;
 using testing::TensorEdit;
-
-SynthSpec small_spec() {
-  SynthSpec s;
-  s.n_embd = 64;
-  s.n_ff = 64;
-  s.q_lora_rank = 32;
-  s.kv_lora_rank = 32;
-  s.qk_nope = 16;
-  s.qk_rope = 8;
-  s.v_head = 16;
-  s.n_ff_exp = 32;
-  s.n_vocab = 64;
-  return s;
-}
 
 std::string bind_error(const std::string& path) {
   auto f = GgufFile::open(path);

@@ -117,44 +117,34 @@ void dequant_q3_k(const void* src, float* y, int64_t n) {
   }
 }
 
-void dequant_q4_k(const void* src, float* y, int64_t n) {
-  const auto* b = static_cast<const BlockQ4_K*>(src);
+// Q4_K and Q5_K: sub-block s (32 elements) is nibble (s%2) of qs[32*(s/2) + l]; Q5_K adds a
+// fifth bit, bit s of qh[l] (high_bit returns it already shifted, or 0).
+template <typename Block, typename HighBit>
+void dequant_k4_like(const void* src, float* y, int64_t n, HighBit high_bit) {
+  const auto* b = static_cast<const Block*>(src);
   for (int64_t i = 0; i < n / kQK_K; ++i) {
     const float d = fp16_to_fp32(b[i].d);
     const float dmin = fp16_to_fp32(b[i].dmin);
     uint8_t sc[8], mn[8];
     unpack_k4_scales(b[i].scales, sc, mn);
-    // Sub-block s (32 elements): nibble (s%2) of qs[32*(s/2) + l].
     for (int s = 0; s < 8; ++s) {
       const float dl = d * sc[s];
       const float ml = dmin * mn[s];
       const uint8_t* q = b[i].qs + 32 * (s / 2);
       const int shift = 4 * (s % 2);
-      for (int l = 0; l < 32; ++l) y[32 * s + l] = dl * ((q[l] >> shift) & 0x0F) - ml;
+      for (int l = 0; l < 32; ++l) y[32 * s + l] = dl * (((q[l] >> shift) & 0x0F) | high_bit(b[i], s, l)) - ml;
     }
     y += kQK_K;
   }
 }
 
+void dequant_q4_k(const void* src, float* y, int64_t n) {
+  dequant_k4_like<BlockQ4_K>(src, y, n, [](const BlockQ4_K&, int, int) { return 0; });
+}
+
 void dequant_q5_k(const void* src, float* y, int64_t n) {
-  const auto* b = static_cast<const BlockQ5_K*>(src);
-  for (int64_t i = 0; i < n / kQK_K; ++i) {
-    const float d = fp16_to_fp32(b[i].d);
-    const float dmin = fp16_to_fp32(b[i].dmin);
-    uint8_t sc[8], mn[8];
-    unpack_k4_scales(b[i].scales, sc, mn);
-    for (int s = 0; s < 8; ++s) {
-      const float dl = d * sc[s];
-      const float ml = dmin * mn[s];
-      const uint8_t* q = b[i].qs + 32 * (s / 2);
-      const int shift = 4 * (s % 2);
-      for (int l = 0; l < 32; ++l) {
-        const int v = ((q[l] >> shift) & 0x0F) | (((b[i].qh[l] >> s) & 1) << 4);
-        y[32 * s + l] = dl * v - ml;
-      }
-    }
-    y += kQK_K;
-  }
+  dequant_k4_like<BlockQ5_K>(src, y, n,
+                             [](const BlockQ5_K& blk, int s, int l) { return ((blk.qh[l] >> s) & 1) << 4; });
 }
 
 void dequant_q6_k(const void* src, float* y, int64_t n) {

@@ -12,10 +12,6 @@ set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 PYTHON="${PYTHON:-python3}"
-LLAMA_CPP_PYTHON_VERSION="0.3.36"
-LLAMA_CPP_PYTHON_SHA256="832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
-CACHE_DIR="${REFERENCE_CACHE_DIR:-$HOME/.cache/mla}"
-SDIST_DIR="$CACHE_DIR/llama-cpp-python-$LLAMA_CPP_PYTHON_VERSION"
 
 want_tf4=0
 for arg in "$@"; do
@@ -48,17 +44,6 @@ if [ "$want_tf4" = 1 ]; then
     make_venv "$HERE/.venv-tf4" "$HERE/requirements-tf4.txt"
 fi
 
-if [ ! -f "$SDIST_DIR/vendor/llama.cpp/convert_hf_to_gguf.py" ]; then
-    mkdir -p "$CACHE_DIR"
-    tmp="$(mktemp -d "$CACHE_DIR/download.XXXXXX")"
-    trap 'rm -rf "$tmp"' EXIT
-    "$HERE/.venv/bin/python" -m pip download --quiet --disable-pip-version-check \
-        --no-binary :all: --no-deps "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" -d "$tmp"
-    tarball="$tmp/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION.tar.gz"
-    echo "$LLAMA_CPP_PYTHON_SHA256  $tarball" | sha256sum --check --quiet
-    tar -xzf "$tarball" -C "$tmp"
-    rm -rf "$SDIST_DIR"
-    mv "$tmp/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION" "$SDIST_DIR"
-fi
+SDIST_DIR="$(bash "$HERE/../llama-cpp/fetch-sdist.sh" "$HERE/.venv/bin/python")"
 echo "setup.sh: converter: $SDIST_DIR/vendor/llama.cpp/convert_hf_to_gguf.py"
 echo "setup.sh: done; run: $HERE/.venv/bin/python $HERE/make_fixtures.py"

@@ -14,10 +14,6 @@ set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 PYTHON="${PYTHON:-python3}"
-LLAMA_CPP_PYTHON_VERSION="0.3.36"
-LLAMA_CPP_PYTHON_SHA256="832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
-CACHE_DIR="${REFERENCE_CACHE_DIR:-$HOME/.cache/mla}"
-SDIST_DIR="$CACHE_DIR/llama-cpp-python-$LLAMA_CPP_PYTHON_VERSION"
 
 if [ ! -d /usr/share/doc/python3.11/html/_sources ]; then
     if [ "$(id -u)" = 0 ]; then
@@ -35,18 +31,7 @@ fi
 "$HERE/.venv/bin/python" -m pip install --quiet --disable-pip-version-check \
     -r "$HERE/requirements.txt" -c "$HERE/requirements.lock"
 
-if [ ! -f "$SDIST_DIR/vendor/llama.cpp/convert_hf_to_gguf.py" ]; then
-    mkdir -p "$CACHE_DIR"
-    tmp="$(mktemp -d "$CACHE_DIR/download.XXXXXX")"
-    trap 'rm -rf "$tmp"' EXIT
-    "$HERE/.venv/bin/python" -m pip download --quiet --disable-pip-version-check \
-        --no-binary :all: --no-deps "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" -d "$tmp"
-    tarball="$tmp/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION.tar.gz"
-    echo "$LLAMA_CPP_PYTHON_SHA256  $tarball" | sha256sum --check --quiet
-    tar -xzf "$tarball" -C "$tmp"
-    rm -rf "$SDIST_DIR"
-    mv "$tmp/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION" "$SDIST_DIR"
-fi
+SDIST_DIR="$(bash "$HERE/../llama-cpp/fetch-sdist.sh" "$HERE/.venv/bin/python")"
 
 cd "$HERE"
 .venv/bin/python prepare_corpus.py

@@ -117,21 +117,12 @@ void dequant_q5_k(const void* src, float* y, int64_t n) {
 
 void dequant_q6_k(const void* src, float* y, int64_t n) {
   const auto* b = static_cast<const BlockQ6_K*>(src);
-  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x03), bias = _mm256_set1_epi8(32);
+  const __m256i bias = _mm256_set1_epi8(32);
   for (int64_t i = 0; i < n / kQK_K; ++i, y += kQK_K) {
     const float d = half_to_float(b[i].d);
     for (int h = 0; h < 2; ++h) {
-      const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].ql + 64 * h));
-      const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].ql + 64 * h + 32));
-      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].qh + 32 * h));
-      const __m256i q[4] = {
-          _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4)),
-          _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
-                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4)),
-      };
+      __m256i q[4];
+      unpack_q6_k_half(b[i], h, q);
       for (int k = 0; k < 4; ++k) {
         alignas(32) int8_t lv[32];
         _mm256_store_si256(reinterpret_cast<__m256i*>(lv), _mm256_sub_epi8(q[k], bias));

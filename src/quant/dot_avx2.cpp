@@ -238,7 +238,6 @@ void dot_q6_k_rows(int64_t n, const void* w, const void* a, int64_t a_stride, fl
   const auto* x = static_cast<const BlockQ6_K*>(w);
   const BlockQ8_K* y[NT];
   for (int t = 0; t < NT; ++t) y[t] = reinterpret_cast<const BlockQ8_K*>(static_cast<const uint8_t*>(a) + t * a_stride);
-  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x03);
   // pshufb controls that put int16 scale 2k (low lane) and 2k+1 (high lane) in every slot.
   auto pair_ctrl = [](int k) {
     const auto lo = static_cast<int16_t>(((4 * k + 1) << 8) | (4 * k));
@@ -260,17 +259,8 @@ void dot_q6_k_rows(int64_t n, const void* w, const void* a, int64_t a_stride, fl
     for (int h = 0; h < 2; ++h) {  // 128 elements, scales 8h..8h+7
       const __m256i sc = h == 0 ? _mm256_permute2x128_si256(scales16, scales16, 0x00)
                                 : _mm256_permute2x128_si256(scales16, scales16, 0x11);
-      const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].ql + 64 * h));
-      const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].ql + 64 * h + 32));
-      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qh + 32 * h));
-      const __m256i q[4] = {
-          _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4)),
-          _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
-                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4)),
-      };
+      __m256i q[4];
+      unpack_q6_k_half(x[i], h, q);
       for (int k = 0; k < 4; ++k) {
         const __m256i sck = _mm256_shuffle_epi8(sc, ctrl[k]);
         for (int t = 0; t < NT; ++t) {

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "quant/blocks.h"
+
 namespace mla::quant::avx2 {
 
 static inline float hsum(__m256 v) {
@@ -49,6 +51,21 @@ static inline __m256i dot_i8_quads(__m256i x, __m256i y) {
 // Broadcasts int16 lane i (0-7) of the 128-bit value duplicated in both lanes of s.
 static inline __m256i broadcast_i16(__m256i s, int i) {
   return _mm256_shuffle_epi8(s, _mm256_set1_epi16(static_cast<int16_t>(((2 * i + 1) << 8) | (2 * i))));
+}
+
+// The unsigned 6-bit levels (q + 32) of half h (elements 128h .. 128h+127) of a Q6_K block:
+// q[k] holds elements 128h + 32k .. +31. Low 4 bits from ql, high 2 bits from qh.
+static inline void unpack_q6_k_half(const BlockQ6_K& b, int h, __m256i q[4]) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x03);
+  const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * h));
+  const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * h + 32));
+  const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * h));
+  q[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
+  q[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4));
+  q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                         _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4));
+  q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                         _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
 }
 
 }  // namespace mla::quant::avx2

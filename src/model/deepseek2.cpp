@@ -9,6 +9,7 @@
 #include "kernels/ops.h"
 #include "kernels/rope.h"
 #include "quant/quant.h"
+#include "util/env.h"
 #include "util/error.h"
 #include "util/log.h"
 #include "util/trace.h"
@@ -26,7 +27,7 @@ WeightLoadOptions weight_options_for(MlaPathPolicy policy, bool verify_paths) {
 
 std::unique_ptr<Deepseek2Bundle> load_deepseek2(const std::string& path, const WeightLoadOptions& opt) {
   auto b = std::make_unique<Deepseek2Bundle>();
-  b->file = GgufFile::open(path, /*prefault=*/true);
+  b->file = GgufFile::open(path, /*prefault=*/env_value("MLA_PREFAULT").value_or("1") != "0");
   b->config = load_deepseek_config(*b->file);
   b->weights = bind_deepseek_weights(*b->file, b->config, opt);
   return b;

@@ -20,6 +20,9 @@ constexpr EnvVarInfo kEnvVars[] = {
      "its first N forward calls"},
     {"MLA_API_KEY", "KEY",
      "mla serve: require 'Authorization: Bearer KEY' (overridden by --api-key)"},
+    {"MLA_PREFAULT", "0|1",
+     "load model files with every page mapped up front (default 1; 0 leaves paging to first use, "
+     "for files larger than memory)"},
     {"MLA_REFERENCE_DIR", "PATH",
      "tests: directory of the reference logits fixtures (default tests/fixtures/reference)"},
     {"MLA_BIN", "PATH", "tests: the mla binary the Python tests run (set by ctest)"},

@@ -48,6 +48,7 @@ struct RunArgs {
   bool no_prefix_cache = false;
   std::string dump_logits;
   bool json = false;
+  bool warmup = false;
   CommonOptions common;
 };
 
@@ -168,6 +169,7 @@ void run(const RunArgs& a) {
   if (n_sources != 1) fail("run: give exactly one of -p TEXT, --tokens 1,2,3 or --batch FILE");
   const bool batch = !a.batch_file.empty();
   if (batch && !a.dump_logits.empty()) fail("run: --dump-logits works with a single prompt, not --batch");
+  if (a.warmup && !a.dump_logits.empty()) fail("run: --warmup and --dump-logits do not go together");
 
   const MlaPathPolicy policy = parse_mla_path_policy(a.mla_path);
   ModelOptions mo;
@@ -217,7 +219,23 @@ void run(const RunArgs& a) {
         fail("run: short write to '{}'", a.dump_logits);
     };
   }
+  const int32_t n_vocab = static_cast<int32_t>(c.n_vocab);
   Engine engine(std::move(runner), ec, tok ? std::make_shared<TokenizerDecoder>(tok) : nullptr);
+
+  // --warmup: one untimed request as long as the first prompt, every id moved by one (so the prefix
+  // cache cannot serve the real prompt from it), as llama-bench warms up before it measures: the
+  // first forward pass of a process pays for cold caches and first-touch page faults.
+  EngineCounters base{};
+  if (a.warmup) {
+    std::vector<int32_t> ids = jobs.front().prompt;
+    for (int32_t& id : ids) id = (id + 1) % n_vocab;
+    SamplingParams wp;
+    wp.max_tokens = std::min(2, jobs.front().params.max_tokens);
+    wp.ignore_eos = true;
+    engine.add_request("warmup", std::move(ids), wp, [](RequestOutput&&) {});
+    while (engine.has_unfinished()) engine.step();
+    base = engine.counters();
+  }
 
   std::map<std::string, Collected> results;
   for (const Job& job : jobs) {
@@ -255,7 +273,15 @@ void run(const RunArgs& a) {
     }
   }
   if (dump) std::fclose(dump);
-  const EngineCounters counters = engine.counters();
+  EngineCounters counters = engine.counters();  // this run's, without the warm-up request
+  counters.n_prompt_tokens -= base.n_prompt_tokens;
+  counters.n_generation_tokens -= base.n_generation_tokens;
+  counters.n_steps -= base.n_steps;
+  counters.n_preemptions -= base.n_preemptions;
+  counters.n_prefix_queries -= base.n_prefix_queries;
+  counters.n_prefix_hits -= base.n_prefix_hits;
+  counters.n_tokens_mha -= base.n_tokens_mha;
+  counters.n_tokens_mqa -= base.n_tokens_mqa;
   for (const auto& [id, col] : results)
     if (!col.error.empty()) fail("run: request {}: {}", id, col.error);
 
@@ -370,6 +396,8 @@ void register_run(CLI::App& app) {
   cmd->add_option("--dump-logits", a.dump_logits,
                   "Write the F32 logits of every processed position (prompt, then each fed-back token) to FILE");
   cmd->add_flag("--json", a.json, "Print the result as one JSON object");
+  cmd->add_flag("--warmup", a.warmup,
+                "Run one untimed request of the first prompt's length first (as llama-bench does)");
   add_common_options(cmd, a.common);
   cmd->callback([] { run(a); });
 }

@@ -55,6 +55,13 @@ def test_synth_with_deepseek_v2_vocab_runs_and_inspects(tmp_path):
     assert len(res["continuation"]) == 8
     assert all(0 <= x < n_vocab for x in res["continuation"])
     assert res["prefill_tokens_per_second"] > 0 and res["decode_tokens_per_second"] > 0
+    # --warmup: an untimed request first; the result and the counts are the real request's alone.
+    warm = json.loads(mla("run", "-m", out, "--tokens", "1,2,3,4,5,6,7,8", "-n", "8", "--json", "--ignore-eos",
+                          "--warmup").stdout)
+    assert warm["continuation"] == res["continuation"]
+    assert warm["prefill_tokens"] == 8 and warm["decode_tokens"] == 7
+    assert "do not go together" in mla("run", "-m", out, "--tokens", "1,2", "--warmup", "--dump-logits",
+                                       str(tmp_path / "l.bin"), check=False).stderr
     text = mla("run", "-m", out, "--tokens", "1,2,3", "-n", "4", "--ignore-eos").stdout
     assert re.search(r"^continuation ids: \d+ \d+ \d+ \d+$", text, re.M)
     assert re.search(r"^prefill: 3 tokens in .* tokens/s\)$", text, re.M)

@@ -7,8 +7,9 @@ For each file and repetition, interleaved so that both tools see the same machin
   - llama-bench -p P -n N -r 1 (--repack 0: llama.cpp 0.3.36 aborts on these files with CPU
     weight repacking) -> pp (P prompt tokens in one batch) and tg (N tokens decoded from an empty
     context) tokens/s;
-  - mla run --tokens (P ids) -n 1 -> prefill tokens/s; mla run --tokens (1 id) -n N+1
-    --ignore-eos -> decode tokens/s of the N tokens after the first (from position 1, like tg).
+  - mla run --warmup --tokens (P ids) -n 1 -> prefill tokens/s; mla run --warmup --tokens (1 id)
+    -n N+1 --ignore-eos -> decode tokens/s of the N tokens after the first (from position 1, like
+    tg). --warmup runs one untimed request first, as llama-bench warms up before measuring.
 Prompt ids are fixed pseudo-random ids (seed 1) below the vocabulary size. Prints the median and
 best of each and the ratio mla.cpp / llama.cpp of the medians, as a markdown table.
 llama-bench is built by tools/llama-cpp/build-perplexity.sh.
@@ -65,10 +66,10 @@ def main() -> None:
                                "-r", "1", "--repack", "0", "-o", "json"]):
                 r["llama_pp" if e["n_prompt"] > 0 else "llama_tg"].append(e["avg_ts"])
             j = run_json([args.mla, "run", "-m", model, "--tokens", prompt, "-n", "1", "-t", str(args.t), "--json",
-                          "--log-level", "warn"])
+                          "--warmup", "--log-level", "warn"])
             r["mla_pp"].append(j["prefill_tokens_per_second"])
             j = run_json([args.mla, "run", "-m", model, "--tokens", prompt.split(",")[0], "-n", str(args.n + 1),
-                          "--ignore-eos", "-t", str(args.t), "--json", "--log-level", "warn"])
+                          "--ignore-eos", "-t", str(args.t), "--json", "--warmup", "--log-level", "warn"])
             r["mla_tg"].append(j["decode_tokens_per_second"])
         results[model] = r
 

@@ -42,6 +42,19 @@ struct MatmulScratch {
 void matmul(const WeightMatrix& w, const float* x, int64_t x_stride, int64_t n_tok, float* y, int64_t y_stride,
             ThreadPool& pool, MatmulScratch& scratch);
 
+// matmul in two halves, for callers that schedule the work themselves (the MoE layer runs every
+// expert's rows in one parallel region): activation rows quantized once for a weight type, then
+// any block of output rows computed on the calling thread. matmul() is exactly these two.
+struct QuantizedActivations {
+  const uint8_t* data = nullptr;  // n_tok rows of the weight type's vec_dot_type (F32: x itself)
+  int64_t row_bytes = 0;
+};
+QuantizedActivations quantize_activations(GgmlType weight_type, const float* x, int64_t x_stride, int64_t n_tok,
+                                          int64_t n_cols, ThreadPool* pool, std::vector<uint8_t>& buf);
+// y[t * y_stride + r] for t < n_tok and r in [r0, r1).
+void matmul_rows(const WeightMatrix& w, const QuantizedActivations& act, int64_t n_tok, float* y, int64_t y_stride,
+                 int64_t r0, int64_t r1);
+
 // Single-threaded reference with the scalar vec_dot_ref kernels, same activation quantization.
 void matmul_ref(const WeightMatrix& w, const float* x, int64_t x_stride, int64_t n_tok, float* y, int64_t y_stride);
 

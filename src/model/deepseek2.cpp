@@ -1,6 +1,7 @@
 #include "model/deepseek2.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 
@@ -39,6 +40,9 @@ Deepseek2Model::Deepseek2Model(const DeepseekConfig& c, const DeepseekWeights& w
   const size_t T = static_cast<size_t>(opt_.max_batch_tokens);
   const int64_t shared_ff = c.n_ff_exp * c.n_expert_shared;
   const int64_t ff = std::max({c.n_ff, shared_ff, 2 * c.n_ff_exp, int64_t{1}});
+  // The MoE layer works on (token, expert) pairs, a chunk of tokens at a time, in these buffers.
+  pair_capacity_ = std::max<int64_t>(static_cast<int64_t>(T), c.n_expert_used);
+  const size_t R = static_cast<size_t>(pair_capacity_);
   x_.resize(T * c.n_embd);
   h_.resize(T * c.n_embd);
   q_a_.resize(T * std::max<int64_t>(c.q_lora_rank, 1));
@@ -47,8 +51,8 @@ Deepseek2Model::Deepseek2Model(const DeepseekConfig& c, const DeepseekWeights& w
   attn_.resize(T * c.n_head * c.v_head);
   if (opt_.verify_paths) attn_alt_.resize(attn_.size());
   proj_.resize(T * c.n_embd);
-  gate_.resize(T * ff);
-  up_.resize(T * ff);
+  gate_.resize(R * ff);
+  up_.resize(R * ff);
   cos_.resize(T * c.qk_rope / 2);
   sin_.resize(T * c.qk_rope / 2);
   if (c.n_layer_dense_lead < c.n_layer) {
@@ -59,8 +63,9 @@ Deepseek2Model::Deepseek2Model(const DeepseekConfig& c, const DeepseekWeights& w
     expert_offsets_.resize(c.n_expert + 1);
     expert_cursor_.resize(c.n_expert);
     expert_rows_.resize(T * c.n_expert_used);
-    ex_in_.resize(T * c.n_embd);
-    ex_out_.resize(T * c.n_embd);
+    pair_pos_.resize(T * c.n_expert_used);
+    ex_in_.resize(R * c.n_embd);
+    ex_out_.resize(R * c.n_embd);
   }
 }
 
@@ -274,6 +279,37 @@ void Deepseek2Model::dense_ffn(const LayerWeights& L, int64_t n) {
   mm(L.ffn_down, gate_.data(), F, n, proj_.data(), E);
 }
 
+void Deepseek2Model::expert_matmuls(std::initializer_list<const WeightMatrix*> ws, int64_t out_rows, const float* x,
+                                    int64_t x_cols, int64_t n_pairs, std::initializer_list<float*> ys) {
+  const WeightMatrix* const* w = ws.begin();
+  float* const* y = ys.begin();
+  const int n_mat = static_cast<int>(ws.size());
+  // Inputs quantized once per activation type (gate and up nearly always share it).
+  QuantizedActivations act[2];
+  for (int i = 0; i < n_mat; ++i)
+    act[i] = i == 1 && vec_dot_type(w[1]->type) == vec_dot_type(w[0]->type)
+                 ? act[0]
+                 : quantize_activations(w[i]->type, x, x_cols, n_pairs, x_cols, &pool_, moe_act_[i]);
+  // Pieces of kRows output rows of one expert's matrix, handed out first come first served: the
+  // experts' pair counts differ, so a static split would leave threads idle.
+  constexpr int32_t kRows = 32;
+  expert_pieces_.clear();
+  for (int32_t e = 0; e < static_cast<int32_t>(c_.n_expert); ++e)
+    if (expert_offsets_[e + 1] > expert_offsets_[e])
+      for (int32_t i = 0; i < n_mat; ++i)
+        for (int32_t r0 = 0; r0 < out_rows; r0 += kRows) expert_pieces_.push_back({i, e, r0});
+  std::atomic<size_t> next{0};
+  pool_.run([&](int) {
+    for (size_t k; (k = next.fetch_add(1, std::memory_order_relaxed)) < expert_pieces_.size();) {
+      const ExpertPiece& pc = expert_pieces_[k];
+      const int32_t b0 = expert_offsets_[pc.expert], m = expert_offsets_[pc.expert + 1] - b0;
+      const QuantizedActivations a{act[pc.matrix].data + b0 * act[pc.matrix].row_bytes, act[pc.matrix].row_bytes};
+      matmul_rows(w[pc.matrix]->rows(pc.expert * out_rows, out_rows), a, m, y[pc.matrix] + b0 * out_rows, out_rows,
+                  pc.row0, std::min<int64_t>(out_rows, pc.row0 + kRows));
+    }
+  });
+}
+
 void Deepseek2Model::moe_ffn(const LayerWeights& L, int64_t n) {
   const int64_t E = c_.n_embd, F = c_.n_ff_exp, X = c_.n_expert, K = c_.n_expert_used;
   // Routing: {n_embd, n} -> {n_expert, n} logits -> k experts and weights per token.
@@ -290,40 +326,62 @@ void Deepseek2Model::moe_ffn(const LayerWeights& L, int64_t n) {
   for (int64_t t = 0; t < n; ++t)
     moe_route(r, router_.data() + t * X, sel_experts_.data() + t * K, sel_weights_.data() + t * K, route_scratch_.data());
 
-  // Group (token, k) pairs by expert, tokens ascending within an expert.
-  std::fill(expert_offsets_.begin(), expert_offsets_.end(), 0);
-  for (int64_t i = 0; i < n * K; ++i) expert_offsets_[sel_experts_[i] + 1]++;
-  for (int64_t e = 0; e < X; ++e) expert_offsets_[e + 1] += expert_offsets_[e];
-  std::copy(expert_offsets_.begin(), expert_offsets_.end() - 1, expert_cursor_.begin());
-  for (int64_t i = 0; i < n * K; ++i) expert_rows_[expert_cursor_[sel_experts_[i]]++] = static_cast<int32_t>(i);
-
-  // transformers' summation order: routed experts in expert order starting from zero, then the
-  // shared experts; each token's sum depends only on its own experts.
+  // Tokens are taken a chunk at a time so that their (token, expert) pairs fit the buffers. In a
+  // chunk every routed expert's work is one parallel region per stage (inputs quantized once,
+  // then gate/up rows, SwiGLU, down rows), handed out to threads in small pieces; each output is
+  // one dot product, so the results do not depend on chunking, scheduling or threads.
   float* acc = proj_.data();
-  std::fill(acc, acc + n * E, 0.0f);
-  for (int64_t e = 0; e < X; ++e) {
-    const int32_t b0 = expert_offsets_[e], b1 = expert_offsets_[e + 1];
-    const int64_t m = b1 - b0;
-    if (m == 0) continue;
-    for (int64_t i = 0; i < m; ++i)
-      std::memcpy(ex_in_.data() + i * E, h_.data() + (expert_rows_[b0 + i] / K) * E, sizeof(float) * E);
+  const int64_t chunk = std::max<int64_t>(1, pair_capacity_ / K);
+  for (int64_t c0 = 0; c0 < n; c0 += chunk) {
+    const int64_t c1 = std::min(n, c0 + chunk);
+    const int64_t p0 = c0 * K, P = (c1 - c0) * K;  // pairs p0 .. p0 + P - 1 (token * K + k)
+    // Group the chunk's pairs by expert, tokens ascending within an expert.
+    std::fill(expert_offsets_.begin(), expert_offsets_.end(), 0);
+    for (int64_t i = 0; i < P; ++i) expert_offsets_[sel_experts_[p0 + i] + 1]++;
+    for (int64_t e = 0; e < X; ++e) expert_offsets_[e + 1] += expert_offsets_[e];
+    std::copy(expert_offsets_.begin(), expert_offsets_.end() - 1, expert_cursor_.begin());
+    for (int64_t i = 0; i < P; ++i) {
+      const int32_t at = expert_cursor_[sel_experts_[p0 + i]]++;
+      expert_rows_[at] = static_cast<int32_t>(p0 + i);
+      pair_pos_[i] = at;
+    }
+    pool_.parallel_for(P, [&](int64_t b0, int64_t b1, int) {
+      for (int64_t i = b0; i < b1; ++i)
+        std::memcpy(ex_in_.data() + i * E, h_.data() + (expert_rows_[i] / K) * E, sizeof(float) * E);
+    });
+
     if (L.gate_up_merged) {
-      // {n_embd, m} -> {2 * n_ff_exp, m}: gate rows then up rows of expert e.
-      mm(L.ffn_gate_up_exps.rows(e * 2 * F, 2 * F), ex_in_.data(), E, m, up_.data(), 2 * F);
-      for (int64_t i = 0; i < m; ++i) swiglu(up_.data() + i * 2 * F, up_.data() + i * 2 * F + F, gate_.data() + i * F, F);
+      // {n_embd, m} -> {2 * n_ff_exp, m} per expert: gate rows then up rows, into up_.
+      expert_matmuls({&L.ffn_gate_up_exps}, 2 * F, ex_in_.data(), E, P, {up_.data()});
+      pool_.parallel_for(P, [&](int64_t b0, int64_t b1, int) {
+        for (int64_t i = b0; i < b1; ++i) swiglu(up_.data() + i * 2 * F, up_.data() + i * 2 * F + F, gate_.data() + i * F, F);
+      });
     } else {
-      mm(L.ffn_gate_exps.rows(e * F, F), ex_in_.data(), E, m, gate_.data(), F);
-      mm(L.ffn_up_exps.rows(e * F, F), ex_in_.data(), E, m, up_.data(), F);
-      swiglu(gate_.data(), up_.data(), gate_.data(), m * F);
+      expert_matmuls({&L.ffn_gate_exps, &L.ffn_up_exps}, F, ex_in_.data(), E, P, {gate_.data(), up_.data()});
+      pool_.parallel_for(P, [&](int64_t b0, int64_t b1, int) {
+        swiglu(gate_.data() + b0 * F, up_.data() + b0 * F, gate_.data() + b0 * F, (b1 - b0) * F);
+      });
     }
-    mm(L.ffn_down_exps.rows(e * E, E), gate_.data(), F, m, ex_out_.data(), E);
-    for (int64_t i = 0; i < m; ++i) {
-      const int32_t pair = expert_rows_[b0 + i];
-      const float wgt = sel_weights_[pair];
-      float* dst = acc + (pair / K) * E;
-      const float* src = ex_out_.data() + i * E;
-      for (int64_t j = 0; j < E; ++j) dst[j] += src[j] * wgt;
-    }
+    expert_matmuls({&L.ffn_down_exps}, E, gate_.data(), F, P, {ex_out_.data()});
+
+    // transformers' summation order: routed experts in expert order starting from zero (the
+    // shared experts follow below); each token's sum depends only on its own experts.
+    pool_.parallel_for(c1 - c0, [&](int64_t b0, int64_t b1, int) {
+      std::vector<int32_t> order(static_cast<size_t>(K));
+      for (int64_t t = c0 + b0; t < c0 + b1; ++t) {
+        for (int64_t k = 0; k < K; ++k) order[k] = static_cast<int32_t>(k);
+        std::sort(order.begin(), order.end(),
+                  [&](int32_t a, int32_t b) { return sel_experts_[t * K + a] < sel_experts_[t * K + b]; });
+        float* dst = acc + t * E;
+        std::fill(dst, dst + E, 0.0f);
+        for (int64_t k = 0; k < K; ++k) {
+          const int64_t pair = t * K + order[k];
+          const float wgt = sel_weights_[pair];
+          const float* src = ex_out_.data() + pair_pos_[pair - p0] * E;
+          for (int64_t j = 0; j < E; ++j) dst[j] += src[j] * wgt;
+        }
+      }
+    });
   }
   if (c_.n_expert_shared > 0) {
     const int64_t S = F * c_.n_expert_shared;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <initializer_list>
 #include <vector>
 
 #include "kernels/attention.h"
@@ -57,6 +58,11 @@ class Deepseek2Model {
                     float* out);
   void dense_ffn(const LayerWeights& L, int64_t n_rows);
   void moe_ffn(const LayerWeights& L, int64_t n_rows);
+  // For every routed expert e that has pairs (rows [expert_offsets_[e], expert_offsets_[e + 1]) of
+  // x, x_cols floats each): ys[i] rows = ws[i][e] · x rows, out_rows outputs per row (ws[i] holds
+  // out_rows rows per expert). One parallel region for all experts and matrices.
+  void expert_matmuls(std::initializer_list<const WeightMatrix*> ws, int64_t out_rows, const float* x, int64_t x_cols,
+                      int64_t n_pairs, std::initializer_list<float*> ys);
   void mm(const WeightMatrix& w, const float* x, int64_t x_stride, int64_t n, float* y, int64_t y_stride);
 
   const DeepseekConfig& c_;
@@ -89,7 +95,14 @@ class Deepseek2Model {
   std::vector<int32_t> expert_offsets_;  // n_expert + 1
   std::vector<int32_t> expert_cursor_;   // n_expert
   std::vector<int32_t> expert_rows_;     // token * n_expert_used + k, grouped by expert
-  std::vector<float> ex_in_, ex_out_;    // n_embd per gathered row
+  std::vector<float> ex_in_, ex_out_;    // n_embd per gathered (token, expert) pair
+  std::vector<int32_t> pair_pos_;        // a pair's row in the expert-grouped order
+  std::vector<uint8_t> moe_act_[2];      // quantized expert inputs (two weight types at most)
+  int64_t pair_capacity_ = 0;            // rows of ex_in_ / ex_out_ / gate_ / up_
+  struct ExpertPiece {
+    int32_t matrix, expert, row0;
+  };
+  std::vector<ExpertPiece> expert_pieces_;  // expert_matmuls' work list
 };
 
 // A deepseek2 file with its config and bound weights.

@@ -293,6 +293,16 @@ void run(const RunArgs& a) {
   int n_seqs = 0;
   for (const Job& j : jobs) n_seqs += j.params.n;
 
+  auto add_timing = [&](nlohmann::json& j) {
+    j["prefill_tokens"] = prompt_tokens;
+    j["prefill_seconds"] = prefill_s;
+    j["prefill_tokens_per_second"] = prefill_tps;
+    j["decode_tokens"] = decode_tokens;
+    j["decode_seconds"] = decode_s;
+    j["decode_tokens_per_second"] = decode_tps;
+    j["mla_path"] = a.mla_path;
+  };
+
   if (!batch) {
     const Collected& col = results.at("run");
     if (a.json) {
@@ -301,13 +311,7 @@ void run(const RunArgs& a) {
       j["continuation"] = col.tokens[0];
       if (tok) j["text"] = col.text[0];
       j["finish_reason"] = col.finish[0];
-      j["prefill_tokens"] = prompt_tokens;
-      j["prefill_seconds"] = prefill_s;
-      j["prefill_tokens_per_second"] = prefill_tps;
-      j["decode_tokens"] = decode_tokens;
-      j["decode_seconds"] = decode_s;
-      j["decode_tokens_per_second"] = decode_tps;
-      j["mla_path"] = a.mla_path;
+      add_timing(j);
       fmt::print("{}\n", j.dump());
       return;
     }
@@ -332,19 +336,13 @@ void run(const RunArgs& a) {
         for (int i = 0; i < job.params.n; ++i) j["requests"][j["requests"].size() - job.params.n + i]["text"] = col.text[i];
     }
     j["n_sequences"] = n_seqs;
-    j["prefill_tokens"] = prompt_tokens;
-    j["prefill_seconds"] = prefill_s;
-    j["prefill_tokens_per_second"] = prefill_tps;
-    j["decode_tokens"] = decode_tokens;
-    j["decode_seconds"] = decode_s;
-    j["decode_tokens_per_second"] = decode_tps;
+    add_timing(j);
     j["generated_tokens"] = counters.n_generation_tokens;
     j["steps"] = counters.n_steps;
     j["preemptions"] = counters.n_preemptions;
     j["prefix_cache_hit_rate"] = prefix_rate;
     j["tokens_mha"] = counters.n_tokens_mha;
     j["tokens_mqa"] = counters.n_tokens_mqa;
-    j["mla_path"] = a.mla_path;
     fmt::print("{}\n", j.dump());
     return;
   }

@@ -92,4 +92,15 @@ inline RunResult run_engine(std::function<std::unique_ptr<ModelRunner>()> make_r
   return res;
 }
 
+// The engine configuration the batch-invariance tests vary: path policy, token budget, prefix
+// caching; up to 16 sequences.
+inline EngineConfig config(MlaPathPolicy policy, int budget, bool prefix) {
+  EngineConfig c;
+  c.path_policy = policy;
+  c.max_num_batched_tokens = budget;
+  c.enable_prefix_caching = prefix;
+  c.max_num_seqs = 16;
+  return c;
+}
+
 }  // namespace mla::testing

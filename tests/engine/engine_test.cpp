@@ -48,15 +48,6 @@ std::vector<Arrival> mixed_arrivals(int max_tokens) {
   return a;
 }
 
-EngineConfig config(MlaPathPolicy policy, int budget, bool prefix) {
-  EngineConfig c;
-  c.path_policy = policy;
-  c.max_num_batched_tokens = budget;
-  c.enable_prefix_caching = prefix;
-  c.max_num_seqs = 16;
-  return c;
-}
-
 // Each request alone, with a big budget and no prefix cache.
 RunResult solo_runs(const std::vector<Arrival>& arrivals, MlaPathPolicy policy) {
   RunResult all;

@@ -84,15 +84,6 @@ std::vector<Arrival> arrivals(int n_vocab) {
   return a;
 }
 
-EngineConfig config(MlaPathPolicy policy, int budget, bool prefix) {
-  EngineConfig c;
-  c.path_policy = policy;
-  c.max_num_batched_tokens = budget;
-  c.enable_prefix_caching = prefix;
-  c.max_num_seqs = 16;
-  return c;
-}
-
 void expect_bit_identical(const RunResult& want, const RunResult& got, const std::string& what) {
   for (const auto& [id, seqs] : want.seqs) {
     ASSERT_TRUE(got.seqs.count(id)) << what << " " << id;

@@ -1,6 +1,7 @@
 #include "model/deepseek2.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -64,7 +65,6 @@ Deepseek2Model::Deepseek2Model(const DeepseekConfig& c, const DeepseekWeights& w
     expert_cursor_.resize(c.n_expert);
     expert_rows_.resize(T * c.n_expert_used);
     pair_pos_.resize(T * c.n_expert_used);
-    ex_in_.resize(R * c.n_embd);
     ex_out_.resize(R * c.n_embd);
   }
 }
@@ -279,17 +279,35 @@ void Deepseek2Model::dense_ffn(const LayerWeights& L, int64_t n) {
   mm(L.ffn_down, gate_.data(), F, n, proj_.data(), E);
 }
 
-void Deepseek2Model::expert_matmuls(std::initializer_list<const WeightMatrix*> ws, int64_t out_rows, const float* x,
-                                    int64_t x_cols, int64_t n_pairs, std::initializer_list<float*> ys) {
+std::array<QuantizedActivations, 2> Deepseek2Model::expert_inputs(std::initializer_list<const WeightMatrix*> ws,
+                                                                  int64_t c0, int64_t c1, int64_t n_pairs) {
+  const int64_t E = c_.n_embd, K = c_.n_expert_used;
+  const WeightMatrix* const* w = ws.begin();
+  std::array<QuantizedActivations, 2> out;
+  for (size_t i = 0; i < ws.size(); ++i) {
+    if (i == 1 && vec_dot_type(w[1]->type) == vec_dot_type(w[0]->type)) {
+      out[1] = out[0];  // gate and up nearly always share the activation type
+      break;
+    }
+    // Each token's row quantized once, then copied to each of its pairs' rows.
+    const QuantizedActivations tok =
+        quantize_activations(w[i]->type, h_.data() + c0 * E, E, c1 - c0, E, &pool_, moe_act_[i]);
+    const int64_t rb = tok.row_bytes;
+    std::vector<uint8_t>& rows = moe_pair_act_[i];
+    if (rows.size() < static_cast<size_t>(n_pairs * rb)) rows.resize(static_cast<size_t>(n_pairs * rb));
+    pool_.parallel_for(n_pairs, [&](int64_t b0, int64_t b1, int) {
+      for (int64_t j = b0; j < b1; ++j) std::memcpy(rows.data() + j * rb, tok.data + (expert_rows_[j] / K - c0) * rb, rb);
+    });
+    out[i] = {rows.data(), rb};
+  }
+  return out;
+}
+
+void Deepseek2Model::expert_matmuls(std::initializer_list<const WeightMatrix*> ws, int64_t out_rows,
+                                    const std::array<QuantizedActivations, 2>& act, std::initializer_list<float*> ys) {
   const WeightMatrix* const* w = ws.begin();
   float* const* y = ys.begin();
   const int n_mat = static_cast<int>(ws.size());
-  // Inputs quantized once per activation type (gate and up nearly always share it).
-  QuantizedActivations act[2];
-  for (int i = 0; i < n_mat; ++i)
-    act[i] = i == 1 && vec_dot_type(w[1]->type) == vec_dot_type(w[0]->type)
-                 ? act[0]
-                 : quantize_activations(w[i]->type, x, x_cols, n_pairs, x_cols, &pool_, moe_act_[i]);
   // Pieces of kRows output rows of one expert's matrix, handed out first come first served: the
   // experts' pair counts differ, so a static split would leave threads idle.
   constexpr int32_t kRows = 32;
@@ -345,37 +363,31 @@ void Deepseek2Model::moe_ffn(const LayerWeights& L, int64_t n) {
       expert_rows_[at] = static_cast<int32_t>(p0 + i);
       pair_pos_[i] = at;
     }
-    pool_.parallel_for(P, [&](int64_t b0, int64_t b1, int) {
-      for (int64_t i = b0; i < b1; ++i)
-        std::memcpy(ex_in_.data() + i * E, h_.data() + (expert_rows_[i] / K) * E, sizeof(float) * E);
-    });
-
     if (L.gate_up_merged) {
       // {n_embd, m} -> {2 * n_ff_exp, m} per expert: gate rows then up rows, into up_.
-      expert_matmuls({&L.ffn_gate_up_exps}, 2 * F, ex_in_.data(), E, P, {up_.data()});
+      expert_matmuls({&L.ffn_gate_up_exps}, 2 * F, expert_inputs({&L.ffn_gate_up_exps}, c0, c1, P), {up_.data()});
       pool_.parallel_for(P, [&](int64_t b0, int64_t b1, int) {
         for (int64_t i = b0; i < b1; ++i) swiglu(up_.data() + i * 2 * F, up_.data() + i * 2 * F + F, gate_.data() + i * F, F);
       });
     } else {
-      expert_matmuls({&L.ffn_gate_exps, &L.ffn_up_exps}, F, ex_in_.data(), E, P, {gate_.data(), up_.data()});
+      expert_matmuls({&L.ffn_gate_exps, &L.ffn_up_exps}, F,
+                     expert_inputs({&L.ffn_gate_exps, &L.ffn_up_exps}, c0, c1, P), {gate_.data(), up_.data()});
       pool_.parallel_for(P, [&](int64_t b0, int64_t b1, int) {
         swiglu(gate_.data() + b0 * F, up_.data() + b0 * F, gate_.data() + b0 * F, (b1 - b0) * F);
       });
     }
-    expert_matmuls({&L.ffn_down_exps}, E, gate_.data(), F, P, {ex_out_.data()});
+    // The down projection's inputs are already one row per pair, in grouped order.
+    const QuantizedActivations down_in =
+        quantize_activations(L.ffn_down_exps.type, gate_.data(), F, P, F, &pool_, moe_act_[0]);
+    expert_matmuls({&L.ffn_down_exps}, E, {down_in, down_in}, {ex_out_.data()});
 
     // transformers' summation order: routed experts in expert order starting from zero (the
-    // shared experts follow below); each token's sum depends only on its own experts.
+    // shared experts follow below), which is the order moe_route returns a token's experts in.
     pool_.parallel_for(c1 - c0, [&](int64_t b0, int64_t b1, int) {
-      std::vector<int32_t> order(static_cast<size_t>(K));
       for (int64_t t = c0 + b0; t < c0 + b1; ++t) {
-        for (int64_t k = 0; k < K; ++k) order[k] = static_cast<int32_t>(k);
-        std::sort(order.begin(), order.end(),
-                  [&](int32_t a, int32_t b) { return sel_experts_[t * K + a] < sel_experts_[t * K + b]; });
         float* dst = acc + t * E;
         std::fill(dst, dst + E, 0.0f);
-        for (int64_t k = 0; k < K; ++k) {
-          const int64_t pair = t * K + order[k];
+        for (int64_t pair = t * K; pair < (t + 1) * K; ++pair) {
           const float wgt = sel_weights_[pair];
           const float* src = ex_out_.data() + pair_pos_[pair - p0] * E;
           for (int64_t j = 0; j < E; ++j) dst[j] += src[j] * wgt;

@@ -4,10 +4,11 @@
 // driven by a BatchMeta and a LatentCache. All buffers are sized at construction for
 // max_batch_tokens; a forward call allocates nothing once the attention scratch has grown to
 // the longest context seen.
+#include <array>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
-#include <initializer_list>
 #include <vector>
 
 #include "kernels/attention.h"
@@ -58,11 +59,15 @@ class Deepseek2Model {
                     float* out);
   void dense_ffn(const LayerWeights& L, int64_t n_rows);
   void moe_ffn(const LayerWeights& L, int64_t n_rows);
+  // The MoE input rows of tokens [c0, c1) for weights ws (one or two matrices), one row per
+  // (token, expert) pair in the expert-grouped order: each token quantized once, then copied.
+  std::array<QuantizedActivations, 2> expert_inputs(std::initializer_list<const WeightMatrix*> ws, int64_t c0,
+                                                    int64_t c1, int64_t n_pairs);
   // For every routed expert e that has pairs (rows [expert_offsets_[e], expert_offsets_[e + 1]) of
-  // x, x_cols floats each): ys[i] rows = ws[i][e] · x rows, out_rows outputs per row (ws[i] holds
-  // out_rows rows per expert). One parallel region for all experts and matrices.
-  void expert_matmuls(std::initializer_list<const WeightMatrix*> ws, int64_t out_rows, const float* x, int64_t x_cols,
-                      int64_t n_pairs, std::initializer_list<float*> ys);
+  // act[i]): ys[i] rows = ws[i][e] · act[i] rows, out_rows outputs per row (ws[i] holds out_rows
+  // rows per expert). One parallel region for all experts and matrices.
+  void expert_matmuls(std::initializer_list<const WeightMatrix*> ws, int64_t out_rows,
+                      const std::array<QuantizedActivations, 2>& act, std::initializer_list<float*> ys);
   void mm(const WeightMatrix& w, const float* x, int64_t x_stride, int64_t n, float* y, int64_t y_stride);
 
   const DeepseekConfig& c_;
@@ -95,10 +100,11 @@ class Deepseek2Model {
   std::vector<int32_t> expert_offsets_;  // n_expert + 1
   std::vector<int32_t> expert_cursor_;   // n_expert
   std::vector<int32_t> expert_rows_;     // token * n_expert_used + k, grouped by expert
-  std::vector<float> ex_in_, ex_out_;    // n_embd per gathered (token, expert) pair
+  std::vector<float> ex_out_;            // n_embd per (token, expert) pair
   std::vector<int32_t> pair_pos_;        // a pair's row in the expert-grouped order
-  std::vector<uint8_t> moe_act_[2];      // quantized expert inputs (two weight types at most)
-  int64_t pair_capacity_ = 0;            // rows of ex_in_ / ex_out_ / gate_ / up_
+  std::vector<uint8_t> moe_act_[2];      // quantized MoE inputs per token (two weight types at most)
+  std::vector<uint8_t> moe_pair_act_[2]; // the same, one row per pair
+  int64_t pair_capacity_ = 0;            // rows of ex_out_ / gate_ / up_
   struct ExpertPiece {
     int32_t matrix, expert, row0;
   };

@@ -15,6 +15,9 @@ void add_common_options(CLI::App* cmd, CommonOptions& opt) {
   cmd->add_option("--log-level", opt.log_level,
                   "trace | debug | info | warn | error | critical | off (default: $MLA_LOG_LEVEL or info)");
   cmd->add_option("--trace", opt.trace, "Trace switches, e.g. dispatch:8 (default: $MLA_TRACE)");
+  cmd->add_option("--dsa", opt.dsa,
+                  "on | off: DeepSeek Sparse Attention for models with a lightning indexer (deepseek32, glm-dsa); "
+                  "off runs dense MLA (default: on)");
   cmd->add_flag_callback(
       "--help-env",
       [] {
@@ -29,6 +32,12 @@ void apply_common_options(const CommonOptions& opt) {
   warn_unknown_env_vars();
   if (opt.trace.empty()) trace_configure_from_env();
   else trace_configure(opt.trace);
+}
+
+bool dsa_enabled(const CommonOptions& opt) {
+  if (opt.dsa == "on") return true;
+  if (opt.dsa == "off") return false;
+  fail("--dsa '{}': expected on or off", opt.dsa);
 }
 
 int64_t parse_byte_size(const std::string& text, const char* option) {

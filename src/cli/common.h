@@ -11,9 +11,13 @@ namespace mla::cli {
 struct CommonOptions {
   std::string log_level;  // "" → MLA_LOG_LEVEL or info
   std::string trace;      // "" → MLA_TRACE
+  std::string dsa = "on"; // --dsa on|off: sparse attention where the model has a DSA indexer
 };
 
-// Adds --log-level, --trace and --help-env (prints the MLA_* table and exits 0) to cmd.
+// --dsa as a bool; throws mla::Error for anything but on|off.
+bool dsa_enabled(const CommonOptions& opt);
+
+// Adds --log-level, --trace, --dsa and --help-env (prints the MLA_* table and exits 0) to cmd.
 void add_common_options(CLI::App* cmd, CommonOptions& opt);
 // At the start of the callback: log level, trace switches, warnings for unknown MLA_* names.
 void apply_common_options(const CommonOptions& opt);

@@ -79,11 +79,13 @@ void print_text(const GgufFile& f, bool full) {
   for (const auto& [name, n] : tot.by_type) types += fmt::format("{}{}: {}", types.empty() ? "" : ", ", name, n);
   if (!types.empty()) fmt::print("tensor types: {}\n", types);
   if (const GgufValue* arch = f.find("general.architecture");
-      arch && arch->type() == GgufValueType::STRING && arch->as_string() == "deepseek2") {
+      arch && arch->type() == GgufValueType::STRING &&
+      (arch->as_string() == "deepseek2" || arch->as_string() == "deepseek32" || arch->as_string() == "glm-dsa")) {
     try {
-      fmt::print("\nderived hyper-parameters (deepseek2):\n{}", describe_deepseek_config(load_deepseek_config(f)));
+      fmt::print("\nderived hyper-parameters ({}):\n{}", arch->as_string(),
+                 describe_deepseek_config(load_deepseek_config(f)));
     } catch (const Error& e) {
-      fmt::print("\nderived hyper-parameters (deepseek2): not loadable: {}\n", e.what());
+      fmt::print("\nderived hyper-parameters ({}): not loadable: {}\n", arch->as_string(), e.what());
     }
   }
 }

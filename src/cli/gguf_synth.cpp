@@ -63,13 +63,13 @@ void apply_flag(SynthSpec& s, const std::string& key, const std::string& value) 
 
 void register_gguf_synth(CLI::App& gguf) {
   auto* cmd = gguf.add_subcommand(
-      "synth", "Write a random-weight deepseek2 GGUF (flags override --config; see src/model/synth.h for the keys)");
+      "synth", "Write a random-weight MLA-MoE GGUF (deepseek2, deepseek32, glm-dsa; --preset glm5|deepseek32) (flags override --config; see src/model/synth.h for the keys)");
   static std::string out, config;
   static std::map<std::string, std::string> values;
   cmd->add_option("-o,--output", out, "Output GGUF path")->required();
   cmd->add_option("--config", config, "JSON object of spec keys (n_layer, n_embd, types, layout, vocab, seed, ...)");
   for (const auto& key : synth_spec_keys()) {
-    std::string help = key == "types"   ? "Per-role tensor types: ROLE=TYPE,... (roles: embd output attn_q attn_kv_a "
+    std::string help = key == "types"   ? "Per-role tensor types: ROLE=TYPE,... (roles: embd output attn_q attn_kv_a indexer "
                                           "attn_mla attn_output ffn ffn_exps ffn_shexp router)"
                        : key == "vocab" ? "Take the vocabulary (tokenizer.* keys) from this GGUF"
                                         : fmt::format("spec key '{}'", key);

@@ -36,6 +36,7 @@ struct PerplexityArgs {
   int batch = 0;      // 0: n_ctx
   int threads = 0;
   std::string mla_path = "auto";
+  std::string dsa = "on";
   bool json = false;
 };
 
@@ -90,6 +91,7 @@ void run_perplexity(const PerplexityArgs& a) {
   ModelOptions mo;
   mo.n_threads = a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   mo.max_batch_tokens = batch;
+  mo.dsa = a.dsa == "on";
   Deepseek2Model model(c, bundle->weights, mo);
   LatentCache cache = model.make_cache(n_ctx);
   std::vector<float> logits(static_cast<size_t>(batch) * c.n_vocab);
@@ -159,7 +161,7 @@ void run_perplexity(const PerplexityArgs& a) {
 }  // namespace
 
 void register_perplexity(CLI::App& app) {
-  auto* cmd = app.add_subcommand("perplexity", "Perplexity of a deepseek2 GGUF on a text file (llama.cpp's method)");
+  auto* cmd = app.add_subcommand("perplexity", "Perplexity of an MLA-MoE GGUF on a text file (llama.cpp's method)");
   static PerplexityArgs a;
   cmd->add_option("-m,--model", a.model, "deepseek2 GGUF file")->required();
   cmd->add_option("-f,--file", a.file, "Text file")->required();
@@ -169,6 +171,9 @@ void register_perplexity(CLI::App& app) {
   cmd->add_option("-t,--threads", a.threads, "Threads (default: all hardware threads)");
   cmd->add_option("--mla-path", a.mla_path, "MLA attention path: auto | mha | mqa")
       ->check(CLI::IsMember({"auto", "mha", "mqa"}))
+      ->capture_default_str();
+  cmd->add_option("--dsa", a.dsa, "on | off: sparse attention for models with a DSA indexer")
+      ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
   cmd->add_flag("--json", a.json, "Print the result as one JSON object");
   cmd->callback([] { run_perplexity(a); });

@@ -175,6 +175,7 @@ void run(const RunArgs& a) {
   ModelOptions mo;
   mo.n_threads = a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   mo.max_batch_tokens = a.max_num_batched_tokens;
+  mo.dsa = dsa_enabled(a.common);
   mo.verify_paths = a.verify_paths;
   KvCacheOptions kvo;
   kvo.dtype = parse_cache_dtype(a.kv_dtype);

@@ -163,6 +163,7 @@ void serve(ServeArgs& a) {
   ModelOptions mo;
   mo.n_threads = a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   mo.max_batch_tokens = a.max_num_batched_tokens;
+  mo.dsa = dsa_enabled(a.common);
   KvCacheOptions kv;
   auto kv_type = ggml_type_from_name(a.kv_cache_dtype);
   if (!kv_type) fail("serve: --kv-cache-dtype '{}' is not a type name (f16, bf16, f32, q8_0)", a.kv_cache_dtype);

@@ -31,6 +31,12 @@ class Deepseek2Runner : public ModelRunner {
   int max_context() const override;
   LatentCache& cache() override { return *cache_; }
   void forward(const BatchMeta& meta, float* logits) override { model_->forward(meta, *cache_, logits); }
+  int64_t sparse_layer_tokens() const override {
+    return model_->sparse_counters().layer_tokens.load(std::memory_order_relaxed);
+  }
+  int64_t sparse_selected_rows() const override {
+    return model_->sparse_counters().selected_rows.load(std::memory_order_relaxed);
+  }
 
   const DeepseekConfig& config() const { return bundle_->config; }
   const GgufFile& file() const { return *bundle_->file; }

@@ -245,6 +245,8 @@ void Engine::Impl::update_counters() {
   c.n_kv_blocks = kv.pool().n_blocks();
   c.n_kv_blocks_free = kv.pool().n_free();
   c.kv_usage = 1.0 - static_cast<double>(c.n_kv_blocks_free) / static_cast<double>(c.n_kv_blocks);
+  c.n_sparse_layer_tokens = runner->sparse_layer_tokens();
+  c.n_sparse_selected_rows = runner->sparse_selected_rows();
   std::lock_guard lk(counters_mu);
   snapshot = c;
 }

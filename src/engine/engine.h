@@ -135,6 +135,8 @@ struct EngineCounters {
   int64_t n_prefix_hits = 0;         // of those, tokens found
   int64_t n_tokens_mha = 0;          // tokens that went through the MHA path
   int64_t n_tokens_mqa = 0;          // tokens that went through the MQA path
+  int64_t n_sparse_layer_tokens = 0; // DSA: tokens through sparse layers, summed over layers
+  int64_t n_sparse_selected_rows = 0;// DSA: context rows the indexer selected for them
   int64_t n_steps = 0;               // forward calls
   int64_t n_requests_finished = 0;
 };

@@ -24,6 +24,11 @@ class ModelRunner {
   // meta.logits_rows into logits[i * n_vocab ...]. The result for a sequence must not depend on
   // the other sequences in the batch (batch invariance).
   virtual void forward(const BatchMeta& meta, float* logits) = 0;
+
+  // DSA: tokens that went through sparse layers (summed over layers) and the context rows their
+  // indexer selected, cumulative; 0 for models without sparse attention.
+  virtual int64_t sparse_layer_tokens() const { return 0; }
+  virtual int64_t sparse_selected_rows() const { return 0; }
 };
 
 }  // namespace mla

@@ -19,6 +19,17 @@ float* thread_buffer(AttnScratch& s, int n_threads, int t, size_t n_floats) {
 
 const float* ctx_row(const MlaAttnParams& p, int64_t j) { return p.cache + p.slots[j] * p.cache_stride; }
 
+// The context rows query i attends to: its selection, or rows [0, n_vis) when dense.
+struct QueryRows {
+  const int32_t* list = nullptr;
+  int64_t n = 0;
+  int64_t operator[](int64_t k) const { return list ? list[k] : k; }
+};
+QueryRows rows_of(const MlaAttnParams& p, int64_t i) {
+  if (p.sel) return {p.sel + i * p.sel_stride, p.sel_count[i]};
+  return {nullptr, p.n_ctx - p.n_q + i + 1};
+}
+
 }  // namespace
 
 void mla_attention_mha(const MlaAttnParams& p, ThreadPool& pool, AttnScratch& scratch) {
@@ -41,6 +52,21 @@ void mla_attention_mha(const MlaAttnParams& p, ThreadPool& pool, AttnScratch& sc
       dot_block_f32(p.n_ctx, p.v_dim, p.kv_lora, ctx, [&](int64_t e) { return wv + e * p.kv_lora; }, v, p.v_dim);
       for (int64_t j = 0; j < p.n_ctx; ++j)
         std::memcpy(k + j * qk_head + p.qk_nope, ctx_row(p, j) + p.kv_lora, sizeof(float) * p.qk_rope);
+      if (p.sel) {
+        // Sparse: each query over its own selected keys.
+        for (int64_t i = 0; i < p.n_q; ++i) {
+          const QueryRows rows = rows_of(p, i);
+          const float* qh = p.q + i * p.q_stride + h * qk_head;
+          dot_block_f32(1, rows.n, qk_head, [&](int64_t) { return qh; }, [&](int64_t k) { return key(rows[k]); },
+                        scores, 0);
+          for (int64_t k = 0; k < rows.n; ++k) scores[k] *= p.kq_scale;
+          softmax(scores, rows.n);
+          float* o = p.out + i * p.out_stride + h * p.v_dim;
+          std::memset(o, 0, sizeof(float) * p.v_dim);
+          for (int64_t k = 0; k < rows.n; ++k) axpy_f32(scores[k], v + rows[k] * p.v_dim, o, p.v_dim);
+        }
+        continue;
+      }
       // Queries two at a time over the keys both see; the second also sees one more.
       for (int64_t i = 0; i < p.n_q; i += 2) {
         const int64_t nq = std::min<int64_t>(2, p.n_q - i);
@@ -74,9 +100,9 @@ void mla_attention_mqa(const MlaAttnParams& p, ThreadPool& pool, AttnScratch& sc
     float* q_abs = scratch.per_thread[t].data();  // [nh][kv_lora | qk_rope]: absorbed query, q_pe
     float* o_lat = q_abs + nh * row_len;          // [nh][kv_lora]
     float* scores = o_lat + nh * p.kv_lora;       // [nh][n_ctx]
-    auto ctx = [&](int64_t j) { return ctx_row(p, j); };
     for (int64_t i = 0; i < p.n_q; ++i) {
-      const int64_t n_vis = p.n_ctx - p.n_q + i + 1;
+      const QueryRows rows = rows_of(p, i);
+      const int64_t n_vis = rows.n;
       const float* q_tok = p.q + i * p.q_stride;
       // Absorb W_UK into each head's query: q_abs[c] = Σ_d W_UK[h][c][d] q_nope[d]; then q_pe.
       for (int64_t hh = 0; hh < nh; ++hh) {
@@ -88,7 +114,8 @@ void mla_attention_mqa(const MlaAttnParams& p, ThreadPool& pool, AttnScratch& sc
       }
       // Scores: one dot over the whole cache row [c_kv | k_pe] per head; each row is read once
       // for a tile of heads.
-      dot_block_f32(nh, n_vis, row_len, [&](int64_t hh) { return q_abs + hh * row_len; }, ctx, scores, p.n_ctx);
+      dot_block_f32(nh, n_vis, row_len, [&](int64_t hh) { return q_abs + hh * row_len; },
+                    [&](int64_t k) { return ctx_row(p, rows[k]); }, scores, p.n_ctx);
       for (int64_t hh = 0; hh < nh; ++hh) {
         float* sc = scores + hh * p.n_ctx;
         for (int64_t j = 0; j < n_vis; ++j) sc[j] *= p.kq_scale;
@@ -96,7 +123,7 @@ void mla_attention_mqa(const MlaAttnParams& p, ThreadPool& pool, AttnScratch& sc
       }
       std::memset(o_lat, 0, sizeof(float) * nh * p.kv_lora);
       for (int64_t j = 0; j < n_vis; ++j) {
-        const float* row = ctx_row(p, j);
+        const float* row = ctx_row(p, rows[j]);
         for (int64_t hh = 0; hh < nh; ++hh) axpy_f32(scores[hh * p.n_ctx + j], row, o_lat + hh * p.kv_lora, p.kv_lora);
       }
       // Decompress the attended latent: out[e] = Σ_c W_UV[h][e][c] o_lat[c].
@@ -123,20 +150,20 @@ void mla_attention_mha_ref(const MlaAttnParams& p) {
         v[j * p.v_dim + e] = dot_f64(p.w_uv + (h * p.v_dim + e) * p.kv_lora, c, p.kv_lora);
     }
     for (int64_t i = 0; i < p.n_q; ++i) {
-      const int64_t n_vis = p.n_ctx - p.n_q + i + 1;
+      const QueryRows rows = rows_of(p, i);
       const float* qh = p.q + i * p.q_stride + h * qk_head;
       double mx = -INFINITY, sum = 0;
-      for (int64_t j = 0; j < n_vis; ++j) {
+      for (int64_t j = 0; j < rows.n; ++j) {
         double s = 0;
-        for (int64_t d = 0; d < qk_head; ++d) s += qh[d] * k[j * qk_head + d];
+        for (int64_t d = 0; d < qk_head; ++d) s += qh[d] * k[rows[j] * qk_head + d];
         w[j] = s * p.kq_scale;
         mx = std::max(mx, w[j]);
       }
-      for (int64_t j = 0; j < n_vis; ++j) sum += (w[j] = std::exp(w[j] - mx));
+      for (int64_t j = 0; j < rows.n; ++j) sum += (w[j] = std::exp(w[j] - mx));
       float* o = p.out + i * p.out_stride + h * p.v_dim;
       for (int64_t e = 0; e < p.v_dim; ++e) {
         double acc = 0;
-        for (int64_t j = 0; j < n_vis; ++j) acc += w[j] / sum * v[j * p.v_dim + e];
+        for (int64_t j = 0; j < rows.n; ++j) acc += w[j] / sum * v[rows[j] * p.v_dim + e];
         o[e] = static_cast<float>(acc);
       }
     }
@@ -148,13 +175,14 @@ void mla_attention_mqa_ref(const MlaAttnParams& p) {
   std::vector<double> q_lat(p.kv_lora), o_lat(p.kv_lora), w(p.n_ctx);
   for (int64_t h = 0; h < p.n_head; ++h) {
     for (int64_t i = 0; i < p.n_q; ++i) {
-      const int64_t n_vis = p.n_ctx - p.n_q + i + 1;
+      const QueryRows rows = rows_of(p, i);
+      const int64_t n_vis = rows.n;
       const float* qh = p.q + i * p.q_stride + h * qk_head;
       for (int64_t c = 0; c < p.kv_lora; ++c)
         q_lat[c] = dot_f64(p.w_uk + (h * p.kv_lora + c) * p.qk_nope, qh, p.qk_nope);
       double mx = -INFINITY, sum = 0;
       for (int64_t j = 0; j < n_vis; ++j) {
-        const float* row = ctx_row(p, j);
+        const float* row = ctx_row(p, rows[j]);
         double s = 0;
         for (int64_t c = 0; c < p.kv_lora; ++c) s += q_lat[c] * row[c];
         for (int64_t d = 0; d < p.qk_rope; ++d) s += static_cast<double>(qh[p.qk_nope + d]) * row[p.kv_lora + d];
@@ -164,7 +192,7 @@ void mla_attention_mqa_ref(const MlaAttnParams& p) {
       for (int64_t j = 0; j < n_vis; ++j) sum += (w[j] = std::exp(w[j] - mx));
       std::fill(o_lat.begin(), o_lat.end(), 0.0);
       for (int64_t j = 0; j < n_vis; ++j) {
-        const float* row = ctx_row(p, j);
+        const float* row = ctx_row(p, rows[j]);
         for (int64_t c = 0; c < p.kv_lora; ++c) o_lat[c] += w[j] / sum * row[c];
       }
       float* o = p.out + i * p.out_stride + h * p.v_dim;

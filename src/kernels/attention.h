@@ -8,7 +8,9 @@
 //   MQA (absorbed): q_lat = W_UK_hᵀ · q_nope, score_j = q_lat · c_kv_j + q_pe · k_pe_j,
 //       o_lat = Σ_j p_j c_kv_j, out = W_UV_h · o_lat. All heads share the one latent "KV head".
 // Both scale scores by kq_scale and are causal: query i (of n_q, the sequence's last n_q
-// positions) sees context rows [0, n_ctx - n_q + i].
+// positions) sees context rows [0, n_ctx - n_q + i]. With a DSA selection (sel), query i attends to
+// exactly its selected rows instead: the work per query is O(selected), not O(context); a
+// selection of every visible row gives the dense result bit for bit.
 //
 // Threads split heads statically; each head's reductions run in a fixed order, so results do
 // not depend on the thread count or on other sequences in the batch.
@@ -40,6 +42,12 @@ struct MlaAttnParams {
   const float* w_uk = nullptr;    // MQA: [n_head][kv_lora][qk_nope] (GGUF attn_k_b); may be nullptr for MHA
   const float* w_uk_t = nullptr;  // MHA: [n_head][qk_nope][kv_lora] (attn_kv_b K rows); may be nullptr for MQA
   const float* w_uv = nullptr;    // [n_head][v_dim][kv_lora] (attn_v_b)
+
+  // Sparse attention (DSA): query i attends to context rows sel[i * sel_stride + k] for
+  // k < sel_count[i], ascending and visible to it. nullptr: every visible row (dense).
+  const int32_t* sel = nullptr;
+  const int32_t* sel_count = nullptr;
+  int64_t sel_stride = 0;
 
   float* out = nullptr;    // [n_q][n_head][v_dim]; tokens out_stride apart
   int64_t out_stride = 0;

@@ -20,6 +20,7 @@ struct WeightMatrix {
   int64_t n_cols = 0;
   int64_t n_rows = 0;
   int64_t row_bytes = 0;
+  float scale = 1.0f;  // a per-tensor `<name>.scale` of shape {1}: the caller multiplies the outputs by it
 
   const uint8_t* row(int64_t r) const { return data + r * row_bytes; }
   // Rows [first, first + n) as a matrix of their own (an expert's slice of a 3-D tensor).

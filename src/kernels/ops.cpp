@@ -19,6 +19,25 @@ void rmsnorm_ref(const float* x, const float* w, float* y, int64_t n, float eps)
   for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(x[i] * inv * w[i]);
 }
 
+void layernorm(const float* x, const float* w, const float* b, float* y, int64_t n, float eps) {
+  float sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += x[i];
+  const float mean = sum / static_cast<float>(n);
+  float var = 0;
+  for (int64_t i = 0; i < n; ++i) var += (x[i] - mean) * (x[i] - mean);
+  const float inv = 1.0f / std::sqrt(var / static_cast<float>(n) + eps);
+  for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - mean) * inv * w[i] + b[i];
+}
+
+void layernorm_ref(const float* x, const float* w, const float* b, float* y, int64_t n, float eps) {
+  double sum = 0, var = 0;
+  for (int64_t i = 0; i < n; ++i) sum += x[i];
+  const double mean = sum / static_cast<double>(n);
+  for (int64_t i = 0; i < n; ++i) var += (x[i] - mean) * (x[i] - mean);
+  const double inv = 1.0 / std::sqrt(var / static_cast<double>(n) + eps);
+  for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>((x[i] - mean) * inv * w[i] + b[i]);
+}
+
 void softmax(float* x, int64_t n) {
   float mx = x[0];
   for (int64_t i = 1; i < n; ++i) mx = x[i] > mx ? x[i] : mx;

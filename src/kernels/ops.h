@@ -9,6 +9,10 @@ namespace mla {
 void rmsnorm(const float* x, const float* w, float* y, int64_t n, float eps);
 void rmsnorm_ref(const float* x, const float* w, float* y, int64_t n, float eps);
 
+// LayerNorm of one row: y[i] = (x[i] - mean) / sqrt(var + eps) * w[i] + b[i]. y may alias x.
+void layernorm(const float* x, const float* w, const float* b, float* y, int64_t n, float eps);
+void layernorm_ref(const float* x, const float* w, const float* b, float* y, int64_t n, float eps);
+
 // In-place softmax of one row of n > 0 values (max-subtracted).
 void softmax(float* x, int64_t n);
 void softmax_ref(float* x, int64_t n);

@@ -53,6 +53,18 @@ void rope_apply(float* x, int64_t n_rows, int64_t stride, int n_dims, const floa
   }
 }
 
+void rope_apply_neox(float* x, int64_t n_rows, int64_t stride, int n_dims, const float* cos_v, const float* sin_v) {
+  const int half = n_dims / 2;
+  for (int64_t r = 0; r < n_rows; ++r) {
+    float* v = x + r * stride;
+    for (int i = 0; i < half; ++i) {
+      float x0 = v[i], x1 = v[i + half];
+      v[i] = x0 * cos_v[i] - x1 * sin_v[i];
+      v[i + half] = x0 * sin_v[i] + x1 * cos_v[i];
+    }
+  }
+}
+
 void rope_ref(const RopeParams& p, int64_t pos, float* x) {
   double dims[2] = {0, 0};
   if (p.ext_factor != 0) rope_yarn_corr_dims(p, dims);

@@ -32,6 +32,9 @@ void rope_cos_sin(const RopeParams& p, int64_t pos, float* cos_out, float* sin_o
 // rope_cos_sin.
 void rope_apply(float* x, int64_t n_rows, int64_t stride, int n_dims, const float* cos_v, const float* sin_v);
 
+// The same rotation in NEOX layout: pair i is (x[i], x[i + n_dims/2]) (transformers' rotate_half).
+void rope_apply_neox(float* x, int64_t n_rows, int64_t stride, int n_dims, const float* cos_v, const float* sin_v);
+
 // Reference: recomputes every angle from the definition for one vector.
 void rope_ref(const RopeParams& p, int64_t pos, float* x);
 

@@ -2,17 +2,34 @@
 // Small F32 vector helpers shared by the fast kernels. Each has a fixed reduction order
 // (interleaved partial sums, combined pairwise), so a result depends only on its inputs.
 // The `_ref` twins of the ops that use them accumulate in double, in index order.
+//
+// Multiply-adds are written as explicit fused operations where the target has FMA (and as a
+// separate multiply and add where it has none, which a compiler cannot fuse): left to the
+// compiler's contraction, two inlined copies of the same loop can round differently, and then
+// an output would depend on which tile or thread computed it.
+#include <cmath>
 #include <cstdint>
+#ifdef __FMA__
+#include <immintrin.h>
+#endif
 
 namespace mla {
+
+inline float fma_f32(float a, float b, float c) {
+#ifdef __FMA__
+  return std::fma(a, b, c);
+#else
+  return a * b + c;
+#endif
+}
 
 inline float dot_f32(const float* a, const float* b, int64_t n) {
   // 32 partial sums: four independent 8-lane FMA chains once vectorized.
   float acc[32] = {};
   int64_t i = 0;
   for (; i + 32 <= n; i += 32)
-    for (int k = 0; k < 32; ++k) acc[k] += a[i + k] * b[i + k];
-  for (int k = 0; i < n; ++i, ++k) acc[k] += a[i] * b[i];
+    for (int k = 0; k < 32; ++k) acc[k] = fma_f32(a[i + k], b[i + k], acc[k]);
+  for (int k = 0; i < n; ++i, ++k) acc[k] = fma_f32(a[i], b[i], acc[k]);
   for (int k = 0; k < 16; ++k) acc[k] += acc[k + 16];
   for (int k = 0; k < 8; ++k) acc[k] += acc[k + 8];
   return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
@@ -22,7 +39,7 @@ inline float sum_squares_f32(const float* a, int64_t n) { return dot_f32(a, a, n
 
 // y += alpha * x
 inline void axpy_f32(float alpha, const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+  for (int64_t i = 0; i < n; ++i) y[i] = fma_f32(alpha, x[i], y[i]);
 }
 
 // A tile of dot products: c[r * ldc + s] = a[r] · b[s] for r < MR, s < NR, vectors of length k.
@@ -38,6 +55,15 @@ inline f32x8 load_f32x8(const float* p) {
   return v;
 }
 
+// a * b + c, lane by lane, fused where the target can.
+inline f32x8 fma_f32x8(f32x8 a, f32x8 b, f32x8 c) {
+#ifdef __FMA__
+  return (f32x8)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);  // same-size vector casts
+#else
+  return a * b + c;
+#endif
+}
+
 template <int MR, int NR>
 inline void dot_tile_f32(const float* const* a, const float* const* b, int64_t k, float* c, int64_t ldc) {
   f32x8 acc[MR][NR] = {};
@@ -47,12 +73,12 @@ inline void dot_tile_f32(const float* const* a, const float* const* b, int64_t k
     for (int s = 0; s < NR; ++s) bv[s] = load_f32x8(b[s] + i);
     for (int r = 0; r < MR; ++r) {
       const f32x8 av = load_f32x8(a[r] + i);
-      for (int s = 0; s < NR; ++s) acc[r][s] += av * bv[s];
+      for (int s = 0; s < NR; ++s) acc[r][s] = fma_f32x8(av, bv[s], acc[r][s]);
     }
   }
   for (int l = 0; i < k; ++i, ++l)
     for (int r = 0; r < MR; ++r)
-      for (int s = 0; s < NR; ++s) acc[r][s][l] += a[r][i] * b[s][i];
+      for (int s = 0; s < NR; ++s) acc[r][s][l] = fma_f32(a[r][i], b[s][i], acc[r][s][l]);
   for (int r = 0; r < MR; ++r)
     for (int s = 0; s < NR; ++s) {
       const f32x8& v = acc[r][s];

@@ -44,6 +44,17 @@ int64_t bytes_per_token_per_layer(const LatentShape& shape, GgmlType dtype) {
   return ggml_row_bytes(dtype, shape.row_elems());
 }
 
+GgmlType index_key_dtype(GgmlType cache_dtype) {
+  return cache_dtype == GgmlType::F32 || cache_dtype == GgmlType::BF16 ? cache_dtype : GgmlType::F16;
+}
+
+int64_t bytes_per_token_all_layers(const LatentShape& shape, GgmlType dtype) {
+  int64_t total = bytes_per_token_per_layer(shape, dtype) * shape.n_layer;
+  for (int l = 0; l < shape.n_layer; ++l)
+    if (shape.index_key_dim(l) > 0) total += ggml_row_bytes(index_key_dtype(dtype), shape.index_key_dim(l));
+  return total;
+}
+
 int32_t blocks_for_capacity(const LatentShape& shape, GgmlType dtype, int block_size,
                             int64_t tokens, int64_t memory_bytes) {
   if (block_size < 1) fail("kv cache: block size must be >= 1, got {}", block_size);
@@ -51,13 +62,13 @@ int32_t blocks_for_capacity(const LatentShape& shape, GgmlType dtype, int block_
   if (tokens > 0) {
     n_blocks = (tokens + block_size - 1) / block_size;
   } else {
-    int64_t per_block = bytes_per_token_per_layer(shape, dtype) * shape.n_layer * block_size;
+    int64_t per_block = bytes_per_token_all_layers(shape, dtype) * block_size;
     n_blocks = memory_bytes / per_block;
     if (n_blocks < 1)
-      fail("kv cache: {} bytes of memory is less than one block ({} bytes = {} tokens x {} "
-           "layers x {} B)",
-           memory_bytes, per_block, block_size, shape.n_layer,
-           bytes_per_token_per_layer(shape, dtype));
+      fail("kv cache: {} bytes of memory is less than one block ({} bytes = {} tokens x {} B "
+           "over {} layers)",
+           memory_bytes, per_block, block_size, bytes_per_token_all_layers(shape, dtype),
+           shape.n_layer);
   }
   if (n_blocks > INT32_MAX / block_size)
     fail("kv cache: {} blocks of {} tokens is more than the {} slots a cache can address",
@@ -69,7 +80,8 @@ void LatentCache::FreeDeleter::operator()(uint8_t* p) const { std::free(p); }
 
 LatentCache::LatentCache(const LatentShape& shape, GgmlType dtype, int block_size,
                          int32_t n_blocks)
-    : shape_(shape), dtype_(dtype), block_size_(block_size), n_blocks_(n_blocks) {
+    : shape_(shape), dtype_(dtype), block_size_(block_size), n_blocks_(n_blocks),
+      index_dtype_(index_key_dtype(dtype)) {
   if (shape.n_layer < 1 || shape.kv_lora_rank < 1 || shape.qk_rope_head_dim < 0)
     fail("kv cache: bad latent shape (n_layer {}, kv_lora_rank {}, qk_rope_head_dim {})",
          shape.n_layer, shape.kv_lora_rank, shape.qk_rope_head_dim);
@@ -86,13 +98,52 @@ LatentCache::LatentCache(const LatentShape& shape, GgmlType dtype, int block_siz
            shape.n_layer, describe());
     arenas_.emplace_back(p);
   }
+  if (!shape.index_key_dims.empty() && static_cast<int>(shape.index_key_dims.size()) != shape.n_layer)
+    fail("kv cache: {} indexer key widths for {} layers", shape.index_key_dims.size(), shape.n_layer);
+  index_row_bytes_.assign(shape.n_layer, 0);
+  index_arenas_.resize(shape.n_layer);
+  for (int l = 0; l < shape.n_layer; ++l) {
+    if (shape.index_key_dim(l) <= 0) continue;
+    index_row_bytes_[l] = ggml_row_bytes(index_dtype_, shape.index_key_dim(l));
+    const size_t bytes = (static_cast<size_t>(index_row_bytes_[l]) * n_slots() + 63) / 64 * 64;
+    auto* p = static_cast<uint8_t*>(std::aligned_alloc(64, bytes));
+    if (!p) fail("kv cache: cannot allocate {} bytes of indexer keys for layer {}", bytes, l);
+    index_arenas_[l].reset(p);
+  }
+}
+
+void LatentCache::write_index_row(int layer, int64_t slot, const float* key) {
+  uint8_t* dst = index_arenas_[layer].get() + slot * index_row_bytes_[layer];
+  const int n = shape_.index_key_dim(layer);
+  if (index_dtype_ == GgmlType::F32) std::memcpy(dst, key, sizeof(float) * n);
+  else quantize_row(index_dtype_, key, dst, n);
+}
+
+void LatentCache::read_index_rows(int layer, std::span<const int32_t> slots, float* out) const {
+  const int n = shape_.index_key_dim(layer);
+  const uint8_t* base = index_arenas_[layer].get();
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const uint8_t* src = base + slots[i] * index_row_bytes_[layer];
+    if (index_dtype_ == GgmlType::F32) std::memcpy(out + i * n, src, sizeof(float) * n);
+    else dequantize_row(index_dtype_, src, out + i * n, n);
+  }
 }
 
 std::string LatentCache::describe() const {
   const double mib = static_cast<double>(total_bytes()) / (1024.0 * 1024.0);
+  int64_t index_bytes = 0;
+  int n_index_layers = 0;
+  for (int l = 0; l < shape_.n_layer; ++l) {
+    index_bytes += index_row_bytes_[l];
+    n_index_layers += index_row_bytes_[l] > 0;
+  }
+  const std::string index =
+      n_index_layers == 0 ? std::string()
+                          : fmt::format(" + indexer keys {} {} B/token over {} layers",
+                                        ggml_type_name(index_dtype_), index_bytes, n_index_layers);
   return fmt::format(
-      "{}, block {}, {} blocks = {} tokens, {} B/token/layer x {} layers = {} B/token, {:.2f} {}",
-      ggml_type_name(dtype_), block_size_, n_blocks_, n_slots(), row_bytes_, shape_.n_layer,
+      "{}, block {}, {} blocks = {} tokens, {} B/token/layer x {} layers{} = {} B/token, {:.2f} {}",
+      ggml_type_name(dtype_), block_size_, n_blocks_, n_slots(), row_bytes_, shape_.n_layer, index,
       bytes_per_token(), mib >= 1024 ? mib / 1024 : mib, mib >= 1024 ? "GiB" : "MiB");
 }
 
@@ -115,9 +166,15 @@ void LatentCache::read_rows(int layer, std::span<const int32_t> slots, float* ou
 
 void LatentCache::copy_block(int32_t src, int32_t dst) {
   const size_t bytes = static_cast<size_t>(row_bytes_) * block_size_;
-  for (int l = 0; l < shape_.n_layer; ++l)
+  for (int l = 0; l < shape_.n_layer; ++l) {
     std::memcpy(row_data(l, int64_t{dst} * block_size_), row_data(l, int64_t{src} * block_size_),
                 bytes);
+    if (const int64_t rb = index_row_bytes_[l]; rb > 0) {
+      uint8_t* base = index_arenas_[l].get();
+      std::memcpy(base + int64_t{dst} * block_size_ * rb, base + int64_t{src} * block_size_ * rb,
+                  static_cast<size_t>(rb) * block_size_);
+    }
+  }
 }
 
 }  // namespace mla

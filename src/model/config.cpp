@@ -15,14 +15,15 @@ using C = DeepseekConfig;
 using Field = std::variant<int64_t C::*, double C::*, bool C::*, std::string C::*>;
 
 struct KeySpec {
-  const char* name;  // after "deepseek2."
+  const char* name;  // after "<arch>."
   bool required;
   Field field;
 };
 
 // The single table from GGUF metadata to config fields.
 const KeySpec kKeys[] = {
-    {"block_count", true, &C::n_layer},
+    {"block_count", true, &C::n_layer_all},
+    {"nextn_predict_layers", false, &C::n_nextn},
     {"context_length", true, &C::n_ctx_train},
     {"embedding_length", true, &C::n_embd},
     {"feed_forward_length", false, &C::n_ff},
@@ -56,13 +57,19 @@ const KeySpec kKeys[] = {
     {"vocab_size", false, &C::n_vocab},
 };
 
-constexpr const char* kPrefix = "deepseek2.";
+// The DSA indexer's keys: required by the architectures that carry it, ignored otherwise.
+const KeySpec kIndexerKeys[] = {
+    {"attention.indexer.head_count", true, &C::n_indexer_head},
+    {"attention.indexer.key_length", true, &C::indexer_head_dim},
+    {"attention.indexer.top_k", true, &C::indexer_top_k},
+};
 
-void read_keys(const GgufFile& f, C& c) {
-  for (const auto& k : kKeys) {
-    std::string key = std::string(kPrefix) + k.name;
+template <size_t N>
+void read_keys(const GgufFile& f, const std::string& prefix, const KeySpec (&keys)[N], C& c) {
+  for (const auto& k : keys) {
+    std::string key = prefix + k.name;
     if (!f.has(key)) {
-      if (k.required) fail("deepseek2: {}: missing required key '{}'", f.path(), key);
+      if (k.required) fail("{}: {}: missing required key '{}'", model_arch_name(c.arch), f.path(), key);
       continue;
     }
     std::visit(
@@ -70,7 +77,7 @@ void read_keys(const GgufFile& f, C& c) {
           using T = std::remove_reference_t<decltype(c.*member)>;
           if constexpr (std::is_same_v<T, int64_t>) {
             int64_t v = f.get_int(key);
-            if (v < 0) fail("deepseek2: {}: key '{}' is {}, expected a value >= 0", f.path(), key, v);
+            if (v < 0) fail("{}: {}: key '{}' is {}, expected a value >= 0", model_arch_name(c.arch), f.path(), key, v);
             c.*member = v;
           } else if constexpr (std::is_same_v<T, double>) {
             c.*member = f.get_float(key);
@@ -107,8 +114,8 @@ void derive_head_dims(const GgufFile& f, C& c) {
   }
   auto q = shape_of(f, c.q_lora_rank > 0 ? "blk.0.attn_q_b.weight" : "blk.0.attn_q.weight");
   if (q.size() != 2 || q[1] % c.n_head != 0)
-    fail("deepseek2: {}: no attention.key_length_mla key and no usable blk.0 query tensor to derive the head size from",
-         f.path());
+    fail("{}: {}: no attention.key_length_mla key and no usable blk.0 query tensor to derive the head size from",
+         model_arch_name(c.arch), f.path());
   c.qk_head = q[1] / c.n_head;
   auto v_b = shape_of(f, "blk.0.attn_v_b.weight");
   auto kv_b = shape_of(f, "blk.0.attn_kv_b.weight");
@@ -117,15 +124,49 @@ void derive_head_dims(const GgufFile& f, C& c) {
   } else if (kv_b.size() == 2 && kv_b[1] % c.n_head == 0) {
     c.v_head = kv_b[1] / c.n_head - (c.qk_head - c.n_rot);
   } else {
-    fail("deepseek2: {}: no attention.value_length_mla key and no blk.0 attn_v_b/attn_kv_b tensor to derive v_head_dim from",
-         f.path());
+    fail("{}: {}: no attention.value_length_mla key and no blk.0 attn_v_b/attn_kv_b tensor to derive v_head_dim from",
+         model_arch_name(c.arch), f.path());
   }
+}
+
+// Which layers run their own indexer: `<arch>.attention.indexer.types` (one bool per trunk layer,
+// true = full) when present; else every layer for deepseek32 and GLM-5/5.1, and GLM-5.2's pattern
+// (layers 0 and 1, then every fourth from 2) for glm-dsa files of 1M context, as llama.cpp does.
+template <class Bad>
+void derive_indexer(const GgufFile& f, C& c, const Bad& bad) {
+  c.has_indexer = c.arch != ModelArch::Deepseek2;
+  if (!c.has_indexer) return;
+  read_keys(f, std::string(model_arch_name(c.arch)) + ".", kIndexerKeys, c);
+  if (c.is_lite) bad("the DSA indexer reads the q LoRA latent, but attention.q_lora_rank is absent");
+  if (c.n_indexer_head < 1) bad("attention.indexer.head_count is {}, expected >= 1", c.n_indexer_head);
+  if (c.indexer_head_dim < c.qk_rope || c.indexer_head_dim % 2)
+    bad("attention.indexer.key_length is {}, expected an even value >= rope.dimension_count {}", c.indexer_head_dim,
+        c.qk_rope);
+  if (c.indexer_top_k < 1) bad("attention.indexer.top_k is {}, expected >= 1", c.indexer_top_k);
+  c.indexer_rope = c.arch == ModelArch::GlmDsa ? RopeLayout::Norm : RopeLayout::Neox;
+  c.indexer_full.assign(c.n_layer, true);
+  const std::string types_key = std::string(model_arch_name(c.arch)) + ".attention.indexer.types";
+  if (const GgufValue* v = f.find(types_key)) {
+    if (v->type() != GgufValueType::ARRAY) bad("'{}' is {}, expected an array of bool", types_key,
+                                               gguf_value_type_name(v->type()));
+    const GgufArray& a = v->as_array();
+    if (static_cast<int64_t>(a.items.size()) < c.n_layer)
+      bad("'{}' has {} entries, expected one per trunk layer ({})", types_key, a.items.size(), c.n_layer);
+    for (int64_t il = 0; il < c.n_layer; ++il)
+      c.indexer_full[il] = a.items[il].type() == GgufValueType::BOOL ? a.items[il].as_bool() : a.items[il].as_int() != 0;
+  } else if (c.arch == ModelArch::GlmDsa && c.n_ctx_train >= 1048576) {
+    for (int64_t il = 0; il < c.n_layer; ++il) c.indexer_full[il] = il < 2 || (il - 2) % 4 == 0;
+  }
+  if (!c.indexer_full[0]) bad("'{}': layer 0 is shared, but a shared layer reuses an earlier full layer", types_key);
 }
 
 void validate_and_derive(const GgufFile& f, C& c) {
   auto bad = [&](std::string_view what, const auto&... args) {
-    fail("deepseek2: {}: {}", f.path(), fmt::vformat(what, fmt::make_format_args(args...)));
+    fail("{}: {}: {}", model_arch_name(c.arch), f.path(), fmt::vformat(what, fmt::make_format_args(args...)));
   };
+  if (c.n_nextn >= c.n_layer_all)
+    bad("nextn_predict_layers {} leaves no trunk layer of block_count {}", c.n_nextn, c.n_layer_all);
+  c.n_layer = c.n_layer_all - c.n_nextn;
   if (c.n_layer < 1) bad("block_count is {}, expected >= 1", c.n_layer);
   if (c.n_embd < 1) bad("embedding_length is {}, expected >= 1", c.n_embd);
   if (c.n_head < 1) bad("attention.head_count is {}, expected >= 1", c.n_head);
@@ -189,6 +230,9 @@ void validate_and_derive(const GgufFile& f, C& c) {
     if (!std::isfinite(c.expert_weights_scale) || c.expert_weights_scale == 0)
       bad("expert_weights_scale is {}, expected a finite non-zero value", c.expert_weights_scale);
   }
+  if (c.expert_gating_func == 0 && c.arch == ModelArch::GlmDsa) c.expert_gating_func = 2;  // GLM-5 routes by sigmoid
+  if (c.expert_gating_func == 0 && c.arch == ModelArch::Deepseek32 && c.n_layer_dense_lead < c.n_layer)
+    bad("missing required key '{}.expert_gating_func'", model_arch_name(c.arch));
   switch (c.expert_gating_func) {
     case 0:  // absent/none: llama.cpp's default for older DeepSeek-V2 files
     case 1: c.gating = MoeGating::Softmax; break;
@@ -231,18 +275,31 @@ void validate_and_derive(const GgufFile& f, C& c) {
     bad("rope.scaling.type '{}' is not supported (expected none, linear or yarn)", type);
   }
   c.kq_scale = static_cast<float>(c.attn_mscale * c.attn_mscale / std::sqrt(static_cast<double>(c.qk_head)));
+  derive_indexer(f, c, bad);
 }
 
 }  // namespace
 
+const char* model_arch_name(ModelArch a) {
+  switch (a) {
+    case ModelArch::Deepseek2: return "deepseek2";
+    case ModelArch::Deepseek32: return "deepseek32";
+    case ModelArch::GlmDsa: return "glm-dsa";
+  }
+  return "?";
+}
+
 DeepseekConfig load_deepseek_config(const GgufFile& f) {
   const GgufValue* arch = f.find("general.architecture");
   if (!arch || arch->type() != GgufValueType::STRING)
-    fail("deepseek2: {}: missing string key 'general.architecture'", f.path());
-  if (arch->as_string() != "deepseek2")
-    fail("deepseek2: {}: general.architecture is '{}', expected 'deepseek2'", f.path(), arch->as_string());
+    fail("model: {}: missing string key 'general.architecture'", f.path());
   C c;
-  read_keys(f, c);
+  const std::string& name = arch->as_string();
+  if (name == "deepseek2") c.arch = ModelArch::Deepseek2;
+  else if (name == "deepseek32") c.arch = ModelArch::Deepseek32;
+  else if (name == "glm-dsa") c.arch = ModelArch::GlmDsa;
+  else fail("model: {}: general.architecture is '{}', expected 'deepseek2', 'deepseek32' or 'glm-dsa'", f.path(), name);
+  read_keys(f, std::string(name) + ".", kKeys, c);
   validate_and_derive(f, c);
   return c;
 }
@@ -250,7 +307,9 @@ DeepseekConfig load_deepseek_config(const GgufFile& f) {
 std::string describe_deepseek_config(const DeepseekConfig& c) {
   std::string s;
   auto line = [&](std::string_view k, const std::string& v) { s += fmt::format("  {:<28} {}\n", k, v); };
+  line("architecture", model_arch_name(c.arch));
   line("layers", fmt::format("{} ({} dense, {} MoE)", c.n_layer, c.n_layer_dense_lead, c.n_layer - c.n_layer_dense_lead));
+  if (c.n_nextn > 0) line("MTP (nextn) blocks", fmt::format("{} (blk.{}.., loaded but not run)", c.n_nextn, c.n_layer));
   line("embedding", fmt::format("{}", c.n_embd));
   line("vocabulary", fmt::format("{}", c.n_vocab));
   line("context (trained)", fmt::format("{}", c.n_ctx_train));
@@ -282,6 +341,25 @@ std::string describe_deepseek_config(const DeepseekConfig& c) {
     line("expert groups", fmt::format("{} (use {})", c.n_expert_groups, c.n_expert_groups_used));
     line("gating", fmt::format("{}, weights norm {}, scale {:g}", c.gating == MoeGating::Sigmoid ? "sigmoid" : "softmax",
                                c.expert_weights_norm ? "yes" : "no", c.expert_weights_scale));
+  }
+  // The cache a token needs at the default F16: every layer's latent row, plus an indexer key in
+  // each layer that runs an indexer.
+  int64_t n_full = 0;
+  for (bool b : c.indexer_full) n_full += b;
+  const int64_t latent_bytes = c.n_layer * c.latent_dim * 2, index_bytes = n_full * c.indexer_head_dim * 2;
+  const int64_t token_bytes = latent_bytes + index_bytes;
+  line("kv cache per token (f16)",
+       c.has_indexer ? fmt::format("{} B = latent {} B ({} layers x {} x 2) + indexer keys {} B ({} layers x {} x 2)",
+                                   token_bytes, latent_bytes, c.n_layer, c.latent_dim, index_bytes, n_full,
+                                   c.indexer_head_dim)
+                     : fmt::format("{} B = latent {} layers x {} x 2", token_bytes, c.n_layer, c.latent_dim));
+  line("kv cache at trained context", fmt::format("{:.2f} GiB for {} tokens (f16)",
+                                                  static_cast<double>(token_bytes) * c.n_ctx_train / (1 << 30),
+                                                  c.n_ctx_train));
+  if (c.has_indexer) {
+    line("DSA indexer", fmt::format("{} heads x {}, top_k {}, rope {}, {} full / {} shared layers", c.n_indexer_head,
+                                    c.indexer_head_dim, c.indexer_top_k,
+                                    c.indexer_rope == RopeLayout::Neox ? "neox" : "norm", n_full, c.n_layer - n_full));
   }
   return s;
 }

@@ -1,9 +1,12 @@
 #pragma once
-// Hyper-parameters of a `deepseek2` GGUF (DeepSeek-V2/V2-Lite/V3/R1, Kimi-K2, GLM-4.7-Flash,
-// Moonlight): one flat struct filled once from the `deepseek2.*` metadata through a single key
-// table, validated, with every derived size computed here and nowhere else.
+// Hyper-parameters of the MLA-MoE family: `deepseek2` (DeepSeek-V2/V2-Lite/V3/R1, Kimi-K2,
+// GLM-4.7-Flash, Moonlight), `deepseek32` (DeepSeek-V3.2) and `glm-dsa` (GLM-5/5.1/5.2). One flat
+// struct filled once from the `<arch>.*` metadata through a single key table, validated, with every
+// derived size computed here and nowhere else. The architectures differ only in data: the key
+// prefix, the optional DSA lightning indexer (its RoPE layout and LayerNorm epsilon), defaults.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kernels/moe.h"
 #include "kernels/rope.h"
@@ -12,9 +15,18 @@ namespace mla {
 
 class GgufFile;
 
+enum class ModelArch { Deepseek2, Deepseek32, GlmDsa };
+const char* model_arch_name(ModelArch a);  // the general.architecture string
+
+// How the indexer rotates the first n_rot dims of its query/key heads: llama.cpp NORM (adjacent
+// pairs, GLM) or NEOX (halves, DeepSeek-V3.2).
+enum class RopeLayout { Norm, Neox };
+
 struct DeepseekConfig {
-  // ---- as stored (llama.cpp's convert_hf_to_gguf.py names, under `deepseek2.`) ----
-  int64_t n_layer = 0;              // block_count
+  ModelArch arch = ModelArch::Deepseek2;
+  // ---- as stored (llama.cpp's convert_hf_to_gguf.py names, under `<arch>.`) ----
+  int64_t n_layer_all = 0;          // block_count: trunk + MTP (nextn) blocks
+  int64_t n_nextn = 0;              // nextn_predict_layers: MTP blocks at the end, not run here
   int64_t n_ctx_train = 0;          // context_length
   int64_t n_embd = 0;               // embedding_length
   int64_t n_ff = 0;                 // feed_forward_length (dense blocks)
@@ -46,6 +58,10 @@ struct DeepseekConfig {
   int64_t expert_gating_func = 0;   // expert_gating_func: 1 softmax, 2 sigmoid; 0/absent: softmax
   int64_t n_layer_dense_lead = 0;   // leading_dense_block_count
   int64_t n_vocab = 0;              // vocab_size, else tokenizer.ggml.tokens, else token_embd rows
+  // DSA lightning indexer (deepseek32, glm-dsa): attention.indexer.*
+  int64_t n_indexer_head = 0;       // attention.indexer.head_count
+  int64_t indexer_head_dim = 0;     // attention.indexer.key_length
+  int64_t indexer_top_k = 0;        // attention.indexer.top_k
 
   // ---- derived ----
   bool is_lite = false;             // no q LoRA: attn_q instead of attn_q_a/_norm/_b
@@ -54,7 +70,12 @@ struct DeepseekConfig {
   int64_t qk_nope = 0;              // qk_nope_head_dim
   int64_t qk_head = 0;              // qk_nope + qk_rope
   int64_t v_head = 0;               // v_head_dim
+  int64_t n_layer = 0;              // trunk layers: block_count - nextn_predict_layers
   int64_t latent_dim = 0;           // kv_lora_rank + qk_rope: floats per token per layer in the cache
+  bool has_indexer = false;         // the architecture carries the DSA indexer
+  std::vector<bool> indexer_full;   // [n_layer]: runs its own indexer (else reuses the last full layer's top-k)
+  RopeLayout indexer_rope = RopeLayout::Norm;
+  double indexer_norm_eps = 1e-6;   // the indexer key LayerNorm (transformers' nn.LayerNorm eps)
   MoeGating gating = MoeGating::Softmax;
   double mscale_all_dim = 0;        // rope_yarn_log_mul / 0.1
   double attn_mscale = 1;           // yarn_get_mscale(factor, mscale_all_dim) when yarn and mscale_all_dim
@@ -62,11 +83,14 @@ struct DeepseekConfig {
   RopeParams rope;                  // freq_scale, ext_factor, attn_factor (cos/sin amplitude), corr dims input
 
   bool layer_is_moe(int64_t il) const { return il >= n_layer_dense_lead; }
+  // Indexer-key cache width of a layer: indexer_head_dim where the layer runs its own indexer.
+  int64_t indexer_key_dim(int64_t il) const { return has_indexer && indexer_full[il] ? indexer_head_dim : 0; }
 };
 
-// Reads and validates the config of a deepseek2 file. Dims missing from older files (no `_mla`
+// Reads and validates the config of a deepseek2 / deepseek32 / glm-dsa file. Dims missing from older files (no `_mla`
 // keys) are derived from tensor shapes. Throws one mla::Error naming the key or the
 // inconsistency ("deepseek2: expert_count 10 is not divisible by expert_group_count 4").
+// Any other general.architecture is refused with a message naming it and the accepted ones.
 DeepseekConfig load_deepseek_config(const GgufFile& f);
 
 // Multi-line human-readable summary of the derived hyper-parameters (for `mla gguf inspect`).

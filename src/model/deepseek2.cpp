@@ -56,6 +56,13 @@ Deepseek2Model::Deepseek2Model(const DeepseekConfig& c, const DeepseekWeights& w
   up_.resize(R * ff);
   cos_.resize(T * c.qk_rope / 2);
   sin_.resize(T * c.qk_rope / 2);
+  if (opt_.dsa && c.has_indexer) {
+    iq_.resize(T * c.n_indexer_head * c.indexer_head_dim);
+    ik_.resize(T * c.indexer_head_dim);
+    iw_.resize(T * c.n_indexer_head);
+    sel_.resize(T * c.indexer_top_k);
+    sel_count_.resize(T);
+  }
   if (c.n_layer_dense_lead < c.n_layer) {
     router_.resize(T * c.n_expert);
     sel_experts_.resize(T * c.n_expert_used);
@@ -71,6 +78,9 @@ Deepseek2Model::Deepseek2Model(const DeepseekConfig& c, const DeepseekWeights& w
 
 void Deepseek2Model::mm(const WeightMatrix& w, const float* x, int64_t x_stride, int64_t n, float* y, int64_t y_stride) {
   matmul(w, x, x_stride, n, y, y_stride, pool_, mm_scratch_);
+  if (w.scale != 1.0f)
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t r = 0; r < w.n_rows; ++r) y[t * y_stride + r] *= w.scale;
 }
 
 void Deepseek2Model::validate(const BatchMeta& b, const LatentCache& cache) const {
@@ -83,6 +93,11 @@ void Deepseek2Model::validate(const BatchMeta& b, const LatentCache& cache) cons
       cache.shape().kv_lora_rank != c_.kv_lora_rank)
     fail("batch: latent cache is {} layers x {} values, model needs {} x {}", cache.shape().n_layer,
          cache.shape().row_elems(), c_.n_layer, c_.latent_dim);
+  if (sparse())
+    for (int64_t il = 0; il < c_.n_layer; ++il)
+      if (cache.shape().index_key_dim(static_cast<int>(il)) != c_.indexer_key_dim(il))
+        fail("batch: latent cache layer {} holds indexer keys of {} values, model needs {}", il,
+             cache.shape().index_key_dim(static_cast<int>(il)), c_.indexer_key_dim(il));
   for (int64_t t = 0; t < T; ++t) {
     if (b.token_ids[t] < 0 || b.token_ids[t] >= c_.n_vocab)
       fail("batch: token id {} at row {} outside the vocabulary [0, {})", b.token_ids[t], t, c_.n_vocab);
@@ -125,6 +140,8 @@ void Deepseek2Model::forward(const BatchMeta& b, LatentCache& cache, float* logi
   pool_.parallel_for(T, [&](int64_t t0, int64_t t1, int) {
     for (int64_t t = t0; t < t1; ++t) {
       dequantize_row(w_.token_embd.type, w_.token_embd.row(b.token_ids[t]), x_.data() + t * E, E);
+      if (w_.token_embd.scale != 1.0f)
+        for (int64_t i = 0; i < E; ++i) x_[t * E + i] *= w_.token_embd.scale;
       rope_cos_sin(c_.rope, b.positions[t], cos_.data() + t * half, sin_.data() + t * half);
     }
   });
@@ -187,16 +204,31 @@ void Deepseek2Model::attention(int64_t il, const BatchMeta& b, LatentCache& cach
     }
   });
 
-  // The dispatch decision point: each sequence goes down its path.
+  const bool sparse = sparse_layer(il);
+  if (sparse && c_.indexer_full[il]) run_indexer(il, b, cache);
+
+  // The dispatch decision point: each sequence goes down its path. In a sparse layer the auto
+  // policy weighs both paths' cost for the selection at hand.
+  auto path_of = [&](const SeqMeta& s) {
+    return sparse && b.policy == MlaPathPolicy::Auto ? sparse_path(s) : s.path;
+  };
   int num_mqa = 0, num_mha = 0;
-  for (const auto& s : b.seqs) (s.path == MlaPath::Mqa ? num_mqa : num_mha)++;
-  trace_dispatch(static_cast<int>(il), false, num_mqa, num_mha, static_cast<int>(T), mla_path_policy_name(b.policy));
+  int64_t selected = 0;
+  for (const auto& s : b.seqs) (path_of(s) == MlaPath::Mqa ? num_mqa : num_mha)++;
+  if (sparse) {
+    for (int64_t t = 0; t < T; ++t) selected += sel_count_[t];
+    sparse_counters_.layer_tokens.fetch_add(T, std::memory_order_relaxed);
+    sparse_counters_.selected_rows.fetch_add(selected, std::memory_order_relaxed);
+  }
+  trace_dispatch(static_cast<int>(il), sparse, num_mqa, num_mha, static_cast<int>(T), mla_path_policy_name(b.policy),
+                 sparse ? c_.indexer_top_k : 0, selected);
 
   // Both paths read the context as the cache stores it (this step's rows included), so a row's
-  // value does not depend on whether it was computed in this step or an earlier one.
+  // value does not depend on whether it was computed in this step or an earlier one. A sparse
+  // MQA sequence converts only the rows its queries selected.
   const int64_t out_width = c_.n_head * c_.v_head;
   const float* f32_rows = cache.f32_rows(static_cast<int>(il));
-  auto context_of = [&](const SeqMeta& s, const float*& rows, const int32_t*& slots) {
+  auto context_of = [&](const SeqMeta& s, bool only_selected, const float*& rows, const int32_t*& slots) {
     slots = b.context_slots.data() + s.slots_start;
     if (f32_rows) {
       rows = f32_rows;
@@ -207,21 +239,38 @@ void Deepseek2Model::attention(int64_t il, const BatchMeta& b, LatentCache& cach
       ctx_iota_.resize(s.context_len);
       for (int32_t j = 0; j < s.context_len; ++j) ctx_iota_[j] = j;
     }
-    pool_.parallel_for(s.context_len, [&](int64_t j0, int64_t j1, int) {
-      cache.read_rows(static_cast<int>(il), {slots + j0, static_cast<size_t>(j1 - j0)},
-                      ctx_rows_.data() + j0 * c_.latent_dim);
-    });
+    if (only_selected) {
+      row_needed_.assign(s.context_len, 0);
+      for (int32_t i = 0; i < s.query_len; ++i) {
+        const int32_t* sel = sel_.data() + (s.query_start + i) * c_.indexer_top_k;
+        for (int32_t k = 0; k < sel_count_[s.query_start + i]; ++k) row_needed_[sel[k]] = 1;
+      }
+      rows_needed_.clear();
+      for (int32_t j = 0; j < s.context_len; ++j)
+        if (row_needed_[j]) rows_needed_.push_back(j);
+      pool_.parallel_for(static_cast<int64_t>(rows_needed_.size()), [&](int64_t k0, int64_t k1, int) {
+        for (int64_t k = k0; k < k1; ++k)
+          cache.read_rows(static_cast<int>(il), {slots + rows_needed_[k], 1},
+                          ctx_rows_.data() + int64_t{rows_needed_[k]} * c_.latent_dim);
+      });
+    } else {
+      pool_.parallel_for(s.context_len, [&](int64_t j0, int64_t j1, int) {
+        cache.read_rows(static_cast<int>(il), {slots + j0, static_cast<size_t>(j1 - j0)},
+                        ctx_rows_.data() + j0 * c_.latent_dim);
+      });
+    }
     rows = ctx_rows_.data();
     slots = ctx_iota_.data();
   };
   for (const auto& s : b.seqs) {
     const float* rows = nullptr;
     const int32_t* slots = nullptr;
-    context_of(s, rows, slots);
-    run_mla_path(il, s, s.path, rows, slots, attn_.data() + s.query_start * out_width);
+    const MlaPath path = path_of(s);
+    context_of(s, sparse && path == MlaPath::Mqa && !opt_.verify_paths, rows, slots);
+    run_mla_path(il, s, path, rows, slots, sparse, attn_.data() + s.query_start * out_width);
     if (opt_.verify_paths) {
-      MlaPath other = s.path == MlaPath::Mha ? MlaPath::Mqa : MlaPath::Mha;
-      run_mla_path(il, s, other, rows, slots, attn_alt_.data() + s.query_start * out_width);
+      MlaPath other = path == MlaPath::Mha ? MlaPath::Mqa : MlaPath::Mha;
+      run_mla_path(il, s, other, rows, slots, sparse, attn_alt_.data() + s.query_start * out_width);
     }
   }
 
@@ -235,13 +284,87 @@ void Deepseek2Model::attention(int64_t il, const BatchMeta& b, LatentCache& cach
         max_ref = std::max(max_ref, static_cast<double>(std::fabs(a[i])));
       }
     }
-    log().info("verify-paths layer=blk.{} max_abs_diff={:.3e} max_rel_diff={:.3e} (mha vs mqa attention output)", il,
-               max_abs, max_ref > 0 ? max_abs / max_ref : max_abs);
+    log().info("verify-paths layer=blk.{} is_sparse={} max_abs_diff={:.3e} max_rel_diff={:.3e} (mha vs mqa attention output)",
+               il, sparse ? 1 : 0, max_abs, max_ref > 0 ? max_abs / max_ref : max_abs);
+  }
+}
+
+MlaPath Deepseek2Model::sparse_path(const SeqMeta& s) const {
+  // Multiply-adds per head. MHA decompresses every context row (qk_nope + v_head outputs of
+  // kv_lora each), then works on qk_head + v_head per selected row; MQA absorbs and un-absorbs
+  // per query (the same qk_nope + v_head by kv_lora) and works on 2 * kv_lora + qk_rope per row.
+  int64_t n_sel = 0;
+  for (int32_t i = 0; i < s.query_len; ++i) n_sel += sel_count_[s.query_start + i];
+  const int64_t proj = (c_.qk_nope + c_.v_head) * c_.kv_lora_rank;
+  const int64_t mha = int64_t{s.context_len} * proj + n_sel * (c_.qk_head + c_.v_head);
+  const int64_t mqa = int64_t{s.query_len} * proj + n_sel * (2 * c_.kv_lora_rank + c_.qk_rope);
+  return mqa <= mha ? MlaPath::Mqa : MlaPath::Mha;
+}
+
+void Deepseek2Model::run_indexer(int64_t il, const BatchMeta& b, LatentCache& cache) {
+  const LayerWeights& L = w_.layers[il];
+  const int64_t T = b.n_tokens(), E = c_.n_embd, H = c_.n_indexer_head, D = c_.indexer_head_dim;
+  const int64_t half = c_.qk_rope / 2, K = c_.indexer_top_k;
+  // q from the normed q LoRA latent, the key and the head weights from the attention input:
+  // {q_lora_rank, T} -> {H * D, T}; {n_embd, T} -> {D, T} and {H, T}.
+  mm(L.idx_q_b, q_a_.data(), c_.q_lora_rank, T, iq_.data(), H * D);
+  mm(L.idx_k, h_.data(), E, T, ik_.data(), D);
+  mm(L.idx_proj, h_.data(), E, T, iw_.data(), H);
+  const float w_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D * H)));
+  auto rope = c_.indexer_rope == RopeLayout::Neox ? rope_apply_neox : rope_apply;
+  pool_.parallel_for(T, [&](int64_t t0, int64_t t1, int) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const float* cs = cos_.data() + t * half;
+      const float* sn = sin_.data() + t * half;
+      float* k = ik_.data() + t * D;
+      // Head layout [rope | nope]: the first qk_rope dims rotate.
+      layernorm(k, L.idx_k_norm.data(), L.idx_k_norm_b.data(), k, D, static_cast<float>(c_.indexer_norm_eps));
+      rope(k, 1, 0, static_cast<int>(c_.qk_rope), cs, sn);
+      rope(iq_.data() + t * H * D, H, D, static_cast<int>(c_.qk_rope), cs, sn);
+      for (int64_t h = 0; h < H; ++h) iw_[t * H + h] *= w_scale;
+      cache.write_index_row(static_cast<int>(il), b.slot_mapping[t], k);
+    }
+  });
+  // Each sequence's queries select from its own context, read back from the cache.
+  const float* f32_keys = cache.f32_index_rows(static_cast<int>(il));
+  for (const auto& s : b.seqs) {
+    IndexerParams p;
+    p.n_head = H;
+    p.head_dim = D;
+    p.top_k = K;
+    p.n_q = s.query_len;
+    p.q = iq_.data() + s.query_start * H * D;
+    p.q_stride = H * D;
+    p.w = iw_.data() + s.query_start * H;
+    p.w_stride = H;
+    p.n_ctx = s.context_len;
+    p.key_stride = D;
+    p.slots = b.context_slots.data() + s.slots_start;
+    if (f32_keys) {
+      p.keys = f32_keys;
+    } else if (s.context_len > K) {  // else every query selects its whole context: no scores needed
+      if (idx_keys_.size() < static_cast<size_t>(s.context_len * D)) idx_keys_.resize(s.context_len * D);
+      if (ctx_iota_.size() < static_cast<size_t>(s.context_len)) {
+        ctx_iota_.resize(s.context_len);
+        for (int32_t j = 0; j < s.context_len; ++j) ctx_iota_[j] = j;
+      }
+      const int32_t* slots = p.slots;
+      pool_.parallel_for(s.context_len, [&](int64_t j0, int64_t j1, int) {
+        cache.read_index_rows(static_cast<int>(il), {slots + j0, static_cast<size_t>(j1 - j0)},
+                              idx_keys_.data() + j0 * D);
+      });
+      p.keys = idx_keys_.data();
+      p.slots = ctx_iota_.data();
+    }
+    p.sel = sel_.data() + s.query_start * K;
+    p.sel_stride = K;
+    p.sel_count = sel_count_.data() + s.query_start;
+    indexer_select(p, pool_, idx_scratch_);
   }
 }
 
 void Deepseek2Model::run_mla_path(int64_t il, const SeqMeta& s, MlaPath path, const float* ctx_rows,
-                                  const int32_t* ctx_slots, float* out) {
+                                  const int32_t* ctx_slots, bool sparse, float* out) {
   const LayerWeights& L = w_.layers[il];
   MlaAttnParams p;
   p.n_head = c_.n_head;
@@ -262,6 +385,16 @@ void Deepseek2Model::run_mla_path(int64_t il, const SeqMeta& s, MlaPath path, co
   p.w_uv = L.w_uv.data();
   p.out = out;
   p.out_stride = c_.n_head * c_.v_head;
+  // A sequence whose every query selected its whole visible context attends densely: the same
+  // rows, and the dense kernel's tiling, so DSA below top_k is bit for bit dense MLA.
+  bool whole_context = true;
+  for (int32_t i = 0; sparse && whole_context && i < s.query_len; ++i)
+    whole_context = sel_count_[s.query_start + i] == s.context_len - s.query_len + i + 1;
+  if (sparse && !whole_context) {
+    p.sel = sel_.data() + s.query_start * c_.indexer_top_k;
+    p.sel_count = sel_count_.data() + s.query_start;
+    p.sel_stride = c_.indexer_top_k;
+  }
   if (path == MlaPath::Mha) {
     if (!p.w_uk_t) fail("model: the MHA path was requested but the model was loaded for MQA only");
     mla_attention_mha(p, pool_, attn_scratch_);
@@ -326,6 +459,10 @@ void Deepseek2Model::expert_matmuls(std::initializer_list<const WeightMatrix*> w
                   pc.row0, std::min<int64_t>(out_rows, pc.row0 + kRows));
     }
   });
+  const int64_t n_pairs = expert_offsets_[c_.n_expert];
+  for (int i = 0; i < n_mat; ++i)
+    if (w[i]->scale != 1.0f)
+      for (int64_t j = 0; j < n_pairs * out_rows; ++j) y[i][j] *= w[i]->scale;
 }
 
 void Deepseek2Model::moe_ffn(const LayerWeights& L, int64_t n) {

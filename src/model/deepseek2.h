@@ -1,10 +1,14 @@
 #pragma once
-// The deepseek2 forward pass on CPU:
-//   embed ─▶ [rmsnorm ─▶ MLA attention ─▶ rmsnorm ─▶ dense FFN | MoE] × n_layer ─▶ rmsnorm ─▶ lm_head
+// The forward pass of the MLA-MoE family (deepseek2, deepseek32, glm-dsa) on CPU:
+//   embed ─▶ [rmsnorm ─▶ (DSA indexer) ─▶ MLA attention ─▶ rmsnorm ─▶ dense FFN | MoE] × n_layer
+//         ─▶ rmsnorm ─▶ lm_head
+// With DSA on, layers that have a lightning indexer select each query's top_k context rows and
+// both MLA paths attend to only those; shared layers (GLM-5.2) reuse the last full layer's choice.
 // driven by a BatchMeta and a LatentCache. All buffers are sized at construction for
 // max_batch_tokens; a forward call allocates nothing once the attention scratch has grown to
 // the longest context seen.
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
@@ -12,6 +16,7 @@
 #include <vector>
 
 #include "kernels/attention.h"
+#include "kernels/indexer.h"
 #include "kernels/matmul.h"
 #include "kernels/thread_pool.h"
 #include "kv/latent_cache.h"
@@ -27,6 +32,14 @@ struct ModelOptions {
   int n_threads = 1;
   int64_t max_batch_tokens = 512;  // most tokens one forward call may carry
   bool verify_paths = false;       // run both MLA paths per layer and log their largest difference
+  bool dsa = true;                 // DeepSeek Sparse Attention where the model has an indexer (--dsa)
+};
+
+// Tokens that went through sparse (DSA) layers, summed over layers, and the context rows they
+// attended to (for /metrics). Written by the forward's thread, read by anyone.
+struct SparseCounters {
+  std::atomic<int64_t> layer_tokens{0};
+  std::atomic<int64_t> selected_rows{0};
 };
 
 class Deepseek2Model {
@@ -40,6 +53,9 @@ class Deepseek2Model {
   void forward(const BatchMeta& b, LatentCache& cache, float* logits);
 
   const DeepseekConfig& config() const { return c_; }
+  bool sparse() const { return opt_.dsa && c_.has_indexer; }
+  bool sparse_layer(int64_t il) const { return sparse() && c_.has_indexer && il < c_.n_layer; }
+  const SparseCounters& sparse_counters() const { return sparse_counters_; }
   ThreadPool& pool() { return pool_; }
   // An F32 cache of n_slots rows with one-slot blocks (slot = position for
   // single_sequence_batch); the engine makes its own paged cache from latent_shape().
@@ -48,15 +64,24 @@ class Deepseek2Model {
   }
   // The latent row geometry a cache for this model needs.
   LatentShape latent_shape() const {
-    return {static_cast<int>(c_.n_layer), static_cast<int>(c_.kv_lora_rank), static_cast<int>(c_.qk_rope)};
+    LatentShape s(static_cast<int>(c_.n_layer), static_cast<int>(c_.kv_lora_rank), static_cast<int>(c_.qk_rope));
+    if (sparse())
+      for (int64_t il = 0; il < c_.n_layer; ++il) s.index_key_dims.push_back(static_cast<int>(c_.indexer_key_dim(il)));
+    return s;
   }
 
  private:
   void validate(const BatchMeta& b, const LatentCache& cache) const;
   void attention(int64_t il, const BatchMeta& b, LatentCache& cache);
+  // The DSA lightning indexer of layer il: writes this step's indexer keys into the cache and
+  // each query's selected context rows into sel_ / sel_count_.
+  void run_indexer(int64_t il, const BatchMeta& b, LatentCache& cache);
+  // The path a sequence takes in a sparse layer under the auto policy: the cheaper one for its
+  // query length, context and selection (both are exact).
+  MlaPath sparse_path(const SeqMeta& s) const;
   // ctx_rows: the sequence's context rows as F32, row j at ctx_rows + ctx_slots[j] * latent_dim.
   void run_mla_path(int64_t il, const SeqMeta& s, MlaPath path, const float* ctx_rows, const int32_t* ctx_slots,
-                    float* out);
+                    bool sparse, float* out);
   void dense_ffn(const LayerWeights& L, int64_t n_rows);
   void moe_ffn(const LayerWeights& L, int64_t n_rows);
   // The MoE input rows of tokens [c0, c1) for weights ws (one or two matrices), one row per
@@ -92,6 +117,18 @@ class Deepseek2Model {
   std::vector<float> proj_;       // n_embd: a sub-block's output
   std::vector<float> gate_, up_;  // max(n_ff, shared ffn, 2 * n_ff_exp)
   std::vector<float> cos_, sin_;  // qk_rope / 2 per token
+  // DSA: indexer activations, and each query's selected context rows (kept across layers: shared
+  // layers reuse the last full layer's selection).
+  std::vector<float> iq_;         // n_indexer_head * indexer_head_dim
+  std::vector<float> ik_;         // indexer_head_dim
+  std::vector<float> iw_;         // n_indexer_head
+  std::vector<float> idx_keys_;   // a sequence's indexer keys as F32 when the cache stores another dtype
+  std::vector<int32_t> sel_;      // indexer_top_k per token
+  std::vector<int32_t> sel_count_;
+  std::vector<uint8_t> row_needed_;  // a sequence's context rows some query selected
+  std::vector<int32_t> rows_needed_;
+  IndexerScratch idx_scratch_;
+  SparseCounters sparse_counters_;
   // MoE routing and expert gather buffers.
   std::vector<float> router_;     // n_expert per token
   std::vector<int32_t> sel_experts_;  // n_expert_used per token
@@ -111,7 +148,7 @@ class Deepseek2Model {
   std::vector<ExpertPiece> expert_pieces_;  // expert_matmuls' work list
 };
 
-// A deepseek2 file with its config and bound weights.
+// An MLA-MoE file (deepseek2, deepseek32 or glm-dsa) with its config and bound weights.
 struct Deepseek2Bundle {
   std::unique_ptr<GgufFile> file;
   DeepseekConfig config;

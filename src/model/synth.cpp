@@ -34,7 +34,7 @@ MlaLayout layout_named(const std::string& s) {
 }
 
 const char* const kRoles[] = {"embd", "output", "attn_q", "attn_kv_a", "attn_mla", "attn_output",
-                              "ffn", "ffn_exps", "ffn_shexp", "router"};
+                              "ffn", "ffn_exps", "ffn_shexp", "router", "indexer"};
 
 struct SpecKey {
   const char* name;
@@ -48,6 +48,8 @@ std::function<void(SynthSpec&, const nlohmann::json&)> field(T SynthSpec::*m) {
 
 const std::vector<SpecKey>& spec_table() {
   static const std::vector<SpecKey> keys = {
+      {"preset", [](SynthSpec& s, const nlohmann::json& j) { apply_synth_preset(s, j.get<std::string>()); }},
+      {"arch", field(&SynthSpec::arch)},
       {"n_layer", field(&SynthSpec::n_layer)},
       {"n_layer_dense_lead", field(&SynthSpec::n_layer_dense_lead)},
       {"n_embd", field(&SynthSpec::n_embd)},
@@ -93,6 +95,11 @@ const std::vector<SpecKey>& spec_table() {
        }},
       {"vocab", field(&SynthSpec::vocab_path)},
       {"chat_template", field(&SynthSpec::chat_template_path)},
+      {"n_indexer_head", field(&SynthSpec::n_indexer_head)},
+      {"indexer_head_dim", field(&SynthSpec::indexer_head_dim)},
+      {"indexer_top_k", field(&SynthSpec::indexer_top_k)},
+      {"indexer_types", field(&SynthSpec::indexer_types)},
+      {"n_nextn", field(&SynthSpec::n_nextn)},
       {"seed", field(&SynthSpec::seed)},
       {"name", field(&SynthSpec::name)},
   };
@@ -203,6 +210,20 @@ void check_spec(const SynthSpec& s) {
     pos("n_ff_exp", s.n_ff_exp);
     pos("n_expert_groups", s.n_expert_groups);
   }
+  if (s.arch != "deepseek2" && s.arch != "deepseek32" && s.arch != "glm-dsa")
+    fail("synth: arch '{}' is not deepseek2, deepseek32 or glm-dsa", s.arch);
+  if (s.arch != "deepseek2") {
+    pos("n_indexer_head", s.n_indexer_head);
+    pos("indexer_top_k", s.indexer_top_k);
+    pos("q_lora_rank (the indexer reads the q LoRA latent)", s.q_lora_rank);
+    if (s.indexer_head_dim < s.qk_rope || s.indexer_head_dim % 2)
+      fail("synth: indexer_head_dim is {}, expected an even value >= qk_rope {}", s.indexer_head_dim, s.qk_rope);
+    if (!s.indexer_types.empty() &&
+        (static_cast<int64_t>(s.indexer_types.size()) != s.n_layer || s.indexer_types[0] != '1' ||
+         s.indexer_types.find_first_not_of("01") != std::string::npos))
+      fail("synth: indexer_types '{}' must be one 0/1 per layer ({}), starting with 1", s.indexer_types, s.n_layer);
+  }
+  if (s.n_nextn < 0) fail("synth: n_nextn is {}, expected >= 0", s.n_nextn);
   if (s.gating != "softmax" && s.gating != "sigmoid") fail("synth: gating '{}' is not softmax or sigmoid", s.gating);
   if (s.rope_scaling != "none" && s.rope_scaling != "linear" && s.rope_scaling != "yarn")
     fail("synth: rope_scaling '{}' is not none, linear or yarn", s.rope_scaling);
@@ -223,6 +244,36 @@ void copy_vocab(const std::string& path, GgufWriter& w, int64_t& n_vocab) {
 
 }  // namespace
 
+void apply_synth_preset(SynthSpec& s, const std::string& preset) {
+  if (preset == "glm5") {
+    s.arch = "glm-dsa";
+    s.name = "synthetic GLM-5 widths";
+    s.n_embd = 6144, s.n_head = 64, s.q_lora_rank = 2048, s.kv_lora_rank = 512;
+    s.qk_nope = 192, s.qk_rope = 64, s.v_head = 256;
+    s.n_ff = 12288, s.n_ff_exp = 2048, s.n_expert_used = 8, s.n_expert_shared = 1;
+    s.n_expert_groups = 1, s.n_expert_groups_used = 1;
+    s.n_indexer_head = 32, s.indexer_head_dim = 128, s.indexer_top_k = 2048;
+    s.n_vocab = 154880, s.n_ctx_train = 202752, s.rms_eps = 1e-5, s.rope_freq_base = 1e6;
+    s.rope_scaling = "none";
+  } else if (preset == "deepseek32") {
+    s.arch = "deepseek32";
+    s.name = "synthetic DeepSeek-V3.2 widths";
+    s.n_embd = 7168, s.n_head = 128, s.q_lora_rank = 1536, s.kv_lora_rank = 512;
+    s.qk_nope = 128, s.qk_rope = 64, s.v_head = 128;
+    s.n_ff = 18432, s.n_ff_exp = 2048, s.n_expert_used = 8, s.n_expert_shared = 1;
+    s.n_expert_groups = 8, s.n_expert_groups_used = 4;
+    s.n_indexer_head = 64, s.indexer_head_dim = 128, s.indexer_top_k = 2048;
+    s.n_vocab = 129280, s.n_ctx_train = 163840, s.rms_eps = 1e-6, s.rope_freq_base = 10000;
+    s.rope_scaling = "yarn", s.rope_factor = 40, s.rope_orig_ctx = 4096, s.yarn_mscale_all_dim = 1.0;
+  } else {
+    fail("synth: unknown preset '{}' (expected glm5 or deepseek32)", preset);
+  }
+  // Fewer layers and experts than the real models: real per-layer cost, a file that fits here.
+  s.n_layer = 2, s.n_layer_dense_lead = 1, s.n_expert = 16;
+  s.gating = "sigmoid", s.weights_norm = true, s.weights_scale = 2.5, s.exp_probs_b = true;
+  s.type = GgmlType::Q4_K;
+}
+
 const std::vector<std::string>& synth_spec_keys() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> n;
@@ -234,7 +285,12 @@ const std::vector<std::string>& synth_spec_keys() {
 
 void apply_synth_json(SynthSpec& s, const nlohmann::json& j) {
   if (!j.is_object()) fail("synth: the config must be a JSON object");
+  if (j.contains("preset")) {  // first, so that the other keys override it
+    if (!j["preset"].is_string()) fail("synth: config key 'preset' must be a string");
+    apply_synth_preset(s, j["preset"].get<std::string>());
+  }
   for (const auto& [key, value] : j.items()) {
+    if (key == "preset") continue;
     const SpecKey* found = nullptr;
     for (const auto& k : spec_table())
       if (key == k.name) found = &k;
@@ -251,14 +307,26 @@ void write_synth_deepseek2(const SynthSpec& s, const std::string& path) {
   check_spec(s);
   GgufWriter w;
   int64_t n_vocab = s.n_vocab;
-  const std::string a = "deepseek2.";
-  w.set("general.architecture", GgufValue::str("deepseek2"));
+  const std::string a = s.arch + ".";
+  w.set("general.architecture", GgufValue::str(s.arch));
   w.set("general.name", GgufValue::str(s.name));
   auto u32 = [](int64_t v) { return GgufValue::u32(static_cast<uint32_t>(v)); };
   auto f32 = [](double v) { return GgufValue::f32(static_cast<float>(v)); };
   const bool moe = s.n_layer_dense_lead < s.n_layer;
   const int64_t qk_head = s.qk_nope + s.qk_rope;
-  w.set(a + "block_count", u32(s.n_layer));
+  w.set(a + "block_count", u32(s.n_layer + s.n_nextn));
+  if (s.n_nextn > 0) w.set(a + "nextn_predict_layers", u32(s.n_nextn));
+  const bool dsa = s.arch != "deepseek2";
+  if (dsa) {
+    w.set(a + "attention.indexer.head_count", u32(s.n_indexer_head));
+    w.set(a + "attention.indexer.key_length", u32(s.indexer_head_dim));
+    w.set(a + "attention.indexer.top_k", u32(s.indexer_top_k));
+    if (!s.indexer_types.empty()) {
+      std::vector<GgufValue> types;
+      for (char ch : s.indexer_types) types.push_back(GgufValue::boolean(ch == '1'));
+      w.set(a + "attention.indexer.types", GgufValue::array(GgufValueType::BOOL, std::move(types)));
+    }
+  }
   w.set(a + "context_length", u32(s.n_ctx_train));
   w.set(a + "embedding_length", u32(s.n_embd));
   w.set(a + "feed_forward_length", u32(s.n_ff));
@@ -314,9 +382,24 @@ void write_synth_deepseek2(const SynthSpec& s, const std::string& path) {
   if (!s.tied_output) b.matrix("output.weight", "output", {E, n_vocab});
 
   const int64_t H = s.n_head, R = s.kv_lora_rank, N = s.qk_nope, V = s.v_head;
-  for (int64_t il = 0; il < s.n_layer; ++il) {
+  for (int64_t il = 0; il < s.n_layer + s.n_nextn; ++il) {
     auto n = [&](const char* t, const char* suffix = "weight") { return fmt::format("blk.{}.{}.{}", il, t, suffix); };
+    if (il >= s.n_layer) {  // an MTP block: its own input projection and norms, then a full block
+      b.matrix(n("nextn.eh_proj"), "attn_output", {2 * E, E});
+      b.norm(n("nextn.enorm"), E);
+      b.norm(n("nextn.hnorm"), E);
+      b.norm(n("nextn.shared_head_norm"), E);
+    }
     b.norm(n("attn_norm"), E);
+    const bool full_indexer = il >= s.n_layer || s.indexer_types.empty() || s.indexer_types[il] == '1';
+    if (dsa && full_indexer) {
+      const int64_t Hi = s.n_indexer_head, Di = s.indexer_head_dim;
+      b.matrix(n("indexer.attn_q_b"), "indexer", {s.q_lora_rank, Hi * Di});
+      b.matrix(n("indexer.attn_k"), "indexer", {E, Di});
+      b.norm(n("indexer.k_norm"), Di);
+      b.add(n("indexer.k_norm", "bias"), "", {Di}, normals(s, n("indexer.k_norm", "bias"), Di, 0.1));
+      b.matrix(n("indexer.proj"), "indexer", {E, Hi});
+    }
     if (s.q_lora_rank > 0) {
       b.matrix(n("attn_q_a"), "attn_q", {E, s.q_lora_rank});
       b.norm(n("attn_q_a_norm"), s.q_lora_rank);

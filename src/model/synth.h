@@ -16,7 +16,8 @@
 namespace mla {
 
 struct SynthSpec {
-  int64_t n_layer = 2;
+  std::string arch = "deepseek2";   // deepseek2 | deepseek32 | glm-dsa (the last two carry the DSA indexer)
+  int64_t n_layer = 2;              // trunk layers
   int64_t n_layer_dense_lead = 1;
   int64_t n_embd = 256;
   int64_t n_ff = 512;
@@ -55,17 +56,29 @@ struct SynthSpec {
   std::map<std::string, GgmlType> role_types;
   std::string vocab_path;           // take tokenizer.* keys (and the vocabulary size) from this GGUF
   std::string chat_template_path;   // a Jinja file written as tokenizer.chat_template
+  // DSA indexer (deepseek32, glm-dsa).
+  int64_t n_indexer_head = 4;
+  int64_t indexer_head_dim = 64;
+  int64_t indexer_top_k = 16;
+  std::string indexer_types;        // one '1' (full) / '0' (shared) per layer, written as indexer.types; "": all full
+  int64_t n_nextn = 0;              // MTP blocks appended after the trunk (a full block + blk.N.nextn.*)
   uint64_t seed = 1;
   std::string name = "synthetic deepseek2";
 };
 
+// Real per-layer widths with few layers and experts, for benchmarks at real per-layer cost:
+// "glm5" (GLM-5: glm-dsa, hidden 6144, 64 heads, q_lora 2048, nope 192, v 256, indexer 32 x 128,
+// vocabulary 154880) and "deepseek32" (DeepSeek-V3.2: hidden 7168, 128 heads, q_lora 1536,
+// nope 128, v 128, indexer 64 x 128, YaRN x40, vocabulary 129280). Throws on an unknown name.
+void apply_synth_preset(SynthSpec& s, const std::string& preset);
+
 // Applies a JSON object of SynthSpec fields (same names as above; "types" maps roles to type
-// names; "type" and "layout" take names). Throws mla::Error on an unknown key or a bad value.
+// names; "type" and "layout" take names; "preset" applies apply_synth_preset first). Throws mla::Error on an unknown key or a bad value.
 void apply_synth_json(SynthSpec& s, const nlohmann::json& j);
 // The spec's field names, for CLI flags that mirror the JSON keys.
 const std::vector<std::string>& synth_spec_keys();
 
-// Writes the file. Throws mla::Error on an inconsistent spec.
+// Writes the file (architecture s.arch). Throws mla::Error on an inconsistent spec.
 void write_synth_deepseek2(const SynthSpec& s, const std::string& path);
 
 // Copy of a deepseek2 file with the MLA projections in the other layout: Fused writes

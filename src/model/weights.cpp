@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+#include <cstdio>
 #include <unordered_set>
 
 #include "gguf/gguf.h"
@@ -25,7 +27,7 @@ std::vector<int64_t> trimmed(std::vector<int64_t> ne) {
 
 class Binder {
  public:
-  explicit Binder(const GgufFile& f) : f_(f) {}
+  Binder(const GgufFile& f, const char* arch) : f_(f), arch_(arch) {}
 
   const GgufTensorInfo* find(const std::string& name) {
     const GgufTensorInfo* t = f_.find_tensor(name);
@@ -36,23 +38,34 @@ class Binder {
 
   const GgufTensorInfo& require(const std::string& name, const std::vector<int64_t>& ne) {
     const GgufTensorInfo* t = find(name);
-    if (!t) fail("deepseek2: {}: missing tensor '{}' (expected shape {})", f_.path(), name, shape_str(ne));
+    if (!t) fail("{}: {}: missing tensor '{}' (expected shape {})", arch_, f_.path(), name, shape_str(ne));
     check_shape(*t, ne);
     return *t;
   }
 
   void check_shape(const GgufTensorInfo& t, const std::vector<int64_t>& ne) const {
     if (trimmed(t.ne) != trimmed(ne))
-      fail("deepseek2: {}: tensor '{}': expected shape {}, got {}", f_.path(), t.name, shape_str(ne), shape_str(t.ne));
+      fail("{}: {}: tensor '{}': expected shape {}, got {}", arch_, f_.path(), t.name, shape_str(ne), shape_str(t.ne));
   }
 
-  // A matmul weight: rows of ne[0] elements, all higher dims flattened into rows.
+  // A matmul weight: rows of ne[0] elements, all higher dims flattened into rows. A companion
+  // `<name>.scale` of shape {1} (written by some quantizers) becomes the matrix's output scale.
   WeightMatrix matrix(const std::string& name, const std::vector<int64_t>& ne) {
-    return as_matrix(require(name, ne));
+    WeightMatrix m = as_matrix(require(name, ne));
+    const std::string suffix = ".weight";
+    if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      const std::string scale_name = name.substr(0, name.size() - suffix.size()) + ".scale";
+      if (has(scale_name)) {
+        m.scale = to_f32(require(scale_name, {1}))[0];
+        if (!std::isfinite(m.scale)) fail("{}: {}: tensor '{}' is {}, expected a finite scale", arch_, f_.path(),
+                                          scale_name, m.scale);
+      }
+    }
+    return m;
   }
   WeightMatrix as_matrix(const GgufTensorInfo& t) const {
     if (!matmul_supports(t.type))
-      fail("deepseek2: {}: tensor '{}' has type {}, which has no matmul kernel here", f_.path(), t.name,
+      fail("{}: {}: tensor '{}' has type {}, which has no matmul kernel here", arch_, f_.path(), t.name,
            ggml_type_name(t.type));
     WeightMatrix m;
     m.type = t.type;
@@ -68,7 +81,7 @@ class Binder {
 
   std::vector<float> to_f32(const GgufTensorInfo& t) const {
     if (!can_dequantize(t.type))
-      fail("deepseek2: {}: tensor '{}' has type {}, which cannot be dequantized", f_.path(), t.name,
+      fail("{}: {}: tensor '{}' has type {}, which cannot be dequantized", arch_, f_.path(), t.name,
            ggml_type_name(t.type));
     std::vector<float> out(static_cast<size_t>(t.n_elements));
     const int64_t row_bytes = ggml_row_bytes(t.type, t.ne[0]);
@@ -76,18 +89,27 @@ class Binder {
     return out;
   }
 
-  void report_unbound() const {
+  // Tensors of blocks >= n_layer are the MTP (nextn) blocks: kept in the mapping, never read here.
+  void report_unbound(int64_t n_layer) const {
     std::vector<std::string> extra;
-    for (const auto& t : f_.tensors())
-      if (!bound_.count(t.name)) extra.push_back(t.name);
+    int64_t n_mtp = 0;
+    for (const auto& t : f_.tensors()) {
+      if (bound_.count(t.name)) continue;
+      int64_t il = -1;
+      if (std::sscanf(t.name.c_str(), "blk.%ld.", &il) == 1 && il >= n_layer) ++n_mtp;
+      else extra.push_back(t.name);
+    }
+    if (n_mtp > 0) log().info("{}: {}: {} tensor(s) of the MTP block(s) from blk.{} left unread (not run)", arch_,
+                              f_.path(), n_mtp, n_layer);
     if (extra.empty()) return;
     std::string names;
     for (size_t i = 0; i < extra.size() && i < 4; ++i) names += (i ? ", " : "") + extra[i];
-    log().warn("deepseek2: {}: {} tensor(s) not used by the forward pass (e.g. {})", f_.path(), extra.size(), names);
+    log().warn("{}: {}: {} tensor(s) not used by the forward pass (e.g. {})", arch_, f_.path(), extra.size(), names);
   }
 
  private:
   const GgufFile& f_;
+  const char* arch_;
   std::unordered_set<std::string> bound_;
 };
 
@@ -137,14 +159,14 @@ void bind_mla(Binder& b, const DeepseekConfig& c, int64_t il, const WeightLoadOp
 }  // namespace
 
 std::vector<float> dequantize_tensor(const GgufFile& f, const std::string& name) {
-  Binder b(f);
+  Binder b(f, "gguf");
   const GgufTensorInfo* t = b.find(name);
   if (!t) fail("gguf: {}: missing tensor '{}'", f.path(), name);
   return b.to_f32(*t);
 }
 
 DeepseekWeights bind_deepseek_weights(const GgufFile& f, const DeepseekConfig& c, const WeightLoadOptions& opt) {
-  Binder b(f);
+  Binder b(f, model_arch_name(c.arch));
   DeepseekWeights w;
   const int64_t E = c.n_embd;
   w.token_embd = b.matrix("token_embd.weight", {E, c.n_vocab});
@@ -175,6 +197,14 @@ DeepseekWeights bind_deepseek_weights(const GgufFile& f, const DeepseekConfig& c
     if (il == 0) w.layout = layout;
     L.attn_output = b.matrix(blk(il, "attn_output"), {c.n_head * c.v_head, E});
     L.ffn_norm = b.vec(blk(il, "ffn_norm"), E);
+    if (c.indexer_key_dim(il) > 0) {
+      const int64_t D = c.indexer_head_dim;
+      L.idx_q_b = b.matrix(blk(il, "indexer.attn_q_b"), {c.q_lora_rank, c.n_indexer_head * D});
+      L.idx_k = b.matrix(blk(il, "indexer.attn_k"), {E, D});
+      L.idx_k_norm = b.vec(blk(il, "indexer.k_norm"), D);
+      L.idx_k_norm_b = b.vec(blk(il, "indexer.k_norm", "bias"), D);
+      L.idx_proj = b.matrix(blk(il, "indexer.proj"), {E, c.n_indexer_head});
+    }
 
     L.is_moe = c.layer_is_moe(il);
     if (!L.is_moe) {
@@ -201,7 +231,7 @@ DeepseekWeights bind_deepseek_weights(const GgufFile& f, const DeepseekConfig& c
       L.ffn_down_shexp = b.matrix(blk(il, "ffn_down_shexp"), {S, E});
     }
   }
-  b.report_unbound();
+  b.report_unbound(c.n_layer);
   return w;
 }
 

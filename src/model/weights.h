@@ -1,5 +1,5 @@
 #pragma once
-// Every tensor of a deepseek2 GGUF bound by name, with its type and shape checked against the
+// Every tensor of an MLA-MoE GGUF (deepseek2, deepseek32, glm-dsa) bound by name, with its type and shape checked against the
 // config (a mismatch names the tensor, the expected and the actual shape or type).
 //
 // Matmul weights stay in the file's mapping, in the file's type. Norm vectors are converted to
@@ -34,6 +34,12 @@ struct LayerWeights {
   WeightMatrix attn_output;            // {n_head * v_head, n_embd}
   std::vector<float> ffn_norm;         // [n_embd]
 
+  // DSA lightning indexer (layers that run their own; n_rows 0 elsewhere).
+  WeightMatrix idx_q_b;                // {q_lora_rank, n_indexer_head * indexer_head_dim}
+  WeightMatrix idx_k;                  // {n_embd, indexer_head_dim}
+  std::vector<float> idx_k_norm, idx_k_norm_b;  // [indexer_head_dim] LayerNorm weight and bias
+  WeightMatrix idx_proj;               // {n_embd, n_indexer_head}
+
   bool is_moe = false;
   WeightMatrix ffn_gate, ffn_up;       // dense: {n_embd, n_ff}
   WeightMatrix ffn_down;               // dense: {n_ff, n_embd}
@@ -61,7 +67,8 @@ struct WeightLoadOptions {
   bool need_mqa = true;  // derive W_UK in the absorption (attn_k_b) form
 };
 
-// Binds every tensor. The returned matrices point into f's mapping: keep f alive.
+// Binds every tensor of the trunk layers (MTP blocks past n_layer are left untouched). The
+// returned matrices point into f's mapping: keep f alive.
 DeepseekWeights bind_deepseek_weights(const GgufFile& f, const DeepseekConfig& c, const WeightLoadOptions& opt = {});
 
 // Dequantizes a whole tensor (any dequantizable type) to F32, row by row.

@@ -3,6 +3,7 @@
 #include "quant/kernels.h"
 MLA_NO_FP_CONTRACT
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -65,6 +66,34 @@ void quant_q4_0(const float* x, void* dst, int64_t n) {
   }
 }
 
+// The same with a fifth bit: d = max/-16, q = min(31, trunc(x/d + 16.5)); the low nibbles as Q4_0,
+// the fifth bits of the 32 elements packed into qh (bit j of the little-endian word = element j).
+void quant_q5_0(const float* x, void* dst, int64_t n) {
+  auto* b = static_cast<BlockQ5_0*>(dst);
+  for (int64_t i = 0; i < n / kQK; ++i, x += kQK) {
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < kQK; ++j) {
+      if (amax < std::fabs(x[j])) {
+        amax = std::fabs(x[j]);
+        max = x[j];
+      }
+    }
+    const float d = max / -16.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    b[i].d = fp32_to_fp16(d);
+    uint32_t qh = 0;
+    for (int j = 0; j < kQK / 2; ++j) {
+      // x*id + 16.5 lies in [0.5, 32.5] for finite input; the clamp keeps inf/NaN defined.
+      const int q0 = std::min(31, static_cast<int>(std::fmax(0.0f, std::fmin(32.0f, std::fma(x[j], id, 16.5f)))));
+      const int q1 = std::min(31, static_cast<int>(std::fmax(0.0f, std::fmin(32.0f, std::fma(x[j + 16], id, 16.5f)))));
+      b[i].qs[j] = static_cast<uint8_t>((q0 & 0x0F) | ((q1 & 0x0F) << 4));
+      qh |= static_cast<uint32_t>((q0 >> 4) & 1) << j;
+      qh |= static_cast<uint32_t>((q1 >> 4) & 1) << (j + kQK / 2);
+    }
+    std::memcpy(b[i].qh, &qh, sizeof qh);
+  }
+}
+
 // Activations for K-quant dot products: the value of largest magnitude maps to -127, the rest
 // round to nearest-even; d is kept in fp32 and bsums hold each 16-element sum.
 void quant_q8_k(const float* x, void* dst, int64_t n) {
@@ -104,6 +133,7 @@ QuantizeFn quantize_ref_fn(GgmlType t) {
     case GgmlType::BF16: return quant_bf16;
     case GgmlType::Q8_0: return quant_q8_0;
     case GgmlType::Q4_0: return quant_q4_0;
+    case GgmlType::Q5_0: return quant_q5_0;
     case GgmlType::Q4_K: return quantize_q4_k_ref;
     case GgmlType::Q5_K: return quantize_q5_k_ref;
     case GgmlType::Q6_K: return quantize_q6_k_ref;

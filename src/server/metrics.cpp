@@ -147,6 +147,12 @@ std::string ServerMetrics::render(const EngineCounters& c, std::string_view mode
            static_cast<double>(c.n_tokens_mha));
   w.sample("mla:attention_path_tokens_total", with("path", "mqa"),
            static_cast<double>(c.n_tokens_mqa));
+  one("mla:sparse_attention_layer_tokens_total", "counter",
+      "DSA: tokens attended through sparse (indexer top-k) layers, summed over those layers.",
+      static_cast<double>(c.n_sparse_layer_tokens));
+  one("mla:sparse_attention_selected_rows_total", "counter",
+      "DSA: context rows the lightning indexer selected for those tokens (their attention cost).",
+      static_cast<double>(c.n_sparse_selected_rows));
 
   w.family("mla:time_to_first_token_seconds", "histogram",
            "Time from request arrival to its first generated token.");

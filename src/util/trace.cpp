@@ -66,7 +66,8 @@ void trace_reset() { trace_configure(""); }
 
 int trace_dispatch_limit() { return state().dispatch_limit.load(std::memory_order_relaxed); }
 
-void trace_dispatch(int layer, bool is_sparse, int num_mqa, int num_mha, int total_toks, std::string_view policy) {
+void trace_dispatch(int layer, bool is_sparse, int num_mqa, int num_mha, int total_toks, std::string_view policy,
+                    int64_t index_topk, int64_t selected) {
   auto& s = state();
   int limit = s.dispatch_limit.load(std::memory_order_relaxed);
   if (limit <= 0) return;
@@ -76,8 +77,12 @@ void trace_dispatch(int layer, bool is_sparse, int num_mqa, int num_mha, int tot
     if (calls >= limit) return;
     ++calls;
   }
-  log().info("dispatch layer=blk.{} is_sparse={} num_mqa={} num_mha={} total_toks={} policy={}", layer,
-             is_sparse ? 1 : 0, num_mqa, num_mha, total_toks, policy);
+  if (is_sparse)
+    log().info("dispatch layer=blk.{} is_sparse=1 num_mqa={} num_mha={} total_toks={} index_topk={} selected={} policy={}",
+               layer, num_mqa, num_mha, total_toks, index_topk, selected, policy);
+  else
+    log().info("dispatch layer=blk.{} is_sparse=0 num_mqa={} num_mha={} total_toks={} policy={}", layer, num_mqa,
+               num_mha, total_toks, policy);
 }
 
 }  // namespace mla

@@ -20,8 +20,11 @@ int trace_dispatch_limit();
 
 // The hook at the MLA dispatch decision point of one layer. Logs
 //   dispatch layer=blk.N is_sparse=0 num_mqa=A num_mha=B total_toks=T policy=P
-// for the first trace_dispatch_limit() calls of each layer; cheap when tracing is off.
-// num_mqa / num_mha count the sequences sent down each path, total_toks the batch's tokens.
-void trace_dispatch(int layer, bool is_sparse, int num_mqa, int num_mha, int total_toks, std::string_view policy);
+// (sparse layers add `index_topk=K selected=S` after total_toks) for the first
+// trace_dispatch_limit() calls of each layer; cheap when tracing is off. num_mqa / num_mha count
+// the sequences sent down each path, total_toks the batch's tokens, selected the context rows the
+// DSA indexer chose summed over the batch's queries.
+void trace_dispatch(int layer, bool is_sparse, int num_mqa, int num_mha, int total_toks, std::string_view policy,
+                    int64_t index_topk = 0, int64_t selected = 0);
 
 }  // namespace mla

@@ -136,7 +136,7 @@ TEST(DeepseekConfig, InvalidValuesGiveOneClearError) {
       {"missing key", [](GgufWriter& w) { w.remove("deepseek2.attention.kv_lora_rank"); },
        "missing required key 'deepseek2.attention.kv_lora_rank'"},
       {"wrong arch", [](GgufWriter& w) { w.set("general.architecture", GgufValue::str("llama")); },
-       "general.architecture is 'llama', expected 'deepseek2'"},
+       "general.architecture is 'llama', expected 'deepseek2', 'deepseek32' or 'glm-dsa'"},
       {"wrong key type", [](GgufWriter& w) { w.set("deepseek2.block_count", GgufValue::str("3")); },
        "deepseek2.block_count"},
       {"groups", [&](GgufWriter& w) { w.set("deepseek2.expert_group_count", u(3)); },

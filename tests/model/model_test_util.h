@@ -80,11 +80,12 @@ inline void rewrite_gguf(const std::string& in, const std::string& out,
 // Logits of every position of `prompt` (one prefill) followed by `n_decode` greedy steps
 // fed back one token at a time; returns all rows concatenated.
 inline std::vector<float> run_logits(const std::string& path, MlaPathPolicy policy, const std::vector<int32_t>& prompt,
-                                     int n_decode, int threads = 2) {
+                                     int n_decode, int threads = 2, bool dsa = true) {
   auto b = load_deepseek2(path, weight_options_for(policy, false));
   ModelOptions o;
   o.n_threads = threads;
   o.max_batch_tokens = 64;
+  o.dsa = dsa;
   Deepseek2Model m(b->config, b->weights, o);
   LatentCache cache = m.make_cache(static_cast<int64_t>(prompt.size()) + n_decode + 1);
   const int64_t V = b->config.n_vocab;

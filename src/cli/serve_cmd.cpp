@@ -97,23 +97,14 @@ server::ChatRenderer make_renderer(std::shared_ptr<ChatTemplate> tmpl, const Tok
   };
 }
 
-// The doctor's path-agreement checks (mla doctor, src/doctor/) on the model before it serves:
-// `on` refuses to start when the paths disagree, `warn` logs and serves anyway.
+// The doctor's path-agreement checks (mla doctor, src/doctor/) on the model before it serves.
 void self_check(const std::string& mode, const std::string& model, int n_threads, GgmlType kv_dtype) {
   if (mode == "off") return;
   DoctorOptions o;
   o.n_threads = n_threads;
   o.kv_dtype = kv_dtype;
   o.n_greedy = 4;
-  const DoctorReport r = run_path_self_check(model, o);
-  if (r.ok()) {
-    log().info("self-check: ok (mha, mqa, 1-token and chunked prefill agree on {} canaries; {:.2f} s)",
-               r.canary_tokens.size(), r.seconds);
-  } else if (mode == "warn") {
-    log().warn("self-check: {} (serving anyway: --self-check=warn)", r.verdict_line);
-  } else {
-    fail("self-check: {} (refusing to serve; --self-check=warn serves anyway)", r.verdict_line);
-  }
+  apply_self_check(mode, run_path_self_check(model, o));
 }
 
 // Blocks SIGINT and SIGTERM in this thread and every thread started after it; signals are then

@@ -227,8 +227,14 @@ void head_check(const doctor::HeadPairing& hp, DoctorReport& r) {
     add_check(r, "heads", CheckStatus::Ok, "no other head order pairs clearly better (" + d + "; fail above 2x)");
 }
 
+size_t first_bad_layer(const PathComparison& p, double tol) {
+  for (size_t l = 0; l < p.layer_rel.size(); ++l)
+    if (p.layer_rel[l] > tol) return l;
+  return 0;
+}
+
 // The canaries through every path against MHA (the reference); returns the reference runs.
-std::vector<PromptRun> path_checks(const std::string& path, const Deepseek2Bundle& b, const DoctorOptions& opt,
+std::vector<PromptRun> path_checks(const Deepseek2Bundle& b, const DoctorOptions& opt,
                                    bool with_layout, bool with_numerics, DoctorReport& r) {
   const DeepseekConfig& c = b.config;
   doctor::NumericsProbe probe(c, b.weights);
@@ -245,7 +251,7 @@ std::vector<PromptRun> path_checks(const std::string& path, const Deepseek2Bundl
           refs.back(), doctor::run_prompt(c, b.weights, ids, variants[k], &refs.back().tokens, opt.n_greedy, opt), cmp[k]);
   }
   for (auto& p : cmp) r.paths.push_back(p);
-  if (with_layout) run_layout_variant(path, b.weights, r.canary_tokens, refs, opt, r);
+  if (with_layout) run_layout_variant(b.file->path(), b.weights, r.canary_tokens, refs, opt, r);
   PathComparison sparse = named("dense vs sparse");
   sparse.status = CheckStatus::NotApplicable;
   sparse.note = "no indexer: the file has dense MLA only";
@@ -269,6 +275,9 @@ std::vector<PromptRun> path_checks(const std::string& path, const Deepseek2Bundl
     else if (p.logits_rel > opt.tol_logits) why = fmt::format("logits differ by {:.2e} (tolerance {:.0e})", p.logits_rel, opt.tol_logits);
     else if (worst_layer > opt.tol_layer)
       why = fmt::format("blk.{} attention differs by {:.2e} (tolerance {:.0e})", at, worst_layer, opt.tol_layer);
+    if (!why.empty() && worst_layer > opt.tol_layer && why.find("attention differs") == std::string::npos)
+      why += fmt::format(", first beyond tolerance at blk.{} ({:.2e})", first_bad_layer(p, opt.tol_layer),
+                         p.layer_rel[first_bad_layer(p, opt.tol_layer)]);
     if (!why.empty()) {
       p.status = CheckStatus::Fail;
       p.note = why;
@@ -492,7 +501,7 @@ DoctorReport run_doctor(const std::string& path, const DoctorOptions& opt) {
   r.config_summary = describe_deepseek_config(c);
   keys_check(*b->file, c, r);
   set_canaries(opt, tok.get(), c.n_vocab, r);
-  const std::vector<PromptRun> refs = path_checks(path, *b, opt, opt.layout, opt.numerics, r);
+  const std::vector<PromptRun> refs = path_checks(*b, opt, /*with_layout=*/true, opt.numerics, r);
   if (opt.numerics) numerics_checks(c, r);
   if (opt.scheduling) scheduling_section(c, opt, r);
   if (opt.output) output_checks(c, *b, tok.get(), refs[0], opt, r);
@@ -502,17 +511,34 @@ DoctorReport run_doctor(const std::string& path, const DoctorOptions& opt) {
 }
 
 DoctorReport run_path_self_check(const std::string& path, const DoctorOptions& opt) {
+  DoctorReport scratch;
+  std::unique_ptr<Tokenizer> tok;
+  auto b = load_for_doctor(path, scratch, tok);
+  return run_path_self_check(*b, tok.get(), opt);
+}
+
+DoctorReport run_path_self_check(const Deepseek2Bundle& b, const Tokenizer* tok, const DoctorOptions& opt) {
   const auto t0 = std::chrono::steady_clock::now();
   DoctorReport r;
-  r.path = path;
+  r.path = b.file->path();
   r.kv_dtype = ggml_type_name(opt.kv_dtype);
-  std::unique_ptr<Tokenizer> tok;
-  auto b = load_for_doctor(path, r, tok);
-  set_canaries(opt, tok.get(), b->config.n_vocab, r);
-  path_checks(path, *b, opt, false, false, r);
+  set_canaries(opt, tok, b.config.n_vocab, r);
+  path_checks(b, opt, false, false, r);
   finish_verdict(r);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
+}
+
+void apply_self_check(std::string_view mode, const DoctorReport& r) {
+  if (mode == "off") return;
+  if (r.ok()) {
+    log().info("self-check: ok (mha, mqa, 1-token and chunked prefill agree on {} canaries; {:.2f} s)",
+               r.canary_tokens.size(), r.seconds);
+  } else if (mode == "warn") {
+    log().warn("self-check: {} (serving anyway: --self-check=warn)", r.verdict_line);
+  } else {
+    fail("self-check: {} (refusing to serve; --self-check=warn serves anyway)", r.verdict_line);
+  }
 }
 
 }  // namespace mla

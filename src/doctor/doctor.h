@@ -26,6 +26,9 @@
 
 namespace mla {
 
+struct Deepseek2Bundle;
+class Tokenizer;
+
 enum class CheckStatus { Ok, Warn, Fail, NotApplicable };
 std::string_view check_status_name(CheckStatus s);  // "ok" | "warn" | "FAIL" | "n/a"
 
@@ -129,8 +132,14 @@ DoctorReport run_doctor(const std::string& path, const DoctorOptions& opt);
 
 // The path-agreement part only (what `mla serve --self-check` runs before /health turns 200):
 // the canaries through MHA, MQA, 1-token and chunked prefill. Throws mla::Error when the file
-// does not load.
+// does not load. The bundle form needs W_UK in both forms (weight_options_for(Auto, true)); tok
+// may be nullptr (fixed token ids stand in for the canary texts).
 DoctorReport run_path_self_check(const std::string& path, const DoctorOptions& opt);
+DoctorReport run_path_self_check(const Deepseek2Bundle& b, const Tokenizer* tok, const DoctorOptions& opt);
+
+// `mla serve --self-check=MODE` on a self-check report: "off" or an ok report → nothing thrown;
+// "warn" → logs a warning; "on" → throws mla::Error with one line naming what disagreed.
+void apply_self_check(std::string_view mode, const DoctorReport& r);
 
 std::string format_doctor_report(const DoctorReport& r);
 nlohmann::json doctor_report_json(const DoctorReport& r);

@@ -411,7 +411,7 @@ class RecordingRunner : public ModelRunner {
 void scheduling_section(const DeepseekConfig& c, const DoctorOptions& opt, DoctorReport& r) {
   std::vector<std::pair<std::string, std::vector<int32_t>>> cases;
   for (size_t i = 0; i < r.canary_tokens.size(); ++i) cases.push_back({r.canary_texts[i], r.canary_tokens[i]});
-  cases.push_back({"(a 1-token prompt)", {r.canary_tokens[0].back()}});
+  cases.push_back({fmt::format("(a 1-token prompt: id {})", r.canary_tokens[0].back()), {r.canary_tokens[0].back()}});
   for (const auto& [text, ids] : cases) {
     std::vector<std::string> lines;
     const int n_new = 2;

@@ -30,6 +30,7 @@
 #include "util/error.h"
 #include "util/log.h"
 #include "util/progress.h"
+#include "util/trace.h"
 
 namespace mla::cli {
 namespace {
@@ -104,7 +105,13 @@ void self_check(const std::string& mode, const std::string& model, int n_threads
   o.n_threads = n_threads;
   o.kv_dtype = kv_dtype;
   o.n_greedy = 4;
-  apply_self_check(mode, run_path_self_check(model, o));
+  // The dispatch trace covers the first calls of serving, not the self-check's: off meanwhile,
+  // then set again (counters from zero).
+  const int trace_limit = trace_dispatch_limit();
+  trace_configure("");
+  const DoctorReport r = run_path_self_check(model, o);
+  trace_configure(trace_limit > 0 ? fmt::format("dispatch:{}", trace_limit) : "");
+  apply_self_check(mode, r);
 }
 
 // Blocks SIGINT and SIGTERM in this thread and every thread started after it; signals are then

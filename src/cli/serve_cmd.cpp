@@ -107,6 +107,7 @@ void self_check(const std::string& mode, const std::string& model, int n_threads
   o.n_greedy = 4;
   // The dispatch trace covers the first calls of serving, not the self-check's: off meanwhile,
   // then set again (counters from zero).
+  log().info("self-check: comparing the MLA paths on the canary prompts (--self-check=off skips this)");
   const int trace_limit = trace_dispatch_limit();
   trace_configure("");
   const DoctorReport r = run_path_self_check(model, o);

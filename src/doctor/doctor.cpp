@@ -474,8 +474,9 @@ std::unique_ptr<Deepseek2Bundle> load_for_doctor(const std::string& path, Doctor
 
 void set_canaries(const DoctorOptions& opt, const Tokenizer* tok, int64_t n_vocab, DoctorReport& r) {
   for (const auto& p : opt.prompts) {
-    r.canary_texts.push_back(p.empty() ? doctor_long_canary() : p);
-    r.canary_tokens.push_back(canary_ids(tok, r.canary_texts.back(), n_vocab));
+    r.canary_texts.push_back(std::string(p.empty() ? doctor_long_canary() : p) +
+                             (tok ? "" : " [no tokenizer in the file: fixed token ids stand in]"));
+    r.canary_tokens.push_back(canary_ids(tok, p.empty() ? doctor_long_canary() : p, n_vocab));
   }
   if (r.canary_tokens.empty()) fail("doctor: no canary prompt");
 }

@@ -84,6 +84,15 @@ def test_text_report(mla_bin):
     assert out.rstrip().endswith("verdict: ok")
 
 
+def test_quantized_cache_paths_agree(mla_bin):
+    # A Q8_0 latent cache rounds each row to 127 levels per block: the paths' 1e-7 differences
+    # may flip one rounding, which is not a disagreement.
+    rep = doctor(mla_bin, TINY, "--no-layout", "--kv-cache-dtype", "q8_0", "--n-greedy", "4")
+    assert rep["kv_dtype"] == "Q8_0"
+    assert statuses(rep)["paths"] == "ok", rep["checks"]
+    assert rep["verdict"]["status"] == "ok", rep["verdict"]
+
+
 @pytest.fixture(scope="module")
 def broken_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("broken")

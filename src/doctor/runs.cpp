@@ -165,7 +165,7 @@ void NumericsProbe::on_attention(const AttentionObservation& o) {
           q_lat_[r] = static_cast<float>(acc);
         }
         n.max_q_absorbed = std::max(n.max_q_absorbed, max_abs(q_lat_.data(), R));
-        pair_energies(o.layer, h, q, last);
+        if (k >= s.query_len - kPairQueries) pair_energies(o.layer, h, q, last);
         // The absorbed score against each visible row, in double and with F16 / BF16 inputs
         // (products summed in F32, as a kernel taking half-precision inputs would).
         for (int64_t j = 0; j <= last; ++j) {

@@ -41,10 +41,12 @@ void accumulate_comparison(const PromptRun& ref, const PromptRun& other, PathCom
 // learned together, so the file's pairing (g = h) carries the most score energy; a file whose
 // attn_k_b heads are permuted shows it as another permutation carrying more. Computed for every
 // pair up to kMaxFullHeads heads, else for g in {h, n_head-1-h, h±1} (what reverse and rotate
-// need).
+// need), over the last kPairQueries queries of each sequence in a call (the cost is
+// n_head² · kv_lora_rank · (qk_nope + context) per query).
 class NumericsProbe : public AttentionObserver {
  public:
   static constexpr int64_t kMaxFullHeads = 32;
+  static constexpr int32_t kPairQueries = 8;  // pair energies from each call's last 8 queries per sequence
   NumericsProbe(const DeepseekConfig& c, const DeepseekWeights& w);
   void on_attention(const AttentionObservation& o) override;
   const std::vector<LayerNumerics>& layers() const { return layers_; }

@@ -14,6 +14,7 @@
 #include "engine/model_runner.h"
 #include "gguf/gguf.h"
 #include "model/synth.h"
+#include "quant/quant.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -227,16 +228,34 @@ void head_check(const doctor::HeadPairing& hp, DoctorReport& r) {
     add_check(r, "heads", CheckStatus::Ok, "no other head order pairs clearly better (" + d + "; fail above 2x)");
 }
 
-// The relative rounding step of a latent cache type. A difference far below it in a row's input
-// (the two paths' ~1e-7) can still flip one rounding there, so a layer's attention may differ by
-// a few of these steps between paths without anything being wrong.
-double cache_rounding(GgmlType t) {
+// The relative rounding step of a value stored as type t (a latent cache row, or a matmul's
+// activations quantized to the weight's vec_dot_type).
+double rounding_of(GgmlType t) {
   switch (t) {
     case GgmlType::F32: return 0x1p-24;
     case GgmlType::F16: return 0x1p-11;
     case GgmlType::BF16: return 0x1p-8;
-    default: return 1.0 / 254;  // Q8_0: half a step of 127 levels per block
+    default: return 1.0 / 254;  // 8-bit blocks (Q8_0, Q8_K): half a step of 127 levels
   }
+}
+
+// The paths differ by ~1e-7 in a layer's output; downstream, that can flip one rounding of a
+// cached latent value or of a quantized matmul activation, which moves a later layer's attention
+// by a few such steps without anything being wrong. The layer tolerance is at least 4 steps of
+// the coarsest rounding the forward applies.
+double layer_tolerance(const DeepseekWeights& w, const DoctorOptions& opt) {
+  double step = rounding_of(opt.kv_dtype);
+  auto see = [&](const WeightMatrix& m) {
+    if (m.n_rows > 0) step = std::max(step, rounding_of(vec_dot_type(m.type)));
+  };
+  see(w.output);
+  for (const LayerWeights& L : w.layers)
+    for (const WeightMatrix* m : {&L.attn_q_a, &L.attn_q_b, &L.attn_q, &L.attn_kv_a_mqa, &L.attn_output, &L.ffn_gate,
+                                  &L.ffn_up, &L.ffn_down, &L.ffn_gate_inp, &L.ffn_gate_exps, &L.ffn_up_exps,
+                                  &L.ffn_gate_up_exps, &L.ffn_down_exps, &L.ffn_gate_shexp, &L.ffn_up_shexp,
+                                  &L.ffn_down_shexp})
+      see(*m);
+  return std::max(opt.tol_layer, 4 * step);
 }
 
 size_t first_bad_layer(const PathComparison& p, double tol) {
@@ -274,7 +293,7 @@ std::vector<PromptRun> path_checks(const Deepseek2Bundle& b, const DoctorOptions
   }
 
   // One check over all comparisons.
-  const double tol_layer = std::max(opt.tol_layer, 4 * cache_rounding(opt.kv_dtype));
+  const double tol_layer = layer_tolerance(b.weights, opt);
   std::string bad;
   for (auto& p : r.paths) {
     if (p.status == CheckStatus::NotApplicable) continue;

@@ -12,6 +12,7 @@ import json
 import subprocess
 from pathlib import Path
 
+import gguf
 import pytest
 
 import broken_models as bm
@@ -60,6 +61,13 @@ def test_default_model_is_ok(healthy):
         assert p["status"] == "ok" and p["greedy_agree"], p
         assert len(p["layer_rel"]) == 3 and max(p["layer_rel"]) < 1e-4, p
     assert paths["dense vs sparse"]["status"] == "n/a"
+    # Absent keys as gguf-py reads the file: every reported key is absent there, and the known
+    # RoPE scaling keys the tiny model lacks are all reported with the loader's defaults.
+    fields = gguf.GGUFReader(TINY).fields
+    absent = {k["key"]: k["default"] for k in rep["file"]["absent_keys"]}
+    assert absent and not any(k in fields for k in absent)
+    assert absent["deepseek2.rope.scaling.type"] == '""' and absent["deepseek2.rope.scaling.factor"] == "1"
+    assert "deepseek2.attention.kv_lora_rank" in fields and "deepseek2.attention.kv_lora_rank" not in absent
     # The greedy tokens are transformers' (tests/fixtures/tiny/golden.json).
     golden = json.loads(GOLDEN.read_text())["cases"][0]
     assert golden["prompt_text"] == "Hello"
@@ -82,6 +90,13 @@ def test_text_report(mla_bin):
         assert section in out
     assert "fused layout, mha" in out and "skipped (--no-layout)" in out
     assert out.rstrip().endswith("verdict: ok")
+
+
+def test_q4_k_model_is_ok(mla_bin):
+    # Q4_K weights take Q8_K activations: a flipped rounding there moves a later layer by ~1e-3,
+    # which is not a path disagreement.
+    rep = doctor(mla_bin, REPO / "models" / "tiny-q4_k.gguf", "--no-layout", "--n-greedy", "4")
+    assert rep["verdict"]["status"] == "ok", rep["verdict"]
 
 
 def test_quantized_cache_paths_agree(mla_bin):

@@ -18,6 +18,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "engine/deepseek2_runner.h"
+#include "doctor/doctor.h"
 #include "engine/engine.h"
 #include "gguf/gguf.h"
 #include "server/http_server.h"
@@ -29,6 +30,7 @@
 #include "util/error.h"
 #include "util/log.h"
 #include "util/progress.h"
+#include "util/trace.h"
 
 namespace mla::cli {
 namespace {
@@ -54,6 +56,7 @@ struct ServeArgs {
   std::string kv_cache_dtype = "f16";
   int64_t kv_cache_tokens = 0;
   std::string kv_cache_memory;
+  std::string self_check = "warn";  // on | warn | off
   CommonOptions common;
 };
 
@@ -93,6 +96,23 @@ server::ChatRenderer make_renderer(std::shared_ptr<ChatTemplate> tmpl, const Tok
     }
     return text;
   };
+}
+
+// The doctor's path-agreement checks (mla doctor, src/doctor/) on the model before it serves.
+void self_check(const std::string& mode, const std::string& model, int n_threads, GgmlType kv_dtype) {
+  if (mode == "off") return;
+  DoctorOptions o;
+  o.n_threads = n_threads;
+  o.kv_dtype = kv_dtype;
+  o.n_greedy = 4;
+  // The dispatch trace covers the first calls of serving, not the self-check's: off meanwhile,
+  // then set again (counters from zero).
+  log().info("self-check: comparing the MLA paths on the canary prompts (--self-check=off skips this)");
+  const int trace_limit = trace_dispatch_limit();
+  trace_configure("");
+  const DoctorReport r = run_path_self_check(model, o);
+  trace_configure(trace_limit > 0 ? fmt::format("dispatch:{}", trace_limit) : "");
+  apply_self_check(mode, r);
 }
 
 // Blocks SIGINT and SIGTERM in this thread and every thread started after it; signals are then
@@ -170,6 +190,7 @@ void serve(ServeArgs& a) {
   kv.dtype = *kv_type;
   kv.tokens = a.kv_cache_tokens;
   if (!a.kv_cache_memory.empty()) kv.memory_bytes = parse_byte_size(a.kv_cache_memory, "--kv-cache-memory");
+  self_check(a.self_check, a.model, mo.n_threads, kv.dtype);
   auto runner = std::make_unique<Deepseek2Runner>(a.model, policy, mo, kv);
   const Deepseek2Runner& rn = *runner;
   auto tokenizer = Tokenizer::from_gguf(rn.file());
@@ -269,6 +290,11 @@ void register_serve(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--kv-cache-tokens", a.kv_cache_tokens, "KV cache capacity in tokens");
   cmd->add_option("--kv-cache-memory", a.kv_cache_memory, "KV cache capacity in bytes (e.g. 2G)");
+  cmd->add_flag("--self-check{on}", a.self_check,
+                "Before /health turns 200, run the MLA paths on canary prompts and compare them (mla doctor's "
+                "path agreement): --self-check refuses to start when they disagree, --self-check=warn (the "
+                "default) logs and serves anyway, --self-check=off skips it")
+      ->check(CLI::IsMember({"on", "warn", "off"}));
   add_common_options(cmd, a.common);
   cmd->callback([] { serve(a); });
 }

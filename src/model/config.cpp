@@ -304,6 +304,26 @@ DeepseekConfig load_deepseek_config(const GgufFile& f) {
   return c;
 }
 
+std::vector<ConfigKeyState> deepseek_config_key_states(const GgufFile& f, const DeepseekConfig& c) {
+  std::vector<ConfigKeyState> out;
+  for (const auto& k : kKeys) {
+    ConfigKeyState st;
+    st.key = std::string(model_arch_name(c.arch)) + "." + k.name;
+    st.required = k.required;
+    st.present = f.has(st.key);
+    std::visit(
+        [&](auto member) {
+          using T = std::remove_reference_t<decltype(c.*member)>;
+          if constexpr (std::is_same_v<T, bool>) st.value = c.*member ? "true" : "false";
+          else if constexpr (std::is_same_v<T, std::string>) st.value = c.*member;
+          else st.value = fmt::format("{}", c.*member);
+        },
+        k.field);
+    out.push_back(std::move(st));
+  }
+  return out;
+}
+
 std::string describe_deepseek_config(const DeepseekConfig& c) {
   std::string s;
   auto line = [&](std::string_view k, const std::string& v) { s += fmt::format("  {:<28} {}\n", k, v); };

@@ -93,6 +93,16 @@ struct DeepseekConfig {
 // Any other general.architecture is refused with a message naming it and the accepted ones.
 DeepseekConfig load_deepseek_config(const GgufFile& f);
 
+// One key of the config table as a file gave it: present or not, and the value the config holds
+// (the file's, or the default taken when absent). For `mla doctor`'s silent-defaults report.
+struct ConfigKeyState {
+  std::string key;    // full name, e.g. "deepseek2.rope.scaling.type"
+  bool required = false;
+  bool present = false;
+  std::string value;  // as the config holds it ("" for an empty string)
+};
+std::vector<ConfigKeyState> deepseek_config_key_states(const GgufFile& f, const DeepseekConfig& c);
+
 // Multi-line human-readable summary of the derived hyper-parameters (for `mla gguf inspect`).
 std::string describe_deepseek_config(const DeepseekConfig& c);
 

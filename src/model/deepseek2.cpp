@@ -287,6 +287,8 @@ void Deepseek2Model::attention(int64_t il, const BatchMeta& b, LatentCache& cach
     log().info("verify-paths layer=blk.{} is_sparse={} max_abs_diff={:.3e} max_rel_diff={:.3e} (mha vs mqa attention output)",
                il, sparse ? 1 : 0, max_abs, max_ref > 0 ? max_abs / max_ref : max_abs);
   }
+  // Observation hook (mla doctor): nothing when no observer is set.
+  if (opt_.observer) opt_.observer->on_attention({il, &b, q_.data(), kv_.data(), attn_.data(), &cache});
 }
 
 MlaPath Deepseek2Model::sparse_path(const SeqMeta& s) const {

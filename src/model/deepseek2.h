@@ -28,11 +28,30 @@ namespace mla {
 
 class GgufFile;
 
+// ---- observation hook (mla doctor, src/doctor/) ----
+// After each layer's attention the forward shows an observer that step's intermediate rows. The
+// pointers are valid only during the call. Unset (nullptr, the default): no cost.
+struct AttentionObservation {
+  int64_t layer = 0;
+  const BatchMeta* batch = nullptr;
+  const float* q = nullptr;         // [T][n_head][qk_nope | qk_rope], q_pe roped
+  const float* latent = nullptr;    // [T][kv_lora_rank | qk_rope]: this step's rows in F32, before the cache
+  const float* attn_out = nullptr;  // [T][n_head][v_head]: attention · W_UV (the attn_output input)
+  const LatentCache* cache = nullptr;  // this step's rows already written
+};
+class AttentionObserver {
+ public:
+  virtual ~AttentionObserver() = default;
+  virtual void on_attention(const AttentionObservation& o) = 0;
+};
+// ---- end of the observation hook ----
+
 struct ModelOptions {
   int n_threads = 1;
   int64_t max_batch_tokens = 512;  // most tokens one forward call may carry
   bool verify_paths = false;       // run both MLA paths per layer and log their largest difference
   bool dsa = true;                 // DeepSeek Sparse Attention where the model has an indexer (--dsa)
+  AttentionObserver* observer = nullptr;  // see AttentionObservation; must outlive the model
 };
 
 // Tokens that went through sparse (DSA) layers, summed over layers, and the context rows they

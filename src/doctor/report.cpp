@@ -1,0 +1,181 @@
+// The doctor's report as text (short, readable, in the order a user reads it) and as JSON.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "doctor/doctor.h"
+
+namespace mla {
+namespace {
+
+// Text of a token for one line: control characters escaped.
+std::string printable(const std::string& s) {
+  std::string out;
+  for (unsigned char ch : s) {
+    if (ch == '\n') out += "\\n";
+    else if (ch == '\t') out += "\\t";
+    else if (ch < 0x20) out += fmt::format("\\x{:02x}", ch);
+    else out += static_cast<char>(ch);
+  }
+  return out;
+}
+
+std::string num(double v) { return std::isfinite(v) ? fmt::format("{:.3g}", v) : std::string("inf"); }
+
+const DoctorCheck* find_check(const DoctorReport& r, std::string_view name) {
+  for (const auto& c : r.checks)
+    if (c.name == name) return &c;
+  return nullptr;
+}
+
+}  // namespace
+
+std::string format_doctor_report(const DoctorReport& r) {
+  std::string s;
+  auto line = [&](const std::string& t) { s += t + "\n"; };
+  auto check_line = [&](std::string_view name) {
+    if (const DoctorCheck* c = find_check(r, name))
+      line(fmt::format("  check {:<9} {:<4} {}", c->name, check_status_name(c->status), c->detail));
+  };
+  line(fmt::format("mla doctor: {}", r.path));
+  line("");
+  line("File");
+  line(fmt::format("  architecture  {}", r.architecture.empty() ? "?" : r.architecture));
+  line(fmt::format("  shards        {}", r.shards));
+  if (!r.mla_layout.empty()) line(fmt::format("  MLA layout    {}", r.mla_layout));
+  line(fmt::format("  indexer       {}", r.indexer));
+  line(fmt::format("  MTP           {}", r.mtp));
+  if (!r.types.empty()) {
+    line("  tensor types by role:");
+    for (const auto& t : r.types)
+      line(fmt::format("    {:<15} {:<6} {:>4} tensors {:>10.2f} MiB", t.role, t.type, t.n_tensors, t.n_bytes / 1048576.0));
+  }
+  if (!r.absent_keys.empty()) {
+    line("  absent keys (default taken):");
+    for (const auto& k : r.absent_keys) line(fmt::format("    {} = {}", k.key, k.default_taken));
+  }
+  check_line("load");
+  check_line("keys");
+  if (const DoctorCheck* c = find_check(r, "load"); c && c->status == CheckStatus::Fail) {
+    line("");
+    line("verdict: " + r.verdict_line);
+    return s;
+  }
+
+  if (!r.numerics.empty()) {
+    line("");
+    line(fmt::format("Numerics of the absorbed path (canaries, {} latent cache)", r.kv_dtype));
+    line("  layer   max|q·W_UK|  max|attn·W_UV|  max|latent|  score err F16  score err BF16  cache rel err");
+    for (const auto& n : r.numerics)
+      line(fmt::format("  blk.{:<3} {:>11}  {:>14}  {:>11}  {:>13}  {:>14}  {:>13}", n.layer, num(n.max_q_absorbed),
+                       num(n.max_attn_out), num(n.max_latent), num(n.score_err_f16), num(n.score_err_bf16),
+                       num(n.cache_rel_err)));
+    check_line("heads");
+    check_line("overflow");
+    check_line("bf16");
+    check_line("cache");
+  }
+
+  line("");
+  line("Path agreement (reference: mha, whole prompt; the others teacher-forced on its greedy tokens)");
+  for (size_t i = 0; i < r.canary_texts.size(); ++i)
+    line(fmt::format("  canary {}: \"{}\" ({} tokens)", i + 1, printable(r.canary_texts[i]), r.canary_tokens[i].size()));
+  for (const auto& p : r.paths) {
+    if (p.status == CheckStatus::NotApplicable) {
+      line(fmt::format("  {:<22} n/a   {}", p.name, p.note));
+      continue;
+    }
+    std::string layers;
+    for (size_t l = 0; l < p.layer_rel.size(); ++l) layers += (l ? " " : "") + fmt::format("{:.1e}", p.layer_rel[l]);
+    line(fmt::format("  {:<22} {:<4}  logits {:.1e}  greedy {}  layers [{}]{}", p.name, check_status_name(p.status),
+                     p.logits_rel, p.greedy_agree ? "same" : "DIFFER", layers, p.note.empty() ? "" : "  (" + p.note + ")"));
+  }
+  check_line("paths");
+
+  if (!r.dispatch.empty()) {
+    line("");
+    line("Scheduling (the engine's scheduler and batch builder, policy auto)");
+    for (const auto& d : r.dispatch) line("  " + d);
+  }
+
+  if (find_check(r, "output")) {
+    line("");
+    line("Output");
+    std::string toks;
+    for (const auto& g : r.greedy) toks += fmt::format("{}[{} \"{}\" p={:.2f}]", toks.empty() ? "" : " ", g.id, printable(g.text), g.prob);
+    line(fmt::format("  greedy after canary 1: {}", toks));
+    line(fmt::format("  first distribution entropy {:.2f} nats (uniform: {:.2f})", r.first_entropy, r.max_entropy));
+    if (r.ppl > 0)
+      line(fmt::format("  perplexity of the built-in English text: {:.4g} over {} tokens (vocabulary {})", r.ppl,
+                       r.ppl_tokens, r.n_vocab));
+    check_line("output");
+  }
+  line("");
+  line(fmt::format("verdict: {}", r.verdict_line));
+  return s;
+}
+
+nlohmann::json doctor_report_json(const DoctorReport& r) {
+  using nlohmann::json;
+  json j;
+  j["path"] = r.path;
+  json file;
+  file["architecture"] = r.architecture;
+  file["shards"] = r.shards;
+  file["mla_layout"] = r.mla_layout;
+  file["indexer"] = r.indexer;
+  file["mtp"] = r.mtp;
+  file["types"] = json::array();
+  for (const auto& t : r.types)
+    file["types"].push_back({{"role", t.role}, {"type", t.type}, {"n_tensors", t.n_tensors}, {"n_bytes", t.n_bytes}});
+  file["absent_keys"] = json::array();
+  for (const auto& k : r.absent_keys) file["absent_keys"].push_back({{"key", k.key}, {"default", k.default_taken}});
+  j["file"] = file;
+  auto finite = [](double v) { return std::isfinite(v) ? json(v) : json("inf"); };
+  j["numerics"] = json::array();
+  for (const auto& n : r.numerics)
+    j["numerics"].push_back({{"layer", n.layer},
+                             {"max_q_absorbed", finite(n.max_q_absorbed)},
+                             {"max_attn_out", finite(n.max_attn_out)},
+                             {"max_latent", finite(n.max_latent)},
+                             {"score_err_f16", finite(n.score_err_f16)},
+                             {"score_err_bf16", finite(n.score_err_bf16)},
+                             {"cache_rel_err", finite(n.cache_rel_err)}});
+  j["kv_dtype"] = r.kv_dtype;
+  j["canaries"] = json::array();
+  for (size_t i = 0; i < r.canary_texts.size(); ++i)
+    j["canaries"].push_back({{"text", r.canary_texts[i]}, {"tokens", r.canary_tokens[i]}});
+  j["paths"] = json::array();
+  for (const auto& p : r.paths) {
+    json layers = json::array();
+    for (double v : p.layer_rel) layers.push_back(finite(v));
+    j["paths"].push_back({{"name", p.name},
+                          {"status", check_status_name(p.status)},
+                          {"note", p.note},
+                          {"layer_rel", layers},
+                          {"logits_rel", finite(p.logits_rel)},
+                          {"greedy_agree", p.greedy_agree}});
+  }
+  j["dispatch"] = r.dispatch;
+  json out;
+  out["greedy"] = json::array();
+  for (const auto& g : r.greedy) out["greedy"].push_back({{"id", g.id}, {"text", g.text}, {"prob", g.prob}});
+  out["first_entropy"] = r.first_entropy;
+  out["max_entropy"] = r.max_entropy;
+  out["ppl"] = finite(r.ppl);
+  out["ppl_tokens"] = r.ppl_tokens;
+  out["n_vocab"] = r.n_vocab;
+  j["output"] = out;
+  j["checks"] = json::array();
+  for (const auto& c : r.checks)
+    j["checks"].push_back({{"name", c.name}, {"status", check_status_name(c.status)}, {"detail", c.detail}});
+  json failed = json::array();
+  for (const auto& c : r.checks)
+    if (c.status == CheckStatus::Fail) failed.push_back(c.name);
+  j["verdict"] = {{"status", r.verdict}, {"failed", failed}, {"line", r.verdict_line}};
+  j["seconds"] = r.seconds;
+  return j;
+}
+
+}  // namespace mla

@@ -1,0 +1,84 @@
+// The doctor's path agreement and the self-check decision on the embedded model, with one form of
+// W_UK corrupted in memory (the class of bug where the two MLA paths are fed differently derived
+// weights): the check must name the path and the layer, and `--self-check` must refuse.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+
+#include "doctor/doctor.h"
+#include "gguf/gguf.h"
+#include "model/deepseek2.h"
+#include "tokenizer/tokenizer.h"
+#include "util/error.h"
+
+namespace mla {
+namespace {
+
+const std::string kTiny = std::string(MLA_SOURCE_DIR) + "/models/tiny-q8_0.gguf";
+
+DoctorOptions small_options() {
+  DoctorOptions o;
+  o.n_threads = 2;
+  o.n_greedy = 4;
+  return o;
+}
+
+const PathComparison& path_named(const DoctorReport& r, const std::string& name) {
+  auto it = std::find_if(r.paths.begin(), r.paths.end(), [&](const PathComparison& p) { return p.name == name; });
+  if (it == r.paths.end()) throw std::runtime_error("no path comparison " + name);
+  return *it;
+}
+
+TEST(Doctor, SelfCheckAgreesOnTheDefaultModel) {
+  auto b = load_deepseek2(kTiny, weight_options_for(MlaPathPolicy::Auto, true));
+  auto tok = Tokenizer::from_gguf(*b->file);
+  const DoctorReport r = run_path_self_check(*b, tok.get(), small_options());
+  EXPECT_TRUE(r.ok()) << r.verdict_line;
+  for (const char* name : {"mqa", "1-token prefill", "chunked prefill (3)"}) {
+    const PathComparison& p = path_named(r, name);
+    EXPECT_EQ(p.status, CheckStatus::Ok) << name;
+    EXPECT_TRUE(p.greedy_agree) << name;
+    ASSERT_EQ(p.layer_rel.size(), 3u);
+    for (double d : p.layer_rel) EXPECT_LT(d, 1e-4) << name;
+  }
+  EXPECT_NO_THROW(apply_self_check("on", r));
+}
+
+TEST(Doctor, DisagreeingMqaWeightsFailThePathCheck) {
+  auto b = load_deepseek2(kTiny, weight_options_for(MlaPathPolicy::Auto, true));
+  auto tok = Tokenizer::from_gguf(*b->file);
+  // Layer 1's absorbed-form W_UK ([n_head][kv_lora_rank][qk_nope]) with its heads reversed; the
+  // decompressed form (MHA) keeps the file's order.
+  const DeepseekConfig& c = b->config;
+  std::vector<float>& uk = b->weights.layers[1].w_uk;
+  const size_t per_head = static_cast<size_t>(c.kv_lora_rank * c.qk_nope);
+  for (int64_t h = 0; h < c.n_head / 2; ++h)
+    std::swap_ranges(uk.begin() + h * per_head, uk.begin() + (h + 1) * per_head,
+                     uk.begin() + (c.n_head - 1 - h) * per_head);
+  const DoctorReport r = run_path_self_check(*b, tok.get(), small_options());
+  EXPECT_EQ(r.verdict, "FAIL");
+  EXPECT_NE(r.verdict_line.find("paths:"), std::string::npos) << r.verdict_line;
+  EXPECT_NE(r.verdict_line.find("mqa vs mha"), std::string::npos) << r.verdict_line;
+  const PathComparison& mqa = path_named(r, "mqa");
+  EXPECT_EQ(mqa.status, CheckStatus::Fail);
+  EXPECT_LT(mqa.layer_rel[0], 1e-4);  // before the corrupted layer
+  EXPECT_GT(mqa.layer_rel[1], 1e-2);
+  // Auto sends 1-token steps down MQA, so 1-token prefill disagrees too; whole-prompt MHA
+  // chunks mostly do not.
+  EXPECT_EQ(path_named(r, "1-token prefill").status, CheckStatus::Fail);
+
+  EXPECT_NO_THROW(apply_self_check("off", r));
+  EXPECT_NO_THROW(apply_self_check("warn", r));
+  try {
+    apply_self_check("on", r);
+    FAIL() << "expected the self-check to refuse";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("self-check: FAIL: paths"), std::string::npos) << what;
+    EXPECT_EQ(what.find('\n'), std::string::npos) << "one line expected: " << what;
+  }
+}
+
+}  // namespace
+}  // namespace mla

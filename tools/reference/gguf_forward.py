@@ -215,8 +215,8 @@ def forward(keys: dict, w: dict, ids: list[int], path: str, rope=rope_adjacent_p
         k_b = w[p + "attn_k_b.weight"]  # [n_head, kv_lora, qk_nope]  (ne {qk_nope, kv_lora, n_head})
         v_b = w[p + "attn_v_b.weight"]  # [n_head, v_head, kv_lora]   (ne {kv_lora, v_head, n_head})
         mask = causal
-        if dsa:
-            if full[il] or opts.get("shared_layers_run_indexer"):
+        if dsa and (full[il] or not opts.get("shared_layers_dense")):
+            if full[il]:
                 selected = indexer_select(keys, w, p, xn, qr, pos, inv_freq, opts, info)
             mask = np.full((T, T), -np.inf)
             for t, sel in enumerate(selected):
@@ -321,6 +321,7 @@ DSA_ABLATIONS = {
     "indexer rope on the last n_rot dims ([nope | rope])": {"indexer_rope_last": True},
     "indexer k LayerNorm eps 0 (llama.cpp glm-dsa)": {"indexer_norm_eps": 0.0},
     "indexer without ReLU": {"indexer_no_relu": True},
+    "shared layers dense (no selection)": {"shared_layers_dense": True},
 }
 for _name, _opts in DSA_ABLATIONS.items():
     ABLATIONS[_name] = lambda k, w, o=_opts: (k, w, R, o)

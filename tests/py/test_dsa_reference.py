@@ -12,6 +12,9 @@ index_topk 8, sequences of up to ~80 tokens, one MTP block that must be skipped)
   the sparse path is really exercised;
 - `--verify-paths` covers every trunk layer (not the MTP block) with small differences, and the
   dispatch trace marks the layers sparse.
+Every run is `mla run -m MODEL --tokens IDS -n N --mla-path mha|mqa|auto --dump-logits FILE --json
+--threads 2 --kv-cache-dtype f32 --ignore-eos` plus, per test, `--max-num-batched-tokens 16`,
+`--dsa on|off`, or `--verify-paths --trace dispatch:1`.
 """
 import hashlib
 import json

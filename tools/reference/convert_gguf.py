@@ -10,7 +10,15 @@ never match it, even though its pre-tokenizer is the DeepSeek-V3 one. Before the
 compare the fixture tokenizer.json's normalizer + pre_tokenizer with those of the real DeepSeek-V3
 tokenizer.json (REFERENCE_TOKENIZER_JSON) and, only if they are identical, answer "deepseek-v3"
 (the name the unmodified converter gives the real DeepSeek-V3 tokenizer under transformers 4.57.6).
-Anything else goes to the converter's own lookup unchanged. Nothing else is patched.
+Anything else goes to the converter's own lookup unchanged.
+
+Second adjustment, for DeepSeek-V3.2 only: DeepseekV32Model.set_vocab asserts that the
+transformers tokenizer has add_bos_token set. transformers 5.x drops add_bos_token/add_eos_token from
+tokenizer_config.json whenever a tokenizer.json exists (tokenization_utils_base.from_pretrained), so
+under 5.24 that assertion fails for every tokenizer.json model, the real DeepSeek-V3.2 included (the
+converter pins transformers 4.57.6). The replacement checks the same fact in tokenizer_config.json
+itself and then runs the converter's own _set_vocab_gpt2, as the original does after its assertion.
+Nothing else is patched.
 """
 
 from __future__ import annotations
@@ -49,6 +57,16 @@ def main() -> None:
         return original(self, tokenizer)
 
     base.TextModel.get_vocab_base_pre = get_vocab_base_pre
+
+    from conversion import deepseek  # noqa: E402
+
+    def set_vocab_v32(self) -> None:
+        with open(Path(self.dir_model) / "tokenizer_config.json", encoding="utf-8") as f:
+            if not json.load(f).get("add_bos_token", False):
+                raise AssertionError("Change value of add_bos_token to true in tokenizer_config.json file.")
+        self._set_vocab_gpt2()
+
+    deepseek.DeepseekV32Model.set_vocab = set_vocab_v32
 
     script = llama_cpp_dir / "convert_hf_to_gguf.py"
     sys.argv = [str(script), *converter_args]

@@ -73,6 +73,8 @@ void prepare_tool_call_messages(json& messages) {
     if (calls == m.end() || calls->is_null()) continue;
     if (!calls->is_array())
       bad_request(fmt::format("messages[{}].tool_calls must be a list", i), "messages");
+    // Templates test the content as text ('</think>' in content): null becomes "".
+    if (m["content"].is_null()) m["content"] = "";
     for (size_t k = 0; k < calls->size(); ++k) {
       json& c = (*calls)[k];
       auto f = c.is_object() ? c.find("function") : c.end();

@@ -30,7 +30,8 @@ struct ChatToolOptions {
 ChatToolOptions parse_tool_options(const json& body, const json& tools);
 
 // Assistant messages' tool_calls[].function.arguments given as JSON text become objects, as
-// chat templates expect them (vLLM does the same); 400 when the text is not a JSON object.
+// chat templates expect them (vLLM does the same), and their null content ""; 400 when the text
+// is not a JSON object.
 void prepare_tool_call_messages(json& messages);
 
 // What to parse out of this request's output. prompt: the rendered prompt.

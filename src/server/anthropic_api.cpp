@@ -188,16 +188,19 @@ AnthropicRequest parse_anthropic_request(const json& body, const ModelLimits& li
   r.tool_options = parse_tool_options(json{{"tool_choice", openai_choice}}, r.tools);
   if (const json* th = field(body, "thinking")) {
     if (!th->is_object()) wrong_type("thinking", "an object", *th);
+    // "adaptive" / "between_tools" leave the choice to the model: thinking on, as "enabled".
+    // budget_tokens is checked but not enforced (the model stops thinking when it does).
     const std::string type = th->value("type", "");
-    if (type != "enabled" && type != "disabled")
-      bad_request("'thinking.type' must be \"enabled\" or \"disabled\"", "thinking");
+    if (type != "enabled" && type != "disabled" && type != "adaptive" && type != "between_tools")
+      bad_request("'thinking.type' must be \"enabled\", \"disabled\", \"adaptive\" or "
+                  "\"between_tools\"", "thinking");
     if (type == "enabled") {
       const json* budget = field(*th, "budget_tokens");
       if (!budget || !budget->is_number_integer() || budget->get<int64_t>() < 1)
         bad_request("'thinking.budget_tokens' must be an integer >= 1", "thinking");
     }
-    r.chat_template_kwargs["enable_thinking"] = type == "enabled";
-    r.chat_template_kwargs["thinking"] = type == "enabled";
+    r.chat_template_kwargs["enable_thinking"] = type != "disabled";
+    r.chat_template_kwargs["thinking"] = type != "disabled";
   }
   if (count_only) return r;
 

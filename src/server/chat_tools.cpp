@@ -104,8 +104,10 @@ OutputParsing output_parsing(const ServerParsers& parsers, const json& tools,
     p.tool_format = parsers.tool_format.get();
     p.tools = tools;
   }
-  if (!parsers.reasoning_parser.empty())
+  if (!parsers.reasoning_parser.empty()) {
     p.reasoning_open = reasoning_starts_open(parsers.reasoning_parser, kwargs, prompt);
+    p.reasoning_breaks = reasoning_breaks_at_tool_calls(parsers.reasoning_parser);
+  }
   return p;
 }
 

@@ -54,8 +54,14 @@ std::optional<bool> reasoning_starts_open(std::string_view parser,
   return !tool_format::trim(prompt).ends_with(kThinkEnd);
 }
 
-ReasoningStream::ReasoningStream(bool starts_open)
-    : state_(starts_open ? State::kReasoning : State::kStart), saw_reasoning_(starts_open) {}
+bool reasoning_breaks_at_tool_calls(std::string_view parser) {
+  return parser == "glm45" || parser == "glm47" || parser == "kimi_k2" || parser == "qwen3";
+}
+
+ReasoningStream::ReasoningStream(bool starts_open, std::vector<std::string_view> breaks)
+    : state_(starts_open ? State::kReasoning : State::kStart),
+      saw_reasoning_(starts_open),
+      breaks_(std::move(breaks)) {}
 
 void ReasoningStream::feed(std::string_view text, std::string* reasoning, std::string* content) {
   pending_ += text;
@@ -95,23 +101,30 @@ void ReasoningStream::run(bool final, std::string* reasoning, std::string* conte
         continue;
       }
     }
-    // In reasoning: up to </think>.
-    const size_t end = p.find(kThinkEnd);
+    // In reasoning: up to </think>, or up to a break marker (which stays for the content).
+    size_t end = p.find(kThinkEnd), skip = kThinkEnd.size();
+    for (auto b : breaks_) {
+      const size_t at = p.find(b);
+      if (at < end) end = at, skip = 0;
+    }
     if (end != std::string_view::npos) {
       reasoning->append(p.substr(0, end));
-      pending_.erase(0, end + kThinkEnd.size());
+      pending_.erase(0, end + skip);
       state_ = State::kContent;
       continue;
     }
-    const size_t hold = final ? 0 : tool_format::partial_marker_suffix(p, {kThinkEnd});
+    std::vector<std::string_view> markers = breaks_;
+    markers.push_back(kThinkEnd);
+    const size_t hold = final ? 0 : tool_format::partial_marker_suffix(p, markers);
     reasoning->append(p.substr(0, p.size() - hold));
     pending_.erase(0, p.size() - hold);
     return;
   }
 }
 
-ReasoningStream::Split ReasoningStream::split(std::string_view text, bool starts_open) {
-  ReasoningStream s(starts_open);
+ReasoningStream::Split ReasoningStream::split(std::string_view text, bool starts_open,
+                                              std::vector<std::string_view> breaks) {
+  ReasoningStream s(starts_open, std::move(breaks));
   std::string reasoning, content;
   s.feed(text, &reasoning, &content);
   s.finish(&reasoning, &content);

@@ -24,13 +24,18 @@ std::string detect_reasoning_parser(std::string_view template_source);
 
 // How one request's output starts; nullopt: no reasoning is split out for this request.
 // prompt: the rendered prompt (its end says whether the template opened <think>).
+// Whether a tool-call marker inside the reasoning ends it (vLLM's glm45/glm47, kimi_k2, qwen3).
+bool reasoning_breaks_at_tool_calls(std::string_view parser);
+
 std::optional<bool> reasoning_starts_open(std::string_view parser,
                                           const nlohmann::json& chat_template_kwargs,
                                           std::string_view prompt);
 
 class ReasoningStream {
  public:
-  explicit ReasoningStream(bool starts_open);
+  // breaks: markers that end the reasoning without </think> and stay in the content (the
+  // tool-call markers, for the parsers that allow a call straight out of the reasoning).
+  explicit ReasoningStream(bool starts_open, std::vector<std::string_view> breaks = {});
   // Appends output text; the new reasoning and content are appended to the two strings.
   void feed(std::string_view text, std::string* reasoning, std::string* content);
   // The output is complete: flushes the held-back tail.
@@ -43,7 +48,8 @@ class ReasoningStream {
     std::optional<std::string> reasoning;  // nullopt: none
     std::string content;
   };
-  static Split split(std::string_view text, bool starts_open);
+  static Split split(std::string_view text, bool starts_open,
+                     std::vector<std::string_view> breaks = {});
 
  private:
   enum class State { kStart, kReasoning, kContent };
@@ -52,6 +58,7 @@ class ReasoningStream {
   bool saw_reasoning_ = false;
   bool started_text_ = false;  // the reasoning has begun (a leading <think> no longer skipped)
   std::string pending_;  // text not yet classified
+  std::vector<std::string_view> breaks_;
 };
 
 }  // namespace mla::server

@@ -53,9 +53,11 @@ OutputParsing parsing_for(const json& c, const json& tools, std::unique_ptr<Tool
     p.tool_format = fmt.get();
     p.tools = tools;
   }
-  if (c["reasoning_parser"].is_string())
-    p.reasoning_open = reasoning_starts_open(c["reasoning_parser"].get<std::string>(),
-                                             c["chat_template_kwargs"], "");
+  if (c["reasoning_parser"].is_string()) {
+    const std::string name = c["reasoning_parser"].get<std::string>();
+    p.reasoning_open = reasoning_starts_open(name, c["chat_template_kwargs"], "");
+    p.reasoning_breaks = reasoning_breaks_at_tool_calls(name);
+  }
   return p;
 }
 

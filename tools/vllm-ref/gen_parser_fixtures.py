@@ -151,6 +151,15 @@ COMBINED = [
     ("deepseek_v31", "deepseek_v3", {"thinking": True},
      "need weather</think>Let me check." + DS_CALLS_B + ds31_call("get_weather", '{"city": "Rome"}') + DS_CALLS_E),
     ("kimi_k2", "kimi_k2", {}, "<think>hmm</think>" + K_SEC_B + kimi_call("search", 0, '{"query": "q"}') + K_SEC_E),
+    # A call that starts while the reasoning is still open.
+    ("glm45", "glm45", {}, "need the weather" + glm_call("get_weather", ("city", "Paris"))),
+    ("kimi_k2", "kimi_k2", {}, "hmm" + K_SEC_B + kimi_call("search", 0, '{"query": "q"}') + K_SEC_E),
+    ("deepseek_v31", "deepseek_v3", {"thinking": True},
+     "need weather" + DS_CALLS_B + ds31_call("get_weather", '{"city": "Rome"}') + DS_CALLS_E),
+    ("hermes", "qwen3", {}, "<think>plan</think>\n\nOK.\n<tool_call>\n"
+     '{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>'),
+    ("hermes", "qwen3", {}, "plan<tool_call>\n"
+     '{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>'),
 ]
 
 

@@ -65,10 +65,15 @@ void ToolCallStream::update(bool final, std::string* content, std::vector<ToolCa
   // Plain text with no marker in sight is passed on without parsing (the common case).
   std::string_view all = text_;
   const auto markers = format_.start_markers();
-  bool maybe_call = false;
-  for (auto m : markers) maybe_call |= all.find(m) != std::string_view::npos;
+  // Only the new text (and a marker's length before it) is searched: O(n) over a stream.
+  for (auto m : markers) {
+    if (marker_seen_) break;
+    const size_t from = searched_ >= m.size() ? searched_ - m.size() + 1 : 0;
+    marker_seen_ = all.find(m, from) != std::string_view::npos;
+  }
+  searched_ = all.size();
   ParsedText p;
-  if (!maybe_call) {
+  if (!marker_seen_) {
     const size_t hold = final ? 0 : tool_format::partial_marker_suffix(all, markers);
     p.content = std::string(all.substr(0, all.size() - hold));
   } else {

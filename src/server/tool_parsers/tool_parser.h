@@ -99,6 +99,8 @@ class ToolCallStream {
   const ToolCallFormat& format_;
   json tools_;
   std::string text_;
+  size_t searched_ = 0;        // text_ searched for a start marker up to here
+  bool marker_seen_ = false;   // a start marker was seen: the format parses from then on
   size_t content_sent_ = 0;
   std::vector<Sent> sent_;
 };

@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 
 #include <limits>
-#include <random>
 
 #include "engine/engine.h"
 #include "server/openai_api.h"
@@ -25,15 +24,6 @@ const char* anthropic_error_type(int status) {
     case 503: return "overloaded_error";
     default: return status >= 500 ? "api_error" : "invalid_request_error";
   }
-}
-
-std::string random_id(const char* prefix) {
-  static thread_local std::mt19937_64 rng{std::random_device{}()};
-  static constexpr char kAlnum[] =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-  std::string id = prefix;
-  for (int i = 0; i < 24; ++i) id += kAlnum[rng() % (sizeof(kAlnum) - 1)];
-  return id;
 }
 
 [[noreturn]] void wrong_type(const std::string& name, const char* expected, const json& v) {
@@ -426,7 +416,7 @@ void OpenAiApi::handle_messages(const HttpRequest& req, const std::shared_ptr<Ht
   OutputParsing parsing =
       output_parsing(model_.parsers, ar.tools, ar.tool_options, ar.chat_template_kwargs, text);
   if (parsing.active()) ar.params.skip_special_tokens = false;
-  auto job = std::make_shared<AnthropicJob>(*this, res, random_id("msg_"), ar.stream,
+  auto job = std::make_shared<AnthropicJob>(*this, res, make_tool_call_id("msg_"), ar.stream,
                                             std::move(parsing), len);
   std::vector<std::vector<int32_t>> prompts;
   prompts.push_back(std::move(ids));

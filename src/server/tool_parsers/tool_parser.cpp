@@ -39,11 +39,11 @@ std::string detect_tool_call_format(std::string_view src) {
   return "";
 }
 
-std::string make_tool_call_id() {
+std::string make_tool_call_id(std::string_view prefix) {
   static thread_local std::mt19937_64 rng{std::random_device{}()};
   static constexpr char kAlnum[] =
       "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-  std::string id = "call_";
+  std::string id(prefix);
   for (int i = 0; i < 24; ++i) id += kAlnum[rng() % (sizeof(kAlnum) - 1)];
   return id;
 }
@@ -62,27 +62,35 @@ void ToolCallStream::finish(std::string* content, std::vector<ToolCallDelta>* ca
 }
 
 void ToolCallStream::update(bool final, std::string* content, std::vector<ToolCallDelta>* calls) {
-  // Plain text with no marker in sight is passed on without parsing (the common case).
   std::string_view all = text_;
   const auto markers = format_.start_markers();
   // Only the new text (and a marker's length before it) is searched: O(n) over a stream.
-  for (auto m : markers) {
-    if (marker_seen_) break;
-    const size_t from = searched_ >= m.size() ? searched_ - m.size() + 1 : 0;
-    marker_seen_ = all.find(m, from) != std::string_view::npos;
+  if (marker_at_ == std::string_view::npos) {
+    for (auto m : markers) {
+      const size_t from = searched_ >= m.size() ? searched_ - m.size() + 1 : 0;
+      marker_at_ = std::min(marker_at_, all.find(m, from));
+    }
+    searched_ = all.size();
   }
-  searched_ = all.size();
+  // Text before the first marker is content; the format reads from the marker on, so a call
+  // costs what the calls' text costs, however long the answer before it.
+  std::string_view head = all;
   ParsedText p;
-  if (!marker_seen_) {
-    const size_t hold = final ? 0 : tool_format::partial_marker_suffix(all, markers);
-    p.content = std::string(all.substr(0, all.size() - hold));
+  if (marker_at_ == std::string_view::npos) {
+    head = all.substr(0, all.size() - (final ? 0 : tool_format::partial_marker_suffix(all, markers)));
   } else {
-    p = format_.parse(all, final, tools_);
+    head = all.substr(0, marker_at_);
+    p = format_.parse(all.substr(marker_at_), final, tools_);
   }
   // Content only grows; a format never takes back what it called content.
-  if (p.content.size() > content_sent_) {
-    content->append(p.content, content_sent_, std::string::npos);
-    content_sent_ = p.content.size();
+  if (content_sent_ < head.size()) {
+    content->append(head.substr(content_sent_));
+    content_sent_ = head.size();
+  }
+  const size_t sent_in_p = content_sent_ - head.size();
+  if (p.content.size() > sent_in_p) {
+    content->append(p.content, sent_in_p, std::string::npos);
+    content_sent_ = head.size() + p.content.size();
   }
   for (size_t i = 0; i < p.calls.size(); ++i) {
     const ParsedCall& c = p.calls[i];

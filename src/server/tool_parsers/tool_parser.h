@@ -100,13 +100,13 @@ class ToolCallStream {
   json tools_;
   std::string text_;
   size_t searched_ = 0;        // text_ searched for a start marker up to here
-  bool marker_seen_ = false;   // a start marker was seen: the format parses from then on
+  size_t marker_at_ = std::string::npos;  // the first start marker: the format parses from here
   size_t content_sent_ = 0;
   std::vector<Sent> sent_;
 };
 
-// An OpenAI-style call id: "call_" + 24 random alphanumerics.
-std::string make_tool_call_id();
+// An OpenAI-style call id: prefix + 24 random alphanumerics (also Anthropic's "msg_" ids).
+std::string make_tool_call_id(std::string_view prefix = "call_");
 
 // ---------------------------------------------------------------------------------------------
 // Helpers shared by the formats (tool_parser.cpp).

@@ -65,10 +65,13 @@ ChatToolOptions parse_tool_options(const json& body, const json& tools) {
   return o;
 }
 
-void prepare_tool_call_messages(json& messages) {
+void prepare_assistant_messages(json& messages) {
   for (size_t i = 0; i < messages.size(); ++i) {
     json& m = messages[i];
     if (m.value("role", "") != "assistant") continue;
+    // vLLM's newer name for the reasoning; templates read reasoning_content.
+    if (m.contains("reasoning") && m["reasoning"].is_string() && !m.contains("reasoning_content"))
+      m["reasoning_content"] = m["reasoning"];
     auto calls = m.find("tool_calls");
     if (calls == m.end() || calls->is_null()) continue;
     if (!calls->is_array())

@@ -29,10 +29,11 @@ struct ChatToolOptions {
 // which this server does not have yet: they are refused with a 400 that says so.
 ChatToolOptions parse_tool_options(const json& body, const json& tools);
 
-// Assistant messages' tool_calls[].function.arguments given as JSON text become objects, as
-// chat templates expect them (vLLM does the same), and their null content ""; 400 when the text
-// is not a JSON object.
-void prepare_tool_call_messages(json& messages);
+// Assistant messages made template-ready: tool_calls[].function.arguments given as JSON text
+// become objects, as chat templates expect them (vLLM does the same), a null content next to
+// tool_calls becomes "", and `reasoning` (vLLM's name) is copied to `reasoning_content`. 400
+// when arguments are not a JSON object.
+void prepare_assistant_messages(json& messages);
 
 // What to parse out of this request's output. prompt: the rendered prompt.
 OutputParsing output_parsing(const ServerParsers& parsers, const json& tools,

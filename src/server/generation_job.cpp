@@ -150,7 +150,10 @@ void GenerationJob::stream_choice(size_t ci, const CompletionOutput& o, const st
         if (c.parser->any_tool_call() && *o.finish_reason == FinishReason::kStop)
           finish = "tool_calls";
       }
-      if (!d.reasoning.empty()) delta["reasoning_content"] = std::move(d.reasoning);
+      if (!d.reasoning.empty()) {  // both names: DeepSeek's API and older vLLM, newer vLLM
+        delta["reasoning"] = d.reasoning;
+        delta["reasoning_content"] = std::move(d.reasoning);
+      }
       if (!d.content.empty()) delta["content"] = std::move(d.content);
       if (!d.tool_calls.empty()) delta["tool_calls"] = tool_call_deltas_json(d.tool_calls);
     } else if (!o.text.empty()) {
@@ -207,7 +210,10 @@ void GenerationJob::finish_all() {
           json msg = {{"role", "assistant"}};
           msg["content"] = m.content.empty() && !m.tool_calls.empty() ? json(nullptr)
                                                                        : json(std::move(m.content));
-          if (m.reasoning) msg["reasoning_content"] = std::move(*m.reasoning);
+          if (m.reasoning) {
+            msg["reasoning"] = *m.reasoning;
+            msg["reasoning_content"] = std::move(*m.reasoning);
+          }
           if (!m.tool_calls.empty()) {
             msg["tool_calls"] = tool_calls_json(m.tool_calls);
             if (c.finish == FinishReason::kStop) finish = "tool_calls";

@@ -316,7 +316,7 @@ void OpenAiApi::handle_chat(const HttpRequest& req, const std::shared_ptr<HttpRe
   ChatRequest cr = parse_chat_request(body, {model_.n_vocab, model_.max_model_len});
   check_model_name(cr.model);
   const ChatToolOptions tool_opts = parse_tool_options(body, cr.tools);
-  prepare_tool_call_messages(cr.messages);
+  prepare_assistant_messages(cr.messages);
   std::string text = render_chat(cr.messages, cr.tools, cr.chat_template_kwargs,
                                  cr.add_generation_prompt, cr.continue_final_message);
   std::vector<int32_t> ids = tokenize_chat(text);

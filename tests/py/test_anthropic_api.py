@@ -4,11 +4,14 @@ results, errors in Anthropic's shape. The model output is scripted (mla serve --
 with the GLM-5.2 chat template, whose generation prompt opens <think>. (The client has no
 temperature parameter; the scripted logits make sampling at the default temperature 1 pick the
 scripted token with probability 1 - 4096 e^-60.)"""
+import time
+
 import anthropic
 import pytest
 import requests
 
 from agent_util import scripted_server
+from server_util import metric
 
 TOOLS = [{"name": "get_weather", "description": "Weather for a city",
           "input_schema": {"type": "object", "properties": {
@@ -21,6 +24,7 @@ SCRIPT = [
                                       "</arg_value><arg_key>days</arg_key><arg_value>3</arg_value>"
                                       "</tool_call>"},
     {"trigger": "greet", "output": "Greeting.</think>Hello there! STOP and more"},
+    {"trigger": "long story", "output": "Once upon a time. " * 400},
     {"trigger": "", "output": "No thinking here."},
 ]
 
@@ -134,4 +138,21 @@ def test_errors_have_anthropics_shape(client, server):
                       headers={"x-api-key": "sk-test"})
     assert r.status_code == 400 and r.json()["type"] == "error"
     # The server keeps serving.
+    assert client.messages.create(model="m", max_tokens=5, messages=WEATHER).content
+
+
+def test_stream_disconnect_aborts(client, server):
+    aborted = metric(server.metrics(), "mla:request_success_total", finished_reason="abort")
+    r = requests.post(server.url + "/v1/messages", stream=True, timeout=30,
+                      headers={"x-api-key": "sk-test"},
+                      json={"model": "m", "max_tokens": 4000, "stream": True,
+                            "messages": [{"role": "user", "content": "Tell a long story."}]})
+    first = next(r.iter_lines())
+    assert first == b"event: message_start"
+    r.close()
+    deadline = time.time() + 20
+    while metric(server.metrics(), "mla:request_success_total", finished_reason="abort") == aborted:
+        assert time.time() < deadline, server.log
+        time.sleep(0.02)
+    assert metric(server.metrics(), "mla:num_requests_running") == 0
     assert client.messages.create(model="m", max_tokens=5, messages=WEATHER).content

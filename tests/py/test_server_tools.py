@@ -63,6 +63,7 @@ def test_round_trip_whole(fmt):
     assert len({c.id for c in msg.tool_calls}) == 2
     assert msg.content.strip() == "Checking."
     reasoning = getattr(msg, "reasoning_content", None)
+    assert reasoning == getattr(msg, "reasoning", None)
     if writes_reasoning:
         assert reasoning.strip() == "Need the weather."
     else:
@@ -137,3 +138,12 @@ def test_multi_turn_with_tool_results(fmt):
         client_for(server).chat.completions.create(
             model=MODEL_NAME, messages=messages[:1] + [{"role": "assistant", "tool_calls": bad}],
             max_tokens=2)
+
+
+def test_n_choices_each_parsed(fmt):
+    name, server, kwargs, _, _ = fmt
+    r = ask(client_for(server), kwargs, n=2)
+    assert [c.finish_reason for c in r.choices] == ["tool_calls", "tool_calls"]
+    for c in r.choices:
+        assert [json.loads(t.function.arguments) for t in c.message.tool_calls] == \
+            [c["function"]["arguments"] for c in CALLS]

@@ -86,13 +86,16 @@ TEST(AgentApi, ToolCallMessagesBecomeTemplateReady) {
     {"role": "assistant", "content": null, "tool_calls": [
       {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{\"k\": [1, 2]}"}},
       {"id": "b", "type": "function", "function": {"name": "g", "arguments": ""}}]}])");
-  prepare_tool_call_messages(msgs);
+  prepare_assistant_messages(msgs);
   EXPECT_EQ(msgs[1]["content"], "");
   EXPECT_EQ(msgs[1]["tool_calls"][0]["function"]["arguments"], json::parse(R"({"k": [1, 2]})"));
   EXPECT_EQ(msgs[1]["tool_calls"][1]["function"]["arguments"], json::object());
   json bad = json::parse(R"([{"role": "assistant", "tool_calls": [
       {"function": {"name": "f", "arguments": "[1]"}}]}])");
-  EXPECT_THROW(prepare_tool_call_messages(bad), ApiError);
+  EXPECT_THROW(prepare_assistant_messages(bad), ApiError);
+  json renamed = json::parse(R"([{"role": "assistant", "content": "a", "reasoning": "r"}])");
+  prepare_assistant_messages(renamed);
+  EXPECT_EQ(renamed[0]["reasoning_content"], "r");
 }
 
 TEST(AgentApi, AnthropicRequestTranslation) {

@@ -2,7 +2,7 @@
 format, with real chat templates: the model's output is scripted (mla serve --scripted-output)
 as the template itself writes an assistant turn with tool calls (rendered by jinja2), so the
 test is a round trip: calls → template text → mla's parser → the same calls, whole and
-streamed."""
+streamed. (deepseek_v3's fenced format has no template here; the vLLM fixtures cover it.)"""
 import json
 
 import openai
@@ -23,6 +23,7 @@ USER = "What is the weather in Paris?"
 FORMATS = {
     "glm45": ("GLM-5.2.jinja", {}, True),
     "deepseek_v31": ("deepseek-ai-DeepSeek-V3.1.jinja", {"thinking": True}, False),
+    "deepseek_v32": ("deepseek-ai-DeepSeek-V3.2.jinja", {"thinking": True}, True),
     "kimi_k2": ("moonshotai-Kimi-K2.jinja", {}, False),
     "hermes": ("Qwen-Qwen3-0.6B.jinja", {}, True),
 }

@@ -23,7 +23,8 @@ std::string read_template(const std::string& name) {
   return ss.str();
 }
 
-// vLLM's tool-calling docs: GLM-4.5+ glm45, DeepSeek-V3.1 deepseek_v31 (reasoning deepseek_v3),
+// vLLM's tool-calling docs: GLM-4.5+ glm45, DeepSeek-V3.1 deepseek_v31 and V3.2 deepseek_v32
+// (reasoning deepseek_v3),
 // Kimi-K2 kimi_k2, Qwen3 hermes (reasoning qwen3).
 TEST(AgentApi, ParsersChosenFromRealTemplates) {
   struct Case {
@@ -33,6 +34,7 @@ TEST(AgentApi, ParsersChosenFromRealTemplates) {
   } cases[] = {
       {"GLM-5.2.jinja", "glm45", "glm45"},
       {"deepseek-ai-DeepSeek-V3.1.jinja", "deepseek_v31", "deepseek_v3"},
+      {"deepseek-ai-DeepSeek-V3.2.jinja", "deepseek_v32", "deepseek_v3"},
       {"moonshotai-Kimi-K2.jinja", "kimi_k2", ""},
       {"Qwen-Qwen3-0.6B.jinja", "hermes", "qwen3"},
   };

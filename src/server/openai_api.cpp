@@ -263,6 +263,7 @@ void OpenAiApi::handle_tokenize(const HttpRequest& req, const std::shared_ptr<Ht
   json body = parse_json_object(req.body);
   TokenizeRequest tr = parse_tokenize_request(body);
   check_model_name(tr.model);
+  if (tr.is_chat) prepare_assistant_messages(tr.messages);  // as /v1/chat/completions renders them
   std::string text = tr.is_chat ? render_chat(tr.messages, tr.tools, tr.chat_template_kwargs,
                                               tr.add_generation_prompt, tr.continue_final_message)
                                 : tr.prompt;

@@ -7,6 +7,7 @@ import json
 
 import openai
 import pytest
+import requests
 
 from agent_util import TOOLS, rendered_reply, scripted_server
 from server_util import MODEL_NAME
@@ -134,6 +135,10 @@ def test_multi_turn_with_tool_results(fmt):
         model=MODEL_NAME, messages=messages, tools=TOOLS, max_tokens=5, temperature=0,
         extra_body={"chat_template_kwargs": kwargs} if kwargs else None)
     assert r.usage.prompt_tokens > 0
+    # /tokenize renders the same messages the same way.
+    t = requests.post(server.url + "/tokenize", json={"messages": messages, "tools": TOOLS,
+                                                      "chat_template_kwargs": kwargs})
+    assert t.status_code == 200 and t.json()["count"] == r.usage.prompt_tokens
     with pytest.raises(openai.BadRequestError, match="not a JSON object"):
         bad = [dict(calls[0], function=dict(calls[0]["function"], arguments="{oops"))]
         client_for(server).chat.completions.create(

@@ -319,6 +319,14 @@ void AnthropicJob::on_output(size_t, RequestOutput&& out) {
   std::lock_guard lk(mu_);
   if (done_) return;
   const CompletionOutput* o = out.outputs.empty() ? nullptr : &out.outputs.front();
+  auto seconds_since_start = [this] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  };
+  if (o && !o->token_ids.empty() && !first_token_seen_) {
+    first_token_seen_ = true;
+    api_.metrics().observe_ttft(seconds_since_start());
+  }
+  if (out.finished) api_.metrics().observe_e2e(seconds_since_start());
   if (o) {
     n_generated_ = o->n_generated;
     if (stream_ && !failed_) {

@@ -4,6 +4,7 @@
 // into chat messages (system, text, tool_use → tool_calls, tool_result → tool messages, thinking
 // → reasoning_content) and tools (input_schema → parameters); the output is parsed into thinking,
 // text and tool_use blocks, streamed as Anthropic's event sequence.
+#include <chrono>
 #include <optional>
 #include <string>
 
@@ -63,6 +64,8 @@ class AnthropicJob : public ApiJob {
   std::string text_;          // non-streaming: the whole output
   std::optional<ChatOutputStream> parser_;
   int n_generated_ = 0;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  bool first_token_seen_ = false;
   int block_index_ = -1;      // the open content block, -1: none
   std::string block_type_;    // its type: "text", "thinking", "tool_use"
   bool done_ = false, begun_ = false, failed_ = false, pending_end_ = false;

@@ -156,3 +156,10 @@ def test_stream_disconnect_aborts(client, server):
         time.sleep(0.02)
     assert metric(server.metrics(), "mla:num_requests_running") == 0
     assert client.messages.create(model="m", max_tokens=5, messages=WEATHER).content
+
+
+def test_latency_metrics_count_messages(client, server):
+    names = ["mla:time_to_first_token_seconds_count", "mla:e2e_request_latency_seconds_count"]
+    before = [metric(server.metrics(), n) for n in names]
+    client.messages.create(model="m", max_tokens=5, messages=WEATHER)
+    assert [metric(server.metrics(), n) for n in names] == [b + 1 for b in before]

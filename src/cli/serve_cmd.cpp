@@ -5,6 +5,7 @@
 // SIGINT/SIGTERM: stop accepting, let running requests finish for --shutdown-timeout seconds,
 // abort the rest (finish_reason "abort"), exit 0. A second signal aborts at once.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <pthread.h>
 #include <signal.h>
 
@@ -20,9 +21,12 @@
 #include "engine/deepseek2_runner.h"
 #include "doctor/doctor.h"
 #include "engine/engine.h"
+#include "engine/scripted_runner.h"
 #include "gguf/gguf.h"
 #include "server/http_server.h"
 #include "server/openai_api.h"
+#include "server/reasoning.h"
+#include "server/tool_parsers/tool_parser.h"
 #include "server/tokenizer_decoder.h"
 #include "tokenizer/chat_template/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -57,6 +61,10 @@ struct ServeArgs {
   int64_t kv_cache_tokens = 0;
   std::string kv_cache_memory;
   std::string self_check = "warn";  // on | warn | off
+  // Output parsing.
+  std::string tool_call_parser = "auto";
+  std::string reasoning_parser = "auto";
+  std::string scripted_output;  // testing: a ScriptedRunner instead of the model's forward
   CommonOptions common;
 };
 
@@ -113,6 +121,43 @@ void self_check(const std::string& mode, const std::string& model, int n_threads
   const DoctorReport r = run_path_self_check(model, o);
   trace_configure(trace_limit > 0 ? fmt::format("dispatch:{}", trace_limit) : "");
   apply_self_check(mode, r);
+}
+
+// The tool-call and reasoning parsers: named by the flags, or chosen from the chat template
+// ("auto"), or none.
+server::ServerParsers choose_parsers(const ServeArgs& a, const std::string& tmpl_src) {
+  server::ServerParsers p;
+  std::string tool = a.tool_call_parser == "auto" ? server::detect_tool_call_format(tmpl_src)
+                                                  : a.tool_call_parser;
+  if (tool == "none") tool.clear();
+  if (!tool.empty()) {
+    p.tool_format = server::make_tool_call_format(tool);
+    if (!p.tool_format)
+      fail("serve: --tool-call-parser '{}' is not one of {}, auto, none", tool,
+           fmt::join(server::tool_call_format_names(), ", "));
+  }
+  std::string reasoning = a.reasoning_parser == "auto" ? server::detect_reasoning_parser(tmpl_src)
+                                                       : a.reasoning_parser;
+  if (reasoning == "none") reasoning.clear();
+  if (!reasoning.empty() && !server::is_reasoning_parser(reasoning))
+    fail("serve: --reasoning-parser '{}' is not one of {}, auto, none", reasoning,
+         fmt::join(server::reasoning_parser_names(), ", "));
+  p.reasoning_parser = reasoning;
+  log().info("tool-call parser: {}; reasoning parser: {}", tool.empty() ? "none" : tool,
+             reasoning.empty() ? "none" : reasoning);
+  return p;
+}
+
+std::unique_ptr<ModelRunner> make_scripted_runner(const std::string& path, const Tokenizer& tok) {
+  auto encode = [&tok](const std::string& text) {
+    EncodeOptions opt;
+    opt.add_special = false;
+    opt.parse_special = true;
+    return tok.encode(text, opt);
+  };
+  auto decode = [&tok](std::span<const int32_t> ids) { return tok.decode_text(ids); };
+  return std::make_unique<ScriptedRunner>(load_script(path, encode), static_cast<int>(tok.n_tokens()),
+                                          tok.vocab().eos, decode);
 }
 
 // Blocks SIGINT and SIGTERM in this thread and every thread started after it; signals are then
@@ -190,10 +235,24 @@ void serve(ServeArgs& a) {
   kv.dtype = *kv_type;
   kv.tokens = a.kv_cache_tokens;
   if (!a.kv_cache_memory.empty()) kv.memory_bytes = parse_byte_size(a.kv_cache_memory, "--kv-cache-memory");
-  self_check(a.self_check, a.model, mo.n_threads, kv.dtype);
-  auto runner = std::make_unique<Deepseek2Runner>(a.model, policy, mo, kv);
-  const Deepseek2Runner& rn = *runner;
-  auto tokenizer = Tokenizer::from_gguf(rn.file());
+  std::unique_ptr<ModelRunner> runner;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::vector<int32_t> eos_ids;
+  std::unique_ptr<GgufFile> vocab_file;  // scripted: the file is read for its vocabulary only
+  if (a.scripted_output.empty()) {
+    self_check(a.self_check, a.model, mo.n_threads, kv.dtype);
+    auto rn = std::make_unique<Deepseek2Runner>(a.model, policy, mo, kv);
+    tokenizer = Tokenizer::from_gguf(rn->file());
+    eos_ids = rn->eos_token_ids();
+    runner = std::move(rn);
+  } else {
+    vocab_file = GgufFile::open(a.model);
+    tokenizer = Tokenizer::from_gguf(*vocab_file);
+    runner = make_scripted_runner(a.scripted_output, *tokenizer);
+    eos_ids = {tokenizer->vocab().eos};
+    log().warn("--scripted-output: the model's forward pass is replaced by the outputs in '{}'",
+               a.scripted_output);
+  }
   std::string tmpl_src = a.chat_template.empty() ? tokenizer->vocab().chat_template
                                                  : read_text_file(a.chat_template, "--chat-template");
   std::shared_ptr<ChatTemplate> tmpl;
@@ -207,7 +266,7 @@ void serve(ServeArgs& a) {
   ec.max_model_len = a.max_model_len;
   ec.enable_prefix_caching = !a.no_prefix_caching;
   ec.path_policy = policy;
-  ec.eos_token_ids = rn.eos_token_ids();
+  ec.eos_token_ids = eos_ids;
   const int n_threads = mo.n_threads;
   auto engine = std::make_unique<Engine>(std::move(runner), ec,
                                          std::make_shared<server::TokenizerDecoder>(*tokenizer));
@@ -217,6 +276,7 @@ void serve(ServeArgs& a) {
   sm.engine = engine.get();
   sm.tokenizer = tokenizer.get();
   if (tmpl) sm.render_chat = make_renderer(tmpl, *tokenizer);
+  sm.parsers = choose_parsers(a, tmpl_src);
   sm.max_model_len = engine->config().max_model_len;
   sm.n_vocab = engine->n_vocab();
   api.set_model(std::move(sm));
@@ -295,6 +355,18 @@ void register_serve(CLI::App& app) {
                 "path agreement): --self-check refuses to start when they disagree, --self-check=warn (the "
                 "default) logs and serves anyway, --self-check=off skips it")
       ->check(CLI::IsMember({"on", "warn", "off"}));
+  cmd->add_option("--tool-call-parser", a.tool_call_parser,
+                  "Tool-call format parsed from chat outputs: auto (from the chat template) | none | "
+                  "glm45 | glm47 | deepseek_v3 | deepseek_v31 | deepseek_v32 | kimi_k2 | hermes")
+      ->capture_default_str();
+  cmd->add_option("--reasoning-parser", a.reasoning_parser,
+                  "Reasoning split (<think>) of chat outputs: auto (from the chat template) | none | "
+                  "deepseek_r1 | deepseek_v3 | glm45 | glm47 | kimi_k2 | qwen3")
+      ->capture_default_str();
+  cmd->add_option("--scripted-output", a.scripted_output,
+                  "Testing: replace the model's forward pass by the outputs in this JSON file "
+                  "([{\"trigger\": TEXT, \"output\": TEXT}]); the GGUF gives only the vocabulary")
+      ->group("Testing");
   add_common_options(cmd, a.common);
   cmd->callback([] { serve(a); });
 }

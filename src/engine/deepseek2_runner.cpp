@@ -29,7 +29,10 @@ int Deepseek2Runner::max_context() const {
 
 std::vector<int32_t> Deepseek2Runner::eos_token_ids() const {
   std::vector<int32_t> ids;
-  for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"}) {
+  // End of message too: llama.cpp counts eom among its end-of-generation tokens (a turn that
+  // ends in tool calls, for the vocabularies that have one).
+  for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
+                          "tokenizer.ggml.eom_token_id"}) {
     auto v = bundle_->file->opt_uint(key);
     if (!v || *v >= static_cast<uint64_t>(n_vocab())) continue;
     const auto id = static_cast<int32_t>(*v);

@@ -137,13 +137,33 @@ void GenerationJob::stream_choice(size_t ci, const CompletionOutput& o, const st
                                       {"finish_reason", nullptr}}});
       emit(sse_event(role));
     }
-    if (o.text.empty() && !o.finish_reason && logprobs.is_null()) return;
     json delta = json::object();
-    if (!o.text.empty()) delta["content"] = o.text;
+    json finish = finish_reason_json(o.finish_reason);
+    if (opt_.parsing.active()) {
+      if (!c.parser) c.parser.emplace(opt_.parsing);
+      ChatDelta d = c.parser->feed(o.text);
+      if (o.finish_reason) {
+        ChatDelta rest = c.parser->finish();
+        d.reasoning += rest.reasoning;
+        d.content += rest.content;
+        for (auto& t : rest.tool_calls) d.tool_calls.push_back(std::move(t));
+        if (c.parser->any_tool_call() && *o.finish_reason == FinishReason::kStop)
+          finish = "tool_calls";
+      }
+      if (!d.reasoning.empty()) {  // both names: DeepSeek's API and older vLLM, newer vLLM
+        delta["reasoning"] = d.reasoning;
+        delta["reasoning_content"] = std::move(d.reasoning);
+      }
+      if (!d.content.empty()) delta["content"] = std::move(d.content);
+      if (!d.tool_calls.empty()) delta["tool_calls"] = tool_call_deltas_json(d.tool_calls);
+    } else if (!o.text.empty()) {
+      delta["content"] = o.text;
+    }
+    if (delta.empty() && !o.finish_reason && logprobs.is_null()) return;
     json choice = {{"index", ci},
                    {"delta", std::move(delta)},
                    {"logprobs", std::move(logprobs)},
-                   {"finish_reason", finish_reason_json(o.finish_reason)}};
+                   {"finish_reason", std::move(finish)}};
     if (o.finish_reason) choice["stop_reason"] = stop_reason_json(o.stop_reason);
     chunk["choices"] = json::array({std::move(choice)});
   } else {
@@ -184,12 +204,28 @@ void GenerationJob::finish_all() {
       for (size_t ci = 0; ci < choices_.size(); ++ci) {
         Choice& c = choices_[ci];
         json choice = {{"index", ci}};
-        if (opt_.kind == Kind::kChat)
+        json finish = finish_reason_json(c.finish);
+        if (opt_.kind == Kind::kChat && opt_.parsing.active()) {
+          ChatMessageOut m = parse_chat_output(opt_.parsing, c.text);
+          json msg = {{"role", "assistant"}};
+          msg["content"] = m.content.empty() && !m.tool_calls.empty() ? json(nullptr)
+                                                                       : json(std::move(m.content));
+          if (m.reasoning) {
+            msg["reasoning"] = *m.reasoning;
+            msg["reasoning_content"] = std::move(*m.reasoning);
+          }
+          if (!m.tool_calls.empty()) {
+            msg["tool_calls"] = tool_calls_json(m.tool_calls);
+            if (c.finish == FinishReason::kStop) finish = "tool_calls";
+          }
+          choice["message"] = std::move(msg);
+        } else if (opt_.kind == Kind::kChat) {
           choice["message"] = {{"role", "assistant"}, {"content", std::move(c.text)}};
-        else
+        } else {
           choice["text"] = std::move(c.text);
+        }
         choice["logprobs"] = std::move(c.logprobs);
-        choice["finish_reason"] = finish_reason_json(c.finish);
+        choice["finish_reason"] = std::move(finish);
         choice["stop_reason"] = stop_reason_json(c.stop_reason);
         choices.push_back(std::move(choice));
       }

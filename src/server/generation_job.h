@@ -12,6 +12,7 @@
 #include <variant>
 #include <vector>
 
+#include "server/chat_output.h"
 #include "server/http_server.h"
 #include "server/openai_protocol.h"
 
@@ -19,7 +20,22 @@ namespace mla::server {
 
 class OpenAiApi;
 
-class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
+// A request in flight as OpenAiApi drives it: engine requests added, their outputs delivered on
+// the engine thread, aborted on disconnect. GenerationJob (OpenAI shapes) and AnthropicJob
+// (anthropic_api.h) implement it.
+class ApiJob {
+ public:
+  virtual ~ApiJob() = default;
+  virtual std::string engine_id(size_t prompt) const = 0;
+  virtual const std::string& id() const = 0;
+  virtual const std::shared_ptr<HttpResponder>& responder() const = 0;
+  virtual void on_output(size_t prompt, RequestOutput&& out) = 0;
+  virtual void abort() = 0;
+  virtual void fail_start(size_t failed_at, const ApiError& err) = 0;
+  virtual void begin() = 0;
+};
+
+class GenerationJob : public ApiJob {
  public:
   enum class Kind { kCompletion, kChat };
   using Clock = std::chrono::steady_clock;
@@ -33,27 +49,28 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
     bool include_usage = false;
     bool logprobs = false;
     bool echo = false;     // completions: the prompt text starts each choice
+    OutputParsing parsing; // chat: reasoning / tool calls split out of the text
   };
 
   GenerationJob(OpenAiApi& api, std::shared_ptr<HttpResponder> res, Options opt,
                 std::vector<std::string> prompt_texts, std::vector<int> prompt_lens);
 
   // Engine request id of prompt i.
-  std::string engine_id(size_t prompt) const;
-  const std::string& id() const { return opt_.id; }
+  std::string engine_id(size_t prompt) const override;
+  const std::string& id() const override { return opt_.id; }
   size_t n_prompts() const { return prompt_lens_.size(); }
-  const std::shared_ptr<HttpResponder>& responder() const { return res_; }
+  const std::shared_ptr<HttpResponder>& responder() const override { return res_; }
 
   // Engine thread. prompt: which engine request.
-  void on_output(size_t prompt, RequestOutput&& out);
+  void on_output(size_t prompt, RequestOutput&& out) override;
   // Any thread: abort every engine request still running (client gone, or shutdown).
-  void abort();
+  void abort() override;
   // The engine refused prompt `failed_at` (the ones before it were added): abort those and
   // answer with err (instead of begin()).
-  void fail_start(size_t failed_at, const ApiError& err);
+  void fail_start(size_t failed_at, const ApiError& err) override;
   // Every engine request is added: start the response (streaming: the header, then the chunks
   // that arrived meanwhile).
-  void begin();
+  void begin() override;
 
  private:
   struct Choice {
@@ -64,6 +81,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
     std::optional<FinishReason> finish;
     std::variant<std::monostate, std::string, int32_t> stop_reason;
     bool started = false;  // stream: role / echo chunk sent
+    std::optional<ChatOutputStream> parser;  // stream with parsing: the incremental parser
     Clock::time_point last_token{};
   };
   struct Prompt {

@@ -7,6 +7,7 @@
 
 #include "engine/engine.h"
 #include "server/auth.h"
+#include "server/anthropic_api.h"
 #include "server/generation_job.h"
 #include "server/sse.h"
 #include "tokenizer/tokenizer.h"
@@ -75,7 +76,7 @@ int OpenAiApi::n_active() const {
 }
 
 void OpenAiApi::abort_all() {
-  std::vector<std::shared_ptr<GenerationJob>> jobs;
+  std::vector<std::shared_ptr<ApiJob>> jobs;
   {
     std::lock_guard lk(jobs_mu_);
     for (auto& [id, w] : jobs_)
@@ -103,16 +104,22 @@ TokenText OpenAiApi::token_text(int32_t id) const {
 }
 
 void OpenAiApi::handle(HttpRequest&& req, std::shared_ptr<HttpResponder> res) {
+  // Errors of the Anthropic routes take Anthropic's shape.
+  const bool anthropic = req.path.rfind("/v1/messages", 0) == 0;
+  auto fail = [&](const ApiError& e) {
+    if (anthropic) send_json(res, e.status(), anthropic_error_json(e));
+    else send_error(res, e);
+  };
   try {
     route(req, res);
   } catch (const ApiError& e) {
     if (e.status() >= 500) log().warn("api: {} {}: {}", req.method, req.path, e.what());
-    send_error(res, e);
+    fail(e);
   } catch (const Error& e) {
-    send_error(res, ApiError(400, e.what()));
+    fail(ApiError(400, e.what()));
   } catch (const std::exception& e) {
     log().error("api: {} {}: internal error: {}", req.method, req.path, e.what());
-    send_error(res, ApiError(500, fmt::format("internal error: {}", e.what()), "", "internal_error"));
+    fail(ApiError(500, fmt::format("internal error: {}", e.what()), "", "internal_error"));
   }
 }
 
@@ -125,13 +132,17 @@ void OpenAiApi::route(HttpRequest& req, const std::shared_ptr<HttpResponder>& re
       {"/health", "GET"},        {"/metrics", "GET"},   {"/version", "GET"},
       {"/v1/models", "GET"},     {"/tokenize", "POST"}, {"/detokenize", "POST"},
       {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"},
+      {"/v1/messages", "POST"},  {"/v1/messages/count_tokens", "POST"},
   };
   const std::string& path = req.path;
   const bool public_path = path == "/health" || path == "/metrics";
+  // Anthropic's clients send the key as x-api-key.
   if (!public_path && !config_.api_key.empty() &&
-      !authorized(req.header("Authorization"), config_.api_key)) {
-    throw ApiError(401, "missing or invalid API key (send 'Authorization: Bearer <key>')", "",
-                   "invalid_api_key");
+      !authorized(req.header("Authorization"), config_.api_key) &&
+      !(!req.header("x-api-key").empty() &&
+        constant_time_equals(req.header("x-api-key"), config_.api_key))) {
+    throw ApiError(401, "missing or invalid API key (send 'Authorization: Bearer <key>' or "
+                   "'x-api-key: <key>')", "", "invalid_api_key");
   }
   // /v1/models/{name}: the one route with a parameter.
   std::string model_id;
@@ -186,6 +197,8 @@ void OpenAiApi::route(HttpRequest& req, const std::shared_ptr<HttpResponder>& re
   if (path == "/detokenize") return handle_detokenize(req, res);
   if (path == "/v1/completions") return handle_completions(req, res);
   if (path == "/v1/chat/completions") return handle_chat(req, res);
+  if (path == "/v1/messages") return handle_messages(req, res);
+  if (path == "/v1/messages/count_tokens") return handle_count_tokens(req, res);
 }
 
 void OpenAiApi::require_ready() const {
@@ -250,6 +263,7 @@ void OpenAiApi::handle_tokenize(const HttpRequest& req, const std::shared_ptr<Ht
   json body = parse_json_object(req.body);
   TokenizeRequest tr = parse_tokenize_request(body);
   check_model_name(tr.model);
+  if (tr.is_chat) prepare_assistant_messages(tr.messages);  // as /v1/chat/completions renders them
   std::string text = tr.is_chat ? render_chat(tr.messages, tr.tools, tr.chat_template_kwargs,
                                               tr.add_generation_prompt, tr.continue_final_message)
                                 : tr.prompt;
@@ -302,6 +316,8 @@ void OpenAiApi::handle_chat(const HttpRequest& req, const std::shared_ptr<HttpRe
   json body = parse_json_object(req.body);
   ChatRequest cr = parse_chat_request(body, {model_.n_vocab, model_.max_model_len});
   check_model_name(cr.model);
+  const ChatToolOptions tool_opts = parse_tool_options(body, cr.tools);
+  prepare_assistant_messages(cr.messages);
   std::string text = render_chat(cr.messages, cr.tools, cr.chat_template_kwargs,
                                  cr.add_generation_prompt, cr.continue_final_message);
   std::vector<int32_t> ids = tokenize_chat(text);
@@ -324,6 +340,10 @@ void OpenAiApi::handle_chat(const HttpRequest& req, const std::shared_ptr<HttpRe
   opt.stream = cr.stream;
   opt.include_usage = cr.include_usage;
   opt.logprobs = cr.logprobs;
+  opt.parsing = output_parsing(model_.parsers, cr.tools, tool_opts, cr.chat_template_kwargs, text);
+  // The markers of calls and reasoning may be special tokens: keep them in the text to parse.
+  if (opt.parsing.active() && !body.contains("skip_special_tokens"))
+    cr.params.skip_special_tokens = false;
   auto job = std::make_shared<GenerationJob>(*this, res, std::move(opt),
                                              std::vector<std::string>{std::move(text)},
                                              std::vector<int>{len});
@@ -332,7 +352,7 @@ void OpenAiApi::handle_chat(const HttpRequest& req, const std::shared_ptr<HttpRe
   start_job(std::move(job), std::move(prompts), cr.params);
 }
 
-void OpenAiApi::start_job(std::shared_ptr<GenerationJob> job,
+void OpenAiApi::start_job(std::shared_ptr<ApiJob> job,
                           std::vector<std::vector<int32_t>> prompts, const SamplingParams& params) {
   // The engine's own validation, with its message, before anything is queued.
   try {
@@ -355,7 +375,7 @@ void OpenAiApi::start_job(std::shared_ptr<GenerationJob> job,
   }
   job->begin();
   // Registered after the requests exist, so an early disconnect aborts them all.
-  std::weak_ptr<GenerationJob> weak = job;
+  std::weak_ptr<ApiJob> weak = job;
   job->responder()->on_disconnect([weak] {
     if (auto j = weak.lock()) j->abort();
   });

@@ -14,6 +14,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "server/chat_tools.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/openai_protocol.h"
@@ -43,6 +44,7 @@ struct ServedModel {
   ChatRenderer render_chat;  // empty: the model has no chat template (chat requests → 400)
   int max_model_len = 0;
   int n_vocab = 0;
+  ServerParsers parsers;     // tool-call and reasoning parsers (chat_tools.h)
 };
 
 struct ApiConfig {
@@ -51,7 +53,7 @@ struct ApiConfig {
   std::string api_key;     // "" → no auth
 };
 
-class GenerationJob;
+class ApiJob;
 
 class OpenAiApi {
  public:
@@ -90,8 +92,11 @@ class OpenAiApi {
   // A rendered chat prompt: its own special tokens, plus BOS where the vocabulary wants one and
   // the template did not write it.
   std::vector<int32_t> tokenize_chat(const std::string& rendered) const;
-  void start_job(std::shared_ptr<GenerationJob> job, std::vector<std::vector<int32_t>> prompts,
+  void start_job(std::shared_ptr<ApiJob> job, std::vector<std::vector<int32_t>> prompts,
                  const SamplingParams& params);
+  // The Anthropic Messages API (anthropic_api.cpp).
+  void handle_messages(const HttpRequest& req, const std::shared_ptr<HttpResponder>& res);
+  void handle_count_tokens(const HttpRequest& req, const std::shared_ptr<HttpResponder>& res);
 
   ApiConfig config_;
   ServedModel model_;
@@ -102,7 +107,7 @@ class OpenAiApi {
   std::atomic<uint64_t> next_id_{1};
 
   mutable std::mutex jobs_mu_;
-  std::unordered_map<std::string, std::weak_ptr<GenerationJob>> jobs_;
+  std::unordered_map<std::string, std::weak_ptr<ApiJob>> jobs_;
 };
 
 }  // namespace mla::server

@@ -1,0 +1,444 @@
+// The Anthropic Messages API (see anthropic_api.h).
+#include "server/anthropic_api.h"
+
+#include <fmt/format.h>
+
+#include <limits>
+
+#include "engine/engine.h"
+#include "server/openai_api.h"
+#include "server/sse.h"
+#include "util/log.h"
+
+namespace mla::server {
+namespace {
+
+const char* anthropic_error_type(int status) {
+  switch (status) {
+    case 400: return "invalid_request_error";
+    case 401: return "authentication_error";
+    case 403: return "permission_error";
+    case 404: return "not_found_error";
+    case 413: return "request_too_large";
+    case 429: return "rate_limit_error";
+    case 503: return "overloaded_error";
+    default: return status >= 500 ? "api_error" : "invalid_request_error";
+  }
+}
+
+[[noreturn]] void wrong_type(const std::string& name, const char* expected, const json& v) {
+  bad_request(fmt::format("'{}' must be {}, got {}", name, expected, v.type_name()), name,
+              "invalid_type");
+}
+
+const json* field(const json& obj, const char* name) {
+  auto it = obj.find(name);
+  return it == obj.end() || it->is_null() ? nullptr : &*it;
+}
+
+// Text of a content value that may only hold text: a string or a list of text blocks.
+std::string text_of(const json& content, const std::string& where) {
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array()) wrong_type(where, "a string or a list of text blocks", content);
+  std::string out;
+  for (size_t i = 0; i < content.size(); ++i) {
+    const json& b = content[i];
+    if (!b.is_object() || b.value("type", "") != "text" || !b.contains("text") ||
+        !b["text"].is_string())
+      bad_request(fmt::format("{}[{}] must be a text block (other block types are not supported "
+                              "here)", where, i), where);
+    if (!out.empty()) out += "\n";
+    out += b["text"].get<std::string>();
+  }
+  return out;
+}
+
+// One Anthropic message → chat-template messages (a user turn may become tool messages first).
+void convert_message(const json& m, size_t i, json& out) {
+  const std::string where = fmt::format("messages[{}]", i);
+  if (!m.is_object()) wrong_type(where, "an object", m);
+  const std::string role = m.value("role", "");
+  if (role != "user" && role != "assistant")
+    bad_request(fmt::format("{}.role must be \"user\" or \"assistant\", got \"{}\"", where, role),
+                "messages");
+  const json* content = field(m, "content");
+  if (!content) bad_request(fmt::format("{}.content is required", where), "messages");
+  if (content->is_string()) {
+    out.push_back({{"role", role}, {"content", *content}});
+    return;
+  }
+  if (!content->is_array()) wrong_type(where + ".content", "a string or a list of blocks", *content);
+  std::string text, thinking;
+  json tool_calls = json::array();
+  for (size_t k = 0; k < content->size(); ++k) {
+    const json& b = (*content)[k];
+    const std::string bw = fmt::format("{}.content[{}]", where, k);
+    if (!b.is_object() || !b.contains("type") || !b["type"].is_string())
+      bad_request(fmt::format("{} must be a block with a 'type'", bw), "messages");
+    const std::string type = b["type"].get<std::string>();
+    if (type == "text") {
+      if (!b.contains("text") || !b["text"].is_string())
+        bad_request(fmt::format("{} has no 'text' string", bw), "messages");
+      if (!text.empty()) text += "\n";
+      text += b["text"].get<std::string>();
+    } else if (type == "tool_use" && role == "assistant") {
+      if (!b.contains("id") || !b["id"].is_string() || !b.contains("name") || !b["name"].is_string())
+        bad_request(fmt::format("{} (tool_use) needs 'id' and 'name' strings", bw), "messages");
+      const json* input = field(b, "input");
+      if (input && !input->is_object()) wrong_type(bw + ".input", "an object", *input);
+      tool_calls.push_back({{"id", b["id"]},
+                            {"type", "function"},
+                            {"function", {{"name", b["name"]},
+                                          {"arguments", input ? *input : json::object()}}}});
+    } else if (type == "tool_result" && role == "user") {
+      if (!b.contains("tool_use_id") || !b["tool_use_id"].is_string())
+        bad_request(fmt::format("{} (tool_result) needs a 'tool_use_id' string", bw), "messages");
+      const json* c = field(b, "content");
+      out.push_back({{"role", "tool"},
+                     {"tool_call_id", b["tool_use_id"]},
+                     {"content", c ? text_of(*c, bw + ".content") : std::string()}});
+    } else if ((type == "thinking" || type == "redacted_thinking") && role == "assistant") {
+      if (type == "thinking" && b.contains("thinking") && b["thinking"].is_string())
+        thinking += b["thinking"].get<std::string>();
+    } else {
+      bad_request(fmt::format("{}: block type '{}' is not supported in a {} message", bw, type,
+                              role), "messages", "unsupported");
+    }
+  }
+  if (role == "user") {
+    if (!text.empty() || out.empty() || out.back().value("role", "") != "tool")
+      out.push_back({{"role", "user"}, {"content", text}});
+    return;
+  }
+  json msg = {{"role", "assistant"}, {"content", text}};
+  if (!thinking.empty()) msg["reasoning_content"] = thinking;
+  if (!tool_calls.empty()) msg["tool_calls"] = std::move(tool_calls);
+  out.push_back(std::move(msg));
+}
+
+json convert_tools(const json& tools) {
+  if (!tools.is_array()) wrong_type("tools", "a list", tools);
+  json out = json::array();
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const json& t = tools[i];
+    if (!t.is_object() || !t.contains("name") || !t["name"].is_string())
+      bad_request(fmt::format("tools[{}] must be an object with a 'name'", i), "tools");
+    if (t.contains("type") && t["type"].is_string() && t["type"] != "custom")
+      bad_request(fmt::format("tools[{}]: server tool type '{}' is not supported (client tools "
+                              "with an input_schema only)", i, t["type"].get<std::string>()),
+                  "tools", "unsupported");
+    const json* schema = field(t, "input_schema");
+    if (!schema || !schema->is_object())
+      bad_request(fmt::format("tools[{}].input_schema must be a JSON Schema object", i), "tools");
+    json fn = {{"name", t["name"]}};
+    if (t.contains("description") && t["description"].is_string()) fn["description"] = t["description"];
+    fn["parameters"] = *schema;
+    out.push_back({{"type", "function"}, {"function", std::move(fn)}});
+  }
+  return out;
+}
+
+}  // namespace
+
+json anthropic_error_json(const ApiError& e) {
+  return {{"type", "error"},
+          {"error", {{"type", anthropic_error_type(e.status())}, {"message", e.what()}}}};
+}
+
+AnthropicRequest parse_anthropic_request(const json& body, const ModelLimits& lim,
+                                         bool count_only) {
+  AnthropicRequest r;
+  if (const json* m = field(body, "model")) {
+    if (!m->is_string()) wrong_type("model", "a string", *m);
+    r.model = m->get<std::string>();
+  }
+  if (const json* sys = field(body, "system"))
+    r.messages.push_back({{"role", "system"}, {"content", text_of(*sys, "system")}});
+  const json* msgs = field(body, "messages");
+  if (!msgs) bad_request("'messages' is required", "messages", "missing_field");
+  if (!msgs->is_array()) wrong_type("messages", "a list of messages", *msgs);
+  if (msgs->empty()) bad_request("'messages' must not be empty", "messages");
+  for (size_t i = 0; i < msgs->size(); ++i) convert_message((*msgs)[i], i, r.messages);
+  r.continue_final_message = msgs->back().value("role", "") == "assistant";
+  if (const json* t = field(body, "tools")) r.tools = convert_tools(*t);
+  // tool_choice: {"type": "auto" | "any" | "tool" | "none", "name"?}
+  json openai_choice;
+  if (const json* tc = field(body, "tool_choice")) {
+    if (!tc->is_object() || !tc->contains("type") || !(*tc)["type"].is_string())
+      bad_request("'tool_choice' must be an object with a 'type'", "tool_choice");
+    const std::string type = (*tc)["type"].get<std::string>();
+    if (type == "auto" || type == "none") openai_choice = type;
+    else if (type == "any") openai_choice = "required";
+    else if (type == "tool")
+      openai_choice = {{"type", "function"}, {"function", {{"name", tc->value("name", "")}}}};
+    else
+      bad_request(fmt::format("'tool_choice.type' must be auto, any, tool or none, got '{}'", type),
+                  "tool_choice");
+  }
+  r.tool_options = parse_tool_options(json{{"tool_choice", openai_choice}}, r.tools);
+  if (const json* th = field(body, "thinking")) {
+    if (!th->is_object()) wrong_type("thinking", "an object", *th);
+    // "adaptive" / "between_tools" leave the choice to the model: thinking on, as "enabled".
+    // budget_tokens is checked but not enforced (the model stops thinking when it does).
+    const std::string type = th->value("type", "");
+    if (type != "enabled" && type != "disabled" && type != "adaptive" && type != "between_tools")
+      bad_request("'thinking.type' must be \"enabled\", \"disabled\", \"adaptive\" or "
+                  "\"between_tools\"", "thinking");
+    if (type == "enabled") {
+      const json* budget = field(*th, "budget_tokens");
+      if (!budget || !budget->is_number_integer() || budget->get<int64_t>() < 1)
+        bad_request("'thinking.budget_tokens' must be an integer >= 1", "thinking");
+    }
+    r.chat_template_kwargs["enable_thinking"] = type != "disabled";
+    r.chat_template_kwargs["thinking"] = type != "disabled";
+  }
+  if (count_only) return r;
+
+  SamplingParams& p = r.params;
+  const json* mt = field(body, "max_tokens");
+  if (!mt) bad_request("'max_tokens' is required", "max_tokens", "missing_field");
+  if (!mt->is_number_integer() || mt->get<int64_t>() < 1 ||
+      mt->get<int64_t>() > std::numeric_limits<int32_t>::max())
+    bad_request("'max_tokens' must be an integer >= 1", "max_tokens");
+  p.max_tokens = static_cast<int>(mt->get<int64_t>());
+  p.temperature = 1.0f;  // Anthropic's default
+  if (const json* t = field(body, "temperature")) {
+    if (!t->is_number() || t->get<double>() < 0 || t->get<double>() > 1)
+      bad_request("'temperature' must be a number in [0, 1]", "temperature");
+    p.temperature = t->get<float>();
+  }
+  if (const json* t = field(body, "top_p")) {
+    if (!t->is_number() || t->get<double>() <= 0 || t->get<double>() > 1)
+      bad_request("'top_p' must be a number in (0, 1]", "top_p");
+    p.top_p = t->get<float>();
+  }
+  if (const json* t = field(body, "top_k")) {
+    if (!t->is_number_integer() || t->get<int64_t>() < 0 ||
+        t->get<int64_t>() > std::numeric_limits<int32_t>::max())
+      bad_request("'top_k' must be an integer >= 0", "top_k");
+    p.top_k = static_cast<int>(t->get<int64_t>());
+  }
+  if (const json* st = field(body, "stop_sequences")) {
+    if (!st->is_array()) wrong_type("stop_sequences", "a list of strings", *st);
+    for (const auto& s : *st) {
+      if (!s.is_string() || s.get<std::string>().empty())
+        bad_request("'stop_sequences' must be non-empty strings", "stop_sequences");
+      p.stop.push_back(s.get<std::string>());
+    }
+  }
+  if (const json* s = field(body, "stream")) {
+    if (!s->is_boolean()) wrong_type("stream", "a boolean", *s);
+    r.stream = s->get<bool>();
+  }
+  (void)lim;
+  return r;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+AnthropicJob::AnthropicJob(OpenAiApi& api, std::shared_ptr<HttpResponder> res, std::string id,
+                           bool stream, OutputParsing parsing, int prompt_tokens)
+    : api_(api),
+      res_(std::move(res)),
+      id_(std::move(id)),
+      stream_(stream),
+      parsing_(std::move(parsing)),
+      prompt_tokens_(prompt_tokens) {}
+
+json AnthropicJob::message_base() const {
+  return {{"id", id_},
+          {"type", "message"},
+          {"role", "assistant"},
+          {"model", api_.config().served_model_name},
+          {"content", json::array()},
+          {"stop_reason", nullptr},
+          {"stop_sequence", nullptr}};
+}
+
+void AnthropicJob::emit(std::string_view event, const json& data) {
+  std::string bytes = fmt::format("event: {}\ndata: {}\n\n", event, dump_json(data));
+  if (begun_) res_->write(std::move(bytes));
+  else pending_.push_back(std::move(bytes));
+}
+
+void AnthropicJob::begin() {
+  std::lock_guard lk(mu_);
+  if (begun_ || failed_) return;
+  begun_ = true;
+  if (stream_) {
+    res_->start_stream("text/event-stream", {{"Cache-Control", "no-cache"}});
+    json start = message_base();
+    start["usage"] = {{"input_tokens", prompt_tokens_}, {"output_tokens", 0}};
+    res_->write(fmt::format("event: message_start\ndata: {}\n\n",
+                            dump_json({{"type", "message_start"}, {"message", start}})));
+  }
+  for (auto& b : pending_) res_->write(std::move(b));
+  pending_.clear();
+  if (pending_end_) res_->end_stream();
+}
+
+void AnthropicJob::open_block(const std::string& type, json block) {
+  close_block();
+  block_type_ = type;
+  ++block_index_;
+  emit("content_block_start",
+       {{"type", "content_block_start"}, {"index", block_index_}, {"content_block", block}});
+}
+
+void AnthropicJob::close_block() {
+  if (block_type_.empty()) return;
+  emit("content_block_stop", {{"type", "content_block_stop"}, {"index", block_index_}});
+  block_type_.clear();
+}
+
+void AnthropicJob::stream_delta(ChatDelta&& d) {
+  auto delta = [&](json body) {
+    emit("content_block_delta",
+         {{"type", "content_block_delta"}, {"index", block_index_}, {"delta", std::move(body)}});
+  };
+  if (!d.reasoning.empty()) {
+    if (block_type_ != "thinking")
+      open_block("thinking", {{"type", "thinking"}, {"thinking", ""}, {"signature", ""}});
+    delta({{"type", "thinking_delta"}, {"thinking", d.reasoning}});
+  }
+  if (!d.content.empty()) {
+    if (block_type_ != "text") open_block("text", {{"type", "text"}, {"text", ""}});
+    delta({{"type", "text_delta"}, {"text", d.content}});
+  }
+  for (auto& c : d.tool_calls) {
+    if (!c.id.empty())
+      open_block("tool_use", {{"type", "tool_use"},
+                              {"id", c.id},
+                              {"name", c.name},
+                              {"input", json::object()}});
+    if (!c.arguments.empty()) delta({{"type", "input_json_delta"}, {"partial_json", c.arguments}});
+  }
+}
+
+void AnthropicJob::on_output(size_t, RequestOutput&& out) {
+  std::lock_guard lk(mu_);
+  if (done_) return;
+  const CompletionOutput* o = out.outputs.empty() ? nullptr : &out.outputs.front();
+  auto seconds_since_start = [this] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  };
+  if (o && !o->token_ids.empty() && !first_token_seen_) {
+    first_token_seen_ = true;
+    api_.metrics().observe_ttft(seconds_since_start());
+  }
+  if (out.finished) api_.metrics().observe_e2e(seconds_since_start());
+  if (o) {
+    n_generated_ = o->n_generated;
+    if (stream_ && !failed_) {
+      if (!parser_) parser_.emplace(parsing_);
+      stream_delta(parser_->feed(o->text));
+    } else {
+      text_ += o->text;
+    }
+  }
+  if (!out.finished) return;
+  done_ = true;
+  if (!out.error.empty()) {
+    const ApiError err(500, "generation failed: " + out.error, "", "engine_error");
+    if (stream_) {
+      emit("error", anthropic_error_json(err));
+      if (begun_) res_->end_stream();
+      else pending_end_ = true;
+    } else {
+      res_->send(500, "application/json", dump_json(anthropic_error_json(err)));
+    }
+  } else {
+    finish(o ? *o : CompletionOutput{});
+  }
+  api_.job_finished(id_);
+}
+
+void AnthropicJob::finish(const CompletionOutput& o) {
+  api_.metrics().count_finished(o.finish_reason.value_or(FinishReason::kAbort));
+  json stop_sequence = nullptr;
+  std::string stop_reason = "end_turn";
+  if (o.finish_reason == FinishReason::kLength) stop_reason = "max_tokens";
+  if (auto* s = std::get_if<std::string>(&o.stop_reason)) {
+    stop_reason = "stop_sequence";
+    stop_sequence = *s;
+  }
+  if (stream_) {
+    if (!parser_) parser_.emplace(parsing_);
+    stream_delta(parser_->finish());
+    if (parser_->any_tool_call() && stop_reason == "end_turn") stop_reason = "tool_use";
+    close_block();
+    emit("message_delta", {{"type", "message_delta"},
+                           {"delta", {{"stop_reason", stop_reason}, {"stop_sequence", stop_sequence}}},
+                           {"usage", {{"output_tokens", n_generated_}}}});
+    emit("message_stop", {{"type", "message_stop"}});
+    if (begun_) res_->end_stream();
+    else pending_end_ = true;
+    return;
+  }
+  ChatMessageOut m = parse_chat_output(parsing_, text_);
+  json content = json::array();
+  if (m.reasoning && !m.reasoning->empty())
+    content.push_back({{"type", "thinking"}, {"thinking", *m.reasoning}, {"signature", ""}});
+  if (!m.content.empty() || (m.tool_calls.empty() && content.empty()))
+    content.push_back({{"type", "text"}, {"text", m.content}});
+  for (const auto& c : m.tool_calls) {
+    json input = json::parse(c.arguments, nullptr, false);
+    if (input.is_discarded() || !input.is_object()) input = json::object();
+    content.push_back({{"type", "tool_use"}, {"id", c.id}, {"name", c.name}, {"input", input}});
+  }
+  if (!m.tool_calls.empty() && stop_reason == "end_turn") stop_reason = "tool_use";
+  json body = message_base();
+  body["content"] = std::move(content);
+  body["stop_reason"] = stop_reason;
+  body["stop_sequence"] = stop_sequence;
+  body["usage"] = {{"input_tokens", prompt_tokens_}, {"output_tokens", n_generated_}};
+  res_->send(200, "application/json", dump_json(body));
+}
+
+void AnthropicJob::abort() {
+  {
+    std::lock_guard lk(mu_);
+    if (done_) return;
+  }
+  api_.model().engine->abort(id_);
+}
+
+void AnthropicJob::fail_start(size_t, const ApiError& err) {
+  std::lock_guard lk(mu_);
+  failed_ = done_ = true;
+  res_->send(err.status(), "application/json", dump_json(anthropic_error_json(err)));
+  api_.job_finished(id_);
+}
+
+// ---------------------------------------------------------------------------------------------
+
+void OpenAiApi::handle_messages(const HttpRequest& req, const std::shared_ptr<HttpResponder>& res) {
+  json body = parse_json_object(req.body);
+  // Any model name is served (clients of this API ask for their own model names).
+  AnthropicRequest ar = parse_anthropic_request(body, {model_.n_vocab, model_.max_model_len}, false);
+  std::string text = render_chat(ar.messages, ar.tools, ar.chat_template_kwargs,
+                                 !ar.continue_final_message, ar.continue_final_message);
+  std::vector<int32_t> ids = tokenize_chat(text);
+  const int len = static_cast<int>(ids.size());
+  check_context_length(len, ar.params.max_tokens, model_.max_model_len);
+  OutputParsing parsing =
+      output_parsing(model_.parsers, ar.tools, ar.tool_options, ar.chat_template_kwargs, text);
+  if (parsing.active()) ar.params.skip_special_tokens = false;
+  auto job = std::make_shared<AnthropicJob>(*this, res, make_tool_call_id("msg_"), ar.stream,
+                                            std::move(parsing), len);
+  std::vector<std::vector<int32_t>> prompts;
+  prompts.push_back(std::move(ids));
+  start_job(std::move(job), std::move(prompts), ar.params);
+}
+
+void OpenAiApi::handle_count_tokens(const HttpRequest& req,
+                                    const std::shared_ptr<HttpResponder>& res) {
+  json body = parse_json_object(req.body);
+  AnthropicRequest ar = parse_anthropic_request(body, {model_.n_vocab, model_.max_model_len}, true);
+  std::string text = render_chat(ar.messages, ar.tools, ar.chat_template_kwargs,
+                                 !ar.continue_final_message, ar.continue_final_message);
+  res->send(200, "application/json",
+            dump_json({{"input_tokens", tokenize_chat(text).size()}}));
+}
+
+}  // namespace mla::server

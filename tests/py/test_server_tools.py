@@ -1,0 +1,155 @@
+"""Tool calls and reasoning content through the official `openai` client, for each tool-call
+format, with real chat templates: the model's output is scripted (mla serve --scripted-output)
+as the template itself writes an assistant turn with tool calls (rendered by jinja2), so the
+test is a round trip: calls → template text → mla's parser → the same calls, whole and
+streamed. (deepseek_v3's fenced format has no template here; the vLLM fixtures cover it.)"""
+import json
+
+import openai
+import pytest
+import requests
+
+from agent_util import TOOLS, rendered_reply, scripted_server
+from server_util import MODEL_NAME
+
+CALLS = [
+    {"id": "call_1", "type": "function",
+     "function": {"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}},
+    {"id": "call_2", "type": "function",
+     "function": {"name": "search", "arguments": {"query": "mla \"cache\"\nlines", "filters": {"year": 2024}}}},
+]
+USER = "What is the weather in Paris?"
+
+# template, template kwargs, whether the template writes the reasoning back.
+FORMATS = {
+    "glm45": ("GLM-5.2.jinja", {}, True),
+    "deepseek_v31": ("deepseek-ai-DeepSeek-V3.1.jinja", {"thinking": True}, False),
+    "deepseek_v32": ("deepseek-ai-DeepSeek-V3.2.jinja", {"thinking": True}, True),
+    "kimi_k2": ("moonshotai-Kimi-K2.jinja", {}, False),
+    "hermes": ("Qwen-Qwen3-0.6B.jinja", {}, True),
+}
+
+
+def client_for(server):
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=60)
+
+
+@pytest.fixture(scope="module", params=sorted(FORMATS))
+def fmt(request, tmp_path_factory):
+    template, kwargs, writes_reasoning = FORMATS[request.param]
+    assistant = {"role": "assistant", "content": "Checking.", "reasoning_content": "Need the weather.",
+                 "tool_calls": CALLS}
+    reply = rendered_reply(template, USER, assistant, tools=TOOLS, **kwargs)
+    server = scripted_server(tmp_path_factory.mktemp("tools"), template, [{"trigger": "", "output": reply}])
+    yield request.param, server, kwargs, writes_reasoning, reply
+    assert server.stop() == 0, server.log
+
+
+def ask(client, kwargs, **extra):
+    return client.chat.completions.create(
+        model=MODEL_NAME, messages=[{"role": "user", "content": USER}], tools=TOOLS, temperature=0,
+        max_tokens=400, extra_body={"chat_template_kwargs": kwargs} if kwargs else None, **extra)
+
+
+def test_round_trip_whole(fmt):
+    name, server, kwargs, writes_reasoning, reply = fmt
+    assert "Checking." in reply
+    r = ask(client_for(server), kwargs)
+    choice = r.choices[0]
+    assert choice.finish_reason == "tool_calls", server.log
+    msg = choice.message
+    assert [c.function.name for c in msg.tool_calls] == ["get_weather", "search"]
+    assert [json.loads(c.function.arguments) for c in msg.tool_calls] == \
+        [c["function"]["arguments"] for c in CALLS]
+    assert all(c.type == "function" and c.id for c in msg.tool_calls)
+    assert len({c.id for c in msg.tool_calls}) == 2
+    assert msg.content.strip() == "Checking."
+    reasoning = getattr(msg, "reasoning_content", None)
+    assert reasoning == getattr(msg, "reasoning", None)
+    if writes_reasoning:
+        assert reasoning.strip() == "Need the weather."
+    else:
+        assert not reasoning
+
+
+def test_round_trip_streamed(fmt):
+    name, server, kwargs, writes_reasoning, reply = fmt
+    chunks = list(ask(client_for(server), kwargs, stream=True))
+    content, reasoning, calls, finish = "", "", {}, []
+    for c in chunks:
+        if not c.choices:
+            continue
+        d = c.choices[0].delta
+        content += d.content or ""
+        reasoning += getattr(d, "reasoning_content", None) or ""
+        for tc in d.tool_calls or []:
+            if tc.index not in calls:  # the first piece of a call: id and name
+                assert tc.id and tc.function.name and tc.type == "function"
+                calls[tc.index] = {"name": tc.function.name, "arguments": ""}
+            else:
+                assert tc.id is None and not tc.function.name
+            calls[tc.index]["arguments"] += tc.function.arguments or ""
+        if c.choices[0].finish_reason:
+            finish.append(c.choices[0].finish_reason)
+    assert finish == ["tool_calls"]
+    assert [calls[i]["name"] for i in sorted(calls)] == ["get_weather", "search"]
+    assert [json.loads(calls[i]["arguments"]) for i in sorted(calls)] == \
+        [c["function"]["arguments"] for c in CALLS]
+    assert content.strip() == "Checking."
+    assert reasoning.strip() == ("Need the weather." if writes_reasoning else "")
+
+
+def test_tool_choice_none_leaves_the_text(fmt):
+    name, server, kwargs, _, reply = fmt
+    r = ask(client_for(server), kwargs, tool_choice="none")
+    assert r.choices[0].finish_reason == "stop"
+    assert not r.choices[0].message.tool_calls
+    # The markers stay in the content (reasoning is still split where the parser has it).
+    assert "get_weather" in r.choices[0].message.content
+
+
+def test_tool_choice_required_and_bad_tools_are_400(fmt):
+    name, server, kwargs, _, _ = fmt
+    client = client_for(server)
+    with pytest.raises(openai.BadRequestError, match="not supported yet"):
+        ask(client, kwargs, tool_choice="required")
+    with pytest.raises(openai.BadRequestError, match="not in 'tools'"):
+        ask(client, kwargs, tool_choice={"type": "function", "function": {"name": "nope"}})
+    with pytest.raises(openai.BadRequestError, match=r"tools\[0\]"):
+        client.chat.completions.create(model=MODEL_NAME, messages=[{"role": "user", "content": "x"}],
+                                       tools=[{"type": "function", "function": {}}])
+    assert "ready" in server.log
+
+
+def test_multi_turn_with_tool_results(fmt):
+    """An assistant turn with tool_calls (arguments as JSON text, as clients send them) and the
+    tool results render through the template and generate."""
+    name, server, kwargs, _, _ = fmt
+    calls = [dict(c, function=dict(c["function"], arguments=json.dumps(c["function"]["arguments"])))
+             for c in CALLS]
+    messages = [{"role": "user", "content": USER},
+                {"role": "assistant", "content": None, "tool_calls": calls},
+                {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 21 C"},
+                {"role": "tool", "tool_call_id": "call_2", "content": "no results"}]
+    r = client_for(server).chat.completions.create(
+        model=MODEL_NAME, messages=messages, tools=TOOLS, max_tokens=5, temperature=0,
+        extra_body={"chat_template_kwargs": kwargs} if kwargs else None)
+    assert r.usage.prompt_tokens > 0
+    # /tokenize renders the same messages the same way.
+    t = requests.post(server.url + "/tokenize", json={"messages": messages, "tools": TOOLS,
+                                                      "chat_template_kwargs": kwargs})
+    assert t.status_code == 200 and t.json()["count"] == r.usage.prompt_tokens
+    with pytest.raises(openai.BadRequestError, match="not a JSON object"):
+        bad = [dict(calls[0], function=dict(calls[0]["function"], arguments="{oops"))]
+        client_for(server).chat.completions.create(
+            model=MODEL_NAME, messages=messages[:1] + [{"role": "assistant", "tool_calls": bad}],
+            max_tokens=2)
+
+
+def test_n_choices_each_parsed(fmt):
+    name, server, kwargs, _, _ = fmt
+    r = ask(client_for(server), kwargs, n=2)
+    assert [c.finish_reason for c in r.choices] == ["tool_calls", "tool_calls"]
+    for c in r.choices:
+        assert [json.loads(t.function.arguments) for t in c.message.tool_calls] == \
+            [c["function"]["arguments"] for c in CALLS]

@@ -105,7 +105,8 @@ void describe_file(const GgufFile& f, DoctorReport& r) {
 void keys_check(const GgufFile& f, const DeepseekConfig& c, DoctorReport& r) {
   for (const auto& k : deepseek_config_key_states(f, c))
     if (!k.present) r.absent_keys.push_back({k.key, k.value.empty() ? "\"\"" : k.value});
-  const std::string rs = "deepseek2.rope.scaling.";
+  const std::string prefix = std::string(model_arch_name(c.arch)) + ".";
+  const std::string rs = prefix + "rope.scaling.";
   std::vector<std::string> fails, warns;
   std::string orphans;
   for (const char* sub : {"factor", "original_context_length", "yarn_log_multiplier", "yarn_beta_fast", "yarn_beta_slow"})
@@ -121,7 +122,7 @@ void keys_check(const GgufFile& f, const DeepseekConfig& c, DoctorReport& r) {
   if (type == "yarn" && !f.has(rs + "yarn_log_multiplier"))
     warns.push_back(fmt::format("{}yarn_log_multiplier absent: no YaRN mscale in the attention scale", rs));
   const bool has_bias = f.find_tensor(fmt::format("blk.{}.exp_probs_b.bias", c.n_layer_dense_lead)) != nullptr;
-  if (has_bias && !f.has("deepseek2.expert_gating_func"))
+  if (has_bias && !f.has(prefix + "expert_gating_func"))
     warns.push_back("expert_gating_func absent (default softmax) in a file with exp_probs_b (V3 style, sigmoid)");
   if (!fails.empty()) {
     std::string d = fails[0];
@@ -283,9 +284,25 @@ std::vector<PromptRun> path_checks(const Deepseek2Bundle& b, const DoctorOptions
   }
   for (auto& p : cmp) r.paths.push_back(p);
   if (with_layout) run_layout_variant(b.file->path(), b.weights, r.canary_tokens, refs, opt, r);
+  // DSA: while a sequence's context fits top_k the indexer selects every row, so the sparse forward
+  // must equal the dense one (--dsa off); the canaries are cut to fit.
   PathComparison sparse = named("dense vs sparse");
-  sparse.status = CheckStatus::NotApplicable;
-  sparse.note = "no indexer: the file has dense MLA only";
+  const int steps = static_cast<int>(std::min<int64_t>(opt.n_greedy, c.indexer_top_k / 2));
+  const int64_t fit = c.indexer_top_k - steps;
+  if (!c.has_indexer) {
+    sparse.status = CheckStatus::NotApplicable;
+    sparse.note = "no indexer: the file has dense MLA only";
+  } else {
+    for (const auto& ids : r.canary_tokens) {
+      const std::vector<int32_t> cut(ids.begin(), ids.begin() + std::min<int64_t>(fit, ids.size()));
+      const PromptRun ref = doctor::run_prompt(c, b.weights, cut, {"mha", MlaPathPolicy::Mha, 0}, nullptr, steps, opt);
+      doctor::accumulate_comparison(
+          ref, doctor::run_prompt(c, b.weights, cut, {"dense", MlaPathPolicy::Mha, 0, false}, &ref.tokens, steps, opt),
+          sparse);
+    }
+    sparse.note = fmt::format("canaries cut to {} tokens + {} steps: within top_k {} the indexer selects every row",
+                              fit, steps, c.indexer_top_k);
+  }
   r.paths.push_back(sparse);
   if (with_numerics) {
     r.numerics = probe.layers();

@@ -15,6 +15,7 @@ struct RunSpec {
   std::string name;
   MlaPathPolicy policy = MlaPathPolicy::Mha;
   int chunk = 0;  // prefill tokens per forward call; 0: the whole prompt in one call
+  bool dsa = true;  // sparse attention where the model has an indexer
 };
 
 struct PromptRun {

@@ -184,3 +184,17 @@ def test_serve_self_check(mla_bin):
     p = subprocess.run([mla_bin, "serve", "-m", str(TINY), "--port", "0", "--self-check=sometimes"],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode != 0 and "--self-check" in p.stderr
+
+
+@pytest.mark.parametrize("model", ["glm-dsa-tiny", "glm-dsa-shared-tiny", "deepseek32-tiny"])
+def test_dsa_fixture_sparse_equals_dense_within_top_k(mla_bin, model):
+    # The transformers DSA fixtures (random weights): the indexer is found, the sparse forward
+    # equals the dense one while the context fits top_k, and every path agrees.
+    path = REPO / "tests" / "fixtures" / "dsa-reference" / model / "model-f32.gguf"
+    rep = doctor(mla_bin, path, "--no-layout")
+    assert rep["file"]["indexer"].startswith("present"), rep["file"]
+    sparse = paths_by_name(rep)["dense vs sparse"]
+    assert sparse["status"] == "ok", sparse
+    assert sparse["logits_rel"] <= 1e-6 and sparse["greedy_agree"], sparse
+    assert statuses(rep)["paths"] == "ok", rep["checks"]
+    assert rep["verdict"]["failed"] == ["output"], rep["verdict"]

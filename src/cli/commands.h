@@ -25,5 +25,6 @@ void register_run(CLI::App& app);                        // mla run (run.cpp)
 void register_serve(CLI::App& app);                      // mla serve (serve_cmd.cpp)
 void register_perplexity(CLI::App& app);                 // mla perplexity (perplexity_cmd.cpp)
 void register_gguf_quantize(CLI::App& gguf);             // mla gguf quantize (gguf_quantize.cpp)
+void register_gguf_split(CLI::App& gguf);                // mla gguf split|merge (gguf_split_cmd.cpp)
 
 }  // namespace mla::cli

@@ -150,6 +150,7 @@ void register_gguf(CLI::App& app) {
   register_gguf_synth(*gguf);
   register_gguf_convert_mla_layout(*gguf);
   register_gguf_quantize(*gguf);
+  register_gguf_split(*gguf);
 }
 
 }  // namespace mla::cli

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gguf/gguf.h"
+#include "gguf/gguf_split.h"
 #include "util/error.h"
 
 namespace mla {
@@ -207,6 +208,64 @@ TEST_F(GgufShards, SplitKeysOfTheWrongTypeAreNamed) {
   w.set(std::string(gguf_split_key::kTensorsCount), GgufValue::u32(5));
   w.write(shard_path(0, 3));
   expect_refused(shard_path(1, 3), {shard_path(0, 3), "'split.tensors.count' has type UINT32, expected INT32"});
+}
+
+}  // namespace
+}  // namespace mla
+
+namespace mla {
+namespace {
+
+// gguf-split's planning rules, on a file of tensors of the given F32 element counts.
+std::unique_ptr<GgufFile> file_of(const std::vector<int>& n_floats, std::vector<uint8_t>& bytes) {
+  GgufWriter w;
+  for (size_t i = 0; i < n_floats.size(); ++i)
+    w.add_tensor("t" + std::to_string(i), GgmlType::F32, {n_floats[i]}, tensor_bytes(n_floats[i], 1));
+  bytes = w.to_bytes();
+  return GgufFile::parse(bytes.data(), bytes.size());
+}
+
+using Plan = std::vector<std::vector<size_t>>;
+
+TEST(GgufSplitPlan, ByTensorCount) {
+  std::vector<uint8_t> b;
+  auto f = file_of({8, 8, 8, 8, 8}, b);
+  GgufSplitOptions o;
+  o.max_tensors = 2;
+  EXPECT_EQ(gguf_split_plan(*f, o), (Plan{{0, 1}, {2, 3}, {4}}));
+  o.no_tensor_first_split = true;
+  EXPECT_EQ(gguf_split_plan(*f, o), (Plan{{}, {0, 1}, {2, 3}, {4}}));
+  o = {};  // default 128: one shard
+  EXPECT_EQ(gguf_split_plan(*f, o), (Plan{{0, 1, 2, 3, 4}}));
+  o.max_tensors = 0;
+  EXPECT_THROW(gguf_split_plan(*f, o), Error);
+}
+
+TEST(GgufSplitPlan, BySizeCountsEachTensorPaddedTo32) {
+  std::vector<uint8_t> b;
+  // 36 bytes count as 64; 250,000 floats are 1,000,000 bytes, exactly 1M.
+  auto f = file_of({9, 249984, 9, 250000, 8}, b);
+  GgufSplitOptions o;
+  o.max_bytes = parse_split_size("1M");
+  EXPECT_EQ(o.max_bytes, 1000000u);
+  // 64 + 999,936 = 1,000,000 fits; + 64 does not; then 1,000,000 alone; then 32.
+  EXPECT_EQ(gguf_split_plan(*f, o), (Plan{{0, 1}, {2}, {3}, {4}}));
+  // A tensor above the limit gets a shard of its own, except as the first tensor of the file.
+  std::vector<uint8_t> b1;
+  auto big_later = file_of({8, 250008, 8}, b1);
+  EXPECT_EQ(gguf_split_plan(*big_later, o), (Plan{{0}, {1}, {2}}));
+  std::vector<uint8_t> b2;
+  auto big = file_of({250008, 8}, b2);
+  try {
+    gguf_split_plan(*big, o);
+    ADD_FAILURE() << "planned a shard without tensors";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tensor 't0' (1000032 bytes) is larger than --split-max-size"),
+              std::string::npos) << e.what();
+  }
+  EXPECT_EQ(parse_split_size("50G"), 50000000000ull);
+  for (const char* bad : {"", "M", "10", "10K", "0G", "-1M", "1.5G", "99999999999G"})
+    EXPECT_THROW(parse_split_size(bad), Error) << bad;
 }
 
 }  // namespace

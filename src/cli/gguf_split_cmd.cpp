@@ -4,6 +4,8 @@
 // Both write what llama.cpp's llama-gguf-split writes for the same options, byte for byte.
 #include <fmt/format.h>
 
+#include <optional>
+
 #include "cli/commands.h"
 #include "gguf/gguf.h"
 #include "gguf/gguf_split.h"
@@ -14,16 +16,16 @@ namespace {
 
 struct SplitArgs {
   std::string in, prefix, max_size;
-  int max_tensors = 0;  // 0: not given
+  std::optional<int> max_tensors;
   bool no_tensor_first_split = false, dry_run = false;
 };
 
 void split_file(const SplitArgs& a) {
-  if (!a.max_size.empty() && a.max_tensors != 0)
+  if (!a.max_size.empty() && a.max_tensors)
     fail("gguf split: give --split-max-size or --split-max-tensors, not both");
   GgufSplitOptions o;
   if (!a.max_size.empty()) o.max_bytes = parse_split_size(a.max_size);
-  if (a.max_tensors != 0) o.max_tensors = a.max_tensors;
+  if (a.max_tensors) o.max_tensors = *a.max_tensors;
   o.no_tensor_first_split = a.no_tensor_first_split;
   auto f = GgufFile::open(a.in);
   auto plan = gguf_split_plan(*f, o);

@@ -148,3 +148,12 @@ def test_dry_run_prints_the_plan_and_writes_nothing(mla_bin, tmp_path):
     for w in want:
         assert str(tmp_path / w["name"]) in out
     assert not list(tmp_path.iterdir())
+
+
+def test_quantize_of_a_split_model_is_one_file(mla_bin, tmp_path):
+    want = MANIFEST["inputs"]["deepseek-v2-lite-tiny"]["cases"]["tensors-16"]["shards"]
+    out = tmp_path / "q8.gguf"
+    run_mla(mla_bin, "gguf", "quantize", str(FIX / want[0]["name"]), str(out), "q8_0")
+    info = json.loads(run_mla(mla_bin, "gguf", "inspect", "--json", str(out)).stdout)
+    assert not [m["key"] for m in info["metadata"] if m["key"].startswith("split.")]
+    assert len(info["shards"]) == 1 and len(info["tensors"]) == 44

@@ -1,4 +1,5 @@
-// mla gguf inspect FILE [--json] [--full]: metadata, tensors and totals of a GGUF file.
+// mla gguf inspect FILE [--json] [--full]: metadata, tensors and totals of a GGUF file (of every
+// shard of a split model, opened by any shard's name).
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -62,15 +63,27 @@ void print_text(const GgufFile& f, bool full) {
   fmt::print("file: {}\n", f.path());
   fmt::print("gguf version {}, alignment {}, data at byte {}, file size {} bytes\n", f.version(), f.alignment(),
              f.data_offset(), f.file_size());
+  const auto shards = f.shards();
+  if (shards.size() > 1) {
+    uint64_t total = 0;
+    for (const auto& sh : shards) total += sh.file_size;
+    fmt::print("\nshards ({}, {} bytes in all; metadata from shard 1):\n", shards.size(), total);
+    fmt::print("  {:>5}  {:<60} {:>14} {:>8}\n", "#", "file", "bytes", "tensors");
+    for (size_t i = 0; i < shards.size(); ++i)
+      fmt::print("  {:>5}  {:<60} {:>14} {:>8}\n", i + 1, shards[i].path, shards[i].file_size, shards[i].n_tensors);
+  }
   fmt::print("\nmetadata ({} keys):\n", f.metadata().size());
   for (const auto& [k, v] : f.metadata())
     fmt::print("  {:<48} {:<22} = {}\n", k, type_label(v), v.to_string(max_items));
   fmt::print("\ntensors ({}):\n", f.tensors().size());
-  fmt::print("  {:>5}  {:<40} {:<8} {:<24} {:>14} {:>14}\n", "#", "name", "type", "shape (ne)", "offset", "bytes");
+  // Split models get a shard column (1-based); offsets are within that shard's data section.
+  const bool split = shards.size() > 1;
+  fmt::print("  {:>5}  {:<40} {:<8} {:<24} {:>14} {:>14}{}\n", "#", "name", "type", "shape (ne)", "offset", "bytes",
+             split ? "  shard" : "");
   size_t i = 0;
   for (const auto& t : f.tensors())
-    fmt::print("  {:>5}  {:<40} {:<8} {:<24} {:>14} {:>14}\n", i++, t.name, ggml_type_name(t.type), t.shape_string(),
-               t.offset, t.n_bytes);
+    fmt::print("  {:>5}  {:<40} {:<8} {:<24} {:>14} {:>14}{}\n", i++, t.name, ggml_type_name(t.type), t.shape_string(),
+               t.offset, t.n_bytes, split ? fmt::format("  {:>5}", t.shard + 1) : "");
   Totals tot = totals_of(f);
   fmt::print("\ntotals: {} tensors, {} parameters ({:.3f} M), {} bytes ({:.2f} MiB), {:.3f} bits per weight\n",
              f.tensors().size(), tot.params, tot.params / 1e6, tot.bytes, tot.bytes / 1048576.0,
@@ -98,6 +111,11 @@ void print_json(const GgufFile& f, bool full) {
   j["alignment"] = f.alignment();
   j["data_offset"] = f.data_offset();
   j["file_size"] = f.file_size();
+  nlohmann::json shards = nlohmann::json::array();
+  for (const auto& sh : f.shards())
+    shards.push_back({{"file", sh.path}, {"bytes", sh.file_size}, {"data_offset", sh.data_offset},
+                      {"tensors", sh.n_tensors}});
+  j["shards"] = std::move(shards);  // one entry for a single file
   nlohmann::json md = nlohmann::json::array();
   for (const auto& [k, v] : f.metadata()) {
     nlohmann::json e{{"key", k}, {"type", std::string(gguf_value_type_name(v.type()))}};
@@ -114,7 +132,8 @@ void print_json(const GgufFile& f, bool full) {
   nlohmann::json ts = nlohmann::json::array();
   for (const auto& t : f.tensors())
     ts.push_back({{"name", t.name}, {"type", std::string(ggml_type_name(t.type))}, {"ne", t.ne},
-                  {"offset", t.offset}, {"bytes", t.n_bytes}, {"n_elements", t.n_elements}});
+                  {"offset", t.offset}, {"bytes", t.n_bytes}, {"n_elements", t.n_elements},
+                  {"shard", t.shard}});  // index into "shards"; offset is within that shard's data
   j["tensors"] = std::move(ts);
   Totals tot = totals_of(f);
   j["totals"] = {{"tensors", f.tensors().size()},
@@ -152,6 +171,7 @@ void register_gguf(CLI::App& app) {
   register_gguf_synth(*gguf);
   register_gguf_convert_mla_layout(*gguf);
   register_gguf_quantize(*gguf);
+  register_gguf_split(*gguf);
 }
 
 }  // namespace mla::cli

@@ -1,7 +1,8 @@
 // mla gguf quantize IN OUT TYPE [--threads N] [--plan]: writes a copy of IN with its weights
 // quantized to the file type TYPE (f16, q8_0, q4_k_m = q4_k, q5_k_m = q5_k, q6_k) under
 // llama-quantize's per-role rules (src/quant/quantize_plan.h). Metadata is copied unchanged except
-// general.file_type and general.quantization_version. The output is assembled in memory (fine for
+// general.file_type and general.quantization_version (and the split.* keys of a split input: the
+// output is one file). The output is assembled in memory (fine for
 // the small models this is used on) and written atomically.
 #include <fmt/format.h>
 
@@ -73,7 +74,7 @@ void quantize_file(const QuantizeArgs& a) {
   const int n_threads = a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   GgufWriter w;
   for (const auto& [key, value] : f->metadata())
-    if (key != "general.alignment") w.set(key, value);
+    if (key != "general.alignment" && !is_gguf_split_key(key)) w.set(key, value);  // one output file
   if (auto al = f->opt_uint("general.alignment")) w.set("general.alignment", GgufValue::u32(static_cast<uint32_t>(*al)));
   w.set("general.file_type", GgufValue::u32(quant_file_type_id(*ft)));
   w.set("general.quantization_version", GgufValue::u32(2));

@@ -67,20 +67,46 @@ struct GgufTensorInfo {
   std::string name;
   std::vector<int64_t> ne;   // dimensions in ggml order: ne[0] is the contiguous (row) length
   GgmlType type;
-  uint64_t offset = 0;       // relative to the start of the data section
+  uint64_t offset = 0;       // relative to the start of its shard's data section
   uint64_t n_bytes = 0;
   int64_t n_elements = 0;
-  const uint8_t* data = nullptr;  // into the mapping; valid while the GgufFile lives
+  const uint8_t* data = nullptr;  // into its shard's mapping; valid while the GgufFile lives
+  uint32_t shard = 0;             // index into GgufFile::shards() (0 for a single file)
 
   int64_t n_rows() const { return ne.empty() ? 1 : n_elements / ne[0]; }
   std::string shape_string() const;  // "{7168, 1536}"
 };
 
+// One file of a model: a single GGUF, or one shard of a split model.
+struct GgufShard {
+  std::string path;
+  uint64_t file_size = 0;
+  uint64_t data_offset = 0;
+  size_t n_tensors = 0;
+};
+
+// The split keys llama.cpp's gguf-split writes into every shard (split.no is 0-based).
+namespace gguf_split_key {
+inline constexpr std::string_view kNo = "split.no";                      // UINT16
+inline constexpr std::string_view kCount = "split.count";                // UINT16
+inline constexpr std::string_view kTensorsCount = "split.tensors.count";  // INT32, over all shards
+}  // namespace gguf_split_key
+inline bool is_gguf_split_key(std::string_view k) {
+  return k == gguf_split_key::kNo || k == gguf_split_key::kCount || k == gguf_split_key::kTensorsCount;
+}
+
+// "PREFIX-00002-of-00010.gguf" for shard index 1 of 10 (llama.cpp's naming, 1-based).
+std::string gguf_split_path(std::string_view prefix, int shard_index, int n_shards);
+
 class GgufFile {
  public:
-  // Maps and validates the whole file. Throws mla::Error. prefault: once validated, ask the
-  // kernel to map every page now (MADV_POPULATE_READ, else MADV_WILLNEED), so the first forward
-  // pass does not stall on page faults; model loading uses it, inspection does not.
+  // Maps and validates the whole model. Throws mla::Error. A file carrying split.count > 1 is
+  // one shard of a split model (named PREFIX-%05d-of-%05d.gguf): any shard's name opens all of
+  // them, each mapped and validated, and the result is one view — metadata of the first shard,
+  // tensors of every shard in shard order, each tensor's data in its own shard's mapping.
+  // prefault: once validated, ask the kernel to map every page of every shard now
+  // (MADV_POPULATE_READ, else MADV_WILLNEED), so the first forward pass does not stall on page
+  // faults; model loading uses it, inspection does not.
   static std::unique_ptr<GgufFile> open(const std::string& path, bool prefault = false);
   // Parses bytes the caller keeps alive (tests, fuzzing). Throws mla::Error.
   static std::unique_ptr<GgufFile> parse(const uint8_t* data, size_t size, std::string label = "<memory>");
@@ -88,11 +114,14 @@ class GgufFile {
   GgufFile(const GgufFile&) = delete;
   GgufFile& operator=(const GgufFile&) = delete;
 
+  // path, data_offset and file_size are those of the first shard (the only file when not split).
   const std::string& path() const { return path_; }
   uint32_t version() const { return version_; }
   uint64_t alignment() const { return alignment_; }
   uint64_t data_offset() const { return data_offset_; }
   uint64_t file_size() const { return size_; }
+  // Every file of the model in shard order; one entry for a single file.
+  std::vector<GgufShard> shards() const;
 
   // Metadata in file order.
   const std::vector<std::pair<std::string, GgufValue>>& metadata() const { return kv_; }
@@ -116,6 +145,7 @@ class GgufFile {
   std::optional<bool> opt_bool(std::string_view key) const;
   std::optional<std::string> opt_string(std::string_view key) const;
 
+  // Tensors of every shard, in shard order then file order.
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
   const GgufTensorInfo* find_tensor(std::string_view name) const;
   const GgufTensorInfo& require_tensor(std::string_view name) const;
@@ -123,6 +153,11 @@ class GgufFile {
  private:
   GgufFile() = default;
   void parse_all();
+  static std::unique_ptr<GgufFile> map_one(const std::string& path);
+  static int split_count_of(const GgufFile& f);  // 0 or 1: not split
+  static std::unique_ptr<GgufFile> open_split(std::unique_ptr<GgufFile> given, int n_shards);
+  void append_shard(std::unique_ptr<GgufFile> shard);
+  void prefault_all() const;
 
   std::string path_;
   const uint8_t* base_ = nullptr;
@@ -135,10 +170,12 @@ class GgufFile {
   std::unordered_map<std::string, size_t> kv_index_;
   std::vector<GgufTensorInfo> tensors_;
   std::unordered_map<std::string, size_t> tensor_index_;
+  size_t n_own_tensors_ = 0;                          // tensors in this file (the first shard)
+  std::vector<std::unique_ptr<GgufFile>> more_shards_;  // shards 2..N; own their mappings
 };
 
-// Builds a GGUF v3 file in memory. Keys keep insertion order; set() replaces an existing key.
-// Tensor data is laid out at `general.alignment` (default 32).
+// Builds a GGUF v3 file. Keys keep insertion order; set() replaces an existing key in place.
+// Tensor data is laid out at `general.alignment` (default 32), each tensor padded with zeros.
 class GgufWriter {
  public:
   void set(std::string key, GgufValue value);
@@ -147,19 +184,30 @@ class GgufWriter {
   // data must hold ggml_row_bytes(type, ne[0]) * rows bytes. Throws on a bad shape or duplicate name.
   void add_tensor(std::string name, GgmlType type, std::vector<int64_t> ne, std::vector<uint8_t> data);
   void add_tensor(std::string name, GgmlType type, std::vector<int64_t> ne, const void* data, size_t n_bytes);
-  // Copies every key (except general.alignment handling) and tensor of an existing file.
+  // Like add_tensor, without copying: the bytes are read when the file is written, so the caller
+  // keeps them alive until then (e.g. a tensor of an open GgufFile).
+  void add_tensor_ref(std::string name, GgmlType type, std::vector<int64_t> ne, const void* data, size_t n_bytes);
+  // Copies every key of an existing file except the split.* keys (the copy is one file).
   void copy_metadata_from(const GgufFile& f);
 
+  size_t n_tensors() const { return tensors_.size(); }
   std::vector<uint8_t> to_bytes() const;
-  void write(const std::string& path) const;  // atomic: writes path.tmp then renames
+  // Streams the header, then each tensor's bytes, to path.tmp, then renames it to path.
+  void write(const std::string& path) const;
 
  private:
   struct Tensor {
     std::string name;
     GgmlType type;
     std::vector<int64_t> ne;
-    std::vector<uint8_t> data;
+    std::vector<uint8_t> owned;
+    const uint8_t* ref = nullptr;  // the caller's bytes (add_tensor_ref), else null
+    size_t n_bytes = 0;
+    const uint8_t* bytes() const { return ref ? ref : owned.data(); }
   };
+  uint64_t alignment() const;
+  std::vector<uint8_t> header_bytes() const;  // metadata, tensor infos, padding to the data section
+  void check_tensor(const std::string& name, GgmlType type, const std::vector<int64_t>& ne, size_t n_bytes) const;
   std::vector<std::pair<std::string, GgufValue>> kv_;
   std::vector<Tensor> tensors_;
 };

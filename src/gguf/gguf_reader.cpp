@@ -137,7 +137,7 @@ std::string GgufTensorInfo::shape_string() const {
   return out + "}";
 }
 
-std::unique_ptr<GgufFile> GgufFile::open(const std::string& path, bool prefault) {
+std::unique_ptr<GgufFile> GgufFile::map_one(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail("gguf: cannot open '{}': {}", path, std::strerror(errno));
   struct stat st {};
@@ -165,14 +165,27 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::string& path, bool prefault)
   f->size_ = size;
   f->map_ = map;
   f->parse_all();  // on throw, the destructor unmaps
-  if (prefault) {
+  return f;
+}
+
+std::unique_ptr<GgufFile> GgufFile::open(const std::string& path, bool prefault) {
+  std::unique_ptr<GgufFile> f = map_one(path);
+  int n_shards = split_count_of(*f);
+  if (n_shards > 1) f = open_split(std::move(f), n_shards);
+  if (prefault) f->prefault_all();
+  return f;
+}
+
+void GgufFile::prefault_all() const {
 #ifndef MADV_POPULATE_READ
 #define MADV_POPULATE_READ 22  // Linux 5.14
 #endif
-    // Best effort: a kernel without POPULATE_READ gets a read-ahead hint instead.
-    if (madvise(map, size, MADV_POPULATE_READ) != 0) madvise(map, size, MADV_WILLNEED);
-  }
-  return f;
+  // Best effort: a kernel without POPULATE_READ gets a read-ahead hint instead.
+  auto one = [](void* map, uint64_t size) {
+    if (map && madvise(map, size, MADV_POPULATE_READ) != 0) madvise(map, size, MADV_WILLNEED);
+  };
+  one(map_, size_);
+  for (const auto& s : more_shards_) one(s->map_, s->size_);
 }
 
 std::unique_ptr<GgufFile> GgufFile::parse(const uint8_t* data, size_t size, std::string label) {
@@ -313,6 +326,7 @@ void GgufFile::parse_all() {
                  cur.offset, prev.name, prev.offset, prev.n_bytes);
   }
   for (auto& t : tensors_) t.data = base_ + data_offset_ + t.offset;
+  n_own_tensors_ = tensors_.size();
 }
 
 const GgufValue* GgufFile::find(std::string_view key) const {

@@ -1,4 +1,5 @@
 // GGUF v3 writer: metadata of every type, tensors aligned at general.alignment.
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -78,7 +79,8 @@ void GgufWriter::remove(std::string_view key) {
   std::erase_if(kv_, [&](const auto& kv) { return kv.first == key; });
 }
 
-void GgufWriter::add_tensor(std::string name, GgmlType type, std::vector<int64_t> ne, std::vector<uint8_t> data) {
+void GgufWriter::check_tensor(const std::string& name, GgmlType type, const std::vector<int64_t>& ne,
+                              size_t n_bytes) const {
   if (ne.empty() || ne.size() > 4) fail("gguf writer: tensor '{}' has {} dimensions (expected 1 to 4)", name, ne.size());
   const auto& tr = ggml_traits(type);
   if (tr.block_bytes == 0) fail("gguf writer: tensor '{}' has an unknown type", name);
@@ -91,11 +93,16 @@ void GgufWriter::add_tensor(std::string name, GgmlType type, std::vector<int64_t
     fail("gguf writer: tensor '{}' row length {} is not a multiple of {}'s block size {}", name, ne[0], tr.name,
          tr.block_elems);
   uint64_t want = static_cast<uint64_t>(n / tr.block_elems * tr.block_bytes);
-  if (data.size() != want)
-    fail("gguf writer: tensor '{}' {} {} needs {} bytes, got {}", name, tr.name, ne.size(), want, data.size());
+  if (n_bytes != want)
+    fail("gguf writer: tensor '{}' {} {} needs {} bytes, got {}", name, tr.name, ne.size(), want, n_bytes);
   for (const auto& t : tensors_)
     if (t.name == name) fail("gguf writer: duplicate tensor '{}'", name);
-  tensors_.push_back(Tensor{std::move(name), type, std::move(ne), std::move(data)});
+}
+
+void GgufWriter::add_tensor(std::string name, GgmlType type, std::vector<int64_t> ne, std::vector<uint8_t> data) {
+  check_tensor(name, type, ne, data.size());
+  size_t n_bytes = data.size();
+  tensors_.push_back(Tensor{std::move(name), type, std::move(ne), std::move(data), nullptr, n_bytes});
 }
 
 void GgufWriter::add_tensor(std::string name, GgmlType type, std::vector<int64_t> ne, const void* data,
@@ -104,17 +111,29 @@ void GgufWriter::add_tensor(std::string name, GgmlType type, std::vector<int64_t
   add_tensor(std::move(name), type, std::move(ne), std::vector<uint8_t>(p, p + n_bytes));
 }
 
-void GgufWriter::copy_metadata_from(const GgufFile& f) {
-  for (const auto& [k, v] : f.metadata()) set(k, v);
+void GgufWriter::add_tensor_ref(std::string name, GgmlType type, std::vector<int64_t> ne, const void* data,
+                                size_t n_bytes) {
+  check_tensor(name, type, ne, n_bytes);
+  tensors_.push_back(Tensor{std::move(name), type, std::move(ne), {}, static_cast<const uint8_t*>(data), n_bytes});
 }
 
-std::vector<uint8_t> GgufWriter::to_bytes() const {
+void GgufWriter::copy_metadata_from(const GgufFile& f) {
+  for (const auto& [k, v] : f.metadata())
+    if (!is_gguf_split_key(k)) set(k, v);
+}
+
+uint64_t GgufWriter::alignment() const {
   uint64_t alignment = 32;
   if (const GgufValue* a = find("general.alignment")) {
     if (a->type() != GgufValueType::UINT32) fail("gguf writer: general.alignment must be UINT32");
     alignment = std::get<uint32_t>(a->v);
     if (alignment == 0 || (alignment & (alignment - 1))) fail("gguf writer: general.alignment must be a power of two");
   }
+  return alignment;
+}
+
+std::vector<uint8_t> GgufWriter::header_bytes() const {
+  uint64_t align = alignment();
   Out o;
   o.put<uint32_t>(0x46554747);
   o.put<uint32_t>(3);
@@ -132,24 +151,47 @@ std::vector<uint8_t> GgufWriter::to_bytes() const {
     for (int64_t d : t.ne) o.put<uint64_t>(static_cast<uint64_t>(d));
     o.put<uint32_t>(static_cast<uint32_t>(t.type));
     o.put<uint64_t>(offset);
-    offset += (t.data.size() + alignment - 1) / alignment * alignment;
+    offset += (t.n_bytes + align - 1) / align * align;
   }
-  o.pad_to(alignment);
+  o.pad_to(align);
+  return o.bytes;
+}
+
+std::vector<uint8_t> GgufWriter::to_bytes() const {
+  uint64_t align = alignment();
+  Out o;
+  o.bytes = header_bytes();
   for (const auto& t : tensors_) {
-    o.put_raw(t.data.data(), t.data.size());
-    o.pad_to(alignment);
+    o.put_raw(t.bytes(), t.n_bytes);
+    o.pad_to(align);
   }
   return o.bytes;
 }
 
 void GgufWriter::write(const std::string& path) const {
-  std::vector<uint8_t> bytes = to_bytes();
+  uint64_t align = alignment();
+  std::vector<uint8_t> header = header_bytes();
   std::string tmp = path + ".tmp";
   {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
     if (!f) fail("gguf writer: cannot create '{}': {}", tmp, std::strerror(errno));
-    f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-    if (!f) fail("gguf writer: write to '{}' failed: {}", tmp, std::strerror(errno));
+    f.write(reinterpret_cast<const char*>(header.data()), static_cast<std::streamsize>(header.size()));
+    static const char kZeros[256] = {};
+    for (const auto& t : tensors_) {
+      f.write(reinterpret_cast<const char*>(t.bytes()), static_cast<std::streamsize>(t.n_bytes));
+      uint64_t pad = (align - t.n_bytes % align) % align;
+      while (pad > 0) {
+        uint64_t n = std::min<uint64_t>(pad, sizeof(kZeros));
+        f.write(kZeros, static_cast<std::streamsize>(n));
+        pad -= n;
+      }
+    }
+    f.flush();
+    if (!f) {
+      int e = errno;
+      std::filesystem::remove(tmp);
+      fail("gguf writer: write to '{}' failed: {}", tmp, std::strerror(e));
+    }
   }
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);

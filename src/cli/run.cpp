@@ -301,6 +301,7 @@ void run(const RunArgs& a) {
   counters.n_prefix_hits -= base.n_prefix_hits;
   counters.n_tokens_mha -= base.n_tokens_mha;
   counters.n_tokens_mqa -= base.n_tokens_mqa;
+  counters.forward_seconds -= base.forward_seconds;
   for (const auto& [id, col] : results)
     if (!col.error.empty()) fail("run: request {}: {}", id, col.error);
 
@@ -362,6 +363,9 @@ void run(const RunArgs& a) {
     j["prefix_cache_hit_rate"] = prefix_rate;
     j["tokens_mha"] = counters.n_tokens_mha;
     j["tokens_mqa"] = counters.n_tokens_mqa;
+    j["forward_seconds"] = counters.forward_seconds;
+    j["grammar_masks"] = counters.n_masks;
+    j["mask_wait_seconds"] = counters.mask_wait_seconds;
     fmt::print("{}\n", j.dump());
     return;
   }

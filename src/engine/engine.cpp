@@ -341,13 +341,21 @@ bool Engine::Impl::step() {
   if (logits.size() < static_cast<size_t>(n_rows) * n_vocab)
     logits.resize(static_cast<size_t>(n_rows) * n_vocab);
   start_masks(plan);
+  const auto t_forward = std::chrono::steady_clock::now();
   try {
     runner->forward(meta, logits.data());
   } catch (...) {
     mask_worker.wait();  // the worker still reads the matchers
     throw;
   }
-  mask_worker.wait();
+  const auto t_forward_end = std::chrono::steady_clock::now();
+  totals.forward_seconds += std::chrono::duration<double>(t_forward_end - t_forward).count();
+  if (!mask_jobs.empty()) {
+    mask_worker.wait();
+    totals.mask_wait_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t_forward_end).count();
+    totals.n_masks += static_cast<int64_t>(mask_jobs.size());
+  }
   ++totals.n_steps;
   for (const SeqMeta& s : meta.seqs)
     (s.path == MlaPath::Mqa ? totals.n_tokens_mqa : totals.n_tokens_mha) += s.query_len;

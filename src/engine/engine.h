@@ -142,6 +142,11 @@ struct EngineCounters {
   int64_t n_tokens_mha = 0;          // tokens that went through the MHA path
   int64_t n_tokens_mqa = 0;          // tokens that went through the MQA path
   int64_t n_steps = 0;               // forward calls
+  double forward_seconds = 0;        // wall time in the model's forward calls
+  int64_t n_masks = 0;               // grammar token masks filled (constrained samples)
+  // Wall time the engine waited for grammar masks after the forward pass had finished (the part
+  // of the mask work the forward did not hide).
+  double mask_wait_seconds = 0;
   int64_t n_requests_finished = 0;
 };
 

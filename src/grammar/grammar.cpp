@@ -7,6 +7,7 @@
 
 #include <list>
 #include <mutex>
+#include <regex>
 #include <unordered_map>
 
 #include "grammar/token_mask.h"
@@ -139,6 +140,21 @@ bool GrammarMatcher::terminated() const { return impl_->matcher.IsTerminated(); 
 
 // ---------------------------------------------------------------------------------------------
 
+std::string clean_xgrammar_message(std::string_view what) {
+  static const std::regex location(R"(\[\d\d:\d\d:\d\d\] \S+:\d+: )");
+  static const std::regex check(R"(Check failed: \(.*?\) is false: )");
+  static const std::regex echo(R"(\.? ?The JSON string is:[\s\S]*$)");
+  std::string m(what);
+  for (char& c : m)
+    if (c == '\n' || c == '\r') c = ' ';  // one line (xgrammar may put a caret line under it)
+  m = std::regex_replace(m, location, "");
+  m = std::regex_replace(m, check, "");
+  m = std::regex_replace(m, echo, "");
+  const size_t end = m.find_last_not_of(' ');
+  m.resize(end == std::string::npos ? 0 : end + 1);
+  return m;
+}
+
 std::vector<std::string> grammar_vocab(const Tokenizer& tok) {
   std::vector<std::string> v(tok.n_tokens());
   for (size_t id = 0; id < v.size(); ++id) {
@@ -218,11 +234,7 @@ std::shared_ptr<const CompiledGrammar> GrammarCompiler::compile(const GrammarSpe
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
-    // xgrammar's messages can span lines (a caret under the position); keep them on one.
-    std::string msg = e.what();
-    for (char& c : msg)
-      if (c == '\n' || c == '\r') c = ' ';
-    fail("invalid {}: {}", to_string(spec.kind), msg);
+    fail("invalid {}: {}", to_string(spec.kind), clean_xgrammar_message(e.what()));
   }
   auto grammar = std::make_shared<const CompiledGrammar>(std::move(impl), n_vocab_);
   std::lock_guard lk(impl_->mu);

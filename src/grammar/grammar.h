@@ -105,6 +105,10 @@ class GrammarMatcher {
 // vocabulary up to n_vocab are special too.
 std::vector<std::string> grammar_vocab(const Tokenizer& tok);
 
+// An xgrammar error message for a client: one line, without its time stamp, source location,
+// "Check failed: (...) is false:" and the echo of the input JSON.
+std::string clean_xgrammar_message(std::string_view what);
+
 // Compiles specs against one vocabulary, with a cache of compiled grammars by GrammarSpec::key()
 // (least recently used dropped past max_cached). Thread-safe.
 class GrammarCompiler {

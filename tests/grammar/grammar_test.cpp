@@ -113,8 +113,24 @@ TEST(Grammar, InvalidSpecsNameTheKindAndTheProblem) {
   EXPECT_NE(m3.find("invalid grammar"), std::string::npos) << m3;
   auto m4 = message(GrammarSpec::ebnf("start ::= \"a\""));
   EXPECT_NE(m4.find("root"), std::string::npos) << m4;
-  for (const auto& m : {m1, m2, m3, m4}) EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+  for (const auto& m : {m1, m2, m3, m4}) {
+    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+    EXPECT_EQ(m.find(".cc:"), std::string::npos) << m;  // no source locations for clients
+    EXPECT_EQ(m.find("Check failed"), std::string::npos) << m;
+  }
   EXPECT_EQ(c.n_cached(), 0u);  // failures are not cached
+}
+
+TEST(Grammar, XgrammarMessagesAreCleanedForClients) {
+  EXPECT_EQ(clean_xgrammar_message(
+                "[04:25:15] /x/cpp/json_schema_converter.cc:4939: Check failed: (error.empty()) is "
+                "false: Failed to parse JSON: syntax error at line 1 near: not json. The JSON "
+                "string is:{not json "),
+            "Failed to parse JSON: syntax error at line 1 near: not json");
+  EXPECT_EQ(clean_xgrammar_message("[04:25:15] /x/regex_converter.cc:83: Regex parsing error at "
+                                   "position 4: Unclosed '[' "),
+            "Regex parsing error at position 4: Unclosed '['");
+  EXPECT_EQ(clean_xgrammar_message("line one\n   ^ "), "line one    ^");
 }
 
 TEST(Grammar, CompileCacheByKeyWithLruBound) {

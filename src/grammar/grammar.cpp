@@ -21,46 +21,22 @@ struct CompiledGrammarImpl {
 };
 
 GrammarSpec GrammarSpec::json_object(bool any_whitespace) {
-  GrammarSpec s;
-  s.kind = Kind::kJsonObject;
-  s.any_whitespace = any_whitespace;
-  return s;
+  return {.kind = Kind::kJsonObject, .any_whitespace = any_whitespace};
 }
-
 GrammarSpec GrammarSpec::json_schema(std::string schema_json, bool any_whitespace) {
-  GrammarSpec s;
-  s.kind = Kind::kJsonSchema;
-  s.source = std::move(schema_json);
-  s.any_whitespace = any_whitespace;
-  return s;
+  return {.kind = Kind::kJsonSchema, .source = std::move(schema_json), .any_whitespace = any_whitespace};
 }
-
 GrammarSpec GrammarSpec::regex(std::string pattern) {
-  GrammarSpec s;
-  s.kind = Kind::kRegex;
-  s.source = std::move(pattern);
-  return s;
+  return {.kind = Kind::kRegex, .source = std::move(pattern)};
 }
-
 GrammarSpec GrammarSpec::choice(std::vector<std::string> choices) {
-  GrammarSpec s;
-  s.kind = Kind::kChoice;
-  s.choices = std::move(choices);
-  return s;
+  return {.kind = Kind::kChoice, .choices = std::move(choices)};
 }
-
 GrammarSpec GrammarSpec::ebnf(std::string grammar) {
-  GrammarSpec s;
-  s.kind = Kind::kEbnf;
-  s.source = std::move(grammar);
-  return s;
+  return {.kind = Kind::kEbnf, .source = std::move(grammar)};
 }
-
 GrammarSpec GrammarSpec::structural_tag(std::string tag_json) {
-  GrammarSpec s;
-  s.kind = Kind::kStructuralTag;
-  s.source = std::move(tag_json);
-  return s;
+  return {.kind = Kind::kStructuralTag, .source = std::move(tag_json)};
 }
 
 std::string GrammarSpec::key() const {

@@ -151,6 +151,22 @@ TEST(Grammar, CompileCacheByKeyWithLruBound) {
 using testing::Arrival;
 using testing::FakeRunner;
 
+// The fake model over kNVocab ids and an engine whose EOS is id 0.
+std::unique_ptr<ModelRunner> fake_runner() { return std::make_unique<FakeRunner>(kNVocab, 4, 64); }
+EngineConfig engine_config() {
+  EngineConfig cfg = testing::config(MlaPathPolicy::Auto, 16, true);
+  cfg.eos_token_ids = {0};
+  return cfg;
+}
+
+SamplingParams greedy(int max_tokens, bool ignore_eos) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.max_tokens = max_tokens;
+  p.ignore_eos = ignore_eos;
+  return p;
+}
+
 std::string text_of(const std::vector<int32_t>& ids) {
   std::string s;
   for (int32_t t : ids) s += t < static_cast<int>(kVocab.size()) ? kVocab[t] : "";
@@ -159,16 +175,9 @@ std::string text_of(const std::vector<int32_t>& ids) {
 
 TEST(GrammarEngine, ConstrainedRequestFollowsItsGrammarAndLeavesOthersBitIdentical) {
   auto c = make_compiler();
-  auto make = [] { return std::make_unique<FakeRunner>(kNVocab, 4, 64); };
-  EngineConfig cfg = testing::config(MlaPathPolicy::Auto, 16, true);
-  cfg.eos_token_ids = {0};
-  SamplingParams free_p;
-  free_p.temperature = 0;
-  free_p.max_tokens = 12;
-  free_p.ignore_eos = true;
-  SamplingParams regex_p = free_p;
-  regex_p.ignore_eos = false;
-  regex_p.max_tokens = 40;
+  const EngineConfig cfg = engine_config();
+  const SamplingParams free_p = greedy(12, true);
+  SamplingParams regex_p = greedy(40, false);
   regex_p.grammar = c.compile(GrammarSpec::regex("x[12]{3,5}"));
   SamplingParams choice_p = regex_p;
   choice_p.temperature = 1.0f;
@@ -177,8 +186,8 @@ TEST(GrammarEngine, ConstrainedRequestFollowsItsGrammarAndLeavesOthersBitIdentic
   choice_p.grammar = c.compile(GrammarSpec::choice({"yes", "no", "a1"}));
 
   const std::vector<int32_t> p1 = {3, 5, 7, 9, 11}, p2 = {4, 6, 8};
-  auto alone = testing::run_engine(make, cfg, {{"free", p1, free_p, 0}});
-  auto mixed = testing::run_engine(make, cfg,
+  auto alone = testing::run_engine(fake_runner, cfg, {{"free", p1, free_p, 0}});
+  auto mixed = testing::run_engine(fake_runner, cfg,
                                    {{"free", p1, free_p, 0}, {"re", p2, regex_p, 0},
                                     {"ch", p1, choice_p, 1}});
   EXPECT_EQ(alone.seqs["free"][0].tokens, mixed.seqs["free"][0].tokens);
@@ -202,16 +211,11 @@ TEST(GrammarEngine, ConstrainedRequestFollowsItsGrammarAndLeavesOthersBitIdentic
 
 TEST(GrammarEngine, GrammarEndStopsEvenWithIgnoreEos) {
   auto c = make_compiler();
-  auto make = [] { return std::make_unique<FakeRunner>(kNVocab, 4, 64); };
-  EngineConfig cfg = testing::config(MlaPathPolicy::Auto, 16, true);
-  cfg.eos_token_ids = {0};
-  SamplingParams p;
-  p.temperature = 0;
-  p.max_tokens = 30;
-  p.ignore_eos = true;
+  const EngineConfig cfg = engine_config();
+  SamplingParams p = greedy(30, true);
   p.min_tokens = 10;  // the grammar decides: min_tokens does not hold back its EOS
   p.grammar = c.compile(GrammarSpec::choice({"no"}));
-  auto r = testing::run_engine(make, cfg, {{"g", {1, 2, 3}, p, 0}});
+  auto r = testing::run_engine(fake_runner, cfg, {{"g", {1, 2, 3}, p, 0}});
   const auto& s = r.seqs["g"][0];
   EXPECT_EQ(s.finish, FinishReason::kStop);
   EXPECT_EQ(text_of(s.tokens), "no");

@@ -12,28 +12,25 @@
 namespace mla {
 namespace {
 
-// xgrammar's in-place CPU masking over a 1-D float logits tensor (it reads strides[0]: the row
-// stride, unused for one row).
+// A 1-D CPU tensor over v (xgrammar reads strides[0], the row stride, even for one row).
+struct Tensor1d {
+  int64_t shape[1], strides[1];
+  DLTensor t{};
+  Tensor1d(void* data, int64_t n, DLDataType dtype) : shape{n}, strides{n} {
+    t.data = data;
+    t.device = DLDevice{kDLCPU, 0};
+    t.ndim = 1;
+    t.dtype = dtype;
+    t.shape = shape;
+    t.strides = strides;
+  }
+};
+
+// xgrammar's in-place CPU masking of one logits row.
 void apply_xgrammar(std::vector<float>& logits, std::vector<uint32_t>& mask) {
-  int64_t lshape[1] = {static_cast<int64_t>(logits.size())};
-  int64_t mshape[1] = {static_cast<int64_t>(mask.size())};
-  int64_t lstride[1] = {lshape[0]};
-  int64_t mstride[1] = {mshape[0]};
-  DLTensor lt{};
-  lt.data = logits.data();
-  lt.device = DLDevice{kDLCPU, 0};
-  lt.ndim = 1;
-  lt.dtype = DLDataType{kDLFloat, 32, 1};
-  lt.shape = lshape;
-  lt.strides = lstride;
-  DLTensor mt{};
-  mt.data = mask.data();
-  mt.device = DLDevice{kDLCPU, 0};
-  mt.ndim = 1;
-  mt.dtype = DLDataType{kDLInt, 32, 1};
-  mt.shape = mshape;
-  mt.strides = mstride;
-  xgrammar::ApplyTokenBitmaskInplaceCPU(&lt, mt, static_cast<int>(logits.size()));
+  Tensor1d lt(logits.data(), static_cast<int64_t>(logits.size()), DLDataType{kDLFloat, 32, 1});
+  Tensor1d mt(mask.data(), static_cast<int64_t>(mask.size()), DLDataType{kDLInt, 32, 1});
+  xgrammar::ApplyTokenBitmaskInplaceCPU(&lt.t, mt.t, static_cast<int>(logits.size()));
 }
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {

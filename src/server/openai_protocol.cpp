@@ -332,6 +332,17 @@ std::optional<StructuredOutput> parse_structured_output(const json& body) {
     }
   }
   const json* so = field(body, "structured_outputs");
+  // vLLM's older top-level names (guided_json, guided_regex, guided_choice, guided_grammar,
+  // guided_whitespace_pattern) are read as the structured_outputs fields they became.
+  json legacy;
+  for (const char* key : {"json", "regex", "choice", "grammar", "whitespace_pattern"}) {
+    if (const json* v = field(body, fmt::format("guided_{}", key).c_str())) {
+      if (so) bad_request(fmt::format("'guided_{}' and 'structured_outputs' cannot be used together",
+                                      key), "structured_outputs");
+      legacy[key] = *v;
+    }
+  }
+  if (!legacy.is_null()) so = &legacy;
   if (!so) return out;
   if (!so->is_object()) wrong_type("structured_outputs", "an object", *so);
   std::vector<GrammarSpec> specs;
@@ -402,6 +413,7 @@ void restore_schema_order(StructuredOutput& so, std::string_view raw_body) {
   } else {
     auto st = body.find("structured_outputs");
     if (st != body.end() && st->is_object() && st->contains("json")) schema = &(*st)["json"];
+    else if (body.contains("guided_json")) schema = &body["guided_json"];
   }
   if (schema && (schema->is_object() || schema->is_boolean())) so.spec.source = schema->dump();
 }

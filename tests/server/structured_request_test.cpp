@@ -105,6 +105,20 @@ TEST(StructuredRequest, BadShapesAre400sNamingTheField) {
             "both give a constraint");
 }
 
+TEST(StructuredRequest, VllmsOlderGuidedFieldsAreAliases) {
+  auto r = completion(R"("guided_regex": "[0-9]+")").structured;
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->spec.kind, GrammarSpec::Kind::kRegex);
+  EXPECT_EQ(r->spec.source, "[0-9]+");
+  auto c = chat(R"("guided_choice": ["a", "b"])").structured;
+  EXPECT_EQ(c->spec.choices, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(chat_error(R"("guided_regex": "a", "guided_choice": ["a"])"),
+            "structured_outputs: 'structured_outputs' needs exactly one of json, regex, choice, "
+            "grammar, json_object, structural_tag; got 2");
+  EXPECT_EQ(chat_error(R"("guided_json": {}, "structured_outputs": {"regex": "a"})"),
+            "structured_outputs: 'guided_json' and 'structured_outputs' cannot be used together");
+}
+
 TEST(StructuredRequest, StructuredOutputsOptionsApplyToResponseFormat) {
   auto s = chat(R"("response_format": {"type": "json_object"},
                    "structured_outputs": {"disable_any_whitespace": true})").structured;
@@ -129,6 +143,11 @@ TEST(StructuredRequest, SchemaPropertyOrderIsTheRequestsOrder) {
   auto c = parse_completion_request(json::parse(so), kLimits).structured;
   restore_schema_order(*c, so);
   EXPECT_EQ(c->spec.source, R"({"properties":{"b":{},"a":{}}})");
+
+  const std::string g = R"({"prompt": "p", "guided_json": {"properties": {"b": {}, "a": {}}}})";
+  auto gj = parse_completion_request(json::parse(g), kLimits).structured;
+  restore_schema_order(*gj, g);
+  EXPECT_EQ(gj->spec.source, R"({"properties":{"b":{},"a":{}}})");
 }
 
 }  // namespace

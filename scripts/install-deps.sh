@@ -42,4 +42,6 @@ if [ ! -x .venv/bin/python ] || [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; th
   .venv/bin/python -m pip install -q -r "$REQ"
   echo "$want" > "$STAMP"
 fi
+# xgrammar's C++ core (structured outputs), built from its sdist into ~/.cache/mla, once.
+bash scripts/build-xgrammar.sh >/dev/null
 echo "install-deps: ok"

@@ -3,6 +3,8 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 
 #include "util/env.h"
 #include "util/error.h"
@@ -62,6 +64,14 @@ int64_t parse_byte_size(const std::string& text, const char* option) {
   if (!std::isfinite(bytes) || bytes < 1 || bytes > 9.0e18)
     fail("{}: '{}' is out of range", option, text);
   return static_cast<int64_t>(bytes);
+}
+
+std::string read_text_file(const std::string& path, const char* option) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("cannot read {} '{}'", option, path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
 }
 
 }  // namespace mla::cli

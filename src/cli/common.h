@@ -26,4 +26,7 @@ void apply_common_options(const CommonOptions& opt);
 // Throws mla::Error naming the option.
 int64_t parse_byte_size(const std::string& text, const char* option);
 
+// A whole file's bytes; throws mla::Error "cannot read OPTION 'PATH'".
+std::string read_text_file(const std::string& path, const char* option);
+
 }  // namespace mla::cli

@@ -17,6 +17,7 @@
 #include "engine/engine.h"
 #include "engine/tokenizer_decoder.h"
 #include "gguf/gguf.h"
+#include "grammar/grammar.h"
 #include "kv/kv_manager.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -49,6 +50,9 @@ struct RunArgs {
   std::string dump_logits;
   bool json = false;
   bool warmup = false;
+  std::string json_schema_file;  // constrain every request (structured outputs), one of these
+  std::string regex;
+  std::string grammar_file;
   CommonOptions common;
 };
 
@@ -204,6 +208,21 @@ void run(const RunArgs& a) {
     jobs.push_back({"run", parse_token_list(a.tokens, "--tokens"), default_params(a)});
   }
 
+  // Structured outputs: every request constrained by one grammar (for measuring its cost).
+  const int n_constraints = !a.json_schema_file.empty() + !a.regex.empty() + !a.grammar_file.empty();
+  if (n_constraints > 1) fail("run: give at most one of --json-schema, --regex, --grammar");
+  if (n_constraints == 1) {
+    if (!tok) fail("run: a grammar needs the model file's tokenizer, and it has none");
+    GrammarSpec spec = !a.regex.empty() ? GrammarSpec::regex(a.regex)
+                       : !a.grammar_file.empty()
+                           ? GrammarSpec::ebnf(read_text_file(a.grammar_file, "--grammar"))
+                           : GrammarSpec::json_schema(read_text_file(a.json_schema_file, "--json-schema"));
+    GrammarCompiler compiler(grammar_vocab(*tok), static_cast<int>(c.n_vocab),
+                             runner->eos_token_ids(), mo.n_threads);
+    auto grammar = compiler.compile(spec);
+    for (Job& job : jobs) job.params.grammar = grammar;
+  }
+
   EngineConfig ec;
   ec.max_num_batched_tokens = a.max_num_batched_tokens;
   ec.max_num_seqs = a.max_num_seqs;
@@ -283,6 +302,7 @@ void run(const RunArgs& a) {
   counters.n_prefix_hits -= base.n_prefix_hits;
   counters.n_tokens_mha -= base.n_tokens_mha;
   counters.n_tokens_mqa -= base.n_tokens_mqa;
+  counters.forward_seconds -= base.forward_seconds;
   for (const auto& [id, col] : results)
     if (!col.error.empty()) fail("run: request {}: {}", id, col.error);
 
@@ -344,6 +364,9 @@ void run(const RunArgs& a) {
     j["prefix_cache_hit_rate"] = prefix_rate;
     j["tokens_mha"] = counters.n_tokens_mha;
     j["tokens_mqa"] = counters.n_tokens_mqa;
+    j["forward_seconds"] = counters.forward_seconds;
+    j["grammar_masks"] = counters.n_masks;
+    j["mask_wait_seconds"] = counters.mask_wait_seconds;
     fmt::print("{}\n", j.dump());
     return;
   }
@@ -395,6 +418,11 @@ void register_run(CLI::App& app) {
   cmd->add_option("--dump-logits", a.dump_logits,
                   "Write the F32 logits of every processed position (prompt, then each fed-back token) to FILE");
   cmd->add_flag("--json", a.json, "Print the result as one JSON object");
+  cmd->add_option("--json-schema", a.json_schema_file,
+                  "Constrain every output to JSON valid under the JSON Schema in this file");
+  cmd->add_option("--regex", a.regex, "Constrain every output to match this regular expression");
+  cmd->add_option("--grammar", a.grammar_file,
+                  "Constrain every output to the EBNF grammar (rule 'root') in this file");
   cmd->add_flag("--warmup", a.warmup,
                 "Run one untimed request of the first prompt's length first (as llama-bench does)");
   add_common_options(cmd, a.common);

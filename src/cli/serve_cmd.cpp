@@ -23,6 +23,7 @@
 #include "engine/engine.h"
 #include "engine/scripted_runner.h"
 #include "gguf/gguf.h"
+#include "grammar/grammar.h"
 #include "server/http_server.h"
 #include "server/openai_api.h"
 #include "server/reasoning.h"
@@ -65,16 +66,9 @@ struct ServeArgs {
   std::string tool_call_parser = "auto";
   std::string reasoning_parser = "auto";
   std::string scripted_output;  // testing: a ScriptedRunner instead of the model's forward
+  int json_max_whitespace = GrammarCompiler::kDefaultJsonMaxWhitespace;
   CommonOptions common;
 };
-
-std::string read_text_file(const std::string& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("serve: cannot read {} '{}'", what, path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // The chat renderer: the template sees messages, tools (when given), add_generation_prompt,
 // bos_token, eos_token and chat_template_kwargs (as transformers' apply_chat_template passes
@@ -271,12 +265,15 @@ void serve(ServeArgs& a) {
   auto engine = std::make_unique<Engine>(std::move(runner), ec,
                                          std::make_shared<server::TokenizerDecoder>(*tokenizer));
   engine->start();
+  GrammarCompiler grammars(grammar_vocab(*tokenizer), engine->n_vocab(), eos_ids,
+                           std::min(n_threads, 4), 64, a.json_max_whitespace);
 
   server::ServedModel sm;
   sm.engine = engine.get();
   sm.tokenizer = tokenizer.get();
   if (tmpl) sm.render_chat = make_renderer(tmpl, *tokenizer);
   sm.parsers = choose_parsers(a, tmpl_src);
+  sm.grammars = &grammars;
   sm.max_model_len = engine->config().max_model_len;
   sm.n_vocab = engine->n_vocab();
   api.set_model(std::move(sm));
@@ -349,6 +346,9 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--kv-cache-dtype", a.kv_cache_dtype, "KV cache type: f16 | bf16 | f32 | q8_0")
       ->capture_default_str();
   cmd->add_option("--kv-cache-tokens", a.kv_cache_tokens, "KV cache capacity in tokens");
+  cmd->add_option("--json-max-whitespace", a.json_max_whitespace,
+                  "Structured outputs: most whitespace characters between two JSON tokens (0: no limit)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("--kv-cache-memory", a.kv_cache_memory, "KV cache capacity in bytes (e.g. 2G)");
   cmd->add_flag("--self-check{on}", a.self_check,
                 "Before /health turns 200, run the MLA paths on canary prompts and compare them (mla doctor's "

@@ -12,19 +12,12 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/common.h"
 #include "tokenizer/chat_template/chat_template.h"
 #include "util/error.h"
 
 namespace mla::cli {
 namespace {
-
-std::string read_file(const std::string& path, const char* what) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail("cannot open {} file '{}'", what, path);
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 std::tm parse_time(const std::string& s) {
   std::tm tm{};
@@ -45,10 +38,10 @@ struct Options {
 };
 
 void run_render(const Options& o) {
-  std::string source = read_file(o.template_path, "template");
+  std::string source = read_text_file(o.template_path, "template file");
   nlohmann::ordered_json ctx;
   try {
-    ctx = nlohmann::ordered_json::parse(read_file(o.context_path, "context"));
+    ctx = nlohmann::ordered_json::parse(read_text_file(o.context_path, "context file"));
   } catch (const nlohmann::json::exception& e) {
     fail("context file '{}' is not valid JSON: {}", o.context_path, e.what());
   }

@@ -10,9 +10,11 @@
 #include <unordered_set>
 
 #include "engine/batch_meta.h"
+#include "engine/mask_worker.h"
 #include "engine/model_runner.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
+#include "grammar/token_mask.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -26,7 +28,9 @@ struct Engine::Impl {
   void drain_inbox(std::vector<Request*>& touched);
   void admit(std::unique_ptr<Request> req);
   void finish_request(Request& req, FinishReason reason, const std::string& error);
-  void sample_seq(Sequence* seq, const float* row, std::vector<Request*>& touched);
+  void start_masks(const SchedulerOutput& plan);
+  void sample_seq(Sequence* seq, const float* row, const MaskJob* mask,
+                  std::vector<Request*>& touched);
   void append_token(Sequence* seq, const SampleResult& res);
   void emit(std::vector<Request*>& touched);
   void update_counters();
@@ -43,6 +47,11 @@ struct Engine::Impl {
   BatchMeta meta;
   std::vector<ScheduledSeq> scheduled;
   std::vector<float> logits;
+  // Grammar masks of the step's constrained sequences (see start_masks).
+  MaskWorker mask_worker;
+  std::vector<MaskJob> mask_jobs;
+  std::vector<uint32_t> mask_buf;     // mask_jobs.size() * token_mask_words(n_vocab)
+  std::vector<int> mask_of_item;      // per plan item: index into mask_jobs, or -1
   std::unordered_map<std::string, std::unique_ptr<Request>> requests;
   EngineCounters totals;  // the cumulative part, engine thread
 
@@ -99,6 +108,7 @@ void Engine::Impl::admit(std::unique_ptr<Request> req) {
   seq->rng = Rng(*r->params.seed);
   seq->penalties.set_prompt(r->prompt);
   seq->output.start(decoder.get(), r->prompt, r->params);
+  if (r->params.grammar) seq->grammar = std::make_unique<GrammarMatcher>(r->params.grammar);
   sched.add_waiting(seq.get());
   r->seqs.push_back(std::move(seq));
   totals.n_prompt_tokens += static_cast<int64_t>(r->prompt.size());
@@ -151,25 +161,71 @@ void Engine::Impl::finish_request(Request& req, FinishReason reason, const std::
 
 void Engine::Impl::append_token(Sequence* seq, const SampleResult& res) {
   Request& r = *seq->req;
+  if (r.aborted) return;  // ended by an error earlier in this step
+  bool grammar_ended = false;
+  if (seq->grammar) {
+    // The mask allowed only tokens the grammar accepts; a refusal means the mask and the
+    // sampler disagree (e.g. every token masked), which ends the request rather than the server.
+    if (!seq->grammar->accept(res.token)) {
+      finish_request(r, FinishReason::kError,
+                     fmt::format("request {}: the grammar does not allow the sampled token {}",
+                                 r.id, res.token));
+      log().error("{}", r.error);
+      return;
+    }
+    grammar_ended = seq->grammar->terminated();
+  }
   seq->tokens.push_back(res.token);
   seq->penalties.add_output(res.token);
   ++totals.n_generation_tokens;
   const bool at_max_len = static_cast<int>(seq->tokens.size()) >= cfg.max_model_len;
   auto fin = seq->output.on_token(res.token, res.logprobs, seq->n_generated(), at_max_len,
                                   r.params, cfg.eos_token_ids);
+  if (!fin && grammar_ended) {
+    seq->output.finish_grammar_end();
+    fin = FinishReason::kStop;
+  }
   if (fin) {
     sched.remove(seq);
     ++r.n_finished;
   }
 }
 
-void Engine::Impl::sample_seq(Sequence* seq, const float* row, std::vector<Request*>& touched) {
+// Fills the token masks of the constrained sequences that sample in this step on the mask
+// worker; the caller runs the forward pass meanwhile and then waits.
+void Engine::Impl::start_masks(const SchedulerOutput& plan) {
+  mask_jobs.clear();
+  mask_of_item.assign(plan.items.size(), -1);
+  for (size_t i = 0; i < plan.items.size(); ++i) {
+    Sequence* s = plan.items[i].seq;
+    if (!scheduled[i].needs_logits || !s->grammar) continue;
+    mask_of_item[i] = static_cast<int>(mask_jobs.size());
+    mask_jobs.push_back({s->grammar.get(), {}, false, {}});
+  }
+  if (mask_jobs.empty()) return;
+  const size_t n_words = token_mask_words(n_vocab);
+  if (mask_buf.size() < mask_jobs.size() * n_words) mask_buf.resize(mask_jobs.size() * n_words);
+  for (size_t k = 0; k < mask_jobs.size(); ++k)
+    mask_jobs[k].mask = std::span<uint32_t>(mask_buf.data() + k * n_words, n_words);
+  mask_worker.submit(mask_jobs);
+}
+
+void Engine::Impl::sample_seq(Sequence* seq, const float* row, const MaskJob* mask,
+                              std::vector<Request*>& touched) {
   Request& r = *seq->req;
   touched.push_back(&r);
+  if (mask && !mask->error.empty()) {
+    finish_request(r, FinishReason::kError,
+                   fmt::format("request {}: grammar error: {}", r.id, mask->error));
+    log().error("{}", r.error);
+    return;
+  }
+  const std::span<const uint32_t> allowed =
+      mask && mask->constrained ? std::span<const uint32_t>(mask->mask) : std::span<const uint32_t>();
   const bool fork_now = !r.forked && seq->index == 0;
   SampleResult res =
       sampler.sample(row, r.params, seq->penalties, seq->n_generated(), cfg.eos_token_ids,
-                     seq->rng);
+                     seq->rng, allowed);
   if (fork_now) {
     r.forked = true;
     seq->n_slots = 1;
@@ -186,11 +242,13 @@ void Engine::Impl::sample_seq(Sequence* seq, const float* row, std::vector<Reque
       sib->rng = Rng(*r.params.seed + 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(i));
       sib->penalties.set_prompt(r.prompt);
       sib->output.start(decoder.get(), r.prompt, r.params);
+      // A fresh matcher is in the same state as seq's before its first token: same mask.
+      if (r.params.grammar) sib->grammar = std::make_unique<GrammarMatcher>(r.params.grammar);
       Sequence* s = sib.get();
       r.seqs.push_back(std::move(sib));
       sched.add_running(s);
       SampleResult sib_res =
-          sampler.sample(row, r.params, s->penalties, 0, cfg.eos_token_ids, s->rng);
+          sampler.sample(row, r.params, s->penalties, 0, cfg.eos_token_ids, s->rng, allowed);
       append_token(s, sib_res);
     }
   }
@@ -284,7 +342,22 @@ bool Engine::Impl::step() {
   const int n_rows = static_cast<int>(meta.logits_rows.size());
   if (logits.size() < static_cast<size_t>(n_rows) * n_vocab)
     logits.resize(static_cast<size_t>(n_rows) * n_vocab);
-  runner->forward(meta, logits.data());
+  start_masks(plan);
+  const auto t_forward = std::chrono::steady_clock::now();
+  try {
+    runner->forward(meta, logits.data());
+  } catch (...) {
+    mask_worker.wait();  // the worker still reads the matchers
+    throw;
+  }
+  const auto t_forward_end = std::chrono::steady_clock::now();
+  totals.forward_seconds += std::chrono::duration<double>(t_forward_end - t_forward).count();
+  if (!mask_jobs.empty()) {
+    mask_worker.wait();
+    totals.mask_wait_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t_forward_end).count();
+    totals.n_masks += static_cast<int64_t>(mask_jobs.size());
+  }
   ++totals.n_steps;
   for (const SeqMeta& s : meta.seqs)
     (s.path == MlaPath::Mqa ? totals.n_tokens_mqa : totals.n_tokens_mha) += s.query_len;
@@ -303,7 +376,8 @@ bool Engine::Impl::step() {
                       std::span<const float>(row, n_vocab));
       last = row;
     }
-    if (scheduled[i].needs_logits) sample_seq(seq, last, touched);
+    if (scheduled[i].needs_logits)
+      sample_seq(seq, last, mask_of_item[i] >= 0 ? &mask_jobs[mask_of_item[i]] : nullptr, touched);
   }
   emit(touched);
   return true;

@@ -30,6 +30,7 @@
 namespace mla {
 
 class ModelRunner;   // engine/model_runner.h: runs one BatchMeta through the model
+class CompiledGrammar;  // grammar/grammar.h: a grammar compiled for the model's vocabulary
 class TextDecoder;   // engine/detok.h: token ids → text, incrementally
 namespace kv {
 class KvManager;     // kv/kv_manager.h: block tables over the block pool
@@ -56,8 +57,13 @@ struct SamplingParams {
   bool include_stop_str_in_output = false;
   std::optional<int> logprobs;        // nullopt: none; k >= 0: sampled token's + top-k logprobs
   bool skip_special_tokens = true;    // for the text; token ids always include every token
+  // Constrained decoding: each sequence only samples tokens the grammar allows next, and ends
+  // (finish reason stop) when the grammar has ended (a stop token after a complete match). With
+  // a grammar, min_tokens does not hold back an EOS the grammar allows. Shared, immutable.
+  std::shared_ptr<const CompiledGrammar> grammar;
 
-  // n_vocab: ids in logit_bias / stop_token_ids must be < n_vocab.
+  // n_vocab: ids in logit_bias / stop_token_ids must be < n_vocab; a grammar must have been
+  // compiled for n_vocab.
   void validate(int n_vocab) const;
 };
 
@@ -138,6 +144,11 @@ struct EngineCounters {
   int64_t n_sparse_layer_tokens = 0; // DSA: tokens through sparse layers, summed over layers
   int64_t n_sparse_selected_rows = 0;// DSA: context rows the indexer selected for them
   int64_t n_steps = 0;               // forward calls
+  double forward_seconds = 0;        // wall time in the model's forward calls
+  int64_t n_masks = 0;               // grammar token masks filled (constrained samples)
+  // Wall time the engine waited for grammar masks after the forward pass had finished (the part
+  // of the mask work the forward did not hide).
+  double mask_wait_seconds = 0;
   int64_t n_requests_finished = 0;
 };
 

@@ -83,6 +83,12 @@ void SeqOutput::finish_external(FinishReason reason) {
   finish_with(reason, false);
 }
 
+void SeqOutput::finish_grammar_end() {
+  if (finish_) return;
+  stop_reason_ = std::monostate{};
+  finish_with(FinishReason::kStop, true);
+}
+
 void SeqOutput::finish_with(FinishReason reason, bool flush_text) {
   finish_ = reason;
   if (flush_text && decoder_) text_ += decoder_->flush();

@@ -28,6 +28,9 @@ class SeqOutput {
                                        std::span<const int32_t> eos_ids);
   // Ends the sequence for a reason decided outside (abort, error): held-back text is dropped.
   void finish_external(FinishReason reason);
+  // Ends the sequence because its grammar has ended (finish reason stop, as at EOS): all text
+  // is kept.
+  void finish_grammar_end();
 
   bool finished() const { return finish_.has_value(); }
   bool has_delta() const;

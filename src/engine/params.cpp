@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "engine/engine.h"
+#include "grammar/grammar.h"
 #include "util/error.h"
 
 namespace mla {
@@ -48,6 +49,9 @@ void SamplingParams::validate(int n_vocab) const {
       fail("sampling params: stop_token_ids entry {} out of range [0, {})", tok, n_vocab);
   for (const auto& s : stop)
     if (s.empty()) fail("sampling params: stop strings must not be empty");
+  if (grammar && grammar->n_vocab() != n_vocab)
+    fail("sampling params: the grammar was compiled for {} tokens, the model has {}",
+         grammar->n_vocab(), n_vocab);
 }
 
 bool RequestStream::next(RequestOutput& out) {

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <limits>
 
+#include "grammar/token_mask.h"
+
 namespace mla {
 namespace {
 
@@ -60,12 +62,14 @@ Sampler::Sampler(int n_vocab) : n_vocab_(n_vocab), work_(n_vocab), probs_(n_voca
 
 SampleResult Sampler::sample(const float* logits, const SamplingParams& p,
                              const PenaltyState& pen, int n_generated,
-                             std::span<const int32_t> eos_ids, Rng& rng) {
+                             std::span<const int32_t> eos_ids, Rng& rng,
+                             std::span<const uint32_t> mask) {
   const int V = n_vocab_;
   SampleResult res;
 
   std::copy(logits, logits + V, work_.begin());
-  if (n_generated < p.min_tokens) {
+  if (!mask.empty()) apply_token_mask(work_, mask);
+  if (n_generated < p.min_tokens && mask.empty()) {
     if (!p.ignore_eos)
       for (int32_t t : eos_ids) work_[t] = kNegInf;
     for (int32_t t : p.stop_token_ids) work_[t] = kNegInf;

@@ -1,7 +1,8 @@
 #pragma once
 // Token sampling from one logits row under a request's SamplingParams.
 //
-// Order (as vLLM's V1 sampler): logprobs from the raw logits; min_tokens masks EOS and
+// Order (as vLLM's V1 sampler): logprobs from the raw logits; a grammar's token mask (disallowed
+// tokens → -inf; then min_tokens does not mask EOS: the grammar decides); min_tokens masks EOS and
 // stop_token_ids; logit_bias; repetition penalty (prompt + output tokens: l > 0 ? l / r : l * r,
 // once per distinct token); frequency and presence penalties (output tokens); then greedy argmax
 // when temperature is 0, else softmax(l / T), min_p (drop p < min_p * p_max), top_k, top_p
@@ -53,10 +54,12 @@ class Sampler {
 
   // logits: [n_vocab] raw model output. n_generated: tokens this sequence generated so far.
   // stop_ids_for_min_tokens: EOS ids (unless ignore_eos), masked with params.stop_token_ids while
-  // n_generated < params.min_tokens.
+  // n_generated < params.min_tokens. mask: the grammar's allowed tokens (grammar/token_mask.h),
+  // empty when unconstrained.
   SampleResult sample(const float* logits, const SamplingParams& params,
                       const PenaltyState& penalties, int n_generated,
-                      std::span<const int32_t> eos_ids, Rng& rng);
+                      std::span<const int32_t> eos_ids, Rng& rng,
+                      std::span<const uint32_t> mask = {});
 
   // The processed logits of the last sample() call (after bias and penalties, before
   // temperature): for tests.

@@ -10,6 +10,7 @@
 #include "engine/engine.h"
 #include "engine/output.h"
 #include "engine/sampler.h"
+#include "grammar/grammar.h"
 #include "kv/kv_manager.h"
 
 namespace mla {
@@ -33,6 +34,7 @@ struct Sequence {
   Rng rng;
   PenaltyState penalties;
   SeqOutput output;
+  std::unique_ptr<GrammarMatcher> grammar;  // params.grammar's state for this sequence, or null
 
   int n_generated() const { return static_cast<int>(tokens.size()) - n_prompt; }
 };

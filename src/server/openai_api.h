@@ -21,6 +21,7 @@
 
 namespace mla {
 class Engine;
+class GrammarCompiler;
 class Tokenizer;
 }  // namespace mla
 
@@ -42,6 +43,7 @@ struct ServedModel {
   Engine* engine = nullptr;
   const Tokenizer* tokenizer = nullptr;
   ChatRenderer render_chat;  // empty: the model has no chat template (chat requests → 400)
+  GrammarCompiler* grammars = nullptr;  // null: structured outputs answer 400
   int max_model_len = 0;
   int n_vocab = 0;
   ServerParsers parsers;     // tool-call and reasoning parsers (chat_tools.h)
@@ -75,6 +77,10 @@ class OpenAiApi {
   const ServedModel& model() const { return model_; }
   const ApiConfig& config() const { return config_; }
   TokenText token_text(int32_t id) const;
+  // Compiles an output constraint for SamplingParams::grammar (cached by spec). A spec that does
+  // not compile is a 400 naming `param` and the problem.
+  std::shared_ptr<const CompiledGrammar> compile_grammar(const GrammarSpec& spec,
+                                                         const std::string& param) const;
   void job_finished(const std::string& id);
 
  private:

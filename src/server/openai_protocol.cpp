@@ -297,7 +297,126 @@ void parse_chat_options(const json& body, json& tools, json& kwargs, bool& add_g
   if (continue_final_message) add_generation_prompt = false;
 }
 
+// response_format / structured_outputs → the grammar to constrain the output with (nullopt:
+// free text). structured_outputs follows vLLM's StructuredOutputsParams: exactly one of json,
+// regex, choice, grammar, json_object, structural_tag; disable_any_whitespace for the JSON kinds.
+std::optional<StructuredOutput> parse_structured_output(const json& body) {
+  std::optional<StructuredOutput> out;
+  if (const json* rf = field(body, "response_format")) {
+    if (!rf->is_object()) wrong_type("response_format", "an object", *rf);
+    auto t = rf->find("type");
+    if (t == rf->end() || !t->is_string())
+      bad_request("'response_format.type' must be one of text, json_object, json_schema",
+                  "response_format");
+    const std::string type = t->get<std::string>();
+    if (type == "json_object") {
+      out = StructuredOutput{GrammarSpec::json_object(), "response_format"};
+    } else if (type == "json_schema") {
+      const json* js = field(*rf, "json_schema");
+      if (!js) bad_request("'response_format.json_schema' is required for type json_schema",
+                           "response_format", "missing_field");
+      if (!js->is_object()) wrong_type("response_format.json_schema", "an object", *js);
+      if (const json* name = field(*js, "name"); name && !name->is_string())
+        wrong_type("response_format.json_schema.name", "a string", *name);
+      if (const json* strict = field(*js, "strict"); strict && !strict->is_boolean())
+        wrong_type("response_format.json_schema.strict", "a boolean", *strict);
+      const json* schema = field(*js, "schema");
+      if (!schema) bad_request("'response_format.json_schema.schema' is required",
+                               "response_format", "missing_field");
+      if (!schema->is_object() && !schema->is_boolean())
+        wrong_type("response_format.json_schema.schema", "a JSON Schema object", *schema);
+      out = StructuredOutput{GrammarSpec::json_schema(schema->dump()), "response_format"};
+    } else if (type != "text") {
+      bad_request(fmt::format("'response_format.type' must be one of text, json_object, "
+                              "json_schema, got '{}'", type), "response_format", "unsupported");
+    }
+  }
+  const json* so = field(body, "structured_outputs");
+  // vLLM's older top-level names (guided_json, guided_regex, guided_choice, guided_grammar,
+  // guided_whitespace_pattern) are read as the structured_outputs fields they became.
+  json legacy;
+  for (const char* key : {"json", "regex", "choice", "grammar", "whitespace_pattern"}) {
+    if (const json* v = field(body, fmt::format("guided_{}", key).c_str())) {
+      if (so) bad_request(fmt::format("'guided_{}' and 'structured_outputs' cannot be used together",
+                                      key), "structured_outputs");
+      legacy[key] = *v;
+    }
+  }
+  if (!legacy.is_null()) so = &legacy;
+  if (!so) return out;
+  if (!so->is_object()) wrong_type("structured_outputs", "an object", *so);
+  std::vector<GrammarSpec> specs;
+  auto string_of = [&](const char* key) -> std::optional<std::string> {
+    const json* v = field(*so, key);
+    if (!v) return std::nullopt;
+    if (!v->is_string())
+      wrong_type(fmt::format("structured_outputs.{}", key).c_str(), "a string", *v);
+    return v->get<std::string>();
+  };
+  if (const json* j = field(*so, "json")) {
+    if (j->is_string()) specs.push_back(GrammarSpec::json_schema(j->get<std::string>()));
+    else if (j->is_object() || j->is_boolean()) specs.push_back(GrammarSpec::json_schema(j->dump()));
+    else wrong_type("structured_outputs.json", "a JSON Schema (object or string)", *j);
+  }
+  if (auto r = string_of("regex")) specs.push_back(GrammarSpec::regex(*r));
+  if (const json* c = field(*so, "choice")) {
+    if (!c->is_array() || c->empty())
+      bad_request("'structured_outputs.choice' must be a non-empty list of strings",
+                  "structured_outputs");
+    std::vector<std::string> choices;
+    for (const auto& v : *c) {
+      if (!v.is_string()) wrong_type("structured_outputs.choice", "a list of strings", v);
+      choices.push_back(v.get<std::string>());
+    }
+    specs.push_back(GrammarSpec::choice(std::move(choices)));
+  }
+  if (auto g = string_of("grammar")) specs.push_back(GrammarSpec::ebnf(*g));
+  if (auto t = string_of("structural_tag")) specs.push_back(GrammarSpec::structural_tag(*t));
+  if (const json* jo = field(*so, "json_object")) {
+    if (!jo->is_boolean()) wrong_type("structured_outputs.json_object", "a boolean", *jo);
+    if (jo->get<bool>()) specs.push_back(GrammarSpec::json_object());
+  }
+  if (field(*so, "whitespace_pattern"))
+    bad_request("'structured_outputs.whitespace_pattern' is not supported", "structured_outputs",
+                "unsupported");
+  // As vLLM: a response_format constraint goes into structured_outputs, whose options then
+  // apply to it; a second constraint kind there is an error.
+  if (out && !specs.empty())
+    bad_request("'structured_outputs' and a 'response_format' other than text cannot both "
+                "give a constraint", "structured_outputs");
+  if (!out && specs.size() != 1)
+    bad_request(fmt::format("'structured_outputs' needs exactly one of json, regex, choice, "
+                            "grammar, json_object, structural_tag; got {}", specs.size()),
+                "structured_outputs");
+  if (!out) out = StructuredOutput{std::move(specs[0]), "structured_outputs"};
+  if (const json* ws = field(*so, "disable_any_whitespace")) {
+    if (!ws->is_boolean()) wrong_type("structured_outputs.disable_any_whitespace", "a boolean", *ws);
+    out->spec.any_whitespace = !ws->get<bool>();
+  }
+  return out;
+}
+
+
 }  // namespace
+
+void restore_schema_order(StructuredOutput& so, std::string_view raw_body) {
+  if (so.spec.kind != GrammarSpec::Kind::kJsonSchema) return;
+  const auto body = nlohmann::ordered_json::parse(raw_body, nullptr, /*allow_exceptions=*/false);
+  if (!body.is_object()) return;
+  const nlohmann::ordered_json* schema = nullptr;
+  if (so.param == "response_format") {
+    auto rf = body.find("response_format");
+    if (rf != body.end() && rf->is_object()) {
+      auto js = rf->find("json_schema");
+      if (js != rf->end() && js->is_object() && js->contains("schema")) schema = &(*js)["schema"];
+    }
+  } else {
+    auto st = body.find("structured_outputs");
+    if (st != body.end() && st->is_object() && st->contains("json")) schema = &(*st)["json"];
+    else if (body.contains("guided_json")) schema = &body["guided_json"];
+  }
+  if (schema && (schema->is_object() || schema->is_boolean())) so.spec.source = schema->dump();
+}
 
 CompletionRequest parse_completion_request(const json& body, const ModelLimits& lim) {
   CompletionRequest r;
@@ -338,6 +457,7 @@ CompletionRequest parse_completion_request(const json& body, const ModelLimits& 
   }
   if (field(body, "suffix")) bad_request("'suffix' is not supported", "suffix", "unsupported");
   parse_sampling(body, lim, r.params);
+  r.structured = parse_structured_output(body);
   if (auto lp = get_int_in(body, "logprobs", 0, 20, "in [0, 20]")) r.params.logprobs = *lp;
   r.echo = get_bool(body, "echo").value_or(false);
   if (r.echo && r.params.logprobs)
@@ -368,13 +488,7 @@ ChatRequest parse_chat_request(const json& body, const ModelLimits& lim) {
   r.max_tokens = mct ? mct : mt;
   // min_tokens vs max_tokens is checked once the default max_tokens is known.
   if (r.max_tokens) check_max_tokens(r.params, r.max_tokens, mct ? "max_completion_tokens" : "max_tokens");
-  if (const json* rf = field(body, "response_format")) {
-    if (!rf->is_object()) wrong_type("response_format", "an object", *rf);
-    auto t = rf->find("type");
-    if (t != rf->end() && *t != "text")
-      bad_request("'response_format' other than text is not supported", "response_format",
-                  "unsupported");
-  }
+  r.structured = parse_structured_output(body);
   parse_stream(body, r.stream, r.include_usage);
   r.user = get_string(body, "user").value_or("");
   return r;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "grammar/grammar.h"
 #include "server/api_error.h"
 
 namespace mla::server {
@@ -25,6 +26,12 @@ using json = nlohmann::json;
 struct ModelLimits {
   int n_vocab = 0;
   int max_model_len = 0;
+};
+
+// A request's output constraint (response_format or structured_outputs) before it is compiled.
+struct StructuredOutput {
+  GrammarSpec spec;
+  std::string param;  // the field it came from, for errors: "response_format" | "structured_outputs"
 };
 
 // One completions prompt: text to tokenize, or token ids.
@@ -38,6 +45,7 @@ struct CompletionRequest {
   std::string model;                 // "" when absent
   std::vector<PromptInput> prompts;  // >= 1
   SamplingParams params;             // params.max_tokens: 16 unless given
+  std::optional<StructuredOutput> structured;  // response_format / structured_outputs
   bool echo = false;
   bool stream = false;
   bool include_usage = false;        // stream_options.include_usage
@@ -52,12 +60,18 @@ struct ChatRequest {
   bool add_generation_prompt = true;
   bool continue_final_message = false;
   SamplingParams params;
+  std::optional<StructuredOutput> structured;  // response_format / structured_outputs
   std::optional<int> max_tokens;     // nullopt: what is left of the context
   bool logprobs = false;             // then params.logprobs = top_logprobs
   bool stream = false;
   bool include_usage = false;
   std::string user;
 };
+
+// nlohmann::json keeps object keys sorted, but a JSON schema's property order is the order the
+// output follows (OpenAI's strict mode, xgrammar): takes a kJsonSchema spec's schema again from
+// the raw body, parsed order-preserving. Other kinds, and bodies that do not parse, are left.
+void restore_schema_order(StructuredOutput& so, std::string_view raw_body);
 
 // Both throw ApiError (400). body must be a JSON object.
 CompletionRequest parse_completion_request(const json& body, const ModelLimits& limits);

@@ -214,7 +214,7 @@ std::string deepseek_vocab_model() {
   s.qk_rope = 16;
   s.v_head = 16;
   s.n_ff_exp = 32;
-  s.vocab_path = std::string(MLA_SOURCE_DIR) + "/../shared/data/vocab/ggml-vocab-deepseek-llm.gguf";
+  s.vocab_path = std::string(MLA_SOURCE_DIR) + "/tests/fixtures/vocab/ggml-vocab-deepseek-llm.gguf";
   return synth_file("engine_dsvocab", s);
 }
 

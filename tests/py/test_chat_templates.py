@@ -1,6 +1,6 @@
 """mla.cpp's Jinja engine against Python jinja2 configured as transformers configures it.
 
-Every real chat template in ../shared/data/chat-templates (plus DeepSeek-V3's, from its
+Every real chat template in tests/fixtures/chat-templates (plus DeepSeek-V3's, from its
 tokenizer_config.json) is rendered with every conversation in tests/fixtures/chat/conversations.json
 by `mla template render --batch`, and by jinja2; outputs must be byte-identical, and a template
 that jinja2 rejects for a conversation (raises) must be rejected by mla.cpp too, and vice versa.
@@ -22,8 +22,8 @@ import pytest
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-SHARED = ROOT / ".." / "shared" / "data"
-TEMPLATE_DIR = SHARED / "chat-templates"
+TEMPLATE_DIR = ROOT / "tests" / "fixtures" / "chat-templates"
+DSV3_CONFIG = ROOT / "tests" / "fixtures" / "tokenizers" / "deepseek-v3" / "tokenizer_config.json"
 FIXTURES = ROOT / "tests" / "fixtures" / "chat"
 FIXED_NOW = datetime.datetime(2025, 1, 31, 12, 34, 56)
 
@@ -122,14 +122,12 @@ def compare(label, expected, actual):
 
 def load_templates():
     if not TEMPLATE_DIR.is_dir():
-        pytest.fail(f"chat templates not found at {TEMPLATE_DIR.resolve()} (expected ../shared/data/chat-templates "
-                    f"relative to the repository root; see /work/shared/data/README.md)")
+        pytest.fail(f"chat templates not found at {TEMPLATE_DIR}")
     templates = {p.name: p.read_text(encoding="utf-8") for p in sorted(TEMPLATE_DIR.glob("*.jinja"))}
     if not templates:
         pytest.fail(f"no *.jinja files in {TEMPLATE_DIR.resolve()}")
-    config = SHARED / "tokenizers" / "deepseek-v3" / "tokenizer_config.json"
-    if config.exists():
-        templates["deepseek-v3/tokenizer_config.json"] = json.loads(config.read_text(encoding="utf-8"))["chat_template"]
+    config = json.loads(DSV3_CONFIG.read_text(encoding="utf-8"))
+    templates["deepseek-v3/tokenizer_config.json"] = config["chat_template"]
     return templates
 
 

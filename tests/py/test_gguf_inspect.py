@@ -57,13 +57,13 @@ def check_against_gguf_py(mla_bin: str, path: Path) -> None:
     assert ours["totals"]["parameters"] == sum(int(r.n_elements) for r in ref.tensors)
 
 
-def test_inspect_real_vocab_matches_gguf_py(mla_bin, shared_dir):
+def test_inspect_real_vocab_matches_gguf_py(mla_bin, fixtures_dir):
     for name in ("deepseek-llm", "deepseek-coder", "gpt-2"):
-        check_against_gguf_py(mla_bin, shared_dir / "data" / "vocab" / f"ggml-vocab-{name}.gguf")
+        check_against_gguf_py(mla_bin, fixtures_dir / "vocab" / f"ggml-vocab-{name}.gguf")
 
 
-def test_inspect_text_output(mla_bin, shared_dir):
-    out = run_mla(mla_bin, "gguf", "inspect", str(shared_dir / "data/vocab/ggml-vocab-deepseek-llm.gguf")).stdout
+def test_inspect_text_output(mla_bin, fixtures_dir):
+    out = run_mla(mla_bin, "gguf", "inspect", str(fixtures_dir / "vocab" / "ggml-vocab-deepseek-llm.gguf")).stdout
     assert 'tokenizer.ggml.pre' in out and '"deepseek-llm"' in out
     assert "ARRAY[STRING, 102400]" in out and "(102400 items)" in out  # long arrays abbreviated
     assert "totals:" in out

@@ -12,7 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 MLA = os.environ.get("MLA_BIN", str(ROOT / "build" / "mla"))
-VOCAB = ROOT.parent / "shared" / "data" / "vocab" / "ggml-vocab-deepseek-llm.gguf"
+VOCAB = ROOT / "tests" / "fixtures" / "vocab" / "ggml-vocab-deepseek-llm.gguf"
 
 
 def mla(*args, check=True):

@@ -1,6 +1,6 @@
 """mla.cpp's tokenizer against HF tokenizers (PyPI `tokenizers`) on DeepSeek-V3.
 
-Converts ../shared/data/tokenizers/deepseek-v3 with `mla gguf vocab-from-hf`, then on a ≥1 MB
+Converts tests/fixtures/tokenizers/deepseek-v3 with `mla gguf vocab-from-hf`, then on a ≥1 MB
 mixed corpus (tokenizer_corpus.py) checks, item by item: mla ids == HF
 encode(text, add_special_tokens=False) ids, and the streaming decode of those ids == text.
 Also: the converted GGUF's keys against tokenizer.json/tokenizer_config.json, special-token
@@ -22,8 +22,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import tokenizer_corpus  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-SHARED = ROOT.parent / "shared" / "data"
-DS3_DIR = SHARED / "tokenizers" / "deepseek-v3"
+DS3_DIR = ROOT / "tests" / "fixtures" / "tokenizers" / "deepseek-v3"
 MLA = os.environ.get("MLA_BIN", str(ROOT / "build" / "mla"))
 
 
@@ -48,7 +47,7 @@ def read_jsonl(text):
 @pytest.fixture(scope="module")
 def hf():
     if not (DS3_DIR / "tokenizer.json").is_file():
-        pytest.fail(f"missing shared test data {DS3_DIR}/tokenizer.json (expected ../shared next to the repo root)")
+        pytest.fail(f"missing test fixture {DS3_DIR}/tokenizer.json")
     return Tokenizer.from_file(str(DS3_DIR / "tokenizer.json"))
 
 

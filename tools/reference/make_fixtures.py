@@ -5,7 +5,7 @@
 Steps (all seeded; a re-run rewrites byte-identical files):
  1. trains a small byte-level BPE vocabulary on tools/reference/corpus.txt with the normalizer,
     pre-tokenizer, post-processor and decoder of the real DeepSeek-V3 tokenizer
-    (../shared/data/tokenizers/deepseek-v3), and DeepSeek-V3's special/chat tokens;
+    (tests/fixtures/tokenizers/deepseek-v3), and DeepSeek-V3's special/chat tokens;
  2. builds two tiny random models with transformers' own classes (see MODELS), saves them as HF
     checkpoints (safetensors + config.json + tokenizer) in a scratch dir, and converts each with
     llama.cpp's convert_hf_to_gguf.py --outtype f32 (through convert_gguf.py);
@@ -46,7 +46,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 REPO = HERE.parent.parent
 DEFAULT_OUT = REPO / "tests" / "fixtures" / "reference"
-DEFAULT_DSV3_TOKENIZER = REPO.parent / "shared" / "data" / "tokenizers" / "deepseek-v3"
+DEFAULT_DSV3_TOKENIZER = REPO / "tests" / "fixtures" / "tokenizers" / "deepseek-v3"
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 DEFAULT_LLAMA_CPP = (Path(os.environ.get("REFERENCE_CACHE_DIR", Path.home() / ".cache" / "mla"))
                      / f"llama-cpp-python-{LLAMA_CPP_PYTHON_VERSION}" / "vendor" / "llama.cpp")
@@ -503,7 +503,7 @@ def main() -> None:
     if not (args.llama_cpp / "convert_hf_to_gguf.py").is_file():
         raise SystemExit(f"converter not found under {args.llama_cpp}: run tools/reference/setup.sh")
     if not (args.dsv3_tokenizer / "tokenizer.json").is_file():
-        raise SystemExit(f"DeepSeek-V3 tokenizer not found in {args.dsv3_tokenizer} (expected ../shared)")
+        raise SystemExit(f"DeepSeek-V3 tokenizer not found in {args.dsv3_tokenizer}")
 
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)

@@ -20,11 +20,11 @@ import time
 
 os.environ["RAYON_NUM_THREADS"] = "1"
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
-from tokenizers import Tokenizer  # noqa: E402
+from tokenizers import Tokenizer
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "py"))
-import tokenizer_corpus  # noqa: E402
+import tokenizer_corpus
 
 
 def best_of(passes, fn):

@@ -102,7 +102,7 @@ TokenText OpenAiApi::token_text(int32_t id) const {
   return t;
 }
 
-void OpenAiApi::handle(HttpRequest&& req, std::shared_ptr<HttpResponder> res) {
+void OpenAiApi::handle(HttpRequest&& req, const std::shared_ptr<HttpResponder>& res) {
   try {
     route(req, res);
   } catch (const ApiError& e) {
@@ -295,7 +295,7 @@ void OpenAiApi::handle_completions(const HttpRequest& req,
   opt.echo = cr.echo;
   auto job = std::make_shared<GenerationJob>(*this, res, std::move(opt), std::move(texts),
                                              std::move(lens));
-  start_job(std::move(job), std::move(prompts), cr.params);
+  start_job(job, std::move(prompts), cr.params);
 }
 
 void OpenAiApi::handle_chat(const HttpRequest& req, const std::shared_ptr<HttpResponder>& res) {
@@ -329,10 +329,10 @@ void OpenAiApi::handle_chat(const HttpRequest& req, const std::shared_ptr<HttpRe
                                              std::vector<int>{len});
   std::vector<std::vector<int32_t>> prompts;
   prompts.push_back(std::move(ids));
-  start_job(std::move(job), std::move(prompts), cr.params);
+  start_job(job, std::move(prompts), cr.params);
 }
 
-void OpenAiApi::start_job(std::shared_ptr<GenerationJob> job,
+void OpenAiApi::start_job(const std::shared_ptr<GenerationJob>& job,
                           std::vector<std::vector<int32_t>> prompts, const SamplingParams& params) {
   // The engine's own validation, with its message, before anything is queued.
   try {

@@ -26,7 +26,7 @@ def fixtures_dir() -> Path:
 
 
 def run_mla(mla_bin: str, *args: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
-    p = subprocess.run([mla_bin, *args], capture_output=True, text=True, **kw)
+    p = subprocess.run([mla_bin, *args], capture_output=True, check=False, text=True, **kw)
     if check and p.returncode != 0:
         raise AssertionError(f"mla {' '.join(args)} failed ({p.returncode}): {p.stderr}")
     return p

@@ -3,10 +3,9 @@ import json
 from pathlib import Path
 
 import numpy as np
-import gguf
-import pytest
-
 from conftest import run_mla
+
+import gguf
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -21,7 +21,7 @@ def client(server):
     return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=60)
 
 
-GREEDY = dict(temperature=0, extra_body={"ignore_eos": True})
+GREEDY = {"temperature": 0, "extra_body": {"ignore_eos": True}}
 
 
 def test_models_list(client):
@@ -97,8 +97,8 @@ def test_n_choices(client):
 
 
 def test_seed_reproducibility(client):
-    kw = dict(model=MODEL_NAME, prompt="Random words:", max_tokens=12, temperature=1.0, top_p=0.95,
-              extra_body={"ignore_eos": True})
+    kw = {"model": MODEL_NAME, "prompt": "Random words:", "max_tokens": 12, "temperature": 1.0, "top_p": 0.95,
+              "extra_body": {"ignore_eos": True}}
     a = client.completions.create(seed=1234, **kw).choices[0].text
     b = client.completions.create(seed=1234, **kw).choices[0].text
     assert a == b
@@ -107,8 +107,8 @@ def test_seed_reproducibility(client):
 
 
 def test_stop_strings(client):
-    kw = dict(model=MODEL_NAME, prompt="A B C", max_tokens=6, temperature=0,
-              extra_body={"ignore_eos": True, "logit_bias": {"17464": 100}})
+    kw = {"model": MODEL_NAME, "prompt": "A B C", "max_tokens": 6, "temperature": 0,
+              "extra_body": {"ignore_eos": True, "logit_bias": {"17464": 100}}}
     r = client.completions.create(stop=["oHel"], **kw)
     assert r.choices[0].text == "Hell"
     assert r.choices[0].finish_reason == "stop"

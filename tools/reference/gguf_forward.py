@@ -24,7 +24,7 @@ FIXTURES = HERE.parent.parent / "tests" / "fixtures" / "reference"
 def load_gguf(path: Path, llama_cpp: Path):
     sys.path.insert(0, str(llama_cpp / "gguf-py"))
     try:
-        import gguf  # noqa: E402  (the vendored gguf-py)
+        import gguf
     finally:
         sys.path.remove(str(llama_cpp / "gguf-py"))
     reader = gguf.GGUFReader(str(path))
@@ -87,7 +87,7 @@ def forward(keys: dict, w: dict, ids: list[int], path: str, rope=rope_adjacent_p
     """Logits [T, vocab] for one sequence at positions 0..T-1. path: 'mha' or 'mqa'."""
     a = keys["general.architecture"]
     assert a == "deepseek2", a
-    k = lambda name, default=None: keys.get(f"{a}.{name}", default)  # noqa: E731
+    k = lambda name, default=None: keys.get(f"{a}.{name}", default)
     n_layer, n_head = k("block_count"), k("attention.head_count")
     eps = k("attention.layer_norm_rms_epsilon")
     kv_lora = k("attention.kv_lora_rank")
@@ -219,7 +219,7 @@ ABLATIONS = {
 
 def main() -> None:
     sys.path.insert(0, str(HERE))
-    from make_fixtures import DEFAULT_LLAMA_CPP  # noqa: E402
+    from make_fixtures import DEFAULT_LLAMA_CPP
 
     args = sys.argv[1:]
     ablations = "--ablations" in args

@@ -262,6 +262,7 @@ def test_pretokenizer_pieces_match_hf(name, hf, corpus, tmp_path):
     inp = tmp_path / "items.jsonl"
     write_jsonl(inp, items)
     mine = read_jsonl(run_mla("tokenize", "--pretokenize", "--tokenizer-pre", name, "--batch-jsonl", inp).stdout)
+    assert len(mine) == len(items), f"{name}: mla printed {len(mine)} lines for {len(items)} items"
     pipe = hf_pipelines(hf)[name]
     dec = _byte_decoder()
     bad = 0

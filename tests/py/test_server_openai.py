@@ -122,6 +122,36 @@ def test_chat_with_parts_tool_messages_and_template_kwargs(with_tools):
         assert s.stop() == 0, s.log
 
 
+def token_bytes(token: str) -> bytes:
+    """A logprobs token string as bytes: `bytes:\\xNN...` for a token that is not UTF-8 alone."""
+    if token.startswith("bytes:"):
+        return bytes(int(h, 16) for h in token[len("bytes:"):].split("\\x")[1:])
+    return token.encode("utf-8")
+
+
+def test_stream_with_logprobs_never_splits_a_character(client):
+    """'é' is two byte tokens in this vocabulary (0xC3 = id 125, 0xA9 = id 102); a logit bias makes
+    the model emit only those. Streamed with logprobs, the text deltas must concatenate to the
+    full response's text, which must be Python's UTF-8 decoding (U+FFFD for each maximal invalid
+    subpart) of the tokens' bytes; every chunk's text is whole characters and the streamed
+    logprobs tokens equal the full response's."""
+    bias = {"125": 100, "102": 100}
+    split_seen = False
+    for prompt in ["Numbers:", "Hello", "The weather"]:
+        args = dict(model=MODEL_NAME, prompt=prompt, max_tokens=12, logprobs=1, logit_bias=bias, **GREEDY)
+        full = client.completions.create(**args).choices[0]
+        tokens = full.logprobs.tokens
+        assert len(tokens) == 12 and all(t in ("bytes:\\xc3", "bytes:\\xa9") for t in tokens), tokens
+        want = b"".join(token_bytes(t) for t in tokens).decode("utf-8", errors="replace")
+        assert full.text == want
+        split_seen |= "é" in want
+        chunks = [c.choices[0] for c in client.completions.create(stream=True, **args) if c.choices]
+        assert "".join(c.text for c in chunks) == want
+        assert [t for c in chunks if c.logprobs for t in c.logprobs.tokens] == tokens
+        assert all("\ud800" > ch or ch > "\udfff" for c in chunks for ch in c.text)  # no lone surrogates
+    assert split_seen, "no prompt produced 0xC3 0xA9 in a row: pick another prompt"
+
+
 def test_n_choices(client):
     r = client.completions.create(model=MODEL_NAME, prompt="Pick a number:", max_tokens=6, n=2, seed=11,
                                   temperature=1.0, extra_body={"ignore_eos": True})

@@ -8,7 +8,7 @@ FUZZ_RUNS ?= 10000000
 HOST ?= 127.0.0.1
 PORT ?= 8080
 
-.PHONY: all deps build test serve bench fuzz clean
+.PHONY: all deps build test serve bench fuzz format lint clean
 
 all: build
 
@@ -35,6 +35,14 @@ fuzz: deps
 	  -DMLA_BUILD_TESTS=OFF -DMLA_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
 	cmake --build $(FUZZ_BUILD) -j $(JOBS)
 	./scripts/run-fuzz.sh $(FUZZ_BUILD) $(FUZZ_RUNS)
+
+# Formats every tracked C++ file in place (.clang-format).
+format:
+	git ls-files '*.cpp' '*.h' | xargs clang-format -i
+
+# clang-format check, clang-tidy on src/ (.clang-tidy), ruff on Python (scripts/lint.sh).
+lint: deps $(BUILD)/build.ninja
+	./scripts/lint.sh $(BUILD) $(JOBS)
 
 clean:
 	rm -rf $(BUILD) $(FUZZ_BUILD)

@@ -3,7 +3,7 @@
     .venv/bin/python tools/bench_tokenizer.py [--mla build/mla] [--passes 5]
 
 Corpus: tests/py/tokenizer_corpus.py (≥1.1 MB, ~8.7k items). Vocabulary: DeepSeek-V3 from
-../shared/data/tokenizers/deepseek-v3, converted with `mla gguf vocab-from-hf`. Both sides encode
+tests/fixtures/tokenizers/deepseek-v3, converted with `mla gguf vocab-from-hf`. Both sides encode
 the items one by one without special-token insertion (add_special_tokens=False; special tokens
 in the text are parsed by both), one warm-up pass then the best of --passes timed passes.
 HF runs single-threaded (RAYON_NUM_THREADS=1, TOKENIZERS_PARALLELISM=false) through
@@ -20,11 +20,11 @@ import time
 
 os.environ["RAYON_NUM_THREADS"] = "1"
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
-from tokenizers import Tokenizer  # noqa: E402
+from tokenizers import Tokenizer
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "py"))
-import tokenizer_corpus  # noqa: E402
+import tokenizer_corpus
 
 
 def best_of(passes, fn):
@@ -42,7 +42,7 @@ def best_of(passes, fn):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--mla", default=str(ROOT / "build" / "mla"))
-    ap.add_argument("--tokenizer-dir", default=str(ROOT.parent / "shared" / "data" / "tokenizers" / "deepseek-v3"))
+    ap.add_argument("--tokenizer-dir", default=str(ROOT / "tests" / "fixtures" / "tokenizers" / "deepseek-v3"))
     ap.add_argument("--passes", type=int, default=5)
     args = ap.parse_args()
 

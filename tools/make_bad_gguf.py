@@ -11,6 +11,7 @@ import struct
 from pathlib import Path
 
 import numpy as np
+
 import gguf
 
 OUT = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "gguf-bad"

@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "util/error.h"
 
+// NOLINTNEXTLINE(bugprone-exception-escape): a throw while registering options is a bug; terminate
 int main(int argc, char** argv) {
   CLI::App app{"mla.cpp: inference server for Multi-head Latent Attention MoE models"};
   app.require_subcommand(1);

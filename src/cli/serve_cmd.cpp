@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <pthread.h>
-#include <signal.h>
+#include <signal.h>  // NOLINT(modernize-deprecated-headers): POSIX sigwait and pthread_sigmask
 
 #include <atomic>
 #include <chrono>
@@ -73,7 +73,7 @@ struct ServeArgs {
 // The chat renderer: the template sees messages, tools (when given), add_generation_prompt,
 // bos_token, eos_token and chat_template_kwargs (as transformers' apply_chat_template passes
 // them).
-server::ChatRenderer make_renderer(std::shared_ptr<ChatTemplate> tmpl, const Tokenizer& tok) {
+server::ChatRenderer make_renderer(const std::shared_ptr<ChatTemplate>& tmpl, const Tokenizer& tok) {
   auto special_text = [&tok](TokenId id) {
     return tok.is_valid(id) ? std::string(tok.token_bytes(id, true)) : std::string();
   };
@@ -188,8 +188,8 @@ void serve(ServeArgs& a) {
   hc.n_threads = a.http_threads;
   hc.limits.max_body_bytes = static_cast<size_t>(parse_byte_size(a.max_request_bytes, "--max-request-bytes"));
   hc.limits.keep_alive = std::chrono::milliseconds(static_cast<int64_t>(a.timeout_keep_alive * 1000));
-  server::HttpServer http(hc, [&api](server::HttpRequest&& r, std::shared_ptr<server::HttpResponder> res) {
-    api.handle(std::move(r), std::move(res));
+  server::HttpServer http(hc, [&api](server::HttpRequest&& r, const std::shared_ptr<server::HttpResponder>& res) {
+    api.handle(std::move(r), res);
   });
   http.start();
   const std::string url = fmt::format("http://{}:{}", a.host, http.port());

@@ -25,8 +25,8 @@ uint64_t min_value_bytes(GgufValueType t) {
     case GgufValueType::UINT8: case GgufValueType::INT8: case GgufValueType::BOOL: return 1;
     case GgufValueType::UINT16: case GgufValueType::INT16: return 2;
     case GgufValueType::UINT32: case GgufValueType::INT32: case GgufValueType::FLOAT32: return 4;
-    case GgufValueType::UINT64: case GgufValueType::INT64: case GgufValueType::FLOAT64: return 8;
-    case GgufValueType::STRING: return 8;
+    case GgufValueType::UINT64: case GgufValueType::INT64: case GgufValueType::FLOAT64:
+    case GgufValueType::STRING: return 8;  // a string: its 8-byte length
     case GgufValueType::ARRAY: return 12;
   }
   return 1;

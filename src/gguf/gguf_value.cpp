@@ -133,9 +133,7 @@ std::string GgufValue::to_string(size_t max_items) const {
           return out + "]";
         } else if constexpr (std::is_same_v<T, bool>) {
           return x ? "true" : "false";
-        } else if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-          return fmt::format("{}", x);
-        } else if constexpr (std::is_same_v<T, uint64_t>) {
+        } else if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, uint64_t>) {
           return fmt::format("{}", x);
         } else {
           return fmt::format("{}", static_cast<int64_t>(x));

@@ -47,7 +47,7 @@ inline void axpy_f32(float alpha, const float* x, float* y, int64_t n) {
 // the tail into lanes 0.., then a fixed pairwise sum), so an output does not depend on which tile
 // computed it. MR x NR independent accumulators keep the FMA units busy; each loaded 8-float
 // piece of a is used NR times and of b MR times.
-typedef float f32x8 __attribute__((vector_size(32)));
+using f32x8 = float __attribute__((vector_size(32)));
 
 inline f32x8 load_f32x8(const float* p) {
   f32x8 v;

@@ -110,7 +110,7 @@ void KvManager::fork(const SeqBlocks& src, SeqBlocks& dst) {
 }
 
 void KvManager::free(SeqBlocks& seq) {
-  for (auto it = seq.table.rbegin(); it != seq.table.rend(); ++it) pool_.release(*it);
+  for (size_t i = seq.table.size(); i-- > 0;) pool_.release(seq.table[i]);
   seq.table.clear();
   seq.chain.clear();
   seq.chain_hash.clear();

@@ -172,8 +172,9 @@ class Builder {
   }
   // A tensor from F32 values; ne in ggml order (ne[0] = row length).
   void add(const std::string& name, const std::string& role, std::vector<int64_t> ne, const std::vector<float>& v) {
-    GgmlType t = role.empty() ? GgmlType::F32 : fit_type(role_type(role), ne[0]);
-    w_.add_tensor(name, t, std::move(ne), encode(t, v, ne[0]));
+    const int64_t row = ne[0];  // read before the call: its arguments may be evaluated in any order
+    GgmlType t = role.empty() ? GgmlType::F32 : fit_type(role_type(role), row);
+    w_.add_tensor(name, t, std::move(ne), encode(t, v, row));
   }
   void matrix(const std::string& name, const std::string& role, std::vector<int64_t> ne) {
     int64_t n = 1;

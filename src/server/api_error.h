@@ -11,7 +11,7 @@ namespace mla::server {
 class ApiError : public std::runtime_error {
  public:
   // param: the request field at fault ("" → null). code: a short machine-readable reason.
-  ApiError(int status, std::string message, std::string param = "", std::string code = "")
+  ApiError(int status, const std::string& message, std::string param = "", std::string code = "")
       : std::runtime_error(message), status_(status), param_(std::move(param)),
         code_(std::move(code)) {}
 
@@ -29,9 +29,9 @@ class ApiError : public std::runtime_error {
 const char* error_type_for_status(int status);
 
 // 400 with a field name: the common case.
-[[noreturn]] inline void bad_request(std::string message, std::string param = "",
+[[noreturn]] inline void bad_request(const std::string& message, std::string param = "",
                                      std::string code = "invalid_value") {
-  throw ApiError(400, std::move(message), std::move(param), std::move(code));
+  throw ApiError(400, message, std::move(param), std::move(code));
 }
 
 }  // namespace mla::server

@@ -131,9 +131,9 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   // Called (on the strand) by the Responder.
-  void respond_full(const Responder* r, int status, std::string content_type, std::string body,
-                    Headers headers);
-  void respond_start(const Responder* r, std::string content_type, Headers headers);
+  void respond_full(const Responder* r, int status, const std::string& content_type, std::string body,
+                    const Headers& headers);
+  void respond_start(const Responder* r, const std::string& content_type, const Headers& headers);
   void respond_chunk(const Responder* r, std::string data);
   void respond_end(const Responder* r);
 
@@ -187,13 +187,13 @@ class Responder : public HttpResponder {
     if (auto s = session())
       s->post([s, self = this, status, ct = std::move(content_type), b = std::move(body),
                h = std::move(headers)]() mutable {
-        s->respond_full(self, status, std::move(ct), std::move(b), std::move(h));
+        s->respond_full(self, status, ct, std::move(b), h);
       });
   }
   void start_stream(std::string content_type, Headers headers) override {
     if (auto s = session())
-      s->post([s, self = this, ct = std::move(content_type), h = std::move(headers)]() mutable {
-        s->respond_start(self, std::move(ct), std::move(h));
+      s->post([s, self = this, ct = std::move(content_type), h = std::move(headers)] {
+        s->respond_start(self, ct, h);
       });
   }
   void write(std::string data) override {
@@ -390,8 +390,8 @@ void Session::client_gone() {
   r->mark_gone();
 }
 
-void Session::respond_full(const Responder* r, int status, std::string content_type,
-                           std::string body, Headers headers) {
+void Session::respond_full(const Responder* r, int status, const std::string& content_type,
+                           std::string body, const Headers& headers) {
   if (closed_ || responder_.get() != r || streaming_ || response_done_) return;
   bool keep = keep_alive_ && !shared_->draining;
   close_after_write_ = !keep;
@@ -401,7 +401,7 @@ void Session::respond_full(const Responder* r, int status, std::string content_t
   flush();
 }
 
-void Session::respond_start(const Responder* r, std::string content_type, Headers headers) {
+void Session::respond_start(const Responder* r, const std::string& content_type, const Headers& headers) {
   if (closed_ || responder_.get() != r || streaming_ || response_done_) return;
   streaming_ = true;
   bool keep = keep_alive_ && !shared_->draining;

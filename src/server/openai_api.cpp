@@ -103,7 +103,7 @@ TokenText OpenAiApi::token_text(int32_t id) const {
   return t;
 }
 
-void OpenAiApi::handle(HttpRequest&& req, std::shared_ptr<HttpResponder> res) {
+void OpenAiApi::handle(HttpRequest&& req, const std::shared_ptr<HttpResponder>& res) {
   // Errors of the Anthropic routes take Anthropic's shape.
   const bool anthropic = req.path.rfind("/v1/messages", 0) == 0;
   auto fail = [&](const ApiError& e) {
@@ -313,7 +313,7 @@ void OpenAiApi::handle_completions(const HttpRequest& req,
   opt.echo = cr.echo;
   auto job = std::make_shared<GenerationJob>(*this, res, std::move(opt), std::move(texts),
                                              std::move(lens));
-  start_job(std::move(job), std::move(prompts), cr.params);
+  start_job(job, std::move(prompts), cr.params);
 }
 
 void OpenAiApi::handle_chat(const HttpRequest& req, const std::shared_ptr<HttpResponder>& res) {
@@ -357,7 +357,7 @@ void OpenAiApi::handle_chat(const HttpRequest& req, const std::shared_ptr<HttpRe
                                              std::vector<int>{len});
   std::vector<std::vector<int32_t>> prompts;
   prompts.push_back(std::move(ids));
-  start_job(std::move(job), std::move(prompts), cr.params);
+  start_job(job, std::move(prompts), cr.params);
 }
 
 std::shared_ptr<const CompiledGrammar> OpenAiApi::compile_grammar(const GrammarSpec& spec,
@@ -371,7 +371,7 @@ std::shared_ptr<const CompiledGrammar> OpenAiApi::compile_grammar(const GrammarS
   }
 }
 
-void OpenAiApi::start_job(std::shared_ptr<ApiJob> job,
+void OpenAiApi::start_job(const std::shared_ptr<ApiJob>& job,
                           std::vector<std::vector<int32_t>> prompts, const SamplingParams& params) {
   // The engine's own validation, with its message, before anything is queued.
   try {

@@ -63,7 +63,7 @@ class OpenAiApi {
   ~OpenAiApi();
 
   // The HttpHandler.
-  void handle(HttpRequest&& req, std::shared_ptr<HttpResponder> res);
+  void handle(HttpRequest&& req, const std::shared_ptr<HttpResponder>& res);
 
   void set_model(ServedModel model);  // ready: /health 200
   bool ready() const { return ready_.load(); }
@@ -98,7 +98,7 @@ class OpenAiApi {
   // A rendered chat prompt: its own special tokens, plus BOS where the vocabulary wants one and
   // the template did not write it.
   std::vector<int32_t> tokenize_chat(const std::string& rendered) const;
-  void start_job(std::shared_ptr<ApiJob> job, std::vector<std::vector<int32_t>> prompts,
+  void start_job(const std::shared_ptr<ApiJob>& job, std::vector<std::vector<int32_t>> prompts,
                  const SamplingParams& params);
   // The Anthropic Messages API (anthropic_api.cpp).
   void handle_messages(const HttpRequest& req, const std::shared_ptr<HttpResponder>& res);

@@ -16,7 +16,7 @@ const char* error_type_for_status(int status) {
     case 404: return "not_found_error";
     case 405: return "method_not_allowed_error";
     case 408: return "timeout_error";
-    case 413: return "request_too_large_error";
+    case 413:
     case 431: return "request_too_large_error";
     case 503: return "service_unavailable_error";
     default: return status >= 500 ? "internal_error" : "invalid_request_error";

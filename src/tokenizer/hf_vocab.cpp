@@ -225,7 +225,7 @@ HfVocabSummary hf_vocab_to_gguf(const std::string& path, const HfVocabOptions& o
     if (m.is_string()) {
       merges.push_back(m.get<std::string>());
     } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
-      auto enc = [](std::string s) {
+      auto enc = [](const std::string& s) {
         std::string out;
         for (char c : s) out += c == ' ' ? std::string("\u0120") : std::string(1, c);
         return out;

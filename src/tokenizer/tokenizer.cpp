@@ -139,7 +139,10 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& f, const Tokeniz
         // A NORMAL token holds byte-level text; one that does not decode is taken verbatim
         // (HF's ByteLevel decoder does the same).
         auto raw = tok::byte_level_decode(text);
-        im.bytes[i] = raw ? std::move(*raw) : text;
+        if (raw)
+          im.bytes[i] = std::move(*raw);
+        else
+          im.bytes[i] = text;
         if (raw && im.bytes[i].size() == 1) {
           auto b = static_cast<unsigned char>(im.bytes[i][0]);
           if (im.byte_id[b] < 0) im.byte_id[b] = id;

@@ -1,4 +1,4 @@
-"""Shared pytest fixtures: where the mla binary and the shared data live."""
+"""Shared pytest fixtures: where the mla binary and the third-party test data live."""
 import os
 import subprocess
 from pathlib import Path
@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-SHARED = REPO.parent / "shared"
+FIXTURES = REPO / "tests" / "fixtures"
 
 
 @pytest.fixture(scope="session")
@@ -18,14 +18,15 @@ def mla_bin() -> str:
 
 
 @pytest.fixture(scope="session")
-def shared_dir() -> Path:
-    if not (SHARED / "data").is_dir():
-        pytest.fail(f"shared test data missing: expected {SHARED}/data next to the repository (../shared)")
-    return SHARED
+def fixtures_dir() -> Path:
+    """tests/fixtures: vocabularies, tokenizer files and chat templates (see its README.md)."""
+    if not (FIXTURES / "vocab").is_dir():
+        pytest.fail(f"test fixtures missing: expected {FIXTURES}/vocab")
+    return FIXTURES
 
 
 def run_mla(mla_bin: str, *args: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
-    p = subprocess.run([mla_bin, *args], capture_output=True, text=True, **kw)
+    p = subprocess.run([mla_bin, *args], capture_output=True, check=False, text=True, **kw)
     if check and p.returncode != 0:
         raise AssertionError(f"mla {' '.join(args)} failed ({p.returncode}): {p.stderr}")
     return p

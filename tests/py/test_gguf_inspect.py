@@ -3,10 +3,9 @@ import json
 from pathlib import Path
 
 import numpy as np
-import gguf
-import pytest
-
 from conftest import run_mla
+
+import gguf
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -36,7 +35,9 @@ def check_against_gguf_py(mla_bin: str, path: Path) -> None:
         assert m["type"] == f.types[0].name, m["key"]
         want = gguf_py_value(f)
         if m["type"] == "ARRAY":
-            assert m["elem_type"] == f.types[1].name if len(f.types) > 1 else True
+            # The element type as written (parts: key length, key, type, element type, count, ...);
+            # gguf-py lists it in f.types only for a non-empty array.
+            assert m["elem_type"] == gguf.GGUFValueType(int(f.parts[3][0])).name, m["key"]
             assert m["count"] == len(f.data), m["key"]
             if want is not None:
                 if m["elem_type"] in ("FLOAT32", "FLOAT64"):
@@ -57,13 +58,13 @@ def check_against_gguf_py(mla_bin: str, path: Path) -> None:
     assert ours["totals"]["parameters"] == sum(int(r.n_elements) for r in ref.tensors)
 
 
-def test_inspect_real_vocab_matches_gguf_py(mla_bin, shared_dir):
+def test_inspect_real_vocab_matches_gguf_py(mla_bin, fixtures_dir):
     for name in ("deepseek-llm", "deepseek-coder", "gpt-2"):
-        check_against_gguf_py(mla_bin, shared_dir / "data" / "vocab" / f"ggml-vocab-{name}.gguf")
+        check_against_gguf_py(mla_bin, fixtures_dir / "vocab" / f"ggml-vocab-{name}.gguf")
 
 
-def test_inspect_text_output(mla_bin, shared_dir):
-    out = run_mla(mla_bin, "gguf", "inspect", str(shared_dir / "data/vocab/ggml-vocab-deepseek-llm.gguf")).stdout
+def test_inspect_text_output(mla_bin, fixtures_dir):
+    out = run_mla(mla_bin, "gguf", "inspect", str(fixtures_dir / "vocab" / "ggml-vocab-deepseek-llm.gguf")).stdout
     assert 'tokenizer.ggml.pre' in out and '"deepseek-llm"' in out
     assert "ARRAY[STRING, 102400]" in out and "(102400 items)" in out  # long arrays abbreviated
     assert "totals:" in out

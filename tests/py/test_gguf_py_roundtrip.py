@@ -9,15 +9,15 @@
     (F16, BF16, Q8_0, Q4_0) our quantized bytes equal its bytes.
 """
 import json
-import math
 from pathlib import Path
 
 import numpy as np
-import gguf
-from gguf import GGMLQuantizationType as QT, GGUFValueType as VT
 import pytest
-
 from conftest import run_mla
+
+import gguf
+from gguf import GGMLQuantizationType as QT
+from gguf import GGUFValueType as VT
 
 # numpy warns when the special values overflow float16; that overflow is what is being tested.
 pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")

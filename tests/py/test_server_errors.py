@@ -1,5 +1,9 @@
 """`mla serve` bad input: every error is an OpenAI error object with the right status, and the
 server keeps serving after each one (every case is followed by a successful request)."""
+import fcntl
+import os
+import shutil
+import signal
 import socket
 import time
 
@@ -209,24 +213,44 @@ def test_api_key():
         assert s.stop() == 0, s.log
 
 
-def test_health_is_503_then_200_while_loading():
-    """Polls /health from the moment the port accepts connections: only 503 (an error object)
-    then 200. With a tiny model the loading window is short, so a 503 may not be seen."""
-    s = Server(synth_model(), wait=False)
+def test_health_is_503_then_200_while_loading(tmp_path):
+    """/health and the API answer 503 (an error object) while the model loads, then 200.
+    The load is held deterministically: the test takes a write lease on (a copy of) the model file
+    (fcntl F_SETLEASE), so the server's open() of it blocks, after it has started listening,
+    until the test releases the lease (the kernel would break it after lease-break-time, 45 s)."""
+    model = tmp_path / "model.gguf"
+    shutil.copyfile(synth_model(), model)
+    old_sigio = signal.signal(signal.SIGIO, signal.SIG_IGN)  # the lease-break notice
+    fd = os.open(model, os.O_RDONLY)
+    s = None
     try:
+        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_WRLCK)
+        s = Server(model, wait=False)
         seen = []
-        deadline = time.time() + 60
-        while time.time() < deadline and (not seen or seen[-1] != 200):
+        deadline = time.time() + 30
+        while not seen:
+            assert time.time() < deadline, s.log
             try:
                 r = requests.get(s.url + "/health", timeout=5)
             except requests.ConnectionError:
                 assert s.proc.poll() is None, s.log
-                time.sleep(0.005)
+                time.sleep(0.01)
                 continue
+            seen.append(r.status_code)
+            assert_error(r, 503)
+        assert_error(requests.post(s.url + "/v1/completions", json=PROBE), 503, contains=("loading",))
+        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
+        while seen[-1] != 200:
+            assert time.time() < deadline, s.log
+            r = requests.get(s.url + "/health", timeout=5)
             if r.status_code == 503:
                 assert_error(r, 503)
             seen.append(r.status_code)
-        assert seen and seen[-1] == 200 and set(seen) <= {503, 200}
+        assert set(seen) == {503, 200}
+        assert requests.post(s.url + "/v1/completions", json=PROBE).status_code == 200
         assert "listening on" in s.log
     finally:
-        assert s.stop() == 0, s.log
+        os.close(fd)
+        signal.signal(signal.SIGIO, old_sigio)
+        if s is not None:
+            assert s.stop() == 0, s.log

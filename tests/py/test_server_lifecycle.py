@@ -61,13 +61,24 @@ def test_metrics_format_and_counters_move(server):
     # The prefill went through MHA (query length > 1), the 4 decode steps through MQA.
     assert delta("mla:attention_path_tokens_total", path="mha") == n_prompt
     assert delta("mla:attention_path_tokens_total", path="mqa") == 4
-    assert delta("mla:prefix_cache_queries_total") >= 0
+    # Every prompt token is looked up; a prompt shorter than a block (16 tokens) cannot hit.
+    assert delta("mla:prefix_cache_queries_total") == n_prompt
+    assert delta("mla:prefix_cache_hits_total") == 0
     assert metric(after, "mla:kv_cache_usage_perc") == 0
-    # A repeated prompt hits the prefix cache.
-    requests.post(server.url + "/v1/completions",
-                  json={"prompt": "Count these tokens", "max_tokens": 1, "temperature": 0})
-    again = wait_idle(server)
-    assert metric(again, "mla:prefix_cache_queries_total") > metric(after, "mla:prefix_cache_queries_total")
+    # A repeated prompt hits the prefix cache: its full blocks, short of the last prompt token
+    # (whose logits must be computed), are reused the second time and not the first.
+    prompt = "The prefix cache keeps full blocks of the prompt for the next request. " * 4
+    n_long = requests.post(server.url + "/tokenize", json={"prompt": prompt}).json()["count"]
+    assert n_long > 32
+    hits = []
+    for _ in range(2):
+        m0 = wait_idle(server)
+        r = requests.post(server.url + "/v1/completions", json={"prompt": prompt, "max_tokens": 1, "temperature": 0})
+        assert r.status_code == 200
+        m1 = wait_idle(server)
+        assert metric(m1, "mla:prefix_cache_queries_total") - metric(m0, "mla:prefix_cache_queries_total") == n_long
+        hits.append(metric(m1, "mla:prefix_cache_hits_total") - metric(m0, "mla:prefix_cache_hits_total"))
+    assert hits == [0, (n_long - 1) // 16 * 16]
 
 
 def long_request(stream: bool) -> bytes:
@@ -145,6 +156,45 @@ def test_32_concurrent_streams_match_sequential(server):
         assert concurrent[i] == sequential[i], (i, prompts[i])
     m = wait_idle(server)
     assert metric(m, "mla:kv_cache_usage_perc") == 0
+
+
+def test_preemption_under_a_small_cache_completes_every_request_and_is_counted():
+    """A KV cache of 4 blocks (64 tokens) for 6 concurrent sequences of about 50 tokens: the engine must
+    preempt (and recompute) to finish them. Every request completes with the tokens it gets alone,
+    /metrics counts the preemptions and the prompt/generation tokens, and the cache drains."""
+    s = Server(synth_model(), "--kv-cache-tokens", "64", "--max-model-len", "64", "--max-num-batched-tokens", "32")
+    try:
+        prompts = [f"Request number {i} asks for a long answer about the cache" for i in range(6)]
+        body = {"max_tokens": 40, "temperature": 0, "ignore_eos": True}
+        alone = [requests.post(s.url + "/v1/completions", json=dict(body, prompt=p), timeout=120).json()
+                 for p in prompts]
+        before = wait_idle(s)
+        assert metric(before, "mla:num_preemptions_total") == 0
+        results: dict = {}
+
+        def worker(i):
+            results[i] = requests.post(s.url + "/v1/completions", json=dict(body, prompt=prompts[i]), timeout=120)
+
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(prompts))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(180)
+        for i, want in enumerate(alone):
+            assert results[i].status_code == 200, results[i].text
+            got = results[i].json()
+            assert got["choices"][0]["text"] == want["choices"][0]["text"], i
+            assert got["usage"] == want["usage"], i
+        after = wait_idle(s)
+        assert metric(after, "mla:num_preemptions_total") >= 1
+        n_prompt = sum(a["usage"]["prompt_tokens"] for a in alone)
+        assert metric(after, "mla:prompt_tokens_total") - metric(before, "mla:prompt_tokens_total") == n_prompt
+        assert metric(after, "mla:generation_tokens_total") - metric(before, "mla:generation_tokens_total") == 40 * 6
+        assert metric(after, "mla:request_success_total", finished_reason="length") - metric(
+            before, "mla:request_success_total", finished_reason="length") == 6
+        assert metric(after, "mla:kv_cache_usage_perc") == 0
+    finally:
+        assert s.stop() == 0, s.log
 
 
 def test_graceful_shutdown_lets_running_requests_finish():

@@ -18,10 +18,8 @@ reference top-1/top-2 logit gap at which a flip counts as a bug):
 """
 
 import json
-from pathlib import Path
 
 import pytest
-
 from conftest import REPO, run_mla
 
 FIX = REPO / "tests" / "fixtures" / "tiny"

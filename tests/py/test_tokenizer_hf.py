@@ -1,6 +1,6 @@
 """mla.cpp's tokenizer against HF tokenizers (PyPI `tokenizers`) on DeepSeek-V3.
 
-Converts ../shared/data/tokenizers/deepseek-v3 with `mla gguf vocab-from-hf`, then on a ≥1 MB
+Converts tests/fixtures/tokenizers/deepseek-v3 with `mla gguf vocab-from-hf`, then on a ≥1 MB
 mixed corpus (tokenizer_corpus.py) checks, item by item: mla ids == HF
 encode(text, add_special_tokens=False) ids, and the streaming decode of those ids == text.
 Also: the converted GGUF's keys against tokenizer.json/tokenizer_config.json, special-token
@@ -19,16 +19,15 @@ from tokenizers import Regex, Tokenizer
 from tokenizers import pre_tokenizers as pt
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-import tokenizer_corpus  # noqa: E402
+import tokenizer_corpus
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-SHARED = ROOT.parent / "shared" / "data"
-DS3_DIR = SHARED / "tokenizers" / "deepseek-v3"
+DS3_DIR = ROOT / "tests" / "fixtures" / "tokenizers" / "deepseek-v3"
 MLA = os.environ.get("MLA_BIN", str(ROOT / "build" / "mla"))
 
 
 def run_mla(*args, check=True):
-    r = subprocess.run([MLA, *map(str, args)], capture_output=True, text=True)
+    r = subprocess.run([MLA, *map(str, args)], capture_output=True, check=False, text=True)
     if check and r.returncode != 0:
         pytest.fail(f"mla {' '.join(map(str, args))} failed ({r.returncode}): {r.stderr}")
     return r
@@ -36,8 +35,7 @@ def run_mla(*args, check=True):
 
 def write_jsonl(path, items):
     with open(path, "w", encoding="utf-8") as f:
-        for x in items:
-            f.write(json.dumps(x) + "\n")
+        f.writelines(json.dumps(x) + "\n" for x in items)
 
 
 def read_jsonl(text):
@@ -48,7 +46,7 @@ def read_jsonl(text):
 @pytest.fixture(scope="module")
 def hf():
     if not (DS3_DIR / "tokenizer.json").is_file():
-        pytest.fail(f"missing shared test data {DS3_DIR}/tokenizer.json (expected ../shared next to the repo root)")
+        pytest.fail(f"missing test fixture {DS3_DIR}/tokenizer.json")
     return Tokenizer.from_file(str(DS3_DIR / "tokenizer.json"))
 
 
@@ -264,6 +262,7 @@ def test_pretokenizer_pieces_match_hf(name, hf, corpus, tmp_path):
     inp = tmp_path / "items.jsonl"
     write_jsonl(inp, items)
     mine = read_jsonl(run_mla("tokenize", "--pretokenize", "--tokenizer-pre", name, "--batch-jsonl", inp).stdout)
+    assert len(mine) == len(items), f"{name}: mla printed {len(mine)} lines for {len(items)} items"
     pipe = hf_pipelines(hf)[name]
     dec = _byte_decoder()
     bad = 0

@@ -99,7 +99,7 @@ std::string stream_text(const std::string& body, json* usage = nullptr) {
 class LiveServer {
  public:
   explicit LiveServer(HttpLimits limits = {}, std::string api_key = "")
-      : tok_(Tokenizer::open(test::shared_file("vocab/ggml-vocab-deepseek-llm.gguf"))),
+      : tok_(Tokenizer::open(test::fixture_file("vocab/ggml-vocab-deepseek-llm.gguf"))),
         chat_(R"({{ bos_token }}{% for m in messages %}{{ m.role }}: {{ m.content }}
 {% endfor %}{% if add_generation_prompt %}assistant:{% endif %})"),
         api_(ApiConfig{"fake", "fake.gguf", std::move(api_key)}),

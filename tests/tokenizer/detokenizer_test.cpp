@@ -58,7 +58,7 @@ TEST(Utf8, IncompleteTailIsHeldBackUnlessFinal) {
 // Loaded once for the whole file (~0.1 s per load).
 const Tokenizer* gpt2() {
   static std::unique_ptr<Tokenizer> t = [] {
-    std::string p = test::shared_file("vocab/ggml-vocab-gpt-2.gguf");
+    std::string p = test::fixture_file("vocab/ggml-vocab-gpt-2.gguf");
     return p.empty() ? nullptr : Tokenizer::open(p);
   }();
   return t.get();

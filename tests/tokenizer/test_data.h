@@ -1,5 +1,6 @@
 #pragma once
-// Locates the shared read-only test data (../shared/data next to the repository root).
+// Locates the third-party test data kept in tests/fixtures (vocabularies, tokenizer files, chat
+// templates; provenance and licences in tests/fixtures/README.md).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -9,18 +10,15 @@
 
 namespace mla::test {
 
-// MLA_TEST_DIR is <repo>/tests; the data lives in <repo>/../shared/data.
-inline std::filesystem::path shared_data_dir() {
-  return std::filesystem::path(MLA_TEST_DIR).parent_path().parent_path() / "shared" / "data";
-}
+// MLA_TEST_DIR is <repo>/tests.
+inline std::filesystem::path fixture_dir() { return std::filesystem::path(MLA_TEST_DIR) / "fixtures"; }
 
-// The path of a shared data file; fails the test with a clear message when it is missing.
-inline std::string shared_file(const std::string& rel) {
-  auto p = shared_data_dir() / rel;
+// The path of a fixture file (relative to tests/fixtures); fails the test with a clear message
+// when it is missing.
+inline std::string fixture_file(const std::string& rel) {
+  auto p = fixture_dir() / rel;
   if (!std::filesystem::exists(p)) {
-    ADD_FAILURE() << "missing shared test data: " << p
-                  << " (the tests expect ../shared/data next to the repository root; in a worktree: "
-                     "ln -s /work/shared <worktree>/../shared)";
+    ADD_FAILURE() << "missing test fixture: " << p;
     return {};
   }
   return p.string();

@@ -236,14 +236,14 @@ TEST(TokenizerLoad, OutOfRangeIdsInDecodeAreErrors) {
   EXPECT_THROW(t->decode(Ids{static_cast<TokenId>(t->n_tokens())}), Error);
 }
 
-std::unique_ptr<Tokenizer> open_shared(const char* name) {
-  std::string p = test::shared_file(std::string("vocab/") + name);
+std::unique_ptr<Tokenizer> open_vocab(const char* name) {
+  std::string p = test::fixture_file(std::string("vocab/") + name);
   if (p.empty()) return nullptr;
   return Tokenizer::open(p);
 }
 
 TEST(RealVocab, Gpt2EndOfTextIsMatchedOnlyWhenParsingSpecials) {
-  auto t = open_shared("ggml-vocab-gpt-2.gguf");
+  auto t = open_vocab("ggml-vocab-gpt-2.gguf");
   ASSERT_TRUE(t);
   const TokenId eot = 50256;  // <|endoftext|>, tokenizer.ggml.eos_token_id of the file
   ASSERT_EQ(t->vocab().eos, eot);
@@ -260,7 +260,7 @@ TEST(RealVocab, Gpt2EndOfTextIsMatchedOnlyWhenParsingSpecials) {
 }
 
 TEST(RealVocab, DeepseekLlmBosIsAddedAndMatched) {
-  auto t = open_shared("ggml-vocab-deepseek-llm.gguf");
+  auto t = open_vocab("ggml-vocab-deepseek-llm.gguf");
   ASSERT_TRUE(t);
   const TokenId bos = 100000;  // <｜begin▁of▁sentence｜>, tokenizer.ggml.bos_token_id
   ASSERT_EQ(t->vocab().bos, bos);
@@ -274,7 +274,7 @@ TEST(RealVocab, DeepseekLlmBosIsAddedAndMatched) {
 }
 
 TEST(RealVocab, InvalidUtf8IsEncodedAsBytesAndRoundTrips) {
-  auto t = open_shared("ggml-vocab-gpt-2.gguf");
+  auto t = open_vocab("ggml-vocab-gpt-2.gguf");
   ASSERT_TRUE(t);
   std::mt19937 rng(7);
   for (int iter = 0; iter < 300; ++iter) {
@@ -288,7 +288,7 @@ TEST(RealVocab, InvalidUtf8IsEncodedAsBytesAndRoundTrips) {
 
 TEST(RealVocab, BytesAVocabLacksAreDroppedNotFatal) {
   // DeepSeek-LLM has no tokens for C0, C1, F5..FF (never in valid UTF-8): they are dropped.
-  auto t = open_shared("ggml-vocab-deepseek-llm.gguf");
+  auto t = open_vocab("ggml-vocab-deepseek-llm.gguf");
   ASSERT_TRUE(t);
   EXPECT_EQ(t->decode(t->encode("a\xFF"
                                 "b\xC0\xF5"
@@ -302,9 +302,9 @@ TEST(RealVocab, BytesAVocabLacksAreDroppedNotFatal) {
 
 TEST(RealVocab, ConcurrentEncodesAgreeWithSerialOnes) {
   // Threads share the BPE word cache and keep their own match buffers.
-  auto t = open_shared("ggml-vocab-deepseek-coder.gguf");
+  auto t = open_vocab("ggml-vocab-deepseek-coder.gguf");
   ASSERT_TRUE(t);
-  std::string inp = test::read_file(test::shared_file("vocab/ggml-vocab-deepseek-coder.gguf.inp"));
+  std::string inp = test::read_file(test::fixture_file("vocab/ggml-vocab-deepseek-coder.gguf.inp"));
   std::vector<std::string> texts;
   for (size_t pos = 0, next; pos < inp.size(); pos = next + 1) {
     next = inp.find('\n', pos);

@@ -48,7 +48,7 @@ std::vector<Case> read_vectors(const std::string& gguf) {
 class VocabVectors : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(VocabVectors, EveryTextGivesTheReferenceIds) {
-  const std::string path = test::shared_file(std::string("vocab/") + GetParam());
+  const std::string path = test::fixture_file(std::string("vocab/") + GetParam());
   ASSERT_FALSE(path.empty());
   auto tok = Tokenizer::open(path);
   auto cases = read_vectors(path);

@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def run_json(cmd: list[str]):
-    p = subprocess.run(cmd, capture_output=True, text=True)
+    p = subprocess.run(cmd, capture_output=True, check=False, text=True)
     if p.returncode != 0:
         raise SystemExit(f"bench_compare: {' '.join(cmd[:4])} ... failed ({p.returncode}):\n{p.stderr[-1500:]}")
     return json.loads(p.stdout)

@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+
 from gguf import GGUFReader
 
 DEFAULT_LLAMA_QUANTIZE = Path.home() / ".cache/mla/llama.cpp-0.3.36-build/bin/llama-quantize"
@@ -43,8 +44,8 @@ def main() -> None:
         same_type = identical = 0
         bad = []
         print(f"{'tensor':<34} {'mla.cpp':>8} {'llama.cpp':>9}  bytes")
-        for name in a:
-            ta, tb = a[name], b[name]
+        for name, ta in a.items():
+            tb = b[name]
             eq = ta.tensor_type == tb.tensor_type and np.array_equal(np.asarray(ta.data).view(np.uint8),
                                                                      np.asarray(tb.data).view(np.uint8))
             if ta.tensor_type == tb.tensor_type:

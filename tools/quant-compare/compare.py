@@ -10,7 +10,6 @@ the repository.
     .venv/bin/python tools/quant-compare/compare.py [--mla build/mla] [--version 0.3.36]
 """
 import argparse
-import os
 import shutil
 import subprocess
 import sys
@@ -102,8 +101,8 @@ def main() -> None:
     for dname, x in data.items():
         for t in TYPES:
             tag = f"{dname}.{t}"
-            y_ref = roundtrip(lambda s, o: [ggml, s, o, args.cols, t], x, work, tag + ".ggml")
-            y_mla = roundtrip(lambda s, o: [args.mla, "gguf", "quant-roundtrip", s, "--type", t, "--cols",
+            y_ref = roundtrip(lambda s, o, t=t: [ggml, s, o, args.cols, t], x, work, tag + ".ggml")
+            y_mla = roundtrip(lambda s, o, t=t: [args.mla, "gguf", "quant-roundtrip", s, "--type", t, "--cols",
                                             args.cols, "-o", o], x, work, tag + ".mla")
             r_ref, r_mla = rmse(x.ravel(), y_ref), rmse(x.ravel(), y_mla)
             same = " (bit-identical)" if np.array_equal(y_ref.view(np.uint32), y_mla.view(np.uint32)) else ""

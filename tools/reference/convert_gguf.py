@@ -44,7 +44,7 @@ def main() -> None:
 
     sys.path.insert(0, str(llama_cpp_dir / "gguf-py"))
     sys.path.insert(0, str(llama_cpp_dir))
-    from conversion import base  # noqa: E402  (needs the paths above)
+    from conversion import base
 
     deepseek_v3_config = _pretokenization_config(reference_tokenizer_json)
     original = base.TextModel.get_vocab_base_pre

@@ -29,7 +29,7 @@ DSA_FIXTURES = HERE.parent.parent / "tests" / "fixtures" / "dsa-reference"
 def load_gguf(path: Path, llama_cpp: Path):
     sys.path.insert(0, str(llama_cpp / "gguf-py"))
     try:
-        import gguf  # noqa: E402  (the vendored gguf-py)
+        import gguf
     finally:
         sys.path.remove(str(llama_cpp / "gguf-py"))
     reader = gguf.GGUFReader(str(path))
@@ -329,7 +329,7 @@ for _name, _opts in DSA_ABLATIONS.items():
 
 def main() -> None:
     sys.path.insert(0, str(HERE))
-    from make_fixtures import DEFAULT_LLAMA_CPP  # noqa: E402
+    from make_fixtures import DEFAULT_LLAMA_CPP
 
     args = sys.argv[1:]
     ablations = "--ablations" in args

@@ -5,7 +5,7 @@
 Steps (all seeded; a re-run rewrites byte-identical files):
  1. trains a small byte-level BPE vocabulary on tools/reference/corpus.txt with the normalizer,
     pre-tokenizer, post-processor and decoder of the real DeepSeek-V3 tokenizer
-    (../shared/data/tokenizers/deepseek-v3), and DeepSeek-V3's special/chat tokens;
+    (tests/fixtures/tokenizers/deepseek-v3), and DeepSeek-V3's special/chat tokens;
  2. builds two tiny random models with transformers' own classes (see MODELS), saves them as HF
     checkpoints (safetensors + config.json + tokenizer) in a scratch dir, and converts each with
     llama.cpp's convert_hf_to_gguf.py --outtype f32 (through convert_gguf.py);
@@ -46,7 +46,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 REPO = HERE.parent.parent
 DEFAULT_OUT = REPO / "tests" / "fixtures" / "reference"
-DEFAULT_DSV3_TOKENIZER = REPO.parent / "shared" / "data" / "tokenizers" / "deepseek-v3"
+DEFAULT_DSV3_TOKENIZER = REPO / "tests" / "fixtures" / "tokenizers" / "deepseek-v3"
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 DEFAULT_LLAMA_CPP = (Path(os.environ.get("REFERENCE_CACHE_DIR", Path.home() / ".cache" / "mla"))
                      / f"llama-cpp-python-{LLAMA_CPP_PYTHON_VERSION}" / "vendor" / "llama.cpp")
@@ -83,42 +83,42 @@ CASES = {
 # normalisation, routed scaling 1.0, 2 shared experts, YaRN as in V2-Lite (factor 40, mscale 0.707);
 # v_head_dim != qk_nope_head_dim and a different kv_lora_rank/rope dim to catch mixed-up sizes.
 MODELS = {
-    "deepseek-v3-tiny": dict(
-        cls="DeepseekV3ForCausalLM", config_cls="DeepseekV3Config",
-        config=dict(
-            vocab_size=VOCAB_SIZE, hidden_size=256, intermediate_size=256, moe_intermediate_size=32,
-            num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4,
-            q_lora_rank=96, kv_lora_rank=64, qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32,
-            n_routed_experts=8, num_experts_per_tok=2, n_shared_experts=1, n_group=2, topk_group=1,
-            first_k_dense_replace=1, routed_scaling_factor=2.5, norm_topk_prob=True,
-            rms_norm_eps=1e-6, max_position_embeddings=16384, rope_interleave=True,
-            rope_parameters=dict(rope_type="yarn", rope_theta=10000.0, factor=4.0,
-                                 original_max_position_embeddings=4096, mscale=1.0,
-                                 mscale_all_dim=1.0, beta_fast=32.0, beta_slow=1.0),
-            num_nextn_predict_layers=0, bos_token_id=0, eos_token_id=1, tie_word_embeddings=False,
-            hidden_act="silu", attention_bias=False,
-        ),
+    "deepseek-v3-tiny": {
+        "cls": "DeepseekV3ForCausalLM", "config_cls": "DeepseekV3Config",
+        "config": {
+            "vocab_size": VOCAB_SIZE, "hidden_size": 256, "intermediate_size": 256, "moe_intermediate_size": 32,
+            "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 4,
+            "q_lora_rank": 96, "kv_lora_rank": 64, "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32,
+            "n_routed_experts": 8, "num_experts_per_tok": 2, "n_shared_experts": 1, "n_group": 2, "topk_group": 1,
+            "first_k_dense_replace": 1, "routed_scaling_factor": 2.5, "norm_topk_prob": True,
+            "rms_norm_eps": 1e-6, "max_position_embeddings": 16384, "rope_interleave": True,
+            "rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                 "original_max_position_embeddings": 4096, "mscale": 1.0,
+                                 "mscale_all_dim": 1.0, "beta_fast": 32.0, "beta_slow": 1.0},
+            "num_nextn_predict_layers": 0, "bos_token_id": 0, "eos_token_id": 1, "tie_word_embeddings": False,
+            "hidden_act": "silu", "attention_bias": False,
+        },
         # keys that real DeepSeek-V3 config.json files carry and the converter reads, but this
         # transformers config class does not define (its router is always sigmoid + noaux_tc)
-        extra_config=dict(scoring_func="sigmoid", topk_method="noaux_tc"),
-    ),
-    "deepseek-v2-lite-tiny": dict(
-        cls="DeepseekV2ForCausalLM", config_cls="DeepseekV2Config",
-        config=dict(
-            vocab_size=VOCAB_SIZE, hidden_size=128, intermediate_size=256, moe_intermediate_size=32,
-            num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4,
-            q_lora_rank=None, kv_lora_rank=96, qk_nope_head_dim=32, qk_rope_head_dim=32, v_head_dim=48,
-            n_routed_experts=8, num_experts_per_tok=3, n_shared_experts=2, n_group=1, topk_group=1,
-            topk_method="greedy", first_k_dense_replace=1, routed_scaling_factor=1.0,
-            norm_topk_prob=False, rms_norm_eps=1e-6, max_position_embeddings=163840,
-            rope_parameters=dict(rope_type="yarn", rope_theta=10000.0, factor=40.0,
-                                 original_max_position_embeddings=4096, mscale=0.707,
-                                 mscale_all_dim=0.707, beta_fast=32.0, beta_slow=1.0),
-            bos_token_id=0, eos_token_id=1, tie_word_embeddings=False, hidden_act="silu",
-            attention_bias=False, mlp_bias=False,
-        ),
-        extra_config=dict(scoring_func="softmax"),
-    ),
+        "extra_config": {"scoring_func": "sigmoid", "topk_method": "noaux_tc"},
+    },
+    "deepseek-v2-lite-tiny": {
+        "cls": "DeepseekV2ForCausalLM", "config_cls": "DeepseekV2Config",
+        "config": {
+            "vocab_size": VOCAB_SIZE, "hidden_size": 128, "intermediate_size": 256, "moe_intermediate_size": 32,
+            "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 4,
+            "q_lora_rank": None, "kv_lora_rank": 96, "qk_nope_head_dim": 32, "qk_rope_head_dim": 32, "v_head_dim": 48,
+            "n_routed_experts": 8, "num_experts_per_tok": 3, "n_shared_experts": 2, "n_group": 1, "topk_group": 1,
+            "topk_method": "greedy", "first_k_dense_replace": 1, "routed_scaling_factor": 1.0,
+            "norm_topk_prob": False, "rms_norm_eps": 1e-6, "max_position_embeddings": 163840,
+            "rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0,
+                                 "original_max_position_embeddings": 4096, "mscale": 0.707,
+                                 "mscale_all_dim": 0.707, "beta_fast": 32.0, "beta_slow": 1.0},
+            "bos_token_id": 0, "eos_token_id": 1, "tie_word_embeddings": False, "hidden_act": "silu",
+            "attention_bias": False, "mlp_bias": False,
+        },
+        "extra_config": {"scoring_func": "softmax"},
+    },
 }
 
 
@@ -205,7 +205,7 @@ def init_weights(model: torch.nn.Module, cfg: dict, seed: int) -> dict:
         if name.endswith("e_score_correction_bias"):
             values = rng.uniform(0.05, 0.35, size=shape)
             rule = "U(0.05,0.35)"
-        elif name.endswith("layernorm.weight") or name.endswith("norm.weight"):
+        elif name.endswith(("layernorm.weight", "norm.weight")):
             values = rng.uniform(0.5, 1.5, size=shape)
             rule = "U(0.5,1.5)"
         elif name.endswith("embed_tokens.weight"):
@@ -332,7 +332,7 @@ def convert(llama_cpp: Path, dsv3_dir: Path, hf_dir: Path, out_path: Path) -> No
     env["NO_LOCAL_GGUF"] = "1"  # we put the vendored gguf-py on PYTHONPATH ourselves
     cmd = [sys.executable, str(HERE / "convert_gguf.py"), str(llama_cpp), str(dsv3_dir / "tokenizer.json"),
            "--", str(hf_dir), "--outtype", "f32", "--outfile", str(out_path)]
-    result = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    result = subprocess.run(cmd, env=env, capture_output=True, check=False, text=True)
     if result.returncode != 0:
         sys.stderr.write(result.stdout + result.stderr)
         raise SystemExit(f"convert_hf_to_gguf.py failed for {hf_dir} (exit {result.returncode})")
@@ -343,14 +343,14 @@ def dump_gguf(llama_cpp: Path, gguf_path: Path) -> str:
     """Markdown listing of keys and tensors, read with the vendored gguf-py (an outside reader)."""
     sys.path.insert(0, str(llama_cpp / "gguf-py"))
     try:
-        import gguf  # noqa: E402  (the vendored gguf-py)
+        import gguf
     finally:
         sys.path.remove(str(llama_cpp / "gguf-py"))
 
     reader = gguf.GGUFReader(str(gguf_path))
     lines = [f"# {gguf_path.parent.name}/{gguf_path.name}", "",
-             f"Written by convert_hf_to_gguf.py --outtype f32 (llama-cpp-python {LLAMA_CPP_PYTHON_VERSION} "
-             "sdist, vendored llama.cpp), listed with its gguf-py. Generated by make_fixtures.py.", "",
+             (f"Written by convert_hf_to_gguf.py --outtype f32 (llama-cpp-python {LLAMA_CPP_PYTHON_VERSION} "
+              "sdist, vendored llama.cpp), listed with its gguf-py. Generated by make_fixtures.py."), "",
              "## Keys", "", "| key | type | value |", "| --- | --- | --- |"]
     for field in reader.fields.values():
         if field.name.startswith("GGUF."):
@@ -503,7 +503,7 @@ def main() -> None:
     if not (args.llama_cpp / "convert_hf_to_gguf.py").is_file():
         raise SystemExit(f"converter not found under {args.llama_cpp}: run tools/reference/setup.sh")
     if not (args.dsv3_tokenizer / "tokenizer.json").is_file():
-        raise SystemExit(f"DeepSeek-V3 tokenizer not found in {args.dsv3_tokenizer} (expected ../shared)")
+        raise SystemExit(f"DeepSeek-V3 tokenizer not found in {args.dsv3_tokenizer}")
 
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
@@ -521,7 +521,7 @@ def main() -> None:
 
     # Self-check: the GGUF alone, read as NOTES.md describes (gguf_forward.py), must reproduce the
     # transformers logits on both MLA paths.
-    import gguf_forward  # noqa: E402
+    import gguf_forward
     for name in MODELS:
         diffs = gguf_forward.check(args.out / name, args.llama_cpp)
         print(f"{name}: numpy forward from the GGUF vs transformers, max |diff| {max(diffs.values()):.2e}")

@@ -33,20 +33,20 @@ CONTEXT = 256  # training window; also max_position_embeddings (the GGUF context
 # (attn_k_b rows are qk_nope = 32 long, as in real DeepSeek they are 128: they fall back.)
 # Sized by measured CPU throughput (~350 tokens/s for training on one contended core): 3 layers
 # (1 dense + 2 MoE), 4 heads, context 256.
-MODEL_CONFIG = dict(
-    vocab_size=VOCAB_SIZE, hidden_size=256, intermediate_size=768, moe_intermediate_size=256,
-    num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4,
-    q_lora_rank=256, kv_lora_rank=256, qk_nope_head_dim=32, qk_rope_head_dim=32, v_head_dim=64,
-    n_routed_experts=8, num_experts_per_tok=2, n_shared_experts=1, n_group=4, topk_group=2,
-    first_k_dense_replace=1, routed_scaling_factor=2.5, norm_topk_prob=True,
-    rms_norm_eps=1e-6, max_position_embeddings=CONTEXT, rope_interleave=True,
-    rope_parameters=dict(rope_type="default", rope_theta=10000.0),
-    num_nextn_predict_layers=0, bos_token_id=BOS_ID, eos_token_id=END_ID, pad_token_id=END_ID,
-    tie_word_embeddings=False, hidden_act="silu", attention_bias=False, initializer_range=0.02,
-)
+MODEL_CONFIG = {
+    "vocab_size": VOCAB_SIZE, "hidden_size": 256, "intermediate_size": 768, "moe_intermediate_size": 256,
+    "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 4,
+    "q_lora_rank": 256, "kv_lora_rank": 256, "qk_nope_head_dim": 32, "qk_rope_head_dim": 32, "v_head_dim": 64,
+    "n_routed_experts": 8, "num_experts_per_tok": 2, "n_shared_experts": 1, "n_group": 4, "topk_group": 2,
+    "first_k_dense_replace": 1, "routed_scaling_factor": 2.5, "norm_topk_prob": True,
+    "rms_norm_eps": 1e-6, "max_position_embeddings": CONTEXT, "rope_interleave": True,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+    "num_nextn_predict_layers": 0, "bos_token_id": BOS_ID, "eos_token_id": END_ID, "pad_token_id": END_ID,
+    "tie_word_embeddings": False, "hidden_act": "silu", "attention_bias": False, "initializer_range": 0.02,
+}
 # Keys real DeepSeek-V3 config.json files carry that the converter reads but the transformers
 # config class does not define (its router is always sigmoid + noaux_tc).
-EXTRA_CONFIG = dict(scoring_func="sigmoid", topk_method="noaux_tc")
+EXTRA_CONFIG = {"scoring_func": "sigmoid", "topk_method": "noaux_tc"}
 
 
 def render_chat(messages: list[dict], add_generation_prompt: bool = False) -> str:

@@ -36,7 +36,7 @@ def main() -> None:
     converter_args = sys.argv[3:]
     sys.path.insert(0, str(llama_cpp_dir / "gguf-py"))
     sys.path.insert(0, str(llama_cpp_dir))
-    from conversion import base  # noqa: E402  (needs the paths above)
+    from conversion import base
 
     original = base.TextModel.get_vocab_base_pre
 

@@ -43,8 +43,7 @@ DROP_DIRECTIVES = {
     "table", "list-table", "image", "figure", "opcode", "cmdoption", "option", "envvar",
     "audit-event", "audit-event-table", "impl-detail", "availability", "rubric", "tabularcolumns",
     "program", "c:function", "c:macro", "c:type", "c:member", "c:var", "cfunction", "pdbcommand",
-    "2to3fixer", "describe", "digraph", "graphviz", "unicode", "deprecated-removed", "literalinclude",
-    "limited-api-list", "maxdepth", "contents", "sidebar", "topic", "autoclass", "autofunction",
+    "2to3fixer", "describe", "digraph", "graphviz", "unicode", "deprecated-removed", "limited-api-list", "maxdepth", "contents", "sidebar", "topic", "autoclass", "autofunction",
 }
 # Directives whose line is dropped (a signature or a version tag) but whose body is prose.
 KEEP_BODY = {
@@ -69,7 +68,7 @@ BULLET_RE = re.compile(r"^(\*|-|\+|#\.|\d+\.|\(\w\))\s+")
 
 def role_text(inner: str) -> str:
     """`text <target>` -> text; `~a.b.c` -> c; `!x` -> x."""
-    m = re.match(r"^(.*?)\s*<[^>]*>$", inner, re.S)
+    m = re.match(r"^(.*?)\s*<[^>]*>$", inner, re.DOTALL)
     if m and m.group(1):
         return m.group(1)
     if inner.startswith("~"):
@@ -235,8 +234,7 @@ def main() -> None:
     for split, docs in splits.items():
         (args.out / f"{split}.txt").write_text("\n\n".join(docs) + "\n", encoding="utf-8")
         with open(args.out / f"chat_{split}.jsonl", "w", encoding="utf-8") as f:
-            for c in chats[split]:
-                f.write(json.dumps(c, ensure_ascii=False) + "\n")
+            f.writelines(json.dumps(c, ensure_ascii=False) + "\n" for c in chats[split])
         print(f"{split}: {len(docs)} files, {sum(len(d) for d in docs)} chars, {len(chats[split])} chats")
     with open(args.out / "sources.json", "w", encoding="utf-8") as f:
         json.dump({"src": str(args.src), "package": "python3.11-doc", "licence": "PSF License Agreement",

@@ -26,8 +26,8 @@ import time
 # Idle OpenMP threads sleep instead of spinning (matters on a shared, oversubscribed machine).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import numpy as np
+import torch
 import torch.nn.functional as F
 
 from common import BOS_ID, CONTEXT, EXTRA_CONFIG, MODEL_CONFIG, RUNS, encode_chats, encode_split, load_tokenizer
@@ -91,7 +91,8 @@ def plot(log_path, png_path) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    rows = [json.loads(line) for line in open(log_path)]
+    with open(log_path) as f:
+        rows = [json.loads(line) for line in f]
     tr = [(r["step"], r["loss"]) for r in rows if "loss" in r]
     va = [(r["step"], r["valid_loss"]) for r in rows if "valid_loss" in r]
     fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
@@ -184,7 +185,7 @@ def main() -> None:
         json.dump(vars(args) | {"n_params": n_params}, f, indent=1)
 
     model.train()
-    log = open(log_path, "a")
+    log = open(log_path, "a")  # noqa: SIM115 - appended to for the whole run, closed at exit
     t_last = time.time()
     while step < args.steps:
         ids = batches.next()

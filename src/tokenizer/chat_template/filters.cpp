@@ -138,6 +138,7 @@ Value f_dictsort(Interpreter&, const Value& v, CallArgs& a) {
   }
   py_sort(keyed, p[2].truthy());
   std::vector<Value> out;
+  out.reserve(keyed.size());
   for (auto& kv : keyed) out.push_back(std::move(kv.second));
   return Value::list(std::move(out));
 }
@@ -533,6 +534,7 @@ Value f_sort(Interpreter& in, const Value& v, CallArgs& a) {
   }
   py_sort(keyed, p[0].truthy());
   std::vector<Value> out;
+  out.reserve(keyed.size());
   for (auto& kv : keyed) out.push_back(std::move(kv.second));
   return Value::list(std::move(out));
 }

@@ -220,7 +220,7 @@ std::string pad_str(const std::string& s, int64_t width, const std::string& fill
 }
 
 std::optional<Value> str_method(const Value& self, const std::string& name) {
-  const std::string s = self.as_string();
+  const std::string& s = self.as_string();  // the methods below capture copies
   auto m = [&](Method fn) { return bound("str", name, std::move(fn)); };
   static const std::set<std::string> predicates = {"isalnum",   "isalpha", "isdigit", "isdecimal",
                                                    "isnumeric", "isspace", "isascii", "isidentifier",
@@ -353,7 +353,7 @@ Value unsafe(const Value& obj, const std::string& name) {
 
 std::optional<Value> dict_method(const Value& self, const std::string& name) {
   auto m = [&](Method fn) { return bound("dict", name, std::move(fn)); };
-  Value data = self;
+  const Value& data = self;  // the methods below capture copies
   if (name == "get")
     return m([data](Interpreter&, CallArgs& a) {
       auto v = bind_args("get", a, {{"key", std::nullopt}, {"default", Value::none()}});

@@ -325,6 +325,7 @@ Value slice(const Value& obj, const std::optional<Value>& start, const std::opti
     return Value::string(py::encode(out));
   }
   std::vector<Value> out;
+  out.reserve(idx.size());
   for (size_t i : idx) out.push_back(obj.seq_data().items[i]);
   SeqKind kind = obj.is_seq(SeqKind::SeqKind_tuple) ? SeqKind::SeqKind_tuple : SeqKind::SeqKind_list;
   return Value::seq(std::move(out), kind);

@@ -519,7 +519,7 @@ std::string repr(std::string_view s) {
       out += "\\n";
     } else if (c == '\r') {
       out += "\\r";
-    } else if (c < 0x20 || c == 0x7F) {
+    } else if (c < 0x20 || c == 0x7F) {  // NOLINT(bugprone-branch-clone): also \\x below, after the printables
       out += fmt::format("\\x{:02x}", static_cast<unsigned>(c));
     } else if (c < 0x7F || is_printable(c)) {
       append_utf8(out, c);

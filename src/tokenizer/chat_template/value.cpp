@@ -137,6 +137,7 @@ const void* Value::identity() const {
   }
 }
 
+// NOLINTNEXTLINE(performance-unnecessary-value-param): the virtual takes a sink; overrides move it
 void Object::set_attr(const std::string& name, Value) {
   throw Error(fmt::format("cannot assign attribute '{}' on a {} object", name, type_name()));
 }

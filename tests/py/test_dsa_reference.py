@@ -11,7 +11,8 @@ index_topk 8, sequences of up to ~80 tokens, one MTP block that must be skipped)
   sparse reference at positions < index_topk and different from it at every later position, so
   the sparse path is really exercised;
 - `--verify-paths` covers every trunk layer (not the MTP block) with small differences, and the
-  dispatch trace marks the layers sparse.
+  dispatch trace marks the layers sparse;
+- `mla perplexity -c 64 --chunks 8` equals transformers' perplexity to 1e-4 relative.
 Every run is `mla run -m MODEL --tokens IDS -n N --mla-path mha|mqa|auto --dump-logits FILE --json
 --threads 2 --kv-cache-dtype f32 --ignore-eos` plus, per test, `--max-num-batched-tokens 16`,
 `--dsa on|off`, or `--verify-paths --trace dispatch:1`.
@@ -153,3 +154,20 @@ def test_verify_paths_and_trace_cover_sparse_layers(model, tmp_path):
     assert {int(layer) for layer in sparse} == set(range(n_layer)), err
     assert all(re.search(rf"index_topk={ref['index_topk']}\b", line) for line in
                re.findall(r"dispatch layer=blk\.\d+ [^\n]*is_sparse=1[^\n]*", err)), err
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_perplexity_matches_transformers(model):
+    """`mla perplexity` (chunks of 64 tokens, second halves scored: mostly sparse positions) equals
+    transformers' perplexity by the same method (reference.json "perplexity") to 1e-4 relative."""
+    d, ref = load_ref(model)
+    p = ref["perplexity"]
+    cmd = [MLA, "perplexity", "-m", str(d / ref["gguf"]["file"]), "-f", str(ROOT / p["text"]), "-c", str(p["n_ctx"]),
+           "--chunks", str(p["chunks"]), "-t", "2", "--json"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    assert r.returncode == 0, f"{' '.join(cmd)}\n{r.stderr}"
+    out = json.loads(r.stdout)
+    assert out["n_tokens"] == p["n_tokens"], "mla.cpp and transformers tokenized the text differently"
+    assert out["chunks"] == p["chunks"] and out["scored_tokens"] == p["scored_tokens"]
+    rel = out["ppl"] / p["ppl"] - 1
+    assert abs(rel) <= 1e-4, f"{model}: PPL {out['ppl']:.6f} vs transformers {p['ppl']:.6f} ({rel:+.2e})"

@@ -15,7 +15,8 @@ Attention architectures:
  4. the reloaded checkpoint runs in float32 (eager attention, 1 thread): all-position logits per
     case, a greedy continuation with per-step logits, for the long case the logits with the indexer
     disabled (index_topk >= length: dense MLA), and a check that model.generate (KV cache +
-    indexer-key cache, incremental decode) gives the same ids and step logits;
+    indexer-key cache, incremental decode) gives the same ids and step logits; transformers'
+    perplexity on tests/fixtures/tiny/heldout-test.txt by llama-perplexity's method (chunks of 64);
  5. gguf_forward.py (numpy, float64, reads only the GGUF) must reproduce those logits (sparse and
     dense) and choose the same top-k sets as transformers in every layer; it also measures the
     smallest top-k boundary gap (k-th minus (k+1)-th indexer score) over every query of every case
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import sys
@@ -68,6 +70,9 @@ CASES = {
     "mid": "Sparse attention reads only the keys that the indexer picks for each query token.",
 }
 DENSE_CASES = ("long",)
+# Perplexity reference (llama-perplexity's method, see perplexity_reference): this text, chunks of 64
+PPL_TEXT = "tests/fixtures/tiny/heldout-test.txt"
+PPL_CTX, PPL_CHUNKS = 64, 8
 
 _COMMON = dict(
     vocab_size=512, hidden_size=128, intermediate_size=256, moe_intermediate_size=32,
@@ -271,6 +276,25 @@ def cached_generate(model, ids: list[int], n: int) -> tuple[list[int], np.ndarra
     return out.sequences[0, len(ids):].tolist(), torch.stack(out.logits)[:, 0].to(torch.float32).numpy()
 
 
+@torch.no_grad()
+def perplexity_reference(model, tok: Tokenizer) -> dict:
+    """Perplexity by llama-perplexity's method (mla perplexity follows it too): the whole text
+    tokenized once (no BOS: these GGUFs say add_bos_token false), cut into chunks of PPL_CTX tokens,
+    each run from an empty cache; in each chunk the logits at positions PPL_CTX/2 .. PPL_CTX-2 score
+    the next token. Most scored positions have more keys than top_k, so the sparse path counts."""
+    ids = tok.encode((REPO / PPL_TEXT).read_text(encoding="utf-8"), add_special_tokens=False).ids
+    first, nll, n = PPL_CTX // 2, 0.0, 0
+    for c in range(PPL_CHUNKS):
+        chunk = ids[c * PPL_CTX:(c + 1) * PPL_CTX]
+        logits = model(input_ids=torch.tensor([chunk]), use_cache=False).logits[0].to(torch.float64)
+        logp = torch.log_softmax(logits, dim=-1)
+        for t in range(first, PPL_CTX - 1):
+            nll -= float(logp[t, chunk[t + 1]])
+            n += 1
+    return {"text": PPL_TEXT, "n_tokens": len(ids), "n_ctx": PPL_CTX, "chunks": PPL_CHUNKS, "scored_tokens": n,
+            "ppl": math.exp(nll / n)}
+
+
 def reference_for_seed(name: str, spec: dict, seed: int, work: Path, out: Path, llama_cpp: Path) -> dict:
     """Builds, converts and runs one candidate; returns the reference.json dict (files under out)."""
     hf_dir = work / name
@@ -363,6 +387,7 @@ def reference_for_seed(name: str, spec: dict, seed: int, work: Path, out: Path, 
                              "over": "every query with more than index_topk keys, every full layer, every case's "
                                      "prompt + greedy continuation (numpy float64 from the GGUF)"}
     index["numpy_forward_max_abs_diff"] = numpy_diff
+    index["perplexity"] = perplexity_reference(model, tok)
     (out / "gguf-dump.md").write_text(dump_gguf(llama_cpp, gguf_path), encoding="utf-8")
     with open(out / "reference.json", "w", encoding="utf-8") as f:
         json.dump(index, f, ensure_ascii=False, indent=1)

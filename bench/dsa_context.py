@@ -8,7 +8,8 @@ model that predicts each figure.
 
 For every context L and --dsa on|off: one `mla run` request of L random prompt tokens (one
 prefill, chunked by the engine) followed by --decode greedy tokens; reports prefill and decode
-tokens/s. The model file is made once with `mla gguf synth --preset glm5` (Q4_K, ~1.3 GB) unless
+tokens/s. The model file is made once with `mla gguf synth --preset glm5 --n_vocab 32768` (Q4_K;
+the real per-layer widths, a smaller vocabulary: the lm_head costs the same at every context) unless
 --model is given. Timings come from mla run's own JSON (wall time of each phase)."""
 import argparse
 import json
@@ -53,7 +54,7 @@ def prefill_attention_macs(L, sparse):
 
 def run(mla, model, L, dsa, threads, n_decode, seed):
     rnd = random.Random(seed)
-    tokens = [rnd.randrange(1000, 150000) for _ in range(L)]
+    tokens = [rnd.randrange(0, 32768) for _ in range(L)]
     tok_file = Path(f"/tmp/dsa_bench_{L}.txt")
     tok_file.write_text(",".join(map(str, tokens)) + "\n")  # one request of --batch (too long for argv)
     cmd = [mla, "run", "-m", model, "--batch", str(tok_file), "-n", str(n_decode), "--ignore-eos", "--json",
@@ -76,10 +77,10 @@ def main():
     a = ap.parse_args()
     model = a.model
     if not model:
-        model = str(ROOT / "build" / "bench-models" / "glm5-preset-q4_k.gguf")
+        model = str(ROOT / "build" / "bench-models" / "glm5-preset-v32k-q4_k.gguf")
         if not os.path.exists(model):
             os.makedirs(os.path.dirname(model), exist_ok=True)
-            subprocess.run([a.mla, "gguf", "synth", "--preset", "glm5", "-o", model], check=True)
+            subprocess.run([a.mla, "gguf", "synth", "--preset", "glm5", "--n_vocab", "32768", "-o", model], check=True)
     rows = []
     for L in [int(x) for x in a.contexts.split(",")]:
         for dsa in ("on", "off"):

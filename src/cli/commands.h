@@ -27,5 +27,6 @@ void register_perplexity(CLI::App& app);                 // mla perplexity (perp
 void register_gguf_quantize(CLI::App& gguf);             // mla gguf quantize (gguf_quantize.cpp)
 void register_doctor(CLI::App& app);                     // mla doctor (doctor_cmd.cpp)
 void register_gguf_split(CLI::App& gguf);                // mla gguf split|merge (gguf_split_cmd.cpp)
+void register_bench(CLI::App& app);                      // mla bench (bench_cmd.cpp)
 
 }  // namespace mla::cli

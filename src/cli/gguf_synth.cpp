@@ -63,7 +63,7 @@ void apply_flag(SynthSpec& s, const std::string& key, const std::string& value) 
 
 void register_gguf_synth(CLI::App& gguf) {
   auto* cmd = gguf.add_subcommand(
-      "synth", "Write a random-weight MLA-MoE GGUF (deepseek2, deepseek32, glm-dsa; --preset glm5|deepseek32) (flags override --config; see src/model/synth.h for the keys)");
+      "synth", "Write a random-weight MLA-MoE GGUF (deepseek2, deepseek32, glm-dsa; --preset glm5|deepseek32|v2lite) (flags override --config; see src/model/synth.h for the keys)");
   static std::string out, config;
   static std::map<std::string, std::string> values;
   cmd->add_option("-o,--output", out, "Output GGUF path")->required();

@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   mla::cli::register_serve(app);
   mla::cli::register_perplexity(app);
   mla::cli::register_doctor(app);
+  mla::cli::register_bench(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -495,7 +495,16 @@ void Deepseek2Model::moe_ffn(const LayerWeights& L, int64_t n) {
     // Group the chunk's pairs by expert, tokens ascending within an expert.
     std::fill(expert_offsets_.begin(), expert_offsets_.end(), 0);
     for (int64_t i = 0; i < P; ++i) expert_offsets_[sel_experts_[p0 + i] + 1]++;
-    for (int64_t e = 0; e < X; ++e) expert_offsets_[e + 1] += expert_offsets_[e];
+    int64_t n_run = 0;
+    for (int64_t e = 0; e < X; ++e) {
+      n_run += expert_offsets_[e + 1] > 0;
+      expert_offsets_[e + 1] += expert_offsets_[e];
+    }
+    const int64_t expert_bytes = L.gate_up_merged ? 2 * F * L.ffn_gate_up_exps.row_bytes
+                                                  : F * (L.ffn_gate_exps.row_bytes + L.ffn_up_exps.row_bytes);
+    moe_counters_.experts_run.fetch_add(n_run, std::memory_order_relaxed);
+    moe_counters_.expert_bytes.fetch_add(n_run * (expert_bytes + E * L.ffn_down_exps.row_bytes),
+                                         std::memory_order_relaxed);
     std::copy(expert_offsets_.begin(), expert_offsets_.end() - 1, expert_cursor_.begin());
     for (int64_t i = 0; i < P; ++i) {
       const int32_t at = expert_cursor_[sel_experts_[p0 + i]]++;

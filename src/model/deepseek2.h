@@ -61,6 +61,13 @@ struct SparseCounters {
   std::atomic<int64_t> selected_rows{0};
 };
 
+// Bytes of routed-expert weight rows the MoE layers read (each expert that a forward call's
+// tokens picked counted once per layer: its gate, up and down rows), for `mla bench`.
+struct MoeCounters {
+  std::atomic<int64_t> expert_bytes{0};
+  std::atomic<int64_t> experts_run{0};
+};
+
 class Deepseek2Model {
  public:
   // c and w must outlive the model (w points into the GGUF mapping).
@@ -75,6 +82,7 @@ class Deepseek2Model {
   bool sparse() const { return opt_.dsa && c_.has_indexer; }
   bool sparse_layer(int64_t il) const { return sparse() && c_.has_indexer && il < c_.n_layer; }
   const SparseCounters& sparse_counters() const { return sparse_counters_; }
+  const MoeCounters& moe_counters() const { return moe_counters_; }
   ThreadPool& pool() { return pool_; }
   // An F32 cache of n_slots rows with one-slot blocks (slot = position for
   // single_sequence_batch); the engine makes its own paged cache from latent_shape().
@@ -148,6 +156,7 @@ class Deepseek2Model {
   std::vector<int32_t> rows_needed_;
   IndexerScratch idx_scratch_;
   SparseCounters sparse_counters_;
+  MoeCounters moe_counters_;
   // MoE routing and expert gather buffers.
   std::vector<float> router_;     // n_expert per token
   std::vector<int32_t> sel_experts_;  // n_expert_used per token

@@ -266,8 +266,24 @@ void apply_synth_preset(SynthSpec& s, const std::string& preset) {
     s.n_indexer_head = 64, s.indexer_head_dim = 128, s.indexer_top_k = 2048;
     s.n_vocab = 129280, s.n_ctx_train = 163840, s.rms_eps = 1e-6, s.rope_freq_base = 10000;
     s.rope_scaling = "yarn", s.rope_factor = 40, s.rope_orig_ctx = 4096, s.yarn_mscale_all_dim = 1.0;
+  } else if (preset == "v2lite") {
+    // DeepSeek-V2-Lite's widths and routing (softmax gating, no selection bias, no group limit),
+    // all 64 experts, 4 layers; with q_lora on purpose (llama.cpp tells a q_lora-less file by its
+    // layer count, 27). The V2 vocabulary comes from --vocab (ggml-vocab-deepseek-llm.gguf).
+    s.arch = "deepseek2";
+    s.name = "synthetic DeepSeek-V2-Lite widths";
+    s.n_embd = 2048, s.n_head = 16, s.q_lora_rank = 1536, s.kv_lora_rank = 512;
+    s.qk_nope = 128, s.qk_rope = 64, s.v_head = 128;
+    s.n_ff = 10944, s.n_ff_exp = 1408, s.n_expert = 64, s.n_expert_used = 6, s.n_expert_shared = 2;
+    s.n_expert_groups = 1, s.n_expert_groups_used = 1;
+    s.n_vocab = 102400, s.n_ctx_train = 163840, s.rms_eps = 1e-6, s.rope_freq_base = 10000;
+    s.rope_scaling = "yarn", s.rope_factor = 40, s.rope_orig_ctx = 4096, s.yarn_mscale_all_dim = 0.707;
+    s.n_layer = 4, s.n_layer_dense_lead = 1;
+    s.gating = "softmax", s.weights_norm = false, s.weights_scale = 1.0, s.exp_probs_b = false;
+    s.type = GgmlType::F16;
+    return;
   } else {
-    fail("synth: unknown preset '{}' (expected glm5 or deepseek32)", preset);
+    fail("synth: unknown preset '{}' (expected glm5, deepseek32 or v2lite)", preset);
   }
   // Fewer layers and experts than the real models: real per-layer cost, a file that fits here.
   s.n_layer = 2, s.n_layer_dense_lead = 1, s.n_expert = 16;

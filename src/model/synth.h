@@ -69,7 +69,11 @@ struct SynthSpec {
 // Real per-layer widths with few layers and experts, for benchmarks at real per-layer cost:
 // "glm5" (GLM-5: glm-dsa, hidden 6144, 64 heads, q_lora 2048, nope 192, v 256, indexer 32 x 128,
 // vocabulary 154880) and "deepseek32" (DeepSeek-V3.2: hidden 7168, 128 heads, q_lora 1536,
-// nope 128, v 128, indexer 64 x 128, YaRN x40, vocabulary 129280). Throws on an unknown name.
+// nope 128, v 128, indexer 64 x 128, YaRN x40, vocabulary 129280), 2 layers and 16 experts,
+// Q4_K; "v2lite" (the `mla bench` model: DeepSeek-V2-Lite's hidden 2048, 16 heads, q_lora 1536,
+// kv_lora 512, nope 128, rope 64, v 128, 64 experts top-6 + 2 shared, expert ffn 1408, dense ffn
+// 10944, softmax gating, YaRN x40; 4 layers, 1 dense; F16, to be quantized by `mla gguf
+// quantize`). Throws on an unknown name.
 void apply_synth_preset(SynthSpec& s, const std::string& preset);
 
 // Applies a JSON object of SynthSpec fields (same names as above; "types" maps roles to type

@@ -231,7 +231,7 @@ DequantizeFn dequantize_ref_fn(GgmlType t) {
     case GgmlType::IQ4_NL: return dequant_iq4_nl;
     case GgmlType::IQ4_XS: return dequant_iq4_xs;
     case GgmlType::MXFP4: return dequant_mxfp4;
-    default: return nullptr;
+    default: return dequantize_iq_ref_fn(t);
   }
 }
 

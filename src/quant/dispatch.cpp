@@ -117,6 +117,8 @@ GgmlType vec_dot_type(GgmlType t) {
       return GgmlType::Q8_0;
     case GgmlType::Q2_K: case GgmlType::Q3_K: case GgmlType::Q4_K: case GgmlType::Q5_K:
     case GgmlType::Q6_K: case GgmlType::Q8_K: case GgmlType::IQ4_XS:
+    case GgmlType::IQ1_S: case GgmlType::IQ1_M: case GgmlType::IQ2_XXS: case GgmlType::IQ2_XS:
+    case GgmlType::IQ2_S: case GgmlType::IQ3_XXS: case GgmlType::IQ3_S:
       return GgmlType::Q8_K;
     default: fail_unsupported(t);
   }

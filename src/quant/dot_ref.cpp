@@ -236,7 +236,7 @@ VecDotFn vec_dot_ref_fn(GgmlType t) {
     case GgmlType::Q6_K: return dot_q8_k<BlockQ6_K>;
     case GgmlType::IQ4_XS: return dot_q8_k<BlockIQ4_XS>;
     case GgmlType::Q8_K: return dot_q8_k<BlockQ8_K>;
-    default: return nullptr;
+    default: return vec_dot_iq_ref_fn(t);
   }
 }
 

@@ -35,6 +35,11 @@ bool cpu_has_avx2_fma();
 float dot_q2_k_avx2(int64_t n, const void* w, const void* a);
 float dot_q3_k_avx2(int64_t n, const void* w, const void* a);
 
+// The lattice i-quants (iquants.cpp): IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S;
+// nullptr for any other type.
+DequantizeFn dequantize_iq_ref_fn(GgmlType t);
+VecDotFn vec_dot_iq_ref_fn(GgmlType t);
+
 // K-quant quantizers (quantize_k.cpp), exported for quantize.cpp's table.
 void quantize_q4_k_ref(const float* x, void* dst, int64_t n);
 void quantize_q5_k_ref(const float* x, void* dst, int64_t n);

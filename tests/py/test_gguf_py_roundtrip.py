@@ -28,10 +28,12 @@ QK_K = 256
 HALF_SCALE_OFFSETS = {
     QT.Q4_0: [0], QT.Q4_1: [0, 2], QT.Q5_0: [0], QT.Q5_1: [0, 2], QT.Q8_0: [0],
     QT.Q2_K: [80, 82], QT.Q3_K: [108], QT.Q4_K: [0, 2], QT.Q5_K: [0, 2], QT.Q6_K: [208],
-    QT.IQ4_NL: [0], QT.IQ4_XS: [0],
+    QT.IQ4_NL: [0], QT.IQ4_XS: [0], QT.IQ1_S: [0], QT.IQ2_XXS: [0], QT.IQ2_XS: [0], QT.IQ2_S: [0],
+    QT.IQ3_XXS: [0], QT.IQ3_S: [0], QT.IQ1_M: [],
 }
 # Types gguf-py can only dequantize; the test writes random blocks of them.
-RAW_TYPES = [QT.Q4_1, QT.Q5_0, QT.Q5_1, QT.Q2_K, QT.Q3_K, QT.Q4_K, QT.Q5_K, QT.Q6_K, QT.IQ4_NL, QT.IQ4_XS]
+RAW_TYPES = [QT.Q4_1, QT.Q5_0, QT.Q5_1, QT.Q2_K, QT.Q3_K, QT.Q4_K, QT.Q5_K, QT.Q6_K, QT.IQ4_NL, QT.IQ4_XS,
+             QT.IQ1_S, QT.IQ1_M, QT.IQ2_XXS, QT.IQ2_XS, QT.IQ2_S, QT.IQ3_XXS, QT.IQ3_S]
 # Types gguf-py quantizes (F32 and F16 through numpy casts).
 QUANTIZABLE = [QT.F32, QT.F16, QT.BF16, QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1, QT.Q8_0, QT.TQ1_0, QT.TQ2_0]
 # Valid GGUF types mla.cpp does not decode: it must refuse them by name.
@@ -69,6 +71,14 @@ def random_raw_blocks(qtype: QT, n_blocks: int, rng: np.random.Generator) -> np.
         scales[0] = np.float16(0.25)
         scales[1] = np.float16(-0.125)
         blocks[:, off:off + 2] = scales.view(np.uint8).reshape(n_blocks, 2)
+    if qtype == QT.IQ1_M:
+        # The fp16 scale is spread over the top nibbles of the four scale words at byte 48.
+        mag = np.exp2(rng.uniform(-10, -2, size=n_blocks)) * rng.choice([-1.0, 1.0], size=n_blocks)
+        h = mag.astype(np.float16).view(np.uint16)
+        words = blocks[:, 48:56].copy().view("<u2").reshape(n_blocks, 4)
+        for w in range(4):
+            words[:, w] = (words[:, w] & 0x0FFF) | (((h >> (4 * w)) & 0xF) << 12)
+        blocks[:, 48:56] = words.view(np.uint8).reshape(n_blocks, 8)
     return blocks
 
 

@@ -39,7 +39,8 @@ enum class BitsCase { Random, AllZero, AllOnes };
 inline std::vector<int> half_scale_offsets(GgmlType t) {
   switch (t) {
     case GgmlType::Q4_0: case GgmlType::Q5_0: case GgmlType::Q8_0: case GgmlType::IQ4_NL:
-    case GgmlType::IQ4_XS:
+    case GgmlType::IQ4_XS: case GgmlType::IQ1_S: case GgmlType::IQ2_XXS: case GgmlType::IQ2_XS:
+    case GgmlType::IQ2_S: case GgmlType::IQ3_XXS: case GgmlType::IQ3_S:
       return {0};
     case GgmlType::Q4_1: case GgmlType::Q5_1: case GgmlType::Q4_K: case GgmlType::Q5_K:
       return {0, 2};
@@ -89,6 +90,16 @@ inline std::vector<uint8_t> random_row(GgmlType t, int64_t n, std::mt19937& rng,
     for (int off : half_scale_offsets(t)) {
       const uint16_t h = pick_half_scale(sc, rng, k++);
       std::memcpy(blk + off, &h, 2);
+    }
+    if (t == GgmlType::IQ1_M) {
+      // The fp16 scale lies in the top nibbles of the four scale words at byte 48.
+      const uint16_t h = pick_half_scale(sc, rng, k);
+      for (int w = 0; w < 4; ++w) {
+        uint16_t v;
+        std::memcpy(&v, blk + 48 + 2 * w, 2);
+        v = static_cast<uint16_t>((v & 0x0fff) | (((h >> (4 * w)) & 0xf) << 12));
+        std::memcpy(blk + 48 + 2 * w, &v, 2);
+      }
     }
     if (t == GgmlType::MXFP4) {
       blk[0] = sc == ScaleCase::Random ? static_cast<uint8_t>(100 + rng() % 51)

@@ -1,0 +1,359 @@
+// mla bench -m FILE [-p 512] [-n 128] [-d 0,4096] [-t N] [-r 5] [--json]: prompt-processing and
+// decode speed in the style of llama.cpp's llama-bench, measured through the serving engine
+// (scheduler, paged latent cache, sampler) as `mla run` and `mla serve` drive it.
+//   ppP        a P-token prompt, one prefill (the engine's chunking), timed until its first token;
+//   tgN@dD     a D-token prompt prefilled untimed (D = 0: one token), then N tokens decoded one
+//              at a time, timed from the first token to the last.
+// Each test runs one untimed warm-up repetition first, then -r timed ones on fresh requests
+// (prompt ids drawn from a seeded generator, prefix cache off), and prints mean ± sd of t/s.
+// Decode tests also show the weight bytes read per token (every matrix but the embedding table
+// and the routed experts, plus the routed experts' rows the forward counted) and the GB/s that
+// makes, as a share of `mla bench --membw` (a read-bandwidth probe over all threads).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "engine/deepseek2_runner.h"
+#include "engine/engine.h"
+#include "gguf/gguf.h"
+#include "kernels/thread_pool.h"
+#include "util/error.h"
+#include "util/log.h"
+
+namespace mla::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct BenchArgs {
+  std::string model;
+  std::vector<int> n_prompt{512};
+  std::vector<int> n_gen{128};
+  std::vector<int> depth{0};
+  int threads = 0;
+  int reps = 5;
+  bool json = false;
+  bool membw = false;
+  std::string membw_size = "512M";
+  int max_num_batched_tokens = 512;
+  std::string kv_dtype = "f16";
+  std::string mla_path = "auto";
+  uint64_t seed = 1;
+  CommonOptions common;
+};
+
+double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+// ---------------------------------------------------------------- read bandwidth probe
+
+// Bytes per second read by all threads summing disjoint slices of one buffer (first touched by
+// the thread that reads it), the best of `passes` passes.
+double measure_read_bandwidth(int n_threads, int64_t bytes, int passes) {
+  const int64_t n = std::max<int64_t>(bytes / 8, 1024);
+  std::unique_ptr<uint64_t[]> buf(new uint64_t[n]);
+  ThreadPool pool(n_threads);
+  pool.parallel_for(n, [&](int64_t b, int64_t e, int) {
+    for (int64_t i = b; i < e; ++i) buf[i] = static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ull;
+  });
+  std::vector<uint64_t> sink(n_threads, 0);
+  double best = 0;
+  for (int p = 0; p < passes; ++p) {
+    const auto t0 = Clock::now();
+    pool.parallel_for(n, [&](int64_t b, int64_t e, int t) {
+      uint64_t acc[8] = {};
+      int64_t i = b;
+      for (; i + 8 <= e; i += 8)
+        for (int k = 0; k < 8; ++k) acc[k] += buf[i + k];
+      for (; i < e; ++i) acc[0] += buf[i];
+      uint64_t s = 0;
+      for (uint64_t a : acc) s += a;
+      sink[t] += s;
+    });
+    const double s = seconds(t0, Clock::now());
+    best = std::max(best, static_cast<double>(n * 8) / std::max(s, 1e-9));
+  }
+  uint64_t keep = 0;
+  for (uint64_t s : sink) keep ^= s;
+  if (keep == 0x5a5a5a5a5a5a5a5aull) log().debug("membw: checksum {}", keep);  // keeps the reads alive
+  return best;
+}
+
+// ---------------------------------------------------------------- model description
+
+// llama.cpp's llama_ftype names (general.file_type), as llama-bench shows them.
+std::string file_type_name(uint64_t id) {
+  static const char* const names[] = {
+      "all F32", "F16",     "Q4_0",    "Q4_1",   nullptr,  nullptr,  nullptr,  "Q8_0",   "Q5_0",
+      "Q5_1",    "Q2_K",    "Q3_K_S",  "Q3_K_M", "Q3_K_L", "Q4_K_S", "Q4_K_M", "Q5_K_S", "Q5_K_M",
+      "Q6_K",    "IQ2_XXS", "IQ2_XS",  "Q2_K_S", "IQ3_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S",
+      "IQ3_M",   "IQ2_S",   "IQ2_M",   "IQ4_XS", "IQ1_M",  "BF16"};
+  if (id < std::size(names) && names[id]) return names[id];
+  return fmt::format("ftype {}", id);
+}
+
+bool is_routed_expert(const std::string& name) { return name.find("_exps.") != std::string::npos; }
+
+struct ModelFacts {
+  std::string description;   // "deepseek2 Q4_K_M"
+  uint64_t size_bytes = 0;   // tensor data
+  int64_t n_params = 0;
+  int64_t dense_bytes = 0;   // read by every decode token: all but token_embd and the routed experts
+};
+
+ModelFacts describe(const GgufFile& f) {
+  ModelFacts m;
+  const std::string arch = f.opt_string("general.architecture").value_or("?");
+  const auto ft = f.opt_uint("general.file_type");
+  m.description = ft ? fmt::format("{} {}", arch, file_type_name(*ft)) : arch;
+  for (const auto& t : f.tensors()) {
+    m.size_bytes += t.n_bytes;
+    m.n_params += t.n_elements;
+    if (t.name != "token_embd.weight" && !is_routed_expert(t.name)) m.dense_bytes += static_cast<int64_t>(t.n_bytes);
+  }
+  return m;
+}
+
+std::string human_bytes(double b) {
+  if (b >= 1024.0 * 1024 * 1024) return fmt::format("{:.2f} GiB", b / (1024.0 * 1024 * 1024));
+  return fmt::format("{:.2f} MiB", b / (1024.0 * 1024));
+}
+
+std::string human_params(double n) {
+  if (n >= 1e9) return fmt::format("{:.2f} B", n / 1e9);
+  return fmt::format("{:.2f} M", n / 1e6);
+}
+
+// ---------------------------------------------------------------- one test
+
+struct Test {
+  int n_prompt = 0;  // pp test when > 0
+  int n_gen = 0;     // tg test when > 0
+  int depth = 0;
+  std::string name() const {
+    std::string s = n_prompt > 0 ? fmt::format("pp{}", n_prompt) : fmt::format("tg{}", n_gen);
+    if (depth > 0) s += fmt::format("@d{}", depth);
+    return s;
+  }
+};
+
+struct Sample {
+  double tps = 0;
+  double weight_bytes_per_token = 0;  // decode tests
+};
+
+class Bencher {
+ public:
+  Bencher(Engine& engine, const Deepseek2Runner& runner, int n_vocab, int64_t dense_bytes, uint64_t seed)
+      : engine_(engine), runner_(runner), n_vocab_(n_vocab), dense_bytes_(dense_bytes), rng_(seed) {}
+
+  Sample run(const Test& t) {
+    // Prompt: n_prompt tokens (pp), or the depth (at least one token) before decoding (tg).
+    const int n_ids = t.n_prompt > 0 ? t.n_prompt : std::max(1, t.depth);
+    std::vector<int32_t> ids(n_ids);
+    std::uniform_int_distribution<int32_t> pick(0, n_vocab_ - 1);
+    for (int32_t& id : ids) id = pick(rng_);
+    SamplingParams p;
+    p.max_tokens = t.n_prompt > 0 ? 1 : t.n_gen + 1;
+    p.ignore_eos = true;
+    std::optional<Clock::time_point> first;
+    int64_t got = 0;
+    std::string error;
+    engine_.add_request(fmt::format("bench{}", n_req_++), std::move(ids), p, [&](RequestOutput&& out) {
+      for (const auto& o : out.outputs) {
+        if (!o.token_ids.empty() && !first) first = Clock::now();
+        got += static_cast<int64_t>(o.token_ids.size());
+      }
+      if (!out.error.empty()) error = out.error;
+    });
+    const auto t0 = Clock::now();
+    int64_t bytes0 = 0;
+    while (engine_.has_unfinished()) {
+      const bool had_first = first.has_value();
+      engine_.step();
+      if (!had_first && first) bytes0 = runner_.moe_counters().expert_bytes.load();
+    }
+    const auto t_end = Clock::now();
+    if (!error.empty()) fail("bench: {}: {}", t.name(), error);
+    if (!first) fail("bench: {}: the request produced no token", t.name());
+    Sample s;
+    if (t.n_prompt > 0) {
+      s.tps = t.n_prompt / std::max(seconds(t0, *first), 1e-9);
+    } else {
+      const int64_t decoded = got - 1;
+      if (decoded != t.n_gen) fail("bench: {}: decoded {} tokens, expected {}", t.name(), decoded, t.n_gen);
+      s.tps = decoded / std::max(seconds(*first, t_end), 1e-9);
+      const int64_t routed = runner_.moe_counters().expert_bytes.load() - bytes0;
+      s.weight_bytes_per_token = static_cast<double>(dense_bytes_) + static_cast<double>(routed) / decoded;
+    }
+    return s;
+  }
+
+ private:
+  Engine& engine_;
+  const Deepseek2Runner& runner_;
+  int n_vocab_;
+  int64_t dense_bytes_;
+  std::mt19937_64 rng_;
+  int n_req_ = 0;
+};
+
+double mean_of(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? 0 : s / v.size();
+}
+
+double sd_of(const std::vector<double>& v) {
+  if (v.size() < 2) return 0;
+  const double m = mean_of(v);
+  double s = 0;
+  for (double x : v) s += (x - m) * (x - m);
+  return std::sqrt(s / (v.size() - 1));
+}
+
+void bench(const BenchArgs& a) {
+  apply_common_options(a.common);
+  const int n_threads = a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (a.reps < 1) fail("bench: -r must be >= 1, got {}", a.reps);
+  const int64_t probe_bytes = parse_byte_size(a.membw_size, "--membw-size");
+  if (probe_bytes < (1 << 20)) fail("bench: --membw-size must be at least 1M, got '{}'", a.membw_size);
+
+  if (a.membw && a.model.empty()) {
+    const double bw = measure_read_bandwidth(n_threads, probe_bytes, 5);
+    if (a.json) {
+      fmt::print("{}\n", nlohmann::json{{"membw_gbps", bw / 1e9}, {"n_threads", n_threads}, {"bytes", probe_bytes}}.dump());
+    } else {
+      fmt::print("read bandwidth: {:.2f} GB/s ({} threads, {} buffer, best of 5)\n", bw / 1e9, n_threads,
+                 human_bytes(static_cast<double>(probe_bytes)));
+    }
+    return;
+  }
+  if (a.model.empty()) fail("bench: give -m FILE (or --membw alone for the bandwidth probe)");
+
+  std::vector<Test> tests;
+  for (int p : a.n_prompt) {
+    if (p < 0) fail("bench: -p values must be >= 0, got {}", p);
+    if (p > 0) tests.push_back({p, 0, 0});
+  }
+  for (int d : a.depth) {
+    if (d < 0) fail("bench: -d values must be >= 0, got {}", d);
+    for (int n : a.n_gen) {
+      if (n < 0) fail("bench: -n values must be >= 0, got {}", n);
+      if (n > 0) tests.push_back({0, n, d});
+    }
+  }
+  if (tests.empty()) fail("bench: no tests (all -p and -n values are 0)");
+  int64_t need_ctx = 16;
+  for (const Test& t : tests) need_ctx = std::max<int64_t>(need_ctx, t.n_prompt + std::max(1, t.depth) + t.n_gen + 1);
+
+  const MlaPathPolicy policy = parse_mla_path_policy(a.mla_path);
+  ModelOptions mo;
+  mo.n_threads = n_threads;
+  mo.max_batch_tokens = a.max_num_batched_tokens;
+  mo.dsa = dsa_enabled(a.common);
+  KvCacheOptions kvo;
+  kvo.dtype = parse_cache_dtype(a.kv_dtype);
+  kvo.tokens = (need_ctx + 255) / 256 * 256;
+  auto runner_owned = std::make_unique<Deepseek2Runner>(a.model, policy, mo, kvo);
+  const Deepseek2Runner& runner = *runner_owned;  // lives inside the engine below
+  if (runner.max_context() < need_ctx)
+    fail("bench: the tests need {} tokens of context, the model allows {}", need_ctx, runner.max_context());
+  const ModelFacts facts = describe(runner.file());
+  const int n_vocab = runner.n_vocab();
+
+  bool any_decode = false;
+  for (const Test& t : tests) any_decode |= t.n_gen > 0;
+  // The bandwidth probe before the engine starts, so that it has the machine to itself.
+  const double membw = any_decode ? measure_read_bandwidth(n_threads, probe_bytes, 5) : 0.0;
+
+  EngineConfig ec;
+  ec.max_num_batched_tokens = a.max_num_batched_tokens;
+  ec.max_num_seqs = 1;
+  ec.enable_prefix_caching = false;
+  ec.path_policy = policy;
+  Engine engine(std::move(runner_owned), ec, nullptr);
+  Bencher bencher(engine, runner, n_vocab, facts.dense_bytes, a.seed);
+
+  nlohmann::json out = nlohmann::json::array();
+  if (!a.json) {
+    if (any_decode) fmt::print("read bandwidth (--membw): {:.2f} GB/s\n\n", membw / 1e9);
+    fmt::print("| model | size | params | threads | test | t/s |{}\n", any_decode ? " weights/token | GB/s | of membw |" : "");
+    fmt::print("| --- | ---: | ---: | ---: | ---: | ---: |{}\n", any_decode ? " ---: | ---: | ---: |" : "");
+  }
+  for (const Test& t : tests) {
+    bencher.run(t);  // warm-up: cold caches, first-touch faults, scratch growth
+    std::vector<double> tps, bpt;
+    for (int r = 0; r < a.reps; ++r) {
+      const Sample s = bencher.run(t);
+      tps.push_back(s.tps);
+      bpt.push_back(s.weight_bytes_per_token);
+    }
+    const double m = mean_of(tps), sd = sd_of(tps), bytes = mean_of(bpt);
+    const double gbps = t.n_gen > 0 ? bytes * m / 1e9 : 0.0;
+    if (a.json) {
+      nlohmann::json j = {{"model_filename", a.model},   {"model_type", facts.description},
+                          {"model_size", facts.size_bytes}, {"model_n_params", facts.n_params},
+                          {"n_threads", n_threads},       {"n_prompt", t.n_prompt},
+                          {"n_gen", t.n_gen},             {"n_depth", t.depth},
+                          {"test", t.name()},             {"avg_ts", m},
+                          {"stddev_ts", sd},              {"samples_ts", tps}};
+      if (t.n_gen > 0) {
+        j["weight_bytes_per_token"] = bytes;
+        j["gbps"] = gbps;
+        j["membw_gbps"] = membw / 1e9;
+        j["membw_fraction"] = membw > 0 ? gbps * 1e9 / membw : 0.0;
+      }
+      out.push_back(j);
+      continue;
+    }
+    std::string extra;
+    if (t.n_gen > 0)
+      extra = fmt::format(" {:.1f} MB | {:.2f} | {:.0f}% |", bytes / 1e6, gbps, membw > 0 ? 100.0 * gbps * 1e9 / membw : 0.0);
+    else if (any_decode)
+      extra = " | | |";
+    fmt::print("| {} | {} | {} | {} | {} | {:.2f} ± {:.2f} |{}\n", facts.description,
+               human_bytes(static_cast<double>(facts.size_bytes)), human_params(static_cast<double>(facts.n_params)),
+               n_threads, t.name(), m, sd, extra);
+    std::fflush(stdout);
+  }
+  if (a.json) fmt::print("{}\n", out.dump(1));
+}
+
+}  // namespace
+
+void register_bench(CLI::App& app) {
+  auto* cmd = app.add_subcommand("bench", "Prompt-processing and decode speed through the serving engine (llama-bench style)");
+  static BenchArgs a;
+  cmd->add_option("-m,--model", a.model, "deepseek2 GGUF file");
+  cmd->add_option("-p,--n-prompt", a.n_prompt, "Prompt lengths for pp tests (0: none)")->delimiter(',')->capture_default_str();
+  cmd->add_option("-n,--n-gen", a.n_gen, "Decoded tokens for tg tests (0: none)")->delimiter(',')->capture_default_str();
+  cmd->add_option("-d,--n-depth", a.depth, "Context depths the tg tests start from (a real prefill first)")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("-t,--threads", a.threads, "Threads (default: all hardware threads)");
+  cmd->add_option("-r,--repetitions", a.reps, "Timed repetitions per test (after one warm-up)")->capture_default_str();
+  cmd->add_flag("--json", a.json, "Print a JSON array (llama-bench's field names where they exist)");
+  cmd->add_flag("--membw", a.membw, "Without -m: only measure the read bandwidth with all threads");
+  cmd->add_option("--membw-size", a.membw_size, "Buffer the bandwidth probe reads")->capture_default_str();
+  cmd->add_option("--max-num-batched-tokens", a.max_num_batched_tokens, "Token budget per engine step (prefill chunk)")
+      ->capture_default_str();
+  cmd->add_option("--kv-cache-dtype", a.kv_dtype, "Latent cache dtype: f16 | f32 | bf16 | q8_0")->capture_default_str();
+  cmd->add_option("--mla-path", a.mla_path, "MLA attention path: auto | mha | mqa")
+      ->check(CLI::IsMember({"auto", "mha", "mqa"}))
+      ->capture_default_str();
+  cmd->add_option("--seed", a.seed, "Seed of the prompt ids")->capture_default_str();
+  add_common_options(cmd, a.common);
+  cmd->callback([] { bench(a); });
+}
+
+}  // namespace mla::cli

@@ -1,0 +1,120 @@
+"""`mla bench`: the llama-bench-style tests (pp, tg, tg at depth), the weight bytes a decode token
+reads checked against the file's tensor sizes as gguf-py reads them, the bandwidth probe, bad
+options; and the `v2lite` synth preset's keys against DeepSeek-V2-Lite's published widths."""
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from gguf import GGUFReader
+
+ROOT = Path(__file__).resolve().parents[2]
+MLA = os.environ.get("MLA_BIN", str(ROOT / "build" / "mla"))
+SMALL = ["--n-embd", "64", "--n-ff", "128", "--q-lora-rank", "32", "--kv-lora-rank", "48", "--qk-nope", "16",
+         "--qk-rope", "16", "--v-head", "16", "--n-ff-exp", "32", "--n-expert", "8", "--n-expert-used", "2",
+         "--n-layer", "3"]
+
+
+def mla(*args, check=True):
+    r = subprocess.run([MLA, *map(str, args)], capture_output=True, text=True)
+    if check:
+        assert r.returncode == 0, r.stderr
+    return r
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench") / "small.gguf"
+    mla("gguf", "synth", "-o", out, "--type", "q8_0", "--seed", "5", *SMALL)
+    return out
+
+
+def field(reader, key):
+    f = reader.fields[key]
+    return f.parts[f.data[0]].tolist()[0] if f.types[0].name != "STRING" else bytes(f.parts[f.data[0]]).decode()
+
+
+def test_bench_json_tests_and_weight_bytes(model):
+    r = mla("bench", "-m", model, "-p", "32", "-n", "8", "-d", "0,40", "-r", "2", "-t", "2", "--json",
+            "--membw-size", "8M", "--log-level", "warn")
+    rows = json.loads(r.stdout)
+    assert [x["test"] for x in rows] == ["pp32", "tg8", "tg8@d40"]
+    for x in rows:
+        assert len(x["samples_ts"]) == 2 and x["avg_ts"] > 0 and x["n_threads"] == 2
+
+    # A decode token reads every matrix but the embedding table and the routed experts, plus
+    # n_expert_used experts' gate, up and down rows in each MoE layer (one sequence: distinct).
+    rd = GGUFReader(str(model))
+    dense = sum(int(t.n_bytes) for t in rd.tensors if t.name != "token_embd.weight" and "_exps." not in t.name)
+    per_layer = {}
+    for t in rd.tensors:
+        if "_exps." in t.name:
+            layer = t.name.split(".")[1]
+            per_layer[layer] = per_layer.get(layer, 0) + int(t.n_bytes)
+    n_expert = field(rd, "deepseek2.expert_count")
+    k = field(rd, "deepseek2.expert_used_count")
+    assert len(per_layer) == 2  # 3 layers, 1 dense
+    want = dense + sum(b // n_expert * k for b in per_layer.values())
+    assert [x["n_depth"] for x in rows] == [0, 0, 40]
+    for x in rows[1:]:
+        assert x["weight_bytes_per_token"] == want
+        assert x["membw_gbps"] > 0
+        assert x["gbps"] == pytest.approx(want * x["avg_ts"] / 1e9, rel=1e-9)
+    assert "weight_bytes_per_token" not in rows[0]
+    assert rows[0]["model_size"] == sum(int(t.n_bytes) for t in rd.tensors)
+    assert rows[0]["model_n_params"] == sum(int(t.n_elements) for t in rd.tensors)
+
+
+def test_bench_table_and_membw(model):
+    r = mla("bench", "-m", model, "-p", "16", "-n", "4", "-r", "1", "-t", "1", "--membw-size", "8M",
+            "--log-level", "warn")
+    lines = [l for l in r.stdout.splitlines() if l.startswith("| deepseek2")]
+    assert [l.split("|")[5].strip() for l in lines] == ["pp16", "tg4"]
+    assert "±" in lines[0] and "GB/s" in r.stdout
+    r = mla("bench", "--membw", "--membw-size", "16M", "-t", "2", "--json")
+    j = json.loads(r.stdout)
+    assert j["membw_gbps"] > 0.1 and j["n_threads"] == 2
+
+
+@pytest.mark.parametrize("args, msg", [
+    (["-r", "0"], "-r must be >= 1"),
+    (["-p", "0", "-n", "0"], "no tests"),
+    (["-d", "-5"], "-d values must be >= 0"),
+    (["-p", "100000", "-n", "0"], "the model allows"),
+])
+def test_bench_bad_options(model, args, msg):
+    r = mla("bench", "-m", model, *args, check=False)
+    assert r.returncode != 0
+    err = [l for l in r.stderr.splitlines() if "error" in l]
+    assert len(err) == 1 and err[0].startswith("mla: error: bench:") and msg in err[0], r.stderr
+
+
+def test_bench_without_model():
+    r = mla("bench", check=False)
+    assert r.returncode != 0 and "give -m FILE" in r.stderr
+
+
+def test_v2lite_preset_keys(tmp_path):
+    # Widths kept small where a test needs speed; the preset's other values are DeepSeek-V2-Lite's
+    # (config.json: 16 heads, kv_lora 512, qk_nope 128 + rope 64, v 128, 2 shared experts, top-6,
+    # softmax scoring, 1 dense layer, YaRN factor 40 over 4096, mscale_all_dim 0.707).
+    out = tmp_path / "v2lite.gguf"
+    mla("gguf", "synth", "-o", out, "--preset", "v2lite", "--n-embd", "64", "--n-ff", "64", "--n-ff-exp", "32",
+        "--n-expert", "8", "--n-vocab", "300", "--q-lora-rank", "32", "--type", "f32")
+    rd = GGUFReader(str(out))
+    a = "deepseek2."
+    assert field(rd, a + "block_count") == 4
+    assert field(rd, a + "attention.head_count") == 16
+    assert field(rd, a + "attention.kv_lora_rank") == 512
+    assert field(rd, a + "attention.key_length_mla") == 192
+    assert field(rd, a + "attention.value_length_mla") == 128
+    assert field(rd, a + "rope.dimension_count") == 64
+    assert field(rd, a + "expert_used_count") == 6
+    assert field(rd, a + "expert_shared_count") == 2
+    assert field(rd, a + "expert_gating_func") == 1
+    assert field(rd, a + "leading_dense_block_count") == 1
+    assert field(rd, a + "rope.scaling.factor") == 40
+    assert field(rd, a + "rope.scaling.original_context_length") == 4096
+    assert field(rd, a + "rope.scaling.yarn_log_multiplier") == pytest.approx(0.0707, rel=1e-6)
+    assert "deepseek2.expert_weights_norm" not in rd.fields or field(rd, a + "expert_weights_norm") is False

@@ -8,7 +8,7 @@ model that predicts each figure.
 
 For every context L and --dsa on|off: one `mla run` request of L random prompt tokens (one
 prefill, chunked by the engine) followed by --decode greedy tokens; reports prefill and decode
-tokens/s. The model file is made once with `mla gguf synth --preset glm5 --n_vocab 32768` (Q4_K;
+tokens/s. The model file is made once with `mla gguf synth --preset glm5 --n-vocab 32768` (Q4_K;
 the real per-layer widths, a smaller vocabulary: the lm_head costs the same at every context) unless
 --model is given. Timings come from mla run's own JSON (wall time of each phase)."""
 import argparse
@@ -80,7 +80,7 @@ def main():
         model = str(ROOT / "build" / "bench-models" / "glm5-preset-v32k-q4_k.gguf")
         if not os.path.exists(model):
             os.makedirs(os.path.dirname(model), exist_ok=True)
-            subprocess.run([a.mla, "gguf", "synth", "--preset", "glm5", "--n_vocab", "32768", "-o", model], check=True)
+            subprocess.run([a.mla, "gguf", "synth", "--preset", "glm5", "--n-vocab", "32768", "-o", model], check=True)
     rows = []
     for L in [int(x) for x in a.contexts.split(",")]:
         for dsa in ("on", "off"):

@@ -274,6 +274,7 @@ std::vector<PromptRun> path_checks(const Deepseek2Bundle& b, const DoctorOptions
   const std::vector<RunSpec> variants = {
       {"mqa", MlaPathPolicy::Mqa, 0}, {"1-token prefill", MlaPathPolicy::Auto, 1}, {"chunked prefill (3)", MlaPathPolicy::Auto, 3}};
   std::vector<PathComparison> cmp;
+  cmp.reserve(variants.size());
   for (const auto& v : variants) cmp.push_back(named(v.name));
   for (const auto& ids : r.canary_tokens) {
     refs.push_back(doctor::run_prompt(c, b.weights, ids, {"mha", MlaPathPolicy::Mha, 0}, nullptr, opt.n_greedy, opt,

@@ -156,8 +156,8 @@ struct GrammarCompiler::Impl {
   uint64_t n_hits = 0;
 };
 
-GrammarCompiler::GrammarCompiler(std::vector<std::string> vocab, int n_vocab,
-                                 std::vector<int32_t> stop_ids, int n_threads, size_t max_cached,
+GrammarCompiler::GrammarCompiler(const std::vector<std::string>& vocab, int n_vocab,
+                                 const std::vector<int32_t>& stop_ids, int n_threads, size_t max_cached,
                                  int json_max_whitespace)
     : n_vocab_(n_vocab), json_max_whitespace_(std::max(0, json_max_whitespace)) {
   if (n_vocab < static_cast<int>(vocab.size()))

@@ -12,6 +12,7 @@
 namespace mla::server {
 
 // What one request parses, decided when the request is read.
+// NOLINTNEXTLINE(bugprone-exception-escape): the implicit moves of json and std::optional do not throw
 struct OutputParsing {
   const ToolCallFormat* tool_format = nullptr;  // nullptr: tool calls are not parsed
   json tools;                                   // the request's tools, for argument types

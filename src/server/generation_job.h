@@ -40,6 +40,7 @@ class GenerationJob : public ApiJob {
   enum class Kind { kCompletion, kChat };
   using Clock = std::chrono::steady_clock;
 
+  // NOLINTNEXTLINE(bugprone-exception-escape): the implicit moves of its strings and json do not throw
   struct Options {
     Kind kind = Kind::kCompletion;
     std::string id;        // "cmpl-..." / "chatcmpl-..."

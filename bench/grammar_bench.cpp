@@ -91,8 +91,7 @@ void bm_compile(benchmark::State& st, const std::string& path) {
   Setup* s = setup_for(path);
   if (!s) return st.SkipWithError("vocabulary file not found");
   for (auto _ : st) {
-    GrammarCompiler c(grammar_vocab(*s->tok), static_cast<int>(s->tok->n_tokens()),
-                      {s->tok->vocab().eos}, 1);
+    GrammarCompiler c(grammar_vocab(*s->tok), static_cast<int>(s->tok->n_tokens()), {s->tok->vocab().eos}, 1);
     benchmark::DoNotOptimize(c.compile(GrammarSpec::json_schema(kSchema)));
   }
 }

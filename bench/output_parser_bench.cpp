@@ -22,8 +22,8 @@ std::string call_text(std::string_view format, int i) {
     return "<tool_call>search<arg_key>query</arg_key><arg_value>" + value +
            "</arg_value><arg_key>n</arg_key><arg_value>" + std::to_string(i) + "</arg_value></tool_call>";
   if (format == "deepseek_v31")
-    return "<｜tool▁call▁begin｜>search<｜tool▁sep｜>{\"query\": \"" + value + "\", \"n\": " +
-           std::to_string(i) + "}<｜tool▁call▁end｜>";
+    return "<｜tool▁call▁begin｜>search<｜tool▁sep｜>{\"query\": \"" + value + "\", \"n\": " + std::to_string(i) +
+           "}<｜tool▁call▁end｜>";
   return "<tool_call>\n{\"name\": \"search\", \"arguments\": {\"query\": \"" + value +
          "\", \"n\": " + std::to_string(i) + "}}\n</tool_call>\n";
 }

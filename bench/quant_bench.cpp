@@ -156,7 +156,8 @@ __attribute__((target("avx2"))) uint64_t sum_avx2(const uint64_t* p, size_t n) {
     for (int k = 0; k < 4; ++k)
       acc[k] = _mm256_add_epi64(acc[k], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 4 * k)));
   alignas(32) uint64_t out[4];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(out), _mm256_add_epi64(_mm256_add_epi64(acc[0], acc[1]), _mm256_add_epi64(acc[2], acc[3])));
+  _mm256_store_si256(reinterpret_cast<__m256i*>(out),
+                     _mm256_add_epi64(_mm256_add_epi64(acc[0], acc[1]), _mm256_add_epi64(acc[2], acc[3])));
   return out[0] + out[1] + out[2] + out[3];
 }
 uint64_t sum_scalar(const uint64_t* p, size_t n) {
@@ -184,10 +185,9 @@ void bm_memcpy(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * c.bytes * 2);
 }
 
-const GgmlType kBenchTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16,   GgmlType::Q8_0,
-                                GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q5_K,   GgmlType::Q6_K,
-                                GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::IQ4_XS, GgmlType::IQ4_NL,
-                                GgmlType::MXFP4};
+const GgmlType kBenchTypes[] = {GgmlType::F32,    GgmlType::F16,    GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0,
+                                GgmlType::Q4_K,   GgmlType::Q5_K,   GgmlType::Q6_K, GgmlType::Q2_K, GgmlType::Q3_K,
+                                GgmlType::IQ4_XS, GgmlType::IQ4_NL, GgmlType::MXFP4};
 
 [[maybe_unused]] const bool registered = [] {
   for (GgmlType t : kBenchTypes) {

@@ -93,10 +93,9 @@ double measure_read_bandwidth(int n_threads, int64_t bytes, int passes) {
 // llama.cpp's llama_ftype names (general.file_type), as llama-bench shows them.
 std::string file_type_name(uint64_t id) {
   static const char* const names[] = {
-      "all F32", "F16",     "Q4_0",    "Q4_1",   nullptr,  nullptr,  nullptr,  "Q8_0",   "Q5_0",
-      "Q5_1",    "Q2_K",    "Q3_K_S",  "Q3_K_M", "Q3_K_L", "Q4_K_S", "Q4_K_M", "Q5_K_S", "Q5_K_M",
-      "Q6_K",    "IQ2_XXS", "IQ2_XS",  "Q2_K_S", "IQ3_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S",
-      "IQ3_M",   "IQ2_S",   "IQ2_M",   "IQ4_XS", "IQ1_M",  "BF16"};
+      "all F32", "F16",     "Q4_0",   "Q4_1",   nullptr,  nullptr,  nullptr,  "Q8_0",  "Q5_0",    "Q5_1",   "Q2_K",
+      "Q3_K_S",  "Q3_K_M",  "Q3_K_L", "Q4_K_S", "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K",  "IQ2_XXS", "IQ2_XS", "Q2_K_S",
+      "IQ3_XS",  "IQ3_XXS", "IQ1_S",  "IQ4_NL", "IQ3_S",  "IQ3_M",  "IQ2_S",  "IQ2_M", "IQ4_XS",  "IQ1_M",  "BF16"};
   if (id < std::size(names) && names[id]) return names[id];
   return fmt::format("ftype {}", id);
 }
@@ -104,10 +103,10 @@ std::string file_type_name(uint64_t id) {
 bool is_routed_expert(const std::string& name) { return name.find("_exps.") != std::string::npos; }
 
 struct ModelFacts {
-  std::string description;   // "deepseek2 Q4_K_M"
-  uint64_t size_bytes = 0;   // tensor data
+  std::string description;  // "deepseek2 Q4_K_M"
+  uint64_t size_bytes = 0;  // tensor data
   int64_t n_params = 0;
-  int64_t dense_bytes = 0;   // read by every decode token: all but token_embd and the routed experts
+  int64_t dense_bytes = 0;  // read by every decode token: all but token_embd and the routed experts
 };
 
 ModelFacts describe(const GgufFile& f) {
@@ -231,7 +230,8 @@ void bench(const BenchArgs& a) {
   if (a.membw && a.model.empty()) {
     const double bw = measure_read_bandwidth(n_threads, probe_bytes, 5);
     if (a.json) {
-      fmt::print("{}\n", nlohmann::json{{"membw_gbps", bw / 1e9}, {"n_threads", n_threads}, {"bytes", probe_bytes}}.dump());
+      fmt::print("{}\n",
+                 nlohmann::json{{"membw_gbps", bw / 1e9}, {"n_threads", n_threads}, {"bytes", probe_bytes}}.dump());
     } else {
       fmt::print("read bandwidth: {:.2f} GB/s ({} threads, {} buffer, best of 5)\n", bw / 1e9, n_threads,
                  human_bytes(static_cast<double>(probe_bytes)));
@@ -287,7 +287,8 @@ void bench(const BenchArgs& a) {
   nlohmann::json out = nlohmann::json::array();
   if (!a.json) {
     if (any_decode) fmt::print("read bandwidth (--membw): {:.2f} GB/s\n\n", membw / 1e9);
-    fmt::print("| model | size | params | threads | test | t/s |{}\n", any_decode ? " weights/token | GB/s | of membw |" : "");
+    fmt::print("| model | size | params | threads | test | t/s |{}\n",
+               any_decode ? " weights/token | GB/s | of membw |" : "");
     fmt::print("| --- | ---: | ---: | ---: | ---: | ---: |{}\n", any_decode ? " ---: | ---: | ---: |" : "");
   }
   for (const Test& t : tests) {
@@ -301,12 +302,18 @@ void bench(const BenchArgs& a) {
     const double m = mean_of(tps), sd = sd_of(tps), bytes = mean_of(bpt);
     const double gbps = t.n_gen > 0 ? bytes * m / 1e9 : 0.0;
     if (a.json) {
-      nlohmann::json j = {{"model_filename", a.model},   {"model_type", facts.description},
-                          {"model_size", facts.size_bytes}, {"model_n_params", facts.n_params},
-                          {"n_threads", n_threads},       {"n_prompt", t.n_prompt},
-                          {"n_gen", t.n_gen},             {"n_depth", t.depth},
-                          {"test", t.name()},             {"avg_ts", m},
-                          {"stddev_ts", sd},              {"samples_ts", tps}};
+      nlohmann::json j = {{"model_filename", a.model},
+                          {"model_type", facts.description},
+                          {"model_size", facts.size_bytes},
+                          {"model_n_params", facts.n_params},
+                          {"n_threads", n_threads},
+                          {"n_prompt", t.n_prompt},
+                          {"n_gen", t.n_gen},
+                          {"n_depth", t.depth},
+                          {"test", t.name()},
+                          {"avg_ts", m},
+                          {"stddev_ts", sd},
+                          {"samples_ts", tps}};
       if (t.n_gen > 0) {
         j["weight_bytes_per_token"] = bytes;
         j["gbps"] = gbps;
@@ -318,7 +325,8 @@ void bench(const BenchArgs& a) {
     }
     std::string extra;
     if (t.n_gen > 0)
-      extra = fmt::format(" {:.1f} MB | {:.2f} | {:.0f}% |", bytes / 1e6, gbps, membw > 0 ? 100.0 * gbps * 1e9 / membw : 0.0);
+      extra = fmt::format(" {:.1f} MB | {:.2f} | {:.0f}% |", bytes / 1e6, gbps,
+                          membw > 0 ? 100.0 * gbps * 1e9 / membw : 0.0);
     else if (any_decode)
       extra = " | | |";
     fmt::print("| {} | {} | {} | {} | {} | {:.2f} ± {:.2f} |{}\n", facts.description,
@@ -332,11 +340,16 @@ void bench(const BenchArgs& a) {
 }  // namespace
 
 void register_bench(CLI::App& app) {
-  auto* cmd = app.add_subcommand("bench", "Prompt-processing and decode speed through the serving engine (llama-bench style)");
+  auto* cmd =
+      app.add_subcommand("bench", "Prompt-processing and decode speed through the serving engine (llama-bench style)");
   static BenchArgs a;
   cmd->add_option("-m,--model", a.model, "deepseek2 GGUF file");
-  cmd->add_option("-p,--n-prompt", a.n_prompt, "Prompt lengths for pp tests (0: none)")->delimiter(',')->capture_default_str();
-  cmd->add_option("-n,--n-gen", a.n_gen, "Decoded tokens for tg tests (0: none)")->delimiter(',')->capture_default_str();
+  cmd->add_option("-p,--n-prompt", a.n_prompt, "Prompt lengths for pp tests (0: none)")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("-n,--n-gen", a.n_gen, "Decoded tokens for tg tests (0: none)")
+      ->delimiter(',')
+      ->capture_default_str();
   cmd->add_option("-d,--n-depth", a.depth, "Context depths the tg tests start from (a real prefill first)")
       ->delimiter(',')
       ->capture_default_str();

@@ -32,8 +32,10 @@ void add_common_options(CLI::App* cmd, CommonOptions& opt) {
 void apply_common_options(const CommonOptions& opt) {
   if (!opt.log_level.empty()) set_log_level(opt.log_level);
   warn_unknown_env_vars();
-  if (opt.trace.empty()) trace_configure_from_env();
-  else trace_configure(opt.trace);
+  if (opt.trace.empty())
+    trace_configure_from_env();
+  else
+    trace_configure(opt.trace);
 }
 
 bool dsa_enabled(const CommonOptions& opt) {
@@ -52,17 +54,23 @@ int64_t parse_byte_size(const std::string& text, const char* option) {
   }
   std::string unit = text.substr(at);
   for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  if (unit.ends_with("IB")) unit.resize(unit.size() - 2);
-  else if (unit.ends_with("B")) unit.resize(unit.size() - 1);
+  if (unit.ends_with("IB"))
+    unit.resize(unit.size() - 2);
+  else if (unit.ends_with("B"))
+    unit.resize(unit.size() - 1);
   double scale = 1;
-  if (unit == "K") scale = 1024.0;
-  else if (unit == "M") scale = 1024.0 * 1024;
-  else if (unit == "G") scale = 1024.0 * 1024 * 1024;
-  else if (unit == "T") scale = 1024.0 * 1024 * 1024 * 1024;
-  else if (!unit.empty()) fail("{}: unknown unit in '{}' (expected K, M, G or T)", option, text);
+  if (unit == "K")
+    scale = 1024.0;
+  else if (unit == "M")
+    scale = 1024.0 * 1024;
+  else if (unit == "G")
+    scale = 1024.0 * 1024 * 1024;
+  else if (unit == "T")
+    scale = 1024.0 * 1024 * 1024 * 1024;
+  else if (!unit.empty())
+    fail("{}: unknown unit in '{}' (expected K, M, G or T)", option, text);
   const double bytes = value * scale;
-  if (!std::isfinite(bytes) || bytes < 1 || bytes > 9.0e18)
-    fail("{}: '{}' is out of range", option, text);
+  if (!std::isfinite(bytes) || bytes < 1 || bytes > 9.0e18) fail("{}: '{}' is out of range", option, text);
   return static_cast<int64_t>(bytes);
 }
 

@@ -9,9 +9,9 @@
 namespace mla::cli {
 
 struct CommonOptions {
-  std::string log_level;  // "" → MLA_LOG_LEVEL or info
-  std::string trace;      // "" → MLA_TRACE
-  std::string dsa = "on"; // --dsa on|off: sparse attention where the model has a DSA indexer
+  std::string log_level;   // "" → MLA_LOG_LEVEL or info
+  std::string trace;       // "" → MLA_TRACE
+  std::string dsa = "on";  // --dsa on|off: sparse attention where the model has a DSA indexer
 };
 
 // --dsa as a bool; throws mla::Error for anything but on|off.

@@ -29,11 +29,11 @@ nlohmann::json to_json(const GgufValue& v, size_t max_items) {
           size_t shown = std::min(max_items, x.items.size());
           for (size_t i = 0; i < shown; ++i) arr.push_back(to_json(x.items[i], max_items));
           return arr;
-        } else if constexpr (std::is_same_v<T, uint8_t> || std::is_same_v<T, uint16_t> ||
-                             std::is_same_v<T, uint32_t> || std::is_same_v<T, uint64_t>) {
+        } else if constexpr (std::is_same_v<T, uint8_t> || std::is_same_v<T, uint16_t> || std::is_same_v<T, uint32_t> ||
+                             std::is_same_v<T, uint64_t>) {
           return static_cast<uint64_t>(x);
-        } else if constexpr (std::is_same_v<T, int8_t> || std::is_same_v<T, int16_t> ||
-                             std::is_same_v<T, int32_t> || std::is_same_v<T, int64_t>) {
+        } else if constexpr (std::is_same_v<T, int8_t> || std::is_same_v<T, int16_t> || std::is_same_v<T, int32_t> ||
+                             std::is_same_v<T, int64_t>) {
           return static_cast<int64_t>(x);
         } else {
           return x;
@@ -113,8 +113,8 @@ void print_json(const GgufFile& f, bool full) {
   j["file_size"] = f.file_size();
   nlohmann::json shards = nlohmann::json::array();
   for (const auto& sh : f.shards())
-    shards.push_back({{"file", sh.path}, {"bytes", sh.file_size}, {"data_offset", sh.data_offset},
-                      {"tensors", sh.n_tensors}});
+    shards.push_back(
+        {{"file", sh.path}, {"bytes", sh.file_size}, {"data_offset", sh.data_offset}, {"tensors", sh.n_tensors}});
   j["shards"] = std::move(shards);  // one entry for a single file
   nlohmann::json md = nlohmann::json::array();
   for (const auto& [k, v] : f.metadata()) {
@@ -131,8 +131,12 @@ void print_json(const GgufFile& f, bool full) {
   j["metadata"] = std::move(md);
   nlohmann::json ts = nlohmann::json::array();
   for (const auto& t : f.tensors())
-    ts.push_back({{"name", t.name}, {"type", std::string(ggml_type_name(t.type))}, {"ne", t.ne},
-                  {"offset", t.offset}, {"bytes", t.n_bytes}, {"n_elements", t.n_elements},
+    ts.push_back({{"name", t.name},
+                  {"type", std::string(ggml_type_name(t.type))},
+                  {"ne", t.ne},
+                  {"offset", t.offset},
+                  {"bytes", t.n_bytes},
+                  {"n_elements", t.n_elements},
                   {"shard", t.shard}});  // index into "shards"; offset is within that shard's data
   j["tensors"] = std::move(ts);
   Totals tot = totals_of(f);
@@ -160,8 +164,10 @@ void register_gguf(CLI::App& app) {
   inspect->add_flag("--full", full, "Do not abbreviate long arrays");
   inspect->callback([] {
     auto f = GgufFile::open(path);
-    if (json) print_json(*f, full);
-    else print_text(*f, full);
+    if (json)
+      print_json(*f, full);
+    else
+      print_text(*f, full);
   });
 
   // Further `mla gguf X` subcommands register here (one file each: src/cli/gguf_X.cpp).

@@ -87,7 +87,9 @@ void register_gguf_quant_test(CLI::App& gguf) {
   file->add_option("--types", types, "Comma-separated tensor types")->capture_default_str();
   file->add_option("--seed", seed, "Random seed")->capture_default_str();
   file->add_option("--rows", rows, "Rows per tensor")->capture_default_str()->check(CLI::Range(1, 1 << 20));
-  file->add_option("--cols", cols, "Row length (a multiple of 256)")->capture_default_str()->check(CLI::Range(256, 1 << 24));
+  file->add_option("--cols", cols, "Row length (a multiple of 256)")
+      ->capture_default_str()
+      ->check(CLI::Range(256, 1 << 24));
   file->callback([] {
     if (cols % 256 != 0) fail("--cols {} is not a multiple of 256", cols);
     GgufWriter w;
@@ -98,7 +100,8 @@ void register_gguf_quant_test(CLI::App& gguf) {
       const std::string name = lower(ggml_type_name(t));
       const auto x = test_data(rows, cols, rng);
       std::vector<uint8_t> q(static_cast<size_t>(ggml_row_bytes(t, cols) * rows));
-      for (int64_t r = 0; r < rows; ++r) quantize_row(t, x.data() + r * cols, q.data() + r * ggml_row_bytes(t, cols), cols);
+      for (int64_t r = 0; r < rows; ++r)
+        quantize_row(t, x.data() + r * cols, q.data() + r * ggml_row_bytes(t, cols), cols);
       w.add_tensor(name + ".src", GgmlType::F32, {cols, rows}, x.data(), x.size() * sizeof(float));
       w.add_tensor(name + ".q", t, {cols, rows}, std::move(q));
     }

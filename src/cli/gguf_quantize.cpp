@@ -68,14 +68,16 @@ void quantize_file(const QuantizeArgs& a) {
                ggml_type_name(plan[i].to), plan[i].reason);
   }
   fmt::print("{}: {} tensors, {:.2f} MiB -> {:.2f} MiB ({:.3f} bits per weight)\n", quant_file_type_name(*ft),
-             plan.size(), bytes_in / 1048576.0, bytes_out / 1048576.0, 8.0 * bytes_out / std::max<int64_t>(1, n_weights));
+             plan.size(), bytes_in / 1048576.0, bytes_out / 1048576.0,
+             8.0 * bytes_out / std::max<int64_t>(1, n_weights));
   if (a.plan_only) return;
 
   const int n_threads = a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   GgufWriter w;
   for (const auto& [key, value] : f->metadata())
     if (key != "general.alignment" && !is_gguf_split_key(key)) w.set(key, value);  // one output file
-  if (auto al = f->opt_uint("general.alignment")) w.set("general.alignment", GgufValue::u32(static_cast<uint32_t>(*al)));
+  if (auto al = f->opt_uint("general.alignment"))
+    w.set("general.alignment", GgufValue::u32(static_cast<uint32_t>(*al)));
   w.set("general.file_type", GgufValue::u32(quant_file_type_id(*ft)));
   w.set("general.quantization_version", GgufValue::u32(2));
   for (size_t i = 0; i < plan.size(); ++i) {
@@ -93,7 +95,8 @@ void quantize_file(const QuantizeArgs& a) {
 }  // namespace
 
 void register_gguf_quantize(CLI::App& gguf) {
-  auto* cmd = gguf.add_subcommand("quantize", "Quantize a GGUF's weights to a file type with llama-quantize's per-tensor rules");
+  auto* cmd = gguf.add_subcommand("quantize",
+                                  "Quantize a GGUF's weights to a file type with llama-quantize's per-tensor rules");
   static QuantizeArgs a;
   cmd->add_option("input", a.in, "Input GGUF (F32/F16/BF16 weights)")->required();
   cmd->add_option("output", a.out, "Output GGUF")->required();

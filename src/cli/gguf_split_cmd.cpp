@@ -21,8 +21,7 @@ struct SplitArgs {
 };
 
 void split_file(const SplitArgs& a) {
-  if (!a.max_size.empty() && a.max_tensors)
-    fail("gguf split: give --split-max-size or --split-max-tensors, not both");
+  if (!a.max_size.empty() && a.max_tensors) fail("gguf split: give --split-max-size or --split-max-tensors, not both");
   GgufSplitOptions o;
   if (!a.max_size.empty()) o.max_bytes = parse_split_size(a.max_size);
   if (a.max_tensors) o.max_tensors = *a.max_tensors;
@@ -33,8 +32,8 @@ void split_file(const SplitArgs& a) {
   for (size_t s = 0; s < plan.size(); ++s) {
     uint64_t bytes = 0;
     for (size_t i : plan[s]) bytes += f->tensors()[i].n_bytes;
-    fmt::print("  {}: {} tensors, {} tensor bytes\n", gguf_split_path(a.prefix, static_cast<int>(s),
-               static_cast<int>(plan.size())), plan[s].size(), bytes);
+    fmt::print("  {}: {} tensors, {} tensor bytes\n",
+               gguf_split_path(a.prefix, static_cast<int>(s), static_cast<int>(plan.size())), plan[s].size(), bytes);
   }
   if (a.dry_run) return;
   for (const auto& p : gguf_split_write(*f, a.prefix, o)) fmt::print("wrote {}\n", p);
@@ -43,7 +42,8 @@ void split_file(const SplitArgs& a) {
 }  // namespace
 
 void register_gguf_split(CLI::App& gguf) {
-  auto* split = gguf.add_subcommand("split", "Split a GGUF into PREFIX-00001-of-0000N.gguf shards (as llama-gguf-split)");
+  auto* split =
+      gguf.add_subcommand("split", "Split a GGUF into PREFIX-00001-of-0000N.gguf shards (as llama-gguf-split)");
   static SplitArgs a;
   split->add_option("input", a.in, "Input GGUF")->required();
   split->add_option("output_prefix", a.prefix, "Shards are written as PREFIX-%05d-of-%05d.gguf")->required();
@@ -53,7 +53,8 @@ void register_gguf_split(CLI::App& gguf) {
   split->add_flag("--dry-run", a.dry_run, "Print the plan; write nothing");
   split->callback([] { split_file(a); });
 
-  auto* merge = gguf.add_subcommand("merge", "Merge a split GGUF (any shard's name) into one file (as llama-gguf-split --merge)");
+  auto* merge =
+      gguf.add_subcommand("merge", "Merge a split GGUF (any shard's name) into one file (as llama-gguf-split --merge)");
   static std::string shard, out;
   merge->add_option("shard", shard, "Any shard of the split model")->required();
   merge->add_option("output", out, "Output GGUF (must not exist)")->required();

@@ -62,15 +62,18 @@ void apply_flag(SynthSpec& s, const std::string& key, const std::string& value) 
 }  // namespace
 
 void register_gguf_synth(CLI::App& gguf) {
-  auto* cmd = gguf.add_subcommand(
-      "synth", "Write a random-weight MLA-MoE GGUF (deepseek2, deepseek32, glm-dsa; --preset glm5|deepseek32|v2lite) (flags override --config; see src/model/synth.h for the keys)");
+  auto* cmd =
+      gguf.add_subcommand("synth",
+                          "Write a random-weight MLA-MoE GGUF (deepseek2, deepseek32, glm-dsa; --preset "
+                          "glm5|deepseek32|v2lite) (flags override --config; see src/model/synth.h for the keys)");
   static std::string out, config;
   static std::map<std::string, std::string> values;
   cmd->add_option("-o,--output", out, "Output GGUF path")->required();
   cmd->add_option("--config", config, "JSON object of spec keys (n_layer, n_embd, types, layout, vocab, seed, ...)");
   for (const auto& key : synth_spec_keys()) {
-    std::string help = key == "types"   ? "Per-role tensor types: ROLE=TYPE,... (roles: embd output attn_q attn_kv_a indexer "
-                                          "attn_mla attn_output ffn ffn_exps ffn_shexp router)"
+    std::string help = key == "types"
+                           ? "Per-role tensor types: ROLE=TYPE,... (roles: embd output attn_q attn_kv_a indexer "
+                             "attn_mla attn_output ffn ffn_exps ffn_shexp router)"
                        : key == "vocab" ? "Take the vocabulary (tokenizer.* keys) from this GGUF"
                                         : fmt::format("spec key '{}'", key);
     cmd->add_option(flag_of(key), values[key], help);
@@ -98,7 +101,9 @@ void register_gguf_convert_mla_layout(CLI::App& gguf) {
   static bool keep_quant = false;
   cmd->add_option("input", in, "Source GGUF")->required();
   cmd->add_option("output", out, "Destination GGUF")->required();
-  cmd->add_option("--layout", layout, "Target layout: fused | split")->required()->check(CLI::IsMember({"fused", "split"}));
+  cmd->add_option("--layout", layout, "Target layout: fused | split")
+      ->required()
+      ->check(CLI::IsMember({"fused", "split"}));
   cmd->add_flag("--keep-quant-type", keep_quant,
                 "Requantize re-laid-out tensors into the source's quantized type (lossy) instead of writing F32");
   cmd->callback([] {

@@ -97,8 +97,10 @@ void run_perplexity(const PerplexityArgs& a) {
   std::vector<float> logits(static_cast<size_t>(batch) * c.n_vocab);
 
   if (!a.json)
-    fmt::print(stderr, "perplexity: {} tokens (tokenized in {:.2f} s); {} chunks, n_ctx={}, batch={}, mla-path {}, {} threads\n",
-               tokens.size(), tok_s, n_chunk, n_ctx, batch, a.mla_path, mo.n_threads);
+    fmt::print(
+        stderr,
+        "perplexity: {} tokens (tokenized in {:.2f} s); {} chunks, n_ctx={}, batch={}, mla-path {}, {} threads\n",
+        tokens.size(), tok_s, n_chunk, n_ctx, batch, a.mla_path, mo.n_threads);
 
   double nll = 0, nll2 = 0;
   int64_t count = 0;

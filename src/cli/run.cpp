@@ -58,9 +58,7 @@ struct RunArgs {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
+double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
 std::vector<int32_t> parse_token_list(const std::string& s, const std::string& where) {
   std::vector<int32_t> out;
@@ -132,9 +130,12 @@ std::vector<Job> read_batch_file(const RunArgs& a, const Tokenizer* tok) {
       nlohmann::json j;
       try {
         j = nlohmann::json::parse(line);
-        if (j.contains("tokens")) job.prompt = j["tokens"].get<std::vector<int32_t>>();
-        else if (j.contains("prompt")) job.prompt = encode_prompt(tok, j["prompt"].get<std::string>(), where);
-        else fail("run: {}: the object has neither \"tokens\" nor \"prompt\"", where);
+        if (j.contains("tokens"))
+          job.prompt = j["tokens"].get<std::vector<int32_t>>();
+        else if (j.contains("prompt"))
+          job.prompt = encode_prompt(tok, j["prompt"].get<std::string>(), where);
+        else
+          fail("run: {}: the object has neither \"tokens\" nor \"prompt\"", where);
         SamplingParams& p = job.params;
         if (j.contains("id")) job.id = j["id"].get<std::string>();
         if (j.contains("max_tokens")) p.max_tokens = j["max_tokens"].get<int>();
@@ -192,8 +193,8 @@ void run(const RunArgs& a) {
   auto runner = std::make_unique<Deepseek2Runner>(a.model, policy, mo, kvo);
   const DeepseekConfig& c = runner->config();
   log().info("loaded {} in {:.2f} s: {} layers, {} heads, kv_lora_rank {}, {} experts (top {}), vocab {}, {} threads",
-             a.model, seconds(t_load, Clock::now()), c.n_layer, c.n_head, c.kv_lora_rank, c.n_expert,
-             c.n_expert_used, c.n_vocab, mo.n_threads);
+             a.model, seconds(t_load, Clock::now()), c.n_layer, c.n_head, c.kv_lora_rank, c.n_expert, c.n_expert_used,
+             c.n_vocab, mo.n_threads);
 
   // The tokenizer, when the file carries a byte-level BPE vocabulary: text prompts and text output.
   std::shared_ptr<const Tokenizer> tok;
@@ -217,8 +218,7 @@ void run(const RunArgs& a) {
                        : !a.grammar_file.empty()
                            ? GrammarSpec::ebnf(read_text_file(a.grammar_file, "--grammar"))
                            : GrammarSpec::json_schema(read_text_file(a.json_schema_file, "--json-schema"));
-    GrammarCompiler compiler(grammar_vocab(*tok), static_cast<int>(c.n_vocab),
-                             runner->eos_token_ids(), mo.n_threads);
+    GrammarCompiler compiler(grammar_vocab(*tok), static_cast<int>(c.n_vocab), runner->eos_token_ids(), mo.n_threads);
     auto grammar = compiler.compile(spec);
     for (Job& job : jobs) job.params.grammar = grammar;
   }
@@ -351,10 +351,14 @@ void run(const RunArgs& a) {
     for (const Job& job : jobs) {
       const Collected& col = results.at(job.id);
       for (int i = 0; i < job.params.n; ++i)
-        j["requests"].push_back({{"id", job.id}, {"index", i}, {"prompt_tokens", job.prompt.size()},
-                                 {"continuation", col.tokens[i]}, {"finish_reason", col.finish[i]}});
+        j["requests"].push_back({{"id", job.id},
+                                 {"index", i},
+                                 {"prompt_tokens", job.prompt.size()},
+                                 {"continuation", col.tokens[i]},
+                                 {"finish_reason", col.finish[i]}});
       if (tok)
-        for (int i = 0; i < job.params.n; ++i) j["requests"][j["requests"].size() - job.params.n + i]["text"] = col.text[i];
+        for (int i = 0; i < job.params.n; ++i)
+          j["requests"][j["requests"].size() - job.params.n + i]["text"] = col.text[i];
     }
     j["n_sequences"] = n_seqs;
     add_timing(j);
@@ -401,7 +405,8 @@ void register_run(CLI::App& app) {
   cmd->add_option("--min-p", a.min_p, "Min-p (0: off)")->capture_default_str();
   cmd->add_option("--seed", a.seed, "Sampling seed (--batch: request i uses seed + i)")->capture_default_str();
   cmd->add_flag("--ignore-eos", a.ignore_eos, "Keep generating past the end-of-sequence token");
-  cmd->add_option("--mla-path", a.mla_path, "MLA attention path per sequence: auto (decode MQA, prefill MHA) | mha | mqa")
+  cmd->add_option("--mla-path", a.mla_path,
+                  "MLA attention path per sequence: auto (decode MQA, prefill MHA) | mha | mqa")
       ->check(CLI::IsMember({"auto", "mha", "mqa"}))
       ->capture_default_str();
   cmd->add_flag("--verify-paths", a.verify_paths, "Run both MLA paths and log their largest difference per layer");
@@ -421,8 +426,7 @@ void register_run(CLI::App& app) {
   cmd->add_option("--json-schema", a.json_schema_file,
                   "Constrain every output to JSON valid under the JSON Schema in this file");
   cmd->add_option("--regex", a.regex, "Constrain every output to match this regular expression");
-  cmd->add_option("--grammar", a.grammar_file,
-                  "Constrain every output to the EBNF grammar (rule 'root') in this file");
+  cmd->add_option("--grammar", a.grammar_file, "Constrain every output to the EBNF grammar (rule 'root') in this file");
   cmd->add_flag("--warmup", a.warmup,
                 "Run one untimed request of the first prompt's length first (as llama-bench does)");
   add_common_options(cmd, a.common);

@@ -18,8 +18,8 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
-#include "engine/deepseek2_runner.h"
 #include "doctor/doctor.h"
+#include "engine/deepseek2_runner.h"
 #include "engine/engine.h"
 #include "engine/scripted_runner.h"
 #include "gguf/gguf.h"
@@ -27,8 +27,8 @@
 #include "server/http_server.h"
 #include "server/openai_api.h"
 #include "server/reasoning.h"
-#include "server/tool_parsers/tool_parser.h"
 #include "server/tokenizer_decoder.h"
+#include "server/tool_parsers/tool_parser.h"
 #include "tokenizer/chat_template/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "util/env.h"
@@ -121,8 +121,7 @@ void self_check(const std::string& mode, const std::string& model, int n_threads
 // ("auto"), or none.
 server::ServerParsers choose_parsers(const ServeArgs& a, const std::string& tmpl_src) {
   server::ServerParsers p;
-  std::string tool = a.tool_call_parser == "auto" ? server::detect_tool_call_format(tmpl_src)
-                                                  : a.tool_call_parser;
+  std::string tool = a.tool_call_parser == "auto" ? server::detect_tool_call_format(tmpl_src) : a.tool_call_parser;
   if (tool == "none") tool.clear();
   if (!tool.empty()) {
     p.tool_format = server::make_tool_call_format(tool);
@@ -130,8 +129,7 @@ server::ServerParsers choose_parsers(const ServeArgs& a, const std::string& tmpl
       fail("serve: --tool-call-parser '{}' is not one of {}, auto, none", tool,
            fmt::join(server::tool_call_format_names(), ", "));
   }
-  std::string reasoning = a.reasoning_parser == "auto" ? server::detect_reasoning_parser(tmpl_src)
-                                                       : a.reasoning_parser;
+  std::string reasoning = a.reasoning_parser == "auto" ? server::detect_reasoning_parser(tmpl_src) : a.reasoning_parser;
   if (reasoning == "none") reasoning.clear();
   if (!reasoning.empty() && !server::is_reasoning_parser(reasoning))
     fail("serve: --reasoning-parser '{}' is not one of {}, auto, none", reasoning,
@@ -150,8 +148,8 @@ std::unique_ptr<ModelRunner> make_scripted_runner(const std::string& path, const
     return tok.encode(text, opt);
   };
   auto decode = [&tok](std::span<const int32_t> ids) { return tok.decode_text(ids); };
-  return std::make_unique<ScriptedRunner>(load_script(path, encode), static_cast<int>(tok.n_tokens()),
-                                          tok.vocab().eos, decode);
+  return std::make_unique<ScriptedRunner>(load_script(path, encode), static_cast<int>(tok.n_tokens()), tok.vocab().eos,
+                                          decode);
 }
 
 // Blocks SIGINT and SIGTERM in this thread and every thread started after it; signals are then
@@ -171,14 +169,11 @@ void serve(ServeArgs& a) {
   if (a.api_key.empty())
     if (auto k = env_value("MLA_API_KEY")) a.api_key = *k;
   if (a.port < 0 || a.port > 65535) fail("serve: --port must be in [0, 65535], got {}", a.port);
-  if (a.timeout_keep_alive <= 0)
-    fail("serve: --timeout-keep-alive must be > 0 seconds, got {}", a.timeout_keep_alive);
-  if (a.shutdown_timeout < 0)
-    fail("serve: --shutdown-timeout must be >= 0 seconds, got {}", a.shutdown_timeout);
+  if (a.timeout_keep_alive <= 0) fail("serve: --timeout-keep-alive must be > 0 seconds, got {}", a.timeout_keep_alive);
+  if (a.shutdown_timeout < 0) fail("serve: --shutdown-timeout must be >= 0 seconds, got {}", a.shutdown_timeout);
   if (!std::filesystem::is_regular_file(a.model)) fail("serve: model file '{}' not found", a.model);
-  const std::string name = a.served_model_name.empty()
-                               ? std::filesystem::path(a.model).filename().string()
-                               : a.served_model_name;
+  const std::string name =
+      a.served_model_name.empty() ? std::filesystem::path(a.model).filename().string() : a.served_model_name;
   const MlaPathPolicy policy = parse_mla_path_policy(a.mla_path);
 
   server::OpenAiApi api({name, a.model, a.api_key});
@@ -244,15 +239,17 @@ void serve(ServeArgs& a) {
     tokenizer = Tokenizer::from_gguf(*vocab_file);
     runner = make_scripted_runner(a.scripted_output, *tokenizer);
     eos_ids = {tokenizer->vocab().eos};
-    log().warn("--scripted-output: the model's forward pass is replaced by the outputs in '{}'",
-               a.scripted_output);
+    log().warn("--scripted-output: the model's forward pass is replaced by the outputs in '{}'", a.scripted_output);
   }
-  std::string tmpl_src = a.chat_template.empty() ? tokenizer->vocab().chat_template
-                                                 : read_text_file(a.chat_template, "--chat-template");
+  std::string tmpl_src =
+      a.chat_template.empty() ? tokenizer->vocab().chat_template : read_text_file(a.chat_template, "--chat-template");
   std::shared_ptr<ChatTemplate> tmpl;
-  if (!tmpl_src.empty()) tmpl = std::make_shared<ChatTemplate>(tmpl_src);
-  else log().warn("the model has no chat template (tokenizer.chat_template): /v1/chat/completions will answer 400; "
-                  "give one with --chat-template");
+  if (!tmpl_src.empty())
+    tmpl = std::make_shared<ChatTemplate>(tmpl_src);
+  else
+    log().warn(
+        "the model has no chat template (tokenizer.chat_template): /v1/chat/completions will answer 400; "
+        "give one with --chat-template");
 
   EngineConfig ec;
   ec.max_num_seqs = a.max_num_seqs;
@@ -262,11 +259,10 @@ void serve(ServeArgs& a) {
   ec.path_policy = policy;
   ec.eos_token_ids = eos_ids;
   const int n_threads = mo.n_threads;
-  auto engine = std::make_unique<Engine>(std::move(runner), ec,
-                                         std::make_shared<server::TokenizerDecoder>(*tokenizer));
+  auto engine = std::make_unique<Engine>(std::move(runner), ec, std::make_shared<server::TokenizerDecoder>(*tokenizer));
   engine->start();
-  GrammarCompiler grammars(grammar_vocab(*tokenizer), engine->n_vocab(), eos_ids,
-                           std::min(n_threads, 4), 64, a.json_max_whitespace);
+  GrammarCompiler grammars(grammar_vocab(*tokenizer), engine->n_vocab(), eos_ids, std::min(n_threads, 4), 64,
+                           a.json_max_whitespace);
 
   server::ServedModel sm;
   sm.engine = engine.get();
@@ -281,16 +277,15 @@ void serve(ServeArgs& a) {
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   log().info("model '{}' loaded in {:.2f} s: max_model_len {}, {} threads, mla path {}", name, secs,
              engine->config().max_model_len, n_threads, a.mla_path);
-  log().info("ready: {}/v1 (served model name '{}'{})", url, name,
-             a.api_key.empty() ? "" : ", API key required");
+  log().info("ready: {}/v1 (served model name '{}'{})", url, name, a.api_key.empty() ? "" : ", API key required");
 
   // Serve until a signal.
   while (n_signals.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
 
   api.begin_shutdown();
   http.drain();
-  const auto grace_end = std::chrono::steady_clock::now() +
-                         std::chrono::milliseconds(static_cast<int64_t>(a.shutdown_timeout * 1000));
+  const auto grace_end =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(a.shutdown_timeout * 1000));
   if (api.n_active() > 0)
     log().info("waiting up to {} s for {} running request(s)", a.shutdown_timeout, api.n_active());
   while (api.n_active() > 0 && n_signals.load() < 2 && std::chrono::steady_clock::now() < grace_end)
@@ -301,8 +296,7 @@ void serve(ServeArgs& a) {
   }
   // Let the aborted requests' last chunks reach their clients.
   const auto flush_end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while ((api.n_active() > 0 || http.n_busy_connections() > 0) &&
-         std::chrono::steady_clock::now() < flush_end)
+  while ((api.n_active() > 0 || http.n_busy_connections() > 0) && std::chrono::steady_clock::now() < flush_end)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   http.stop();
   engine->stop();
@@ -317,16 +311,15 @@ void register_serve(CLI::App& app) {
   cmd->add_option("-m,--model", a.model, "deepseek2 GGUF file")->required();
   cmd->add_option("--host", a.host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", a.port, "Port (0: any free port)")->capture_default_str();
-  cmd->add_option("--served-model-name", a.served_model_name,
-                  "Model name in the API (default: the model's file name)");
+  cmd->add_option("--served-model-name", a.served_model_name, "Model name in the API (default: the model's file name)");
   cmd->add_option("--api-key", a.api_key,
                   "Require 'Authorization: Bearer KEY' on every route but /health and /metrics "
                   "(default: $MLA_API_KEY)");
   cmd->add_option("--chat-template", a.chat_template,
                   "Jinja chat template file (default: the model's tokenizer.chat_template)");
   cmd->add_option("--http-threads", a.http_threads, "HTTP I/O threads")->capture_default_str();
-  cmd->add_option("--max-request-bytes", a.max_request_bytes,
-                  "Largest request body (e.g. 16M); larger ones get 413")->capture_default_str();
+  cmd->add_option("--max-request-bytes", a.max_request_bytes, "Largest request body (e.g. 16M); larger ones get 413")
+      ->capture_default_str();
   cmd->add_option("--timeout-keep-alive", a.timeout_keep_alive,
                   "Seconds an idle connection (or a slow request read) may take before it is closed")
       ->capture_default_str();
@@ -336,8 +329,7 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--max-num-seqs", a.max_num_seqs, "Most sequences running at once")->capture_default_str();
   cmd->add_option("--max-num-batched-tokens", a.max_num_batched_tokens, "Token budget per engine step")
       ->capture_default_str();
-  cmd->add_option("--max-model-len", a.max_model_len,
-                  "Context length (default: the model's, capped by the KV cache)");
+  cmd->add_option("--max-model-len", a.max_model_len, "Context length (default: the model's, capped by the KV cache)");
   cmd->add_flag("--no-enable-prefix-caching", a.no_prefix_caching, "Disable the prefix cache");
   cmd->add_option("--mla-path", a.mla_path, "MLA attention path: auto (decode MQA, prefill MHA) | mha | mqa")
       ->check(CLI::IsMember({"auto", "mha", "mqa"}))
@@ -348,7 +340,8 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--kv-cache-tokens", a.kv_cache_tokens, "KV cache capacity in tokens");
   cmd->add_option("--json-max-whitespace", a.json_max_whitespace,
                   "Structured outputs: most whitespace characters between two JSON tokens (0: no limit)")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--kv-cache-memory", a.kv_cache_memory, "KV cache capacity in bytes (e.g. 2G)");
   cmd->add_flag("--self-check{on}", a.self_check,
                 "Before /health turns 200, run the MLA paths on canary prompts and compare them (mla doctor's "

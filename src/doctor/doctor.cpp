@@ -5,8 +5,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
 #include <cmath>
+#include <filesystem>
 #include <map>
 
 #include "doctor/runs.h"
@@ -23,10 +23,14 @@ namespace mla {
 
 std::string_view check_status_name(CheckStatus s) {
   switch (s) {
-    case CheckStatus::Ok: return "ok";
-    case CheckStatus::Warn: return "warn";
-    case CheckStatus::Fail: return "FAIL";
-    case CheckStatus::NotApplicable: return "n/a";
+    case CheckStatus::Ok:
+      return "ok";
+    case CheckStatus::Warn:
+      return "warn";
+    case CheckStatus::Fail:
+      return "FAIL";
+    case CheckStatus::NotApplicable:
+      return "n/a";
   }
   return "?";
 }
@@ -92,8 +96,9 @@ void describe_file(const GgufFile& f, DoctorReport& r) {
   }
   for (auto& [k, v] : by_role) r.types.push_back(v);
   const bool split = f.find_tensor("blk.0.attn_k_b.weight") || f.find_tensor("blk.0.attn_v_b.weight");
-  r.mla_layout = split ? "split (attn_k_b + attn_v_b)"
-                       : f.find_tensor("blk.0.attn_kv_b.weight") ? "fused (attn_kv_b)" : "none found in blk.0";
+  r.mla_layout = split                                     ? "split (attn_k_b + attn_v_b)"
+                 : f.find_tensor("blk.0.attn_kv_b.weight") ? "fused (attn_kv_b)"
+                                                           : "none found in blk.0";
   if (n_indexer > 0) r.indexer = fmt::format("present ({} tensors)", n_indexer);
   const auto nextn = f.opt_int(r.architecture + ".nextn_predict_layers");
   if (n_mtp > 0 || (nextn && *nextn > 0))
@@ -109,12 +114,15 @@ void keys_check(const GgufFile& f, const DeepseekConfig& c, DoctorReport& r) {
   const std::string rs = prefix + "rope.scaling.";
   std::vector<std::string> fails, warns;
   std::string orphans;
-  for (const char* sub : {"factor", "original_context_length", "yarn_log_multiplier", "yarn_beta_fast", "yarn_beta_slow"})
+  for (const char* sub :
+       {"factor", "original_context_length", "yarn_log_multiplier", "yarn_beta_fast", "yarn_beta_slow"})
     if (f.has(rs + sub)) orphans += (orphans.empty() ? "" : ", ") + std::string(sub);
   const std::string& type = c.rope_scaling_type;
   if (!f.has(rs + "type") && !orphans.empty())
-    fails.push_back(fmt::format("{}type is absent (default: none) but {} {} present: that RoPE scaling is not "
-                                "applied", rs, orphans, orphans.find(',') == std::string::npos ? "is" : "are"));
+    fails.push_back(
+        fmt::format("{}type is absent (default: none) but {} {} present: that RoPE scaling is not "
+                    "applied",
+                    rs, orphans, orphans.find(',') == std::string::npos ? "is" : "are"));
   if ((type == "yarn" || type == "linear") && !f.has(rs + "factor"))
     fails.push_back(fmt::format("{}factor is absent (default 1): the '{}' scaling is a no-op", rs, type));
   if (type == "yarn" && !f.has(rs + "original_context_length"))
@@ -145,7 +153,8 @@ std::vector<int32_t> canary_ids(const Tokenizer* tok, const std::string& text, i
     eo.add_special = true;
     for (TokenId t : tok->encode(text, eo)) ids.push_back(t);
   } else {  // no tokenizer: a fixed id sequence stands in for the text
-    for (size_t i = 0; i < std::max<size_t>(text.size() / 4, 1); ++i) ids.push_back(static_cast<int32_t>((7 * i + 1) % n_vocab));
+    for (size_t i = 0; i < std::max<size_t>(text.size() / 4, 1); ++i)
+      ids.push_back(static_cast<int32_t>((7 * i + 1) % n_vocab));
   }
   if (ids.empty()) fail("doctor: canary '{}' encodes to no tokens", text);
   return ids;
@@ -172,8 +181,9 @@ std::unique_ptr<Deepseek2Bundle> load_other_layout(const std::string& path, MlaL
   return load_deepseek2(tmpl, weight_options_for(MlaPathPolicy::Auto, true));
 }
 
-void run_layout_variant(const std::string& path, const DeepseekWeights& w, const std::vector<std::vector<int32_t>>& canaries,
-                        const std::vector<PromptRun>& refs, const DoctorOptions& opt, DoctorReport& r) {
+void run_layout_variant(const std::string& path, const DeepseekWeights& w,
+                        const std::vector<std::vector<int32_t>>& canaries, const std::vector<PromptRun>& refs,
+                        const DoctorOptions& opt, DoctorReport& r) {
   const bool to_fused = w.layout == MlaLayout::Split;
   const std::string lname = to_fused ? "fused layout" : "split layout";
   PathComparison mha = named(lname + ", mha"), mqa = named(lname + ", mqa");
@@ -202,11 +212,13 @@ void run_layout_variant(const std::string& path, const DeepseekWeights& w, const
   }
   for (size_t i = 0; i < canaries.size(); ++i) {
     const int n = static_cast<int>(refs[i].tokens.size());
-    doctor::accumulate_comparison(refs[i], doctor::run_prompt(other->config, other->weights, canaries[i],
-                                                              {mha.name, MlaPathPolicy::Mha, 0}, &refs[i].tokens, n, opt),
+    doctor::accumulate_comparison(refs[i],
+                                  doctor::run_prompt(other->config, other->weights, canaries[i],
+                                                     {mha.name, MlaPathPolicy::Mha, 0}, &refs[i].tokens, n, opt),
                                   mha);
-    doctor::accumulate_comparison(refs[i], doctor::run_prompt(other->config, other->weights, canaries[i],
-                                                              {mqa.name, MlaPathPolicy::Mqa, 0}, &refs[i].tokens, n, opt),
+    doctor::accumulate_comparison(refs[i],
+                                  doctor::run_prompt(other->config, other->weights, canaries[i],
+                                                     {mqa.name, MlaPathPolicy::Mqa, 0}, &refs[i].tokens, n, opt),
                                   mqa);
   }
   r.paths.push_back(mha);
@@ -220,8 +232,9 @@ void head_check(const doctor::HeadPairing& hp, DoctorReport& r) {
     add_check(r, "heads", CheckStatus::NotApplicable, "one head");
     return;
   }
-  const std::string d = fmt::format("query·key score energy with attn_k_b heads {} is {:.2f}x the stored order's (blk.{})",
-                                    hp.best, hp.ratio, hp.layer);
+  const std::string d =
+      fmt::format("query·key score energy with attn_k_b heads {} is {:.2f}x the stored order's (blk.{})", hp.best,
+                  hp.ratio, hp.layer);
   r.head_pairing = d;
   if (hp.ratio > 2)
     add_check(r, "heads", CheckStatus::Fail, "attn_k_b heads look permuted: " + d);
@@ -233,10 +246,14 @@ void head_check(const doctor::HeadPairing& hp, DoctorReport& r) {
 // activations quantized to the weight's vec_dot_type).
 double rounding_of(GgmlType t) {
   switch (t) {
-    case GgmlType::F32: return 0x1p-24;
-    case GgmlType::F16: return 0x1p-11;
-    case GgmlType::BF16: return 0x1p-8;
-    default: return 1.0 / 254;  // 8-bit blocks (Q8_0, Q8_K): half a step of 127 levels
+    case GgmlType::F32:
+      return 0x1p-24;
+    case GgmlType::F16:
+      return 0x1p-11;
+    case GgmlType::BF16:
+      return 0x1p-8;
+    default:
+      return 1.0 / 254;  // 8-bit blocks (Q8_0, Q8_K): half a step of 127 levels
   }
 }
 
@@ -251,10 +268,10 @@ double layer_tolerance(const DeepseekWeights& w, const DoctorOptions& opt) {
   };
   see(w.output);
   for (const LayerWeights& L : w.layers)
-    for (const WeightMatrix* m : {&L.attn_q_a, &L.attn_q_b, &L.attn_q, &L.attn_kv_a_mqa, &L.attn_output, &L.ffn_gate,
-                                  &L.ffn_up, &L.ffn_down, &L.ffn_gate_inp, &L.ffn_gate_exps, &L.ffn_up_exps,
-                                  &L.ffn_gate_up_exps, &L.ffn_down_exps, &L.ffn_gate_shexp, &L.ffn_up_shexp,
-                                  &L.ffn_down_shexp})
+    for (const WeightMatrix* m :
+         {&L.attn_q_a, &L.attn_q_b, &L.attn_q, &L.attn_kv_a_mqa, &L.attn_output, &L.ffn_gate, &L.ffn_up, &L.ffn_down,
+          &L.ffn_gate_inp, &L.ffn_gate_exps, &L.ffn_up_exps, &L.ffn_gate_up_exps, &L.ffn_down_exps, &L.ffn_gate_shexp,
+          &L.ffn_up_shexp, &L.ffn_down_shexp})
       see(*m);
   return std::max(opt.tol_layer, 4 * step);
 }
@@ -266,13 +283,14 @@ size_t first_bad_layer(const PathComparison& p, double tol) {
 }
 
 // The canaries through every path against MHA (the reference); returns the reference runs.
-std::vector<PromptRun> path_checks(const Deepseek2Bundle& b, const DoctorOptions& opt,
-                                   bool with_layout, bool with_numerics, DoctorReport& r) {
+std::vector<PromptRun> path_checks(const Deepseek2Bundle& b, const DoctorOptions& opt, bool with_layout,
+                                   bool with_numerics, DoctorReport& r) {
   const DeepseekConfig& c = b.config;
   doctor::NumericsProbe probe(c, b.weights);
   std::vector<PromptRun> refs;
-  const std::vector<RunSpec> variants = {
-      {"mqa", MlaPathPolicy::Mqa, 0}, {"1-token prefill", MlaPathPolicy::Auto, 1}, {"chunked prefill (3)", MlaPathPolicy::Auto, 3}};
+  const std::vector<RunSpec> variants = {{"mqa", MlaPathPolicy::Mqa, 0},
+                                         {"1-token prefill", MlaPathPolicy::Auto, 1},
+                                         {"chunked prefill (3)", MlaPathPolicy::Auto, 3}};
   std::vector<PathComparison> cmp;
   cmp.reserve(variants.size());
   for (const auto& v : variants) cmp.push_back(named(v.name));
@@ -281,7 +299,8 @@ std::vector<PromptRun> path_checks(const Deepseek2Bundle& b, const DoctorOptions
                                       with_numerics ? &probe : nullptr));
     for (size_t k = 0; k < variants.size(); ++k)
       doctor::accumulate_comparison(
-          refs.back(), doctor::run_prompt(c, b.weights, ids, variants[k], &refs.back().tokens, opt.n_greedy, opt), cmp[k]);
+          refs.back(), doctor::run_prompt(c, b.weights, ids, variants[k], &refs.back().tokens, opt.n_greedy, opt),
+          cmp[k]);
   }
   for (auto& p : cmp) r.paths.push_back(p);
   if (with_layout) run_layout_variant(b.file->path(), b.weights, r.canary_tokens, refs, opt, r);
@@ -320,9 +339,12 @@ std::vector<PromptRun> path_checks(const Deepseek2Bundle& b, const DoctorOptions
     for (size_t l = 0; l < p.layer_rel.size(); ++l)
       if (p.layer_rel[l] > worst_layer) worst_layer = p.layer_rel[l], at = l;
     std::string why;
-    if (p.status == CheckStatus::Fail) why = p.note;
-    else if (!p.greedy_agree) why = "greedy tokens differ";
-    else if (p.logits_rel > opt.tol_logits) why = fmt::format("logits differ by {:.2e} (tolerance {:.0e})", p.logits_rel, opt.tol_logits);
+    if (p.status == CheckStatus::Fail)
+      why = p.note;
+    else if (!p.greedy_agree)
+      why = "greedy tokens differ";
+    else if (p.logits_rel > opt.tol_logits)
+      why = fmt::format("logits differ by {:.2e} (tolerance {:.0e})", p.logits_rel, opt.tol_logits);
     else if (worst_layer > tol_layer)
       why = fmt::format("blk.{} attention differs by {:.2e} (tolerance {:.0e})", at, worst_layer, tol_layer);
     if (!why.empty() && worst_layer > tol_layer && why.find("attention differs") == std::string::npos)
@@ -350,22 +372,27 @@ void numerics_checks(const DeepseekConfig& c, DoctorReport& r) {
   for (const auto& n : r.numerics) {
     const double m = std::max({n.max_q_absorbed, n.max_attn_out, n.max_latent});
     if (m > kF16Max || !std::isfinite(n.score_err_f16))
-      over += fmt::format("{}blk.{} (q·W_UK {:.3g}, attn·W_UV {:.3g}, latent {:.3g})", over.empty() ? "" : ", ", n.layer,
-                          n.max_q_absorbed, n.max_attn_out, n.max_latent);
+      over += fmt::format("{}blk.{} (q·W_UK {:.3g}, attn·W_UV {:.3g}, latent {:.3g})", over.empty() ? "" : ", ",
+                          n.layer, n.max_q_absorbed, n.max_attn_out, n.max_latent);
     else if (m > kF16Max / 16)
       close += fmt::format("{}blk.{} ({:.3g})", close.empty() ? "" : ", ", n.layer, m);
     worst_bf16 = std::max(worst_bf16, n.score_err_bf16);
     worst_cache = std::max(worst_cache, n.cache_rel_err);
   }
-  if (!over.empty()) add_check(r, "overflow", CheckStatus::Fail, "an F16 absorbed path would overflow (> 65504) in " + over);
-  else if (!close.empty()) add_check(r, "overflow", CheckStatus::Warn, "within 16x of the F16 limit in " + close);
-  else add_check(r, "overflow", CheckStatus::Ok, "every absorbed product and latent value is within 1/16 of the F16 range");
+  if (!over.empty())
+    add_check(r, "overflow", CheckStatus::Fail, "an F16 absorbed path would overflow (> 65504) in " + over);
+  else if (!close.empty())
+    add_check(r, "overflow", CheckStatus::Warn, "within 16x of the F16 limit in " + close);
+  else
+    add_check(r, "overflow", CheckStatus::Ok,
+              "every absorbed product and latent value is within 1/16 of the F16 range");
   // A softmax logit off by more than 1 changes that weight by more than e times.
   add_check(r, "bf16", worst_bf16 > 1 ? CheckStatus::Warn : CheckStatus::Ok,
             fmt::format("absorbed scores with BF16 inputs are off by up to {:.3g} (softmax logit units; warn above 1)",
                         worst_bf16));
-  add_check(r, "cache", worst_cache > 2e-2 ? CheckStatus::Warn : CheckStatus::Ok,
-            fmt::format("the {} latent cache keeps rows to {:.2e} relative (warn above 2e-2)", r.kv_dtype, worst_cache));
+  add_check(
+      r, "cache", worst_cache > 2e-2 ? CheckStatus::Warn : CheckStatus::Ok,
+      fmt::format("the {} latent cache keeps rows to {:.2e} relative (warn above 2e-2)", r.kv_dtype, worst_cache));
 }
 
 void output_checks(const DeepseekConfig& c, const Deepseek2Bundle& b, const Tokenizer* tok, const PromptRun& ref,
@@ -383,7 +410,8 @@ void output_checks(const DeepseekConfig& c, const Deepseek2Bundle& b, const Toke
   std::vector<std::string> flags;
   bool random_like = false;
   if (r.first_entropy > 0.9 * r.max_entropy) {
-    flags.push_back(fmt::format("first distribution near-uniform (entropy {:.2f} of {:.2f} nats)", r.first_entropy, r.max_entropy));
+    flags.push_back(
+        fmt::format("first distribution near-uniform (entropy {:.2f} of {:.2f} nats)", r.first_entropy, r.max_entropy));
     random_like = true;
   }
   if (r.greedy.size() >= 4 &&
@@ -409,7 +437,8 @@ void output_checks(const DeepseekConfig& c, const Deepseek2Bundle& b, const Toke
       r.ppl_tokens = static_cast<int64_t>(ids.size()) - 1;
       r.ppl = std::exp(nll / r.ppl_tokens);
       if (!std::isfinite(r.ppl) || r.ppl > V / 4.0) {
-        flags.push_back(fmt::format("perplexity {:.4g} of the built-in English text is near the vocabulary size {}", r.ppl, V));
+        flags.push_back(
+            fmt::format("perplexity {:.4g} of the built-in English text is near the vocabulary size {}", r.ppl, V));
         random_like = true;
       } else if (r.ppl > 1000) {
         flags.push_back(fmt::format("perplexity {:.4g} of the built-in English text is above 1000", r.ppl));
@@ -418,8 +447,8 @@ void output_checks(const DeepseekConfig& c, const Deepseek2Bundle& b, const Toke
   }
   if (flags.empty()) {
     add_check(r, "output", CheckStatus::Ok,
-              r.ppl > 0 ? fmt::format("perplexity {:.4g} on {} tokens of English, first-token entropy {:.2f} nats", r.ppl,
-                                      r.ppl_tokens, r.first_entropy)
+              r.ppl > 0 ? fmt::format("perplexity {:.4g} on {} tokens of English, first-token entropy {:.2f} nats",
+                                      r.ppl, r.ppl_tokens, r.first_entropy)
                         : std::string("no tokenizer: only the distribution checks ran"));
     return;
   }
@@ -433,8 +462,9 @@ void output_checks(const DeepseekConfig& c, const Deepseek2Bundle& b, const Toke
 class RecordingRunner : public ModelRunner {
  public:
   RecordingRunner(const DeepseekConfig& c, int32_t n_blocks, std::vector<std::string>& lines)
-      : c_(c), cache_({static_cast<int>(c.n_layer), static_cast<int>(c.kv_lora_rank), static_cast<int>(c.qk_rope)},
-                      GgmlType::F32, 16, n_blocks),
+      : c_(c),
+        cache_({static_cast<int>(c.n_layer), static_cast<int>(c.kv_lora_rank), static_cast<int>(c.qk_rope)},
+               GgmlType::F32, 16, n_blocks),
         lines_(lines) {}
   int n_vocab() const override { return static_cast<int>(c_.n_vocab); }
   int max_context() const override { return static_cast<int>(std::max<int64_t>(c_.n_ctx_train, 1)); }
@@ -446,8 +476,10 @@ class RecordingRunner : public ModelRunner {
       (s.path == MlaPath::Mqa ? num_mqa : num_mha)++;
       lens += fmt::format("{}{}->{}", lens.empty() ? "" : ",", s.query_len, mla_path_name(s.path));
     }
-    lines_.push_back(fmt::format("step {}: dispatch layer=blk.* is_sparse=0 num_mqa={} num_mha={} total_toks={} policy={} "
-                                 "(query {})", ++step_, num_mqa, num_mha, b.n_tokens(), mla_path_policy_name(b.policy), lens));
+    lines_.push_back(
+        fmt::format("step {}: dispatch layer=blk.* is_sparse=0 num_mqa={} num_mha={} total_toks={} policy={} "
+                    "(query {})",
+                    ++step_, num_mqa, num_mha, b.n_tokens(), mla_path_policy_name(b.policy), lens));
     std::fill(logits, logits + b.logits_rows.size() * c_.n_vocab, 0.0f);
   }
 

@@ -33,7 +33,7 @@ enum class CheckStatus { Ok, Warn, Fail, NotApplicable };
 std::string_view check_status_name(CheckStatus s);  // "ok" | "warn" | "FAIL" | "n/a"
 
 struct DoctorCheck {
-  std::string name;    // "load", "keys", "overflow", "bf16", "cache", "paths", "output"
+  std::string name;  // "load", "keys", "overflow", "bf16", "cache", "paths", "output"
   CheckStatus status = CheckStatus::Ok;
   std::string detail;  // one line: what was measured against what
 };
@@ -41,11 +41,11 @@ struct DoctorCheck {
 struct DoctorOptions {
   std::vector<std::string> prompts = {"Hello", ""};  // canaries; "" → the built-in longer prompt
   int n_threads = 1;
-  GgmlType kv_dtype = GgmlType::F16;  // the latent cache type the checks run with (serve's default)
-  int n_greedy = 8;                   // greedy tokens per canary (teacher-forced in the other runs)
-  int max_num_batched_tokens = 2048;  // the scheduler budget for the scheduling section
+  GgmlType kv_dtype = GgmlType::F16;            // the latent cache type the checks run with (serve's default)
+  int n_greedy = 8;                             // greedy tokens per canary (teacher-forced in the other runs)
+  int max_num_batched_tokens = 2048;            // the scheduler budget for the scheduling section
   int64_t layout_max_bytes = int64_t{4} << 30;  // larger files skip the other-layout comparison
-  bool layout = true;                 // compare against the other MLA layout (a converted temporary copy)
+  bool layout = true;                           // compare against the other MLA layout (a converted temporary copy)
   bool numerics = true, output = true, scheduling = true;
   // Tolerances of the path agreement (relative: max |a - b| / max |a|).
   double tol_layer = 1e-3;   // a layer's attention output; at least 4 rounding steps of kv_dtype
@@ -67,21 +67,21 @@ struct AbsentKey {
 
 struct LayerNumerics {
   int64_t layer = 0;
-  double max_q_absorbed = 0;    // max |W_UK_hᵀ · q_nope_h| (the MQA query in latent space)
-  double max_attn_out = 0;      // max |attention · W_UV|
-  double max_latent = 0;        // max |c_kv|, |k_pe| (the cache rows)
-  double score_err_f16 = 0;     // max |score(f32) - score(f16 inputs)| · kq_scale; inf on overflow
-  double score_err_bf16 = 0;    // the same with bf16 inputs
-  double cache_rel_err = 0;     // max |row - cache round trip| / max |row|
+  double max_q_absorbed = 0;  // max |W_UK_hᵀ · q_nope_h| (the MQA query in latent space)
+  double max_attn_out = 0;    // max |attention · W_UV|
+  double max_latent = 0;      // max |c_kv|, |k_pe| (the cache rows)
+  double score_err_f16 = 0;   // max |score(f32) - score(f16 inputs)| · kq_scale; inf on overflow
+  double score_err_bf16 = 0;  // the same with bf16 inputs
+  double cache_rel_err = 0;   // max |row - cache round trip| / max |row|
 };
 
 struct PathComparison {
-  std::string name;             // "mqa", "1-token prefill", "chunked prefill (3)", "fused layout, mha", ...
+  std::string name;  // "mqa", "1-token prefill", "chunked prefill (3)", "fused layout, mha", ...
   CheckStatus status = CheckStatus::Ok;
-  std::string note;             // why n/a, or what disagreed
+  std::string note;               // why n/a, or what disagreed
   std::vector<double> layer_rel;  // per layer, the largest over the canaries
-  double logits_rel = 0;        // largest over the canaries and greedy steps
-  bool greedy_agree = true;     // the reference's greedy tokens are this run's argmax too (or near ties)
+  double logits_rel = 0;          // largest over the canaries and greedy steps
+  bool greedy_agree = true;       // the reference's greedy tokens are this run's argmax too (or near ties)
 };
 
 struct GreedyToken {
@@ -95,10 +95,10 @@ struct DoctorReport {
   // File.
   std::string architecture;
   std::string shards = "1 (single file)";
-  std::string mla_layout;       // "split (attn_k_b + attn_v_b)" | "fused (attn_kv_b)"
+  std::string mla_layout;  // "split (attn_k_b + attn_v_b)" | "fused (attn_kv_b)"
   std::string indexer = "n/a (no indexer tensors: dense MLA)";
   std::string mtp = "absent";
-  std::string config_summary;   // describe_deepseek_config
+  std::string config_summary;  // describe_deepseek_config
   std::vector<TensorTypeCount> types;
   std::vector<AbsentKey> absent_keys;
   // Canaries as tokenized.
@@ -107,21 +107,21 @@ struct DoctorReport {
   // Numerics (first canary, reference run).
   std::vector<LayerNumerics> numerics;
   std::string kv_dtype;
-  std::string head_pairing;     // the W_UK head-order finding (empty when not run)
+  std::string head_pairing;  // the W_UK head-order finding (empty when not run)
   // Paths.
   std::vector<PathComparison> paths;
   // Scheduling: one block of lines per canary.
   std::vector<std::string> dispatch;
   // Output.
-  std::vector<GreedyToken> greedy;  // first canary
+  std::vector<GreedyToken> greedy;            // first canary
   double first_entropy = 0, max_entropy = 0;  // nats; max = ln(n_vocab)
   double ppl = 0;
   int64_t ppl_tokens = 0;
   int64_t n_vocab = 0;
   // Checks and verdict.
   std::vector<DoctorCheck> checks;
-  std::string verdict;          // "ok" | "untrained" | "FAIL"
-  std::string verdict_line;     // "ok" or "FAIL: keys (...); output (...)"
+  std::string verdict;       // "ok" | "untrained" | "FAIL"
+  std::string verdict_line;  // "ok" or "FAIL: keys (...); output (...)"
   double seconds = 0;
 
   bool ok() const { return verdict == "ok"; }

@@ -13,10 +13,14 @@ namespace {
 std::string printable(const std::string& s) {
   std::string out;
   for (unsigned char ch : s) {
-    if (ch == '\n') out += "\\n";
-    else if (ch == '\t') out += "\\t";
-    else if (ch < 0x20) out += fmt::format("\\x{:02x}", ch);
-    else out += static_cast<char>(ch);
+    if (ch == '\n')
+      out += "\\n";
+    else if (ch == '\t')
+      out += "\\t";
+    else if (ch < 0x20)
+      out += fmt::format("\\x{:02x}", ch);
+    else
+      out += static_cast<char>(ch);
   }
   return out;
 }
@@ -49,7 +53,8 @@ std::string format_doctor_report(const DoctorReport& r) {
   if (!r.types.empty()) {
     line("  tensor types by role:");
     for (const auto& t : r.types)
-      line(fmt::format("    {:<15} {:<6} {:>4} tensors {:>10.2f} MiB", t.role, t.type, t.n_tensors, t.n_bytes / 1048576.0));
+      line(fmt::format("    {:<15} {:<6} {:>4} tensors {:>10.2f} MiB", t.role, t.type, t.n_tensors,
+                       t.n_bytes / 1048576.0));
   }
   if (!r.absent_keys.empty()) {
     line("  absent keys (default taken):");
@@ -80,7 +85,8 @@ std::string format_doctor_report(const DoctorReport& r) {
   line("");
   line("Path agreement (reference: mha, whole prompt; the others teacher-forced on its greedy tokens)");
   for (size_t i = 0; i < r.canary_texts.size(); ++i)
-    line(fmt::format("  canary {}: \"{}\" ({} tokens)", i + 1, printable(r.canary_texts[i]), r.canary_tokens[i].size()));
+    line(
+        fmt::format("  canary {}: \"{}\" ({} tokens)", i + 1, printable(r.canary_texts[i]), r.canary_tokens[i].size()));
   for (const auto& p : r.paths) {
     if (p.status == CheckStatus::NotApplicable) {
       line(fmt::format("  {:<22} n/a   {}", p.name, p.note));
@@ -89,7 +95,8 @@ std::string format_doctor_report(const DoctorReport& r) {
     std::string layers;
     for (size_t l = 0; l < p.layer_rel.size(); ++l) layers += (l ? " " : "") + fmt::format("{:.1e}", p.layer_rel[l]);
     line(fmt::format("  {:<22} {:<4}  logits {:.1e}  greedy {}  layers [{}]{}", p.name, check_status_name(p.status),
-                     p.logits_rel, p.greedy_agree ? "same" : "DIFFER", layers, p.note.empty() ? "" : "  (" + p.note + ")"));
+                     p.logits_rel, p.greedy_agree ? "same" : "DIFFER", layers,
+                     p.note.empty() ? "" : "  (" + p.note + ")"));
   }
   check_line("paths");
 
@@ -103,7 +110,8 @@ std::string format_doctor_report(const DoctorReport& r) {
     line("");
     line("Output");
     std::string toks;
-    for (const auto& g : r.greedy) toks += fmt::format("{}[{} \"{}\" p={:.2f}]", toks.empty() ? "" : " ", g.id, printable(g.text), g.prob);
+    for (const auto& g : r.greedy)
+      toks += fmt::format("{}[{} \"{}\" p={:.2f}]", toks.empty() ? "" : " ", g.id, printable(g.text), g.prob);
     line(fmt::format("  greedy after canary 1: {}", toks));
     line(fmt::format("  first distribution entropy {:.2f} nats (uniform: {:.2f})", r.first_entropy, r.max_entropy));
     if (r.ppl > 0)

@@ -152,14 +152,14 @@ void NumericsProbe::on_attention(const AttentionObservation& o) {
   }
   for (const SeqMeta& s : b.seqs) {
     ctx_.resize(static_cast<size_t>(s.context_len * D));
-    o.cache->read_rows(static_cast<int>(o.layer), {b.context_slots.data() + s.slots_start, static_cast<size_t>(s.context_len)},
-                       ctx_.data());
+    o.cache->read_rows(static_cast<int>(o.layer),
+                       {b.context_slots.data() + s.slots_start, static_cast<size_t>(s.context_len)}, ctx_.data());
     for (int32_t k = 0; k < s.query_len; ++k) {
       const int64_t t = s.query_start + k;
       const int64_t last = s.context_len - s.query_len + k;  // causal: rows 0..last
       for (int64_t h = 0; h < H; ++h) {
         const float* q = o.q + t * q_stride + h * c_.qk_head;  // [q_nope | q_pe]
-        const float* uk = L.w_uk.data() + h * R * N;          // [R][N]
+        const float* uk = L.w_uk.data() + h * R * N;           // [R][N]
         for (int64_t r = 0; r < R; ++r) {
           double acc = 0;
           for (int64_t d = 0; d < N; ++d) acc += static_cast<double>(uk[r * N + d]) * q[d];

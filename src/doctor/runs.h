@@ -14,7 +14,7 @@ namespace mla::doctor {
 struct RunSpec {
   std::string name;
   MlaPathPolicy policy = MlaPathPolicy::Mha;
-  int chunk = 0;  // prefill tokens per forward call; 0: the whole prompt in one call
+  int chunk = 0;    // prefill tokens per forward call; 0: the whole prompt in one call
   bool dsa = true;  // sparse attention where the model has an indexer
 };
 
@@ -66,9 +66,9 @@ class NumericsProbe : public AttentionObserver {
 // The head-order finding of one probe: the alternative order of W_UK heads (reverse, rotate by
 // k) with the most score energy relative to the file's order.
 struct HeadPairing {
-  std::string best;    // the strongest alternative: "reversed" | "rotated by k"; "" with one head
-  double ratio = 0;    // its energy / the file order's energy, in the layer where that is largest
-  int64_t layer = 0;   // that layer
+  std::string best;   // the strongest alternative: "reversed" | "rotated by k"; "" with one head
+  double ratio = 0;   // its energy / the file order's energy, in the layer where that is largest
+  int64_t layer = 0;  // that layer
 };
 HeadPairing head_pairing(const NumericsProbe& p, int64_t n_layer, int64_t n_head);
 

@@ -4,8 +4,8 @@
 
 namespace mla {
 
-void build_batch_meta(std::span<const ScheduledSeq> seqs, int block_size, MlaPathPolicy policy,
-                      int decode_threshold, bool all_logits, BatchMeta& meta) {
+void build_batch_meta(std::span<const ScheduledSeq> seqs, int block_size, MlaPathPolicy policy, int decode_threshold,
+                      bool all_logits, BatchMeta& meta) {
   meta.token_ids.clear();
   meta.positions.clear();
   meta.slot_mapping.clear();

@@ -12,16 +12,16 @@ namespace mla {
 
 // What the scheduler decided for one sequence in a step.
 struct ScheduledSeq {
-  std::span<const int32_t> tokens;   // the sequence's tokens so far (prompt + generated)
-  std::span<const int32_t> blocks;   // its block table
-  int n_computed = 0;                // tokens with KV already in the cache
-  int n_new = 0;                     // tokens computed this step: [n_computed, n_computed + n_new)
-  bool needs_logits = false;         // of its last new token
+  std::span<const int32_t> tokens;  // the sequence's tokens so far (prompt + generated)
+  std::span<const int32_t> blocks;  // its block table
+  int n_computed = 0;               // tokens with KV already in the cache
+  int n_new = 0;                    // tokens computed this step: [n_computed, n_computed + n_new)
+  bool needs_logits = false;        // of its last new token
 };
 
 // Fills meta (reusing its buffers) for the scheduled sequences, in order. all_logits: every row
 // gets logits (tools that dump them), not only the rows that will be sampled.
-void build_batch_meta(std::span<const ScheduledSeq> seqs, int block_size, MlaPathPolicy policy,
-                      int decode_threshold, bool all_logits, BatchMeta& meta);
+void build_batch_meta(std::span<const ScheduledSeq> seqs, int block_size, MlaPathPolicy policy, int decode_threshold,
+                      bool all_logits, BatchMeta& meta);
 
 }  // namespace mla

@@ -12,10 +12,10 @@
 namespace mla {
 
 struct KvCacheOptions {
-  GgmlType dtype = GgmlType::F16;   // --kv-cache-dtype
-  int block_size = 16;              // tokens per block (CPU default; see docs/ARCHITECTURE.md)
-  int64_t tokens = 0;               // --kv-cache-tokens; 0: from memory
-  int64_t memory_bytes = 0;         // --kv-cache-memory; 0 with tokens 0: the default below
+  GgmlType dtype = GgmlType::F16;  // --kv-cache-dtype
+  int block_size = 16;             // tokens per block (CPU default; see docs/ARCHITECTURE.md)
+  int64_t tokens = 0;              // --kv-cache-tokens; 0: from memory
+  int64_t memory_bytes = 0;        // --kv-cache-memory; 0 with tokens 0: the default below
   // Without either: kDefaultTokens tokens, whatever the context length.
   static constexpr int64_t kDefaultTokens = 32768;
 };
@@ -24,8 +24,7 @@ class Deepseek2Runner : public ModelRunner {
  public:
   // Loads path for the policy (which W_UK forms) and allocates the cache. model.max_batch_tokens
   // must cover the engine's max_num_batched_tokens.
-  Deepseek2Runner(const std::string& path, MlaPathPolicy policy, const ModelOptions& model,
-                  const KvCacheOptions& kv);
+  Deepseek2Runner(const std::string& path, MlaPathPolicy policy, const ModelOptions& model, const KvCacheOptions& kv);
 
   int n_vocab() const override { return static_cast<int>(bundle_->config.n_vocab); }
   int max_context() const override;

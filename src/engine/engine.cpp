@@ -29,8 +29,7 @@ struct Engine::Impl {
   void admit(std::unique_ptr<Request> req);
   void finish_request(Request& req, FinishReason reason, const std::string& error);
   void start_masks(const SchedulerOutput& plan);
-  void sample_seq(Sequence* seq, const float* row, const MaskJob* mask,
-                  std::vector<Request*>& touched);
+  void sample_seq(Sequence* seq, const float* row, const MaskJob* mask, std::vector<Request*>& touched);
   void append_token(Sequence* seq, const SampleResult& res);
   void emit(std::vector<Request*>& touched);
   void update_counters();
@@ -50,8 +49,8 @@ struct Engine::Impl {
   // Grammar masks of the step's constrained sequences (see start_masks).
   MaskWorker mask_worker;
   std::vector<MaskJob> mask_jobs;
-  std::vector<uint32_t> mask_buf;     // mask_jobs.size() * token_mask_words(n_vocab)
-  std::vector<int> mask_of_item;      // per plan item: index into mask_jobs, or -1
+  std::vector<uint32_t> mask_buf;  // mask_jobs.size() * token_mask_words(n_vocab)
+  std::vector<int> mask_of_item;   // per plan item: index into mask_jobs, or -1
   std::unordered_map<std::string, std::unique_ptr<Request>> requests;
   EngineCounters totals;  // the cumulative part, engine thread
 
@@ -68,8 +67,7 @@ struct Engine::Impl {
   EngineCounters snapshot;
 };
 
-Engine::Impl::Impl(std::unique_ptr<ModelRunner> r, EngineConfig c,
-                   std::shared_ptr<const TextDecoder> d)
+Engine::Impl::Impl(std::unique_ptr<ModelRunner> r, EngineConfig c, std::shared_ptr<const TextDecoder> d)
     : runner(std::move(r)),
       cfg(std::move(c)),
       decoder(std::move(d)),
@@ -80,21 +78,18 @@ Engine::Impl::Impl(std::unique_ptr<ModelRunner> r, EngineConfig c,
   if (cfg.max_num_batched_tokens < 1)
     fail("engine: max-num-batched-tokens must be >= 1, got {}", cfg.max_num_batched_tokens);
   if (cfg.max_num_seqs < 1) fail("engine: max-num-seqs must be >= 1, got {}", cfg.max_num_seqs);
-  if (cfg.decode_threshold < 1)
-    fail("engine: decode threshold must be >= 1, got {}", cfg.decode_threshold);
+  if (cfg.decode_threshold < 1) fail("engine: decode threshold must be >= 1, got {}", cfg.decode_threshold);
   for (int32_t t : cfg.eos_token_ids)
     if (t < 0 || t >= n_vocab) fail("engine: EOS token {} out of range [0, {})", t, n_vocab);
   const int64_t capacity = runner->cache().n_slots();
   int64_t max_len = cfg.max_model_len > 0 ? cfg.max_model_len : runner->max_context();
   if (max_len > capacity) {
-    log().info("max model length {} capped to the KV cache capacity of {} tokens", max_len,
-               capacity);
+    log().info("max model length {} capped to the KV cache capacity of {} tokens", max_len, capacity);
     max_len = capacity;
   }
   if (max_len < 2) fail("engine: max model length {} leaves no room to generate", max_len);
   cfg.max_model_len = static_cast<int>(max_len);
-  logits.resize(static_cast<size_t>(cfg.all_logits ? cfg.max_num_batched_tokens : cfg.max_num_seqs) *
-                n_vocab);
+  logits.resize(static_cast<size_t>(cfg.all_logits ? cfg.max_num_batched_tokens : cfg.max_num_seqs) * n_vocab);
   update_counters();
 }
 
@@ -168,8 +163,7 @@ void Engine::Impl::append_token(Sequence* seq, const SampleResult& res) {
     // sampler disagree (e.g. every token masked), which ends the request rather than the server.
     if (!seq->grammar->accept(res.token)) {
       finish_request(r, FinishReason::kError,
-                     fmt::format("request {}: the grammar does not allow the sampled token {}",
-                                 r.id, res.token));
+                     fmt::format("request {}: the grammar does not allow the sampled token {}", r.id, res.token));
       log().error("{}", r.error);
       return;
     }
@@ -179,8 +173,7 @@ void Engine::Impl::append_token(Sequence* seq, const SampleResult& res) {
   seq->penalties.add_output(res.token);
   ++totals.n_generation_tokens;
   const bool at_max_len = static_cast<int>(seq->tokens.size()) >= cfg.max_model_len;
-  auto fin = seq->output.on_token(res.token, res.logprobs, seq->n_generated(), at_max_len,
-                                  r.params, cfg.eos_token_ids);
+  auto fin = seq->output.on_token(res.token, res.logprobs, seq->n_generated(), at_max_len, r.params, cfg.eos_token_ids);
   if (!fin && grammar_ended) {
     seq->output.finish_grammar_end();
     fin = FinishReason::kStop;
@@ -210,13 +203,11 @@ void Engine::Impl::start_masks(const SchedulerOutput& plan) {
   mask_worker.submit(mask_jobs);
 }
 
-void Engine::Impl::sample_seq(Sequence* seq, const float* row, const MaskJob* mask,
-                              std::vector<Request*>& touched) {
+void Engine::Impl::sample_seq(Sequence* seq, const float* row, const MaskJob* mask, std::vector<Request*>& touched) {
   Request& r = *seq->req;
   touched.push_back(&r);
   if (mask && !mask->error.empty()) {
-    finish_request(r, FinishReason::kError,
-                   fmt::format("request {}: grammar error: {}", r.id, mask->error));
+    finish_request(r, FinishReason::kError, fmt::format("request {}: grammar error: {}", r.id, mask->error));
     log().error("{}", r.error);
     return;
   }
@@ -224,8 +215,7 @@ void Engine::Impl::sample_seq(Sequence* seq, const float* row, const MaskJob* ma
       mask && mask->constrained ? std::span<const uint32_t>(mask->mask) : std::span<const uint32_t>();
   const bool fork_now = !r.forked && seq->index == 0;
   SampleResult res =
-      sampler.sample(row, r.params, seq->penalties, seq->n_generated(), cfg.eos_token_ids,
-                     seq->rng, allowed);
+      sampler.sample(row, r.params, seq->penalties, seq->n_generated(), cfg.eos_token_ids, seq->rng, allowed);
   if (fork_now) {
     r.forked = true;
     seq->n_slots = 1;
@@ -247,8 +237,7 @@ void Engine::Impl::sample_seq(Sequence* seq, const float* row, const MaskJob* ma
       Sequence* s = sib.get();
       r.seqs.push_back(std::move(sib));
       sched.add_running(s);
-      SampleResult sib_res =
-          sampler.sample(row, r.params, s->penalties, 0, cfg.eos_token_ids, s->rng, allowed);
+      SampleResult sib_res = sampler.sample(row, r.params, s->penalties, 0, cfg.eos_token_ids, s->rng, allowed);
       append_token(s, sib_res);
     }
   }
@@ -287,8 +276,10 @@ void Engine::Impl::emit(std::vector<Request*>& touched) {
   }
   update_counters();
   for (auto& [r, out] : ready) {
-    if (r->on_output) r->on_output(std::move(out));
-    else if (r->stream) r->stream->push(std::move(out));
+    if (r->on_output)
+      r->on_output(std::move(out));
+    else if (r->stream)
+      r->stream->push(std::move(out));
   }
 }
 
@@ -316,8 +307,8 @@ bool Engine::Impl::step() {
   for (Sequence* seq : plan.failed) {
     Request& r = *seq->req;
     finish_request(r, FinishReason::kError,
-                   fmt::format("request {} needs {} tokens of KV cache but the cache holds {}",
-                               r.id, seq->tokens.size(), runner->cache().n_slots()));
+                   fmt::format("request {} needs {} tokens of KV cache but the cache holds {}", r.id,
+                               seq->tokens.size(), runner->cache().n_slots()));
     log().error("{}", r.error);
     touched.push_back(&r);
   }
@@ -337,11 +328,9 @@ bool Engine::Impl::step() {
     scheduled.push_back({s->tokens, s->blocks.table, s->n_computed, item.n_new,
                          s->n_computed + item.n_new == static_cast<int>(s->tokens.size())});
   }
-  build_batch_meta(scheduled, kv.block_size(), cfg.path_policy, cfg.decode_threshold,
-                   cfg.all_logits, meta);
+  build_batch_meta(scheduled, kv.block_size(), cfg.path_policy, cfg.decode_threshold, cfg.all_logits, meta);
   const int n_rows = static_cast<int>(meta.logits_rows.size());
-  if (logits.size() < static_cast<size_t>(n_rows) * n_vocab)
-    logits.resize(static_cast<size_t>(n_rows) * n_vocab);
+  if (logits.size() < static_cast<size_t>(n_rows) * n_vocab) logits.resize(static_cast<size_t>(n_rows) * n_vocab);
   start_masks(plan);
   const auto t_forward = std::chrono::steady_clock::now();
   try {
@@ -354,8 +343,7 @@ bool Engine::Impl::step() {
   totals.forward_seconds += std::chrono::duration<double>(t_forward_end - t_forward).count();
   if (!mask_jobs.empty()) {
     mask_worker.wait();
-    totals.mask_wait_seconds +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t_forward_end).count();
+    totals.mask_wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t_forward_end).count();
     totals.n_masks += static_cast<int64_t>(mask_jobs.size());
   }
   ++totals.n_steps;
@@ -389,12 +377,12 @@ void Engine::Impl::enqueue(std::unique_ptr<Request> req) {
   if (r.prompt.empty()) fail("request {}: the prompt has no tokens", r.id);
   for (size_t i = 0; i < r.prompt.size(); ++i)
     if (r.prompt[i] < 0 || r.prompt[i] >= n_vocab)
-      fail("request {}: prompt token {} at position {} is out of range [0, {})", r.id, r.prompt[i],
-           i, n_vocab);
+      fail("request {}: prompt token {} at position {} is out of range [0, {})", r.id, r.prompt[i], i, n_vocab);
   if (static_cast<int64_t>(r.prompt.size()) >= cfg.max_model_len)
-    fail("request {}: the prompt has {} tokens; the limit is {} (max model length {}, one "
-         "token is left for the output)",
-         r.id, r.prompt.size(), cfg.max_model_len - 1, cfg.max_model_len);
+    fail(
+        "request {}: the prompt has {} tokens; the limit is {} (max model length {}, one "
+        "token is left for the output)",
+        r.id, r.prompt.size(), cfg.max_model_len - 1, cfg.max_model_len);
   r.params.validate(n_vocab);
   if (r.params.n > cfg.max_num_seqs)
     fail("request {}: n = {} is more than max-num-seqs = {}", r.id, r.params.n, cfg.max_num_seqs);
@@ -411,9 +399,7 @@ void Engine::Impl::run_loop() {
   for (;;) {
     {
       std::unique_lock lk(mu);
-      wake.wait(lk, [&] {
-        return stop_requested || !inbox_add.empty() || !inbox_abort.empty() || !sched.idle();
-      });
+      wake.wait(lk, [&] { return stop_requested || !inbox_add.empty() || !inbox_abort.empty() || !sched.idle(); });
       if (stop_requested) return;
     }
     try {
@@ -432,8 +418,7 @@ void Engine::Impl::run_loop() {
   }
 }
 
-Engine::Engine(std::unique_ptr<ModelRunner> runner, EngineConfig config,
-               std::shared_ptr<const TextDecoder> decoder)
+Engine::Engine(std::unique_ptr<ModelRunner> runner, EngineConfig config, std::shared_ptr<const TextDecoder> decoder)
     : impl_(std::make_unique<Impl>(std::move(runner), std::move(config), std::move(decoder))) {}
 
 Engine::~Engine() {
@@ -449,8 +434,7 @@ Engine::~Engine() {
   impl_->emit(touched);
 }
 
-std::shared_ptr<RequestStream> Engine::add_request(std::string id, std::vector<int32_t> prompt,
-                                                   SamplingParams params) {
+std::shared_ptr<RequestStream> Engine::add_request(std::string id, std::vector<int32_t> prompt, SamplingParams params) {
   auto req = std::make_unique<Request>();
   req->id = std::move(id);
   req->prompt = std::move(prompt);
@@ -461,8 +445,7 @@ std::shared_ptr<RequestStream> Engine::add_request(std::string id, std::vector<i
   return stream;
 }
 
-void Engine::add_request(std::string id, std::vector<int32_t> prompt, SamplingParams params,
-                         OutputCallback on_output) {
+void Engine::add_request(std::string id, std::vector<int32_t> prompt, SamplingParams params, OutputCallback on_output) {
   auto req = std::make_unique<Request>();
   req->id = std::move(id);
   req->prompt = std::move(prompt);

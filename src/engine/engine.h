@@ -29,34 +29,34 @@
 
 namespace mla {
 
-class ModelRunner;   // engine/model_runner.h: runs one BatchMeta through the model
+class ModelRunner;      // engine/model_runner.h: runs one BatchMeta through the model
 class CompiledGrammar;  // grammar/grammar.h: a grammar compiled for the model's vocabulary
-class TextDecoder;   // engine/detok.h: token ids → text, incrementally
+class TextDecoder;      // engine/detok.h: token ids → text, incrementally
 namespace kv {
-class KvManager;     // kv/kv_manager.h: block tables over the block pool
+class KvManager;  // kv/kv_manager.h: block tables over the block pool
 }
 
 // Per-request sampling and stopping. Defaults follow vLLM / the OpenAI API where they differ from
 // "off" (max_tokens 16, temperature 1). validate() throws mla::Error with the field name.
 struct SamplingParams {
-  int n = 1;                          // sequences generated from one prompt (share its KV blocks)
-  float temperature = 1.0f;           // 0 → greedy (argmax, ties → lowest token id)
-  int top_k = 0;                      // <= 0: off
-  float top_p = 1.0f;                 // (0, 1]; 1: off
-  float min_p = 0.0f;                 // [0, 1]; 0: off. Drops p < min_p * p_max
-  std::optional<uint64_t> seed;       // same seed → same tokens, whatever else runs
-  float repetition_penalty = 1.0f;    // > 0; over prompt + output tokens (CTRL rule)
-  float frequency_penalty = 0.0f;     // [-2, 2]; × count in output tokens
-  float presence_penalty = 0.0f;      // [-2, 2]; once if present in output tokens
+  int n = 1;                                          // sequences generated from one prompt (share its KV blocks)
+  float temperature = 1.0f;                           // 0 → greedy (argmax, ties → lowest token id)
+  int top_k = 0;                                      // <= 0: off
+  float top_p = 1.0f;                                 // (0, 1]; 1: off
+  float min_p = 0.0f;                                 // [0, 1]; 0: off. Drops p < min_p * p_max
+  std::optional<uint64_t> seed;                       // same seed → same tokens, whatever else runs
+  float repetition_penalty = 1.0f;                    // > 0; over prompt + output tokens (CTRL rule)
+  float frequency_penalty = 0.0f;                     // [-2, 2]; × count in output tokens
+  float presence_penalty = 0.0f;                      // [-2, 2]; once if present in output tokens
   std::vector<std::pair<int32_t, float>> logit_bias;  // token id → added to its logit
-  int min_tokens = 0;                 // EOS, stop_token_ids and stop strings ignored before this
-  int max_tokens = 16;                // >= 1; also capped by the engine's max_model_len
+  int min_tokens = 0;                                 // EOS, stop_token_ids and stop strings ignored before this
+  int max_tokens = 16;                                // >= 1; also capped by the engine's max_model_len
   bool ignore_eos = false;
-  std::vector<std::string> stop;      // stop strings: never emitted, not even partially
+  std::vector<std::string> stop;  // stop strings: never emitted, not even partially
   std::vector<int32_t> stop_token_ids;
   bool include_stop_str_in_output = false;
-  std::optional<int> logprobs;        // nullopt: none; k >= 0: sampled token's + top-k logprobs
-  bool skip_special_tokens = true;    // for the text; token ids always include every token
+  std::optional<int> logprobs;      // nullopt: none; k >= 0: sampled token's + top-k logprobs
+  bool skip_special_tokens = true;  // for the text; token ids always include every token
   // Constrained decoding: each sequence only samples tokens the grammar allows next, and ends
   // (finish reason stop) when the grammar has ended (a stop token after a complete match). With
   // a grammar, min_tokens does not hold back an EOS the grammar allows. Shared, immutable.
@@ -84,11 +84,11 @@ struct SampleLogprobs {
 
 // What one of the request's n sequences produced since its previous output.
 struct CompletionOutput {
-  int index = 0;                           // 0..n-1
-  std::vector<int32_t> token_ids;          // new tokens (including a final EOS / stop token)
-  std::string text;                        // new text (empty when the engine has no decoder)
-  std::vector<SampleLogprobs> logprobs;    // one per new token when params.logprobs is set
-  int n_generated = 0;                     // tokens generated so far in total
+  int index = 0;                         // 0..n-1
+  std::vector<int32_t> token_ids;        // new tokens (including a final EOS / stop token)
+  std::string text;                      // new text (empty when the engine has no decoder)
+  std::vector<SampleLogprobs> logprobs;  // one per new token when params.logprobs is set
+  int n_generated = 0;                   // tokens generated so far in total
   std::optional<FinishReason> finish_reason;
   // Why it stopped, when finish_reason == kStop: the stop string, the stop token id, or
   // monostate for EOS.
@@ -97,11 +97,11 @@ struct CompletionOutput {
 
 struct RequestOutput {
   std::string request_id;
-  std::vector<CompletionOutput> outputs;   // only the sequences with something new
-  bool finished = false;                   // all n sequences finished: the last output
+  std::vector<CompletionOutput> outputs;  // only the sequences with something new
+  bool finished = false;                  // all n sequences finished: the last output
   int n_prompt_tokens = 0;
-  int n_cached_tokens = 0;                 // prompt tokens served from the prefix cache
-  std::string error;                       // set with finish_reason kError
+  int n_cached_tokens = 0;  // prompt tokens served from the prefix cache
+  std::string error;        // set with finish_reason kError
 };
 
 // A request's outputs as a blocking queue (the alternative to a callback).
@@ -129,23 +129,23 @@ using OutputCallback = std::function<void(RequestOutput&&)>;
 
 // Cumulative since start-up, except the first four (current values).
 struct EngineCounters {
-  int n_running = 0;                 // sequences scheduled in the running set
-  int n_waiting = 0;                 // sequences waiting (new or preempted)
-  double kv_usage = 0.0;             // fraction of KV blocks held by sequences, 0..1
+  int n_running = 0;      // sequences scheduled in the running set
+  int n_waiting = 0;      // sequences waiting (new or preempted)
+  double kv_usage = 0.0;  // fraction of KV blocks held by sequences, 0..1
   int64_t n_kv_blocks_free = 0;
   int64_t n_kv_blocks = 0;
-  int64_t n_prompt_tokens = 0;       // prompt tokens of admitted requests
-  int64_t n_generation_tokens = 0;   // tokens sampled
+  int64_t n_prompt_tokens = 0;      // prompt tokens of admitted requests
+  int64_t n_generation_tokens = 0;  // tokens sampled
   int64_t n_preemptions = 0;
-  int64_t n_prefix_queries = 0;      // prompt tokens looked up in the prefix cache
-  int64_t n_prefix_hits = 0;         // of those, tokens found
-  int64_t n_tokens_mha = 0;          // tokens that went through the MHA path
-  int64_t n_tokens_mqa = 0;          // tokens that went through the MQA path
-  int64_t n_sparse_layer_tokens = 0; // DSA: tokens through sparse layers, summed over layers
-  int64_t n_sparse_selected_rows = 0;// DSA: context rows the indexer selected for them
-  int64_t n_steps = 0;               // forward calls
-  double forward_seconds = 0;        // wall time in the model's forward calls
-  int64_t n_masks = 0;               // grammar token masks filled (constrained samples)
+  int64_t n_prefix_queries = 0;        // prompt tokens looked up in the prefix cache
+  int64_t n_prefix_hits = 0;           // of those, tokens found
+  int64_t n_tokens_mha = 0;            // tokens that went through the MHA path
+  int64_t n_tokens_mqa = 0;            // tokens that went through the MQA path
+  int64_t n_sparse_layer_tokens = 0;   // DSA: tokens through sparse layers, summed over layers
+  int64_t n_sparse_selected_rows = 0;  // DSA: context rows the indexer selected for them
+  int64_t n_steps = 0;                 // forward calls
+  double forward_seconds = 0;          // wall time in the model's forward calls
+  int64_t n_masks = 0;                 // grammar token masks filled (constrained samples)
   // Wall time the engine waited for grammar masks after the forward pass had finished (the part
   // of the mask work the forward did not hide).
   double mask_wait_seconds = 0;
@@ -158,12 +158,11 @@ struct EngineConfig {
   int max_model_len = 0;              // 0: the model's context length; capped by KV capacity
   bool enable_prefix_caching = true;
   MlaPathPolicy path_policy = MlaPathPolicy::Auto;
-  int decode_threshold = 1;           // `auto`: query length <= this goes to MQA
-  std::vector<int32_t> eos_token_ids; // stop generation unless ignore_eos
+  int decode_threshold = 1;            // `auto`: query length <= this goes to MQA
+  std::vector<int32_t> eos_token_ids;  // stop generation unless ignore_eos
   // Test and tool hook, called on the engine thread with the raw logits row a sequence samples
   // from and the position of the token they follow (they predict position + 1).
-  std::function<void(const std::string& request_id, int seq_index, int position,
-                     std::span<const float> logits)>
+  std::function<void(const std::string& request_id, int seq_index, int position, std::span<const float> logits)>
       on_logits;
   bool all_logits = false;  // compute (and pass to on_logits) every row's logits, prompts included
 };
@@ -181,10 +180,8 @@ class Engine {
   // Validates and queues a request; it is scheduled from the next step on. Throws mla::Error
   // (nothing queued) for an empty prompt, a token id out of range, a prompt that does not fit
   // max_model_len / the KV cache, invalid params, or an id already in use.
-  std::shared_ptr<RequestStream> add_request(std::string id, std::vector<int32_t> prompt,
-                                             SamplingParams params);
-  void add_request(std::string id, std::vector<int32_t> prompt, SamplingParams params,
-                   OutputCallback on_output);
+  std::shared_ptr<RequestStream> add_request(std::string id, std::vector<int32_t> prompt, SamplingParams params);
+  void add_request(std::string id, std::vector<int32_t> prompt, SamplingParams params, OutputCallback on_output);
   // Finishes the request (finish_reason abort) and frees its blocks by the next step. False when
   // no such request is active.
   bool abort(const std::string& id);

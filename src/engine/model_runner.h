@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <string>
 
-#include "model/batch.h"
 #include "kv/latent_cache.h"
+#include "model/batch.h"
 
 namespace mla {
 

@@ -4,8 +4,7 @@
 
 namespace mla {
 
-void SeqOutput::start(const TextDecoder* decoder, std::span<const int32_t> prompt,
-                      const SamplingParams& params) {
+void SeqOutput::start(const TextDecoder* decoder, std::span<const int32_t> prompt, const SamplingParams& params) {
   if (decoder) decoder_ = decoder->start(prompt, params.skip_special_tokens);
   stops_ = params.stop;
   hold_stops_ = !stops_.empty() && !params.include_stop_str_in_output;
@@ -26,10 +25,8 @@ size_t SeqOutput::holdback() const {
   return best;
 }
 
-std::optional<FinishReason> SeqOutput::on_token(int32_t token,
-                                                std::optional<SampleLogprobs> logprobs,
-                                                int n_generated, bool at_max_len,
-                                                const SamplingParams& p,
+std::optional<FinishReason> SeqOutput::on_token(int32_t token, std::optional<SampleLogprobs> logprobs, int n_generated,
+                                                bool at_max_len, const SamplingParams& p,
                                                 std::span<const int32_t> eos_ids) {
   new_tokens_.push_back(token);
   if (logprobs) new_logprobs_.push_back(std::move(*logprobs));
@@ -40,8 +37,7 @@ std::optional<FinishReason> SeqOutput::on_token(int32_t token,
     finish_with(FinishReason::kStop, true);
     return finish_;
   }
-  if (may_stop &&
-      std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) != p.stop_token_ids.end()) {
+  if (may_stop && std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) != p.stop_token_ids.end()) {
     stop_reason_ = token;
     finish_with(FinishReason::kStop, true);
     return finish_;

@@ -17,15 +17,12 @@ namespace mla {
 class SeqOutput {
  public:
   // decoder may be null (no text). prompt: context for the decoder.
-  void start(const TextDecoder* decoder, std::span<const int32_t> prompt,
-             const SamplingParams& params);
+  void start(const TextDecoder* decoder, std::span<const int32_t> prompt, const SamplingParams& params);
 
   // One sampled token. n_generated counts it; at_max_len: the sequence reached max_model_len.
   // Returns the finish reason when the sequence ends with this token.
-  std::optional<FinishReason> on_token(int32_t token, std::optional<SampleLogprobs> logprobs,
-                                       int n_generated, bool at_max_len,
-                                       const SamplingParams& params,
-                                       std::span<const int32_t> eos_ids);
+  std::optional<FinishReason> on_token(int32_t token, std::optional<SampleLogprobs> logprobs, int n_generated,
+                                       bool at_max_len, const SamplingParams& params, std::span<const int32_t> eos_ids);
   // Ends the sequence for a reason decided outside (abort, error): held-back text is dropped.
   void finish_external(FinishReason reason);
   // Ends the sequence because its grammar has ended (finish reason stop, as at EOS): all text

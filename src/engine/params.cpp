@@ -9,10 +9,14 @@ namespace mla {
 
 std::string_view to_string(FinishReason r) {
   switch (r) {
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kAbort: return "abort";
-    case FinishReason::kError: return "error";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kAbort:
+      return "abort";
+    case FinishReason::kError:
+      return "error";
   }
   return "?";
 }
@@ -22,10 +26,8 @@ void SamplingParams::validate(int n_vocab) const {
   if (n < 1 || n > 128) fail("sampling params: n must be in [1, 128], got {}", n);
   if (!finite(temperature) || temperature < 0.0f)
     fail("sampling params: temperature must be >= 0, got {}", temperature);
-  if (!finite(top_p) || top_p <= 0.0f || top_p > 1.0f)
-    fail("sampling params: top_p must be in (0, 1], got {}", top_p);
-  if (!finite(min_p) || min_p < 0.0f || min_p > 1.0f)
-    fail("sampling params: min_p must be in [0, 1], got {}", min_p);
+  if (!finite(top_p) || top_p <= 0.0f || top_p > 1.0f) fail("sampling params: top_p must be in (0, 1], got {}", top_p);
+  if (!finite(min_p) || min_p < 0.0f || min_p > 1.0f) fail("sampling params: min_p must be in [0, 1], got {}", min_p);
   if (!finite(repetition_penalty) || repetition_penalty <= 0.0f)
     fail("sampling params: repetition_penalty must be > 0, got {}", repetition_penalty);
   if (!finite(frequency_penalty) || frequency_penalty < -2.0f || frequency_penalty > 2.0f)
@@ -34,24 +36,20 @@ void SamplingParams::validate(int n_vocab) const {
     fail("sampling params: presence_penalty must be in [-2, 2], got {}", presence_penalty);
   if (max_tokens < 1) fail("sampling params: max_tokens must be >= 1, got {}", max_tokens);
   if (min_tokens < 0 || min_tokens > max_tokens)
-    fail("sampling params: min_tokens must be in [0, max_tokens={}], got {}", max_tokens,
-         min_tokens);
+    fail("sampling params: min_tokens must be in [0, max_tokens={}], got {}", max_tokens, min_tokens);
   if (logprobs && (*logprobs < 0 || *logprobs > 20))
     fail("sampling params: logprobs must be in [0, 20], got {}", *logprobs);
   for (const auto& [tok, bias] : logit_bias) {
-    if (tok < 0 || tok >= n_vocab)
-      fail("sampling params: logit_bias token {} out of range [0, {})", tok, n_vocab);
+    if (tok < 0 || tok >= n_vocab) fail("sampling params: logit_bias token {} out of range [0, {})", tok, n_vocab);
     if (!finite(bias) || bias < -100.0f || bias > 100.0f)
       fail("sampling params: logit_bias for token {} must be in [-100, 100], got {}", tok, bias);
   }
   for (int32_t tok : stop_token_ids)
-    if (tok < 0 || tok >= n_vocab)
-      fail("sampling params: stop_token_ids entry {} out of range [0, {})", tok, n_vocab);
+    if (tok < 0 || tok >= n_vocab) fail("sampling params: stop_token_ids entry {} out of range [0, {})", tok, n_vocab);
   for (const auto& s : stop)
     if (s.empty()) fail("sampling params: stop strings must not be empty");
   if (grammar && grammar->n_vocab() != n_vocab)
-    fail("sampling params: the grammar was compiled for {} tokens, the model has {}",
-         grammar->n_vocab(), n_vocab);
+    fail("sampling params: the grammar was compiled for {} tokens, the model has {}", grammar->n_vocab(), n_vocab);
 }
 
 bool RequestStream::next(RequestOutput& out) {

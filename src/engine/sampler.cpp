@@ -56,14 +56,10 @@ void PenaltyState::set_prompt(std::span<const int32_t> prompt) {
 
 void PenaltyState::add_output(int32_t token) { ++output_counts_[token]; }
 
-Sampler::Sampler(int n_vocab) : n_vocab_(n_vocab), work_(n_vocab), probs_(n_vocab) {
-  cand_.reserve(n_vocab);
-}
+Sampler::Sampler(int n_vocab) : n_vocab_(n_vocab), work_(n_vocab), probs_(n_vocab) { cand_.reserve(n_vocab); }
 
-SampleResult Sampler::sample(const float* logits, const SamplingParams& p,
-                             const PenaltyState& pen, int n_generated,
-                             std::span<const int32_t> eos_ids, Rng& rng,
-                             std::span<const uint32_t> mask) {
+SampleResult Sampler::sample(const float* logits, const SamplingParams& p, const PenaltyState& pen, int n_generated,
+                             std::span<const int32_t> eos_ids, Rng& rng, std::span<const uint32_t> mask) {
   const int V = n_vocab_;
   SampleResult res;
 
@@ -164,8 +160,7 @@ SampleResult Sampler::sample(const float* logits, const SamplingParams& p,
       cand_.clear();
       for (int i = 0; i < V; ++i) cand_.emplace_back(logits[i], i);
       std::partial_sort(cand_.begin(), cand_.begin() + k, cand_.end(), more_likely);
-      for (int i = 0; i < k; ++i)
-        lp.top.push_back({cand_[i].second, static_cast<float>(cand_[i].first - lse)});
+      for (int i = 0; i < k; ++i) lp.top.push_back({cand_[i].second, static_cast<float>(cand_[i].first - lse)});
     }
     res.logprobs = std::move(lp);
   }

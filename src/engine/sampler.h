@@ -56,10 +56,8 @@ class Sampler {
   // stop_ids_for_min_tokens: EOS ids (unless ignore_eos), masked with params.stop_token_ids while
   // n_generated < params.min_tokens. mask: the grammar's allowed tokens (grammar/token_mask.h),
   // empty when unconstrained.
-  SampleResult sample(const float* logits, const SamplingParams& params,
-                      const PenaltyState& penalties, int n_generated,
-                      std::span<const int32_t> eos_ids, Rng& rng,
-                      std::span<const uint32_t> mask = {});
+  SampleResult sample(const float* logits, const SamplingParams& params, const PenaltyState& penalties, int n_generated,
+                      std::span<const int32_t> eos_ids, Rng& rng, std::span<const uint32_t> mask = {});
 
   // The processed logits of the last sample() call (after bias and penalties, before
   // temperature): for tests.

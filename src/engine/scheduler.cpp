@@ -18,10 +18,8 @@ void Scheduler::add_running(Sequence* seq) {
 }
 
 void Scheduler::remove(Sequence* seq) {
-  if (auto it = std::find(running_.begin(), running_.end(), seq); it != running_.end())
-    running_.erase(it);
-  if (auto it = std::find(waiting_.begin(), waiting_.end(), seq); it != waiting_.end())
-    waiting_.erase(it);
+  if (auto it = std::find(running_.begin(), running_.end(), seq); it != running_.end()) running_.erase(it);
+  if (auto it = std::find(waiting_.begin(), waiting_.end(), seq); it != waiting_.end()) waiting_.erase(it);
   kv_.free(seq->blocks);
   seq->status = SeqStatus::kFinished;
 }
@@ -85,8 +83,7 @@ SchedulerOutput Scheduler::schedule() {
         n_cached = std::min(hit.n_tokens, n_tokens - 1);
       }
       const int n_new = std::min(n_tokens - n_cached, budget);
-      if (!kv_.allocate(seq->blocks, n_cached, n_new, n_cached > 0 ? &hit : nullptr,
-                        out.copies)) {
+      if (!kv_.allocate(seq->blocks, n_cached, n_new, n_cached > 0 ? &hit : nullptr, out.copies)) {
         if (running_.empty() && out.items.empty()) {  // nothing else holds blocks
           waiting_.pop_front();
           out.failed.push_back(seq);

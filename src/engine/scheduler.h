@@ -28,9 +28,9 @@ struct SchedulerOutput {
     Sequence* seq = nullptr;
     int n_new = 0;  // computes tokens [seq->n_computed, seq->n_computed + n_new)
   };
-  std::vector<Item> items;             // in batch order
-  std::vector<kv::BlockCopy> copies;   // apply to the cache before the forward, in order
-  std::vector<Sequence*> failed;       // cannot fit even alone (finish with an error)
+  std::vector<Item> items;            // in batch order
+  std::vector<kv::BlockCopy> copies;  // apply to the cache before the forward, in order
+  std::vector<Sequence*> failed;      // cannot fit even alone (finish with an error)
   int n_preempted = 0;
   int64_t n_prefix_query_tokens = 0;
   int64_t n_prefix_hit_tokens = 0;
@@ -41,8 +41,8 @@ class Scheduler {
  public:
   Scheduler(SchedulerConfig config, kv::KvManager& kv);
 
-  void add_waiting(Sequence* seq);   // FCFS tail
-  void add_running(Sequence* seq);   // a forked sibling that already holds blocks
+  void add_waiting(Sequence* seq);  // FCFS tail
+  void add_running(Sequence* seq);  // a forked sibling that already holds blocks
   // Removes seq from whichever queue holds it and frees its blocks.
   void remove(Sequence* seq);
 
@@ -61,7 +61,7 @@ class Scheduler {
 
   SchedulerConfig config_;
   kv::KvManager& kv_;
-  std::vector<Sequence*> running_;   // admission order: the tail is preempted first
+  std::vector<Sequence*> running_;  // admission order: the tail is preempted first
   std::deque<Sequence*> waiting_;
 };
 

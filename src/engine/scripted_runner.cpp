@@ -12,8 +12,8 @@
 
 namespace mla {
 
-ScriptedRunner::ScriptedRunner(std::vector<ScriptEntry> script, int n_vocab, int32_t eos,
-                               DecodeFn decode, int max_context, int block_size, int32_t n_blocks)
+ScriptedRunner::ScriptedRunner(std::vector<ScriptEntry> script, int n_vocab, int32_t eos, DecodeFn decode,
+                               int max_context, int block_size, int32_t n_blocks)
     : script_(std::move(script)),
       n_vocab_(n_vocab),
       eos_(eos),
@@ -28,7 +28,8 @@ int32_t ScriptedRunner::next_token(std::span<const int32_t> context) const {
     const auto& out = e.output;
     size_t k = std::min(out.size(), context.size());
     for (; k > 0; --k)
-      if (std::equal(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(k), context.end() - static_cast<std::ptrdiff_t>(k)))
+      if (std::equal(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(k),
+                     context.end() - static_cast<std::ptrdiff_t>(k)))
         break;
     return k < out.size() ? out[k] : eos_;
   }
@@ -47,8 +48,7 @@ void ScriptedRunner::forward(const BatchMeta& meta, float* logits) {
       // The context up to this token, read back from the cache.
       const int n = meta.positions[i] + 1;
       rows.resize(static_cast<size_t>(n) * 2);
-      cache_.read_rows(0, {meta.context_slots.data() + s.slots_start, static_cast<size_t>(n)},
-                       rows.data());
+      cache_.read_rows(0, {meta.context_slots.data() + s.slots_start, static_cast<size_t>(n)}, rows.data());
       context.resize(n);
       for (int j = 0; j < n; ++j) context[j] = static_cast<int32_t>(rows[2 * j]);
       float* l = logits + out_row++ * n_vocab_;
@@ -58,16 +58,15 @@ void ScriptedRunner::forward(const BatchMeta& meta, float* logits) {
   }
 }
 
-std::vector<ScriptEntry> load_script(
-    const std::string& path, const std::function<std::vector<int32_t>(const std::string&)>& encode) {
+std::vector<ScriptEntry> load_script(const std::string& path,
+                                     const std::function<std::vector<int32_t>(const std::string&)>& encode) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(fmt::format("scripted output: cannot read '{}'", path));
   std::stringstream ss;
   ss << in.rdbuf();
   nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, false);
   if (j.is_discarded() || !j.is_array())
-    throw Error(fmt::format("scripted output '{}': not a JSON list of {{\"trigger\", \"output\"}}",
-                            path));
+    throw Error(fmt::format("scripted output '{}': not a JSON list of {{\"trigger\", \"output\"}}", path));
   std::vector<ScriptEntry> out;
   for (size_t i = 0; i < j.size(); ++i) {
     const auto& e = j[i];

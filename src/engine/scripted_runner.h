@@ -22,15 +22,15 @@
 namespace mla {
 
 struct ScriptEntry {
-  std::string trigger;            // text to look for in the context
-  std::vector<int32_t> output;    // tokens to generate
+  std::string trigger;          // text to look for in the context
+  std::vector<int32_t> output;  // tokens to generate
 };
 
 class ScriptedRunner : public ModelRunner {
  public:
   using DecodeFn = std::function<std::string(std::span<const int32_t>)>;
-  ScriptedRunner(std::vector<ScriptEntry> script, int n_vocab, int32_t eos, DecodeFn decode,
-                 int max_context = 4096, int block_size = 16, int32_t n_blocks = 1024);
+  ScriptedRunner(std::vector<ScriptEntry> script, int n_vocab, int32_t eos, DecodeFn decode, int max_context = 4096,
+                 int block_size = 16, int32_t n_blocks = 1024);
 
   int n_vocab() const override { return n_vocab_; }
   int max_context() const override { return max_context_; }

@@ -21,10 +21,10 @@ enum class SeqStatus { kWaiting, kRunning, kFinished };
 
 struct Sequence {
   Request* req = nullptr;
-  int index = 0;                  // 0..n-1 within the request
-  std::vector<int32_t> tokens;    // prompt + generated
+  int index = 0;                // 0..n-1 within the request
+  std::vector<int32_t> tokens;  // prompt + generated
   int n_prompt = 0;
-  int n_computed = 0;             // tokens whose latent rows are in the cache
+  int n_computed = 0;  // tokens whose latent rows are in the cache
   kv::SeqBlocks blocks;
   SeqStatus status = SeqStatus::kWaiting;
   // Running-set slots this sequence stands for: n for a request's first sequence before the
@@ -43,12 +43,12 @@ struct Request {
   std::string id;
   std::vector<int32_t> prompt;
   SamplingParams params;
-  OutputCallback on_output;                   // or
+  OutputCallback on_output;  // or
   std::shared_ptr<RequestStream> stream;
   std::vector<std::unique_ptr<Sequence>> seqs;
   bool forked = false;
   int n_finished = 0;
-  int n_cached_tokens = -1;                   // prefix-cache hit of the first admission
+  int n_cached_tokens = -1;  // prefix-cache hit of the first admission
   bool aborted = false;
   std::string error;
 };

@@ -20,8 +20,7 @@ class StreamDecoder : public IncrementalDecoder {
 }  // namespace
 
 // Byte-level BPE needs no prompt context: every token's bytes stand on their own.
-std::unique_ptr<IncrementalDecoder> TokenizerDecoder::start(std::span<const int32_t>,
-                                                            bool skip_special_tokens) const {
+std::unique_ptr<IncrementalDecoder> TokenizerDecoder::start(std::span<const int32_t>, bool skip_special_tokens) const {
   return std::make_unique<StreamDecoder>(tok_, skip_special_tokens);
 }
 

@@ -11,8 +11,7 @@ namespace mla {
 class TokenizerDecoder : public TextDecoder {
  public:
   explicit TokenizerDecoder(std::shared_ptr<const Tokenizer> tok) : tok_(std::move(tok)) {}
-  std::unique_ptr<IncrementalDecoder> start(std::span<const int32_t> prompt,
-                                            bool skip_special_tokens) const override;
+  std::unique_ptr<IncrementalDecoder> start(std::span<const int32_t> prompt, bool skip_special_tokens) const override;
 
  private:
   std::shared_ptr<const Tokenizer> tok_;

@@ -19,8 +19,19 @@
 namespace mla {
 
 enum class GgufValueType : uint32_t {
-  UINT8 = 0, INT8 = 1, UINT16 = 2, INT16 = 3, UINT32 = 4, INT32 = 5, FLOAT32 = 6, BOOL = 7,
-  STRING = 8, ARRAY = 9, UINT64 = 10, INT64 = 11, FLOAT64 = 12,
+  UINT8 = 0,
+  INT8 = 1,
+  UINT16 = 2,
+  INT16 = 3,
+  UINT32 = 4,
+  INT32 = 5,
+  FLOAT32 = 6,
+  BOOL = 7,
+  STRING = 8,
+  ARRAY = 9,
+  UINT64 = 10,
+  INT64 = 11,
+  FLOAT64 = 12,
 };
 std::string_view gguf_value_type_name(GgufValueType t);
 
@@ -31,17 +42,17 @@ struct GgufArray {
 };
 
 struct GgufValue {
-  using Storage = std::variant<uint8_t, int8_t, uint16_t, int16_t, uint32_t, int32_t, float, bool,
-                               std::string, GgufArray, uint64_t, int64_t, double>;
+  using Storage = std::variant<uint8_t, int8_t, uint16_t, int16_t, uint32_t, int32_t, float, bool, std::string,
+                               GgufArray, uint64_t, int64_t, double>;
   Storage v;  // the variant index equals the GgufValueType id
 
   GgufValueType type() const { return static_cast<GgufValueType>(v.index()); }
   bool is_integer() const;
   bool is_float() const;
   // Lossless numeric views; throw mla::Error("... expected integer, got STRING") otherwise.
-  int64_t as_int() const;     // any integer type (UINT64 above INT64_MAX → error), BOOL not included
-  uint64_t as_uint() const;   // any non-negative integer
-  double as_float() const;    // FLOAT32/FLOAT64, or an integer
+  int64_t as_int() const;    // any integer type (UINT64 above INT64_MAX → error), BOOL not included
+  uint64_t as_uint() const;  // any non-negative integer
+  double as_float() const;   // FLOAT32/FLOAT64, or an integer
   bool as_bool() const;
   const std::string& as_string() const;
   const GgufArray& as_array() const;
@@ -65,9 +76,9 @@ struct GgufValue {
 
 struct GgufTensorInfo {
   std::string name;
-  std::vector<int64_t> ne;   // dimensions in ggml order: ne[0] is the contiguous (row) length
+  std::vector<int64_t> ne;  // dimensions in ggml order: ne[0] is the contiguous (row) length
   GgmlType type;
-  uint64_t offset = 0;       // relative to the start of its shard's data section
+  uint64_t offset = 0;  // relative to the start of its shard's data section
   uint64_t n_bytes = 0;
   int64_t n_elements = 0;
   const uint8_t* data = nullptr;  // into its shard's mapping; valid while the GgufFile lives
@@ -87,8 +98,8 @@ struct GgufShard {
 
 // The split keys llama.cpp's gguf-split writes into every shard (split.no is 0-based).
 namespace gguf_split_key {
-inline constexpr std::string_view kNo = "split.no";                      // UINT16
-inline constexpr std::string_view kCount = "split.count";                // UINT16
+inline constexpr std::string_view kNo = "split.no";                       // UINT16
+inline constexpr std::string_view kCount = "split.count";                 // UINT16
 inline constexpr std::string_view kTensorsCount = "split.tensors.count";  // INT32, over all shards
 }  // namespace gguf_split_key
 inline bool is_gguf_split_key(std::string_view k) {
@@ -170,7 +181,7 @@ class GgufFile {
   std::unordered_map<std::string, size_t> kv_index_;
   std::vector<GgufTensorInfo> tensors_;
   std::unordered_map<std::string, size_t> tensor_index_;
-  size_t n_own_tensors_ = 0;                          // tensors in this file (the first shard)
+  size_t n_own_tensors_ = 0;                            // tensors in this file (the first shard)
   std::vector<std::unique_ptr<GgufFile>> more_shards_;  // shards 2..N; own their mappings
 };
 

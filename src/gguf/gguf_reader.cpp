@@ -22,33 +22,42 @@ constexpr int kMaxArrayDepth = 8;
 // Minimum encoded size of one value of each type, used to bound counts before allocating.
 uint64_t min_value_bytes(GgufValueType t) {
   switch (t) {
-    case GgufValueType::UINT8: case GgufValueType::INT8: case GgufValueType::BOOL: return 1;
-    case GgufValueType::UINT16: case GgufValueType::INT16: return 2;
-    case GgufValueType::UINT32: case GgufValueType::INT32: case GgufValueType::FLOAT32: return 4;
-    case GgufValueType::UINT64: case GgufValueType::INT64: case GgufValueType::FLOAT64:
-    case GgufValueType::STRING: return 8;  // a string: its 8-byte length
-    case GgufValueType::ARRAY: return 12;
+    case GgufValueType::UINT8:
+    case GgufValueType::INT8:
+    case GgufValueType::BOOL:
+      return 1;
+    case GgufValueType::UINT16:
+    case GgufValueType::INT16:
+      return 2;
+    case GgufValueType::UINT32:
+    case GgufValueType::INT32:
+    case GgufValueType::FLOAT32:
+      return 4;
+    case GgufValueType::UINT64:
+    case GgufValueType::INT64:
+    case GgufValueType::FLOAT64:
+    case GgufValueType::STRING:
+      return 8;  // a string: its 8-byte length
+    case GgufValueType::ARRAY:
+      return 12;
   }
   return 1;
 }
 
 class Cursor {
  public:
-  Cursor(const uint8_t* base, uint64_t size, const std::string& label)
-      : base_(base), size_(size), label_(label) {}
+  Cursor(const uint8_t* base, uint64_t size, const std::string& label) : base_(base), size_(size), label_(label) {}
 
   uint64_t pos() const { return pos_; }
   uint64_t remaining() const { return size_ - pos_; }
 
   template <typename... Args>
   [[noreturn]] void error_at(uint64_t at, fmt::format_string<Args...> f, Args&&... args) const {
-    throw Error(fmt::format("gguf: {}: at byte {}: {}", label_, at,
-                            fmt::format(f, std::forward<Args>(args)...)));
+    throw Error(fmt::format("gguf: {}: at byte {}: {}", label_, at, fmt::format(f, std::forward<Args>(args)...)));
   }
 
   void need(uint64_t n, const char* what) const {
-    if (n > remaining())
-      error_at(pos_, "truncated file: {} needs {} bytes but only {} remain", what, n, remaining());
+    if (n > remaining()) error_at(pos_, "truncated file: {} needs {} bytes but only {} remain", what, n, remaining());
   }
 
   template <typename T>
@@ -63,8 +72,7 @@ class Cursor {
   std::string read_string(const char* what) {
     uint64_t at = pos_;
     uint64_t len = read<uint64_t>(what);
-    if (len > remaining())
-      error_at(at, "{} length {} exceeds the {} bytes left in the file", what, len, remaining());
+    if (len > remaining()) error_at(at, "{} length {} exceeds the {} bytes left in the file", what, len, remaining());
     std::string s(reinterpret_cast<const char*>(base_ + pos_), len);
     pos_ += len;
     return s;
@@ -80,8 +88,7 @@ class Cursor {
 GgufValue read_value(Cursor& c, uint32_t raw_type, int depth);
 
 GgufValueType check_value_type(Cursor& c, uint64_t at, uint32_t raw) {
-  if (raw > static_cast<uint32_t>(GgufValueType::FLOAT64))
-    c.error_at(at, "unknown metadata value type {}", raw);
+  if (raw > static_cast<uint32_t>(GgufValueType::FLOAT64)) c.error_at(at, "unknown metadata value type {}", raw);
   return static_cast<GgufValueType>(raw);
 }
 
@@ -93,8 +100,8 @@ GgufValue read_array(Cursor& c, int depth) {
   uint64_t count_at = c.pos();
   uint64_t count = c.read<uint64_t>("array length");
   if (count > c.remaining() / min_value_bytes(elem))
-    c.error_at(count_at, "array of {} {} values cannot fit in the {} bytes left", count,
-               gguf_value_type_name(elem), c.remaining());
+    c.error_at(count_at, "array of {} {} values cannot fit in the {} bytes left", count, gguf_value_type_name(elem),
+               c.remaining());
   GgufArray arr;
   arr.elem_type = elem;
   arr.items.reserve(count);
@@ -105,24 +112,36 @@ GgufValue read_array(Cursor& c, int depth) {
 GgufValue read_value(Cursor& c, uint32_t raw_type, int depth) {
   using S = GgufValue::Storage;
   switch (static_cast<GgufValueType>(raw_type)) {
-    case GgufValueType::UINT8: return GgufValue{S{std::in_place_index<0>, c.read<uint8_t>("UINT8 value")}};
-    case GgufValueType::INT8: return GgufValue{S{std::in_place_index<1>, c.read<int8_t>("INT8 value")}};
-    case GgufValueType::UINT16: return GgufValue{S{std::in_place_index<2>, c.read<uint16_t>("UINT16 value")}};
-    case GgufValueType::INT16: return GgufValue{S{std::in_place_index<3>, c.read<int16_t>("INT16 value")}};
-    case GgufValueType::UINT32: return GgufValue{S{std::in_place_index<4>, c.read<uint32_t>("UINT32 value")}};
-    case GgufValueType::INT32: return GgufValue{S{std::in_place_index<5>, c.read<int32_t>("INT32 value")}};
-    case GgufValueType::FLOAT32: return GgufValue{S{std::in_place_index<6>, c.read<float>("FLOAT32 value")}};
+    case GgufValueType::UINT8:
+      return GgufValue{S{std::in_place_index<0>, c.read<uint8_t>("UINT8 value")}};
+    case GgufValueType::INT8:
+      return GgufValue{S{std::in_place_index<1>, c.read<int8_t>("INT8 value")}};
+    case GgufValueType::UINT16:
+      return GgufValue{S{std::in_place_index<2>, c.read<uint16_t>("UINT16 value")}};
+    case GgufValueType::INT16:
+      return GgufValue{S{std::in_place_index<3>, c.read<int16_t>("INT16 value")}};
+    case GgufValueType::UINT32:
+      return GgufValue{S{std::in_place_index<4>, c.read<uint32_t>("UINT32 value")}};
+    case GgufValueType::INT32:
+      return GgufValue{S{std::in_place_index<5>, c.read<int32_t>("INT32 value")}};
+    case GgufValueType::FLOAT32:
+      return GgufValue{S{std::in_place_index<6>, c.read<float>("FLOAT32 value")}};
     case GgufValueType::BOOL: {
       uint64_t at = c.pos();
       uint8_t b = c.read<uint8_t>("BOOL value");
       if (b > 1) c.error_at(at, "BOOL value {} is neither 0 nor 1", b);
       return GgufValue{S{std::in_place_index<7>, b == 1}};
     }
-    case GgufValueType::STRING: return GgufValue{S{std::in_place_index<8>, c.read_string("string")}};
-    case GgufValueType::ARRAY: return read_array(c, depth);
-    case GgufValueType::UINT64: return GgufValue{S{std::in_place_index<10>, c.read<uint64_t>("UINT64 value")}};
-    case GgufValueType::INT64: return GgufValue{S{std::in_place_index<11>, c.read<int64_t>("INT64 value")}};
-    case GgufValueType::FLOAT64: return GgufValue{S{std::in_place_index<12>, c.read<double>("FLOAT64 value")}};
+    case GgufValueType::STRING:
+      return GgufValue{S{std::in_place_index<8>, c.read_string("string")}};
+    case GgufValueType::ARRAY:
+      return read_array(c, depth);
+    case GgufValueType::UINT64:
+      return GgufValue{S{std::in_place_index<10>, c.read<uint64_t>("UINT64 value")}};
+    case GgufValueType::INT64:
+      return GgufValue{S{std::in_place_index<11>, c.read<int64_t>("INT64 value")}};
+    case GgufValueType::FLOAT64:
+      return GgufValue{S{std::in_place_index<12>, c.read<double>("FLOAT64 value")}};
   }
   c.error_at(c.pos(), "unknown metadata value type {}", raw_type);
 }
@@ -207,8 +226,7 @@ void GgufFile::parse_all() {
   if (magic != kMagic) {
     uint8_t m[4];
     std::memcpy(m, &magic, 4);
-    c.error_at(0, "not a GGUF file (magic bytes {:02x} {:02x} {:02x} {:02x}, expected 'GGUF')", m[0], m[1],
-               m[2], m[3]);
+    c.error_at(0, "not a GGUF file (magic bytes {:02x} {:02x} {:02x} {:02x}, expected 'GGUF')", m[0], m[1], m[2], m[3]);
   }
   version_ = c.read<uint32_t>("version");
   if (version_ == 1) c.error_at(4, "GGUF version 1 is not supported (only 2 and 3)");
@@ -281,13 +299,12 @@ void GgufFile::parse_all() {
     if (!traits) c.error_at(type_at, "tensor '{}' has unknown type id {}", t.name, raw_type);
     t.type = static_cast<GgmlType>(raw_type);
     if (t.ne[0] % traits->block_elems != 0)
-      c.error_at(dims_at, "tensor '{}' of type {} has row length {}, not a multiple of its block size {}",
-                 t.name, traits->name, t.ne[0], traits->block_elems);
+      c.error_at(dims_at, "tensor '{}' of type {} has row length {}, not a multiple of its block size {}", t.name,
+                 traits->name, t.ne[0], traits->block_elems);
     uint64_t off_at = c.pos();
     t.offset = c.read<uint64_t>("tensor offset");
     if (t.offset % alignment_ != 0)
-      c.error_at(off_at, "tensor '{}' offset {} is not a multiple of the alignment {}", t.name, t.offset,
-                 alignment_);
+      c.error_at(off_at, "tensor '{}' offset {} is not a multiple of the alignment {}", t.name, t.offset, alignment_);
     t.n_elements = n_el;
     // n_bytes = n_el / block_elems * block_bytes, computed without overflow.
     uint64_t n_blocks = static_cast<uint64_t>(n_el / traits->block_elems);
@@ -313,8 +330,7 @@ void GgufFile::parse_all() {
   for (size_t i = 0; i < tensors_.size(); ++i) {
     const auto& t = tensors_[i];
     if (t.offset > data_size || t.n_bytes > data_size - t.offset)
-      c.error_at(info_pos[i],
-                 "tensor '{}' data [{}, +{}) runs past the end of the file (data section has {} bytes)",
+      c.error_at(info_pos[i], "tensor '{}' data [{}, +{}) runs past the end of the file (data section has {} bytes)",
                  t.name, t.offset, t.n_bytes, data_size);
   }
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return tensors_[a].offset < tensors_[b].offset; });
@@ -374,8 +390,7 @@ std::vector<std::string> GgufFile::get_strings(std::string_view key) const {
   const GgufArray& a = get_array(key);
   std::vector<std::string> out;
   out.reserve(a.items.size());
-  for (const auto& it : a.items)
-    out.push_back(typed(*this, key, it, [](const GgufValue& v) { return v.as_string(); }));
+  for (const auto& it : a.items) out.push_back(typed(*this, key, it, [](const GgufValue& v) { return v.as_string(); }));
   return out;
 }
 std::vector<float> GgufFile::get_floats(std::string_view key) const {

@@ -90,8 +90,9 @@ int GgufFile::split_count_of(const GgufFile& f) {
 std::unique_ptr<GgufFile> GgufFile::open_split(std::unique_ptr<GgufFile> given, int n_shards) {
   const std::string given_path = given->path_;
   std::optional<uint16_t> no = split_no(*given);
-  if (!no) fail("gguf: {}: {} is {} but key '{}' is missing", given_path, gguf_split_key::kCount, n_shards,
-                gguf_split_key::kNo);
+  if (!no)
+    fail("gguf: {}: {} is {} but key '{}' is missing", given_path, gguf_split_key::kCount, n_shards,
+         gguf_split_key::kNo);
   if (*no >= n_shards)
     fail("gguf: {}: {} is {}, not below {} {}", given_path, gguf_split_key::kNo, *no, gguf_split_key::kCount, n_shards);
   std::optional<ShardName> name = parse_shard_name(given_path);
@@ -117,8 +118,8 @@ std::unique_ptr<GgufFile> GgufFile::open_split(std::unique_ptr<GgufFile> given, 
       fail("gguf: {}: has no '{}' key, so it is not shard {} of {} of {}", path,
            s_count ? gguf_split_key::kNo : gguf_split_key::kCount, i + 1, n_shards, given_path);
     if (*s_count != n_shards)
-      fail("gguf: {}: {} is {}, expected {} as in {}: a shard of another model", path, gguf_split_key::kCount,
-           *s_count, n_shards, given_path);
+      fail("gguf: {}: {} is {}, expected {} as in {}: a shard of another model", path, gguf_split_key::kCount, *s_count,
+           n_shards, given_path);
     if (*s_no != i)
       fail("gguf: {}: {} is {} (shard {}), expected {}: a shard of another model or a renamed file", path,
            gguf_split_key::kNo, *s_no, *s_no + 1, i);
@@ -135,8 +136,8 @@ std::unique_ptr<GgufFile> GgufFile::open_split(std::unique_ptr<GgufFile> given, 
     first->append_shard(std::move(shards[i]));
   }
   if (static_cast<int64_t>(first->tensors_.size()) != *n_total)
-    fail("gguf: {}: {} is {} but the {} shards hold {} tensors", first->path_, gguf_split_key::kTensorsCount,
-         *n_total, n_shards, first->tensors_.size());
+    fail("gguf: {}: {} is {} but the {} shards hold {} tensors", first->path_, gguf_split_key::kTensorsCount, *n_total,
+         n_shards, first->tensors_.size());
   return first;
 }
 

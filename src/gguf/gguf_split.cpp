@@ -56,8 +56,7 @@ std::vector<std::vector<size_t>> gguf_split_plan(const GgufFile& in, const GgufS
   uint64_t shard_bytes = 0;  // tensor bytes in the current shard, each rounded up to kSplitPad
   for (size_t i = 0; i < tensors.size(); ++i) {
     uint64_t n = (tensors[i].n_bytes + kSplitPad - 1) / kSplitPad * kSplitPad;
-    bool split = o.max_bytes > 0 ? shard_bytes + n > o.max_bytes
-                                 : i > 0 && i % static_cast<size_t>(o.max_tensors) == 0;
+    bool split = o.max_bytes > 0 ? shard_bytes + n > o.max_bytes : i > 0 && i % static_cast<size_t>(o.max_tensors) == 0;
     if (split) {
       new_shard(i);
       shard_bytes = n;
@@ -93,8 +92,8 @@ std::vector<std::string> gguf_split_write(const GgufFile& in, const std::string&
 }
 
 void gguf_merge_write(const GgufFile& in, const std::string& out) {
-  std::optional<uint64_t> count = in.has(gguf_split_key::kCount) ? std::optional(in.get_uint(gguf_split_key::kCount))
-                                                                   : std::nullopt;
+  std::optional<uint64_t> count =
+      in.has(gguf_split_key::kCount) ? std::optional(in.get_uint(gguf_split_key::kCount)) : std::nullopt;
   if (!count || *count == 0)
     fail("gguf merge: {}: not a split model (no {} key, or 0)", in.path(), gguf_split_key::kCount);
   std::error_code ec;

@@ -18,8 +18,8 @@
 namespace mla {
 
 struct GgufSplitOptions {
-  uint64_t max_bytes = 0;            // > 0: split by size (--split-max-size), else by tensor count
-  int max_tensors = 128;             // --split-max-tensors
+  uint64_t max_bytes = 0;              // > 0: split by size (--split-max-size), else by tensor count
+  int max_tensors = 128;               // --split-max-tensors
   bool no_tensor_first_split = false;  // shard 1 holds only metadata
 };
 

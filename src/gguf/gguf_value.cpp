@@ -11,37 +11,53 @@ namespace mla {
 
 std::string_view gguf_value_type_name(GgufValueType t) {
   switch (t) {
-    case GgufValueType::UINT8: return "UINT8";
-    case GgufValueType::INT8: return "INT8";
-    case GgufValueType::UINT16: return "UINT16";
-    case GgufValueType::INT16: return "INT16";
-    case GgufValueType::UINT32: return "UINT32";
-    case GgufValueType::INT32: return "INT32";
-    case GgufValueType::FLOAT32: return "FLOAT32";
-    case GgufValueType::BOOL: return "BOOL";
-    case GgufValueType::STRING: return "STRING";
-    case GgufValueType::ARRAY: return "ARRAY";
-    case GgufValueType::UINT64: return "UINT64";
-    case GgufValueType::INT64: return "INT64";
-    case GgufValueType::FLOAT64: return "FLOAT64";
+    case GgufValueType::UINT8:
+      return "UINT8";
+    case GgufValueType::INT8:
+      return "INT8";
+    case GgufValueType::UINT16:
+      return "UINT16";
+    case GgufValueType::INT16:
+      return "INT16";
+    case GgufValueType::UINT32:
+      return "UINT32";
+    case GgufValueType::INT32:
+      return "INT32";
+    case GgufValueType::FLOAT32:
+      return "FLOAT32";
+    case GgufValueType::BOOL:
+      return "BOOL";
+    case GgufValueType::STRING:
+      return "STRING";
+    case GgufValueType::ARRAY:
+      return "ARRAY";
+    case GgufValueType::UINT64:
+      return "UINT64";
+    case GgufValueType::INT64:
+      return "INT64";
+    case GgufValueType::FLOAT64:
+      return "FLOAT64";
   }
   return "UNKNOWN";
 }
 
 bool GgufValue::is_integer() const {
   switch (type()) {
-    case GgufValueType::UINT8: case GgufValueType::INT8: case GgufValueType::UINT16:
-    case GgufValueType::INT16: case GgufValueType::UINT32: case GgufValueType::INT32:
-    case GgufValueType::UINT64: case GgufValueType::INT64:
+    case GgufValueType::UINT8:
+    case GgufValueType::INT8:
+    case GgufValueType::UINT16:
+    case GgufValueType::INT16:
+    case GgufValueType::UINT32:
+    case GgufValueType::INT32:
+    case GgufValueType::UINT64:
+    case GgufValueType::INT64:
       return true;
     default:
       return false;
   }
 }
 
-bool GgufValue::is_float() const {
-  return type() == GgufValueType::FLOAT32 || type() == GgufValueType::FLOAT64;
-}
+bool GgufValue::is_float() const { return type() == GgufValueType::FLOAT32 || type() == GgufValueType::FLOAT64; }
 
 int64_t GgufValue::as_int() const {
   return std::visit(
@@ -101,14 +117,26 @@ std::string quote(const std::string& s, size_t max_chars) {
       break;
     }
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
-        if (c < 0x20) out += fmt::format("\\x{:02x}", c);
-        else out += static_cast<char>(c);
+        if (c < 0x20)
+          out += fmt::format("\\x{:02x}", c);
+        else
+          out += static_cast<char>(c);
     }
   }
   return out + "\"";

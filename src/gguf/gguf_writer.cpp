@@ -81,7 +81,8 @@ void GgufWriter::remove(std::string_view key) {
 
 void GgufWriter::check_tensor(const std::string& name, GgmlType type, const std::vector<int64_t>& ne,
                               size_t n_bytes) const {
-  if (ne.empty() || ne.size() > 4) fail("gguf writer: tensor '{}' has {} dimensions (expected 1 to 4)", name, ne.size());
+  if (ne.empty() || ne.size() > 4)
+    fail("gguf writer: tensor '{}' has {} dimensions (expected 1 to 4)", name, ne.size());
   const auto& tr = ggml_traits(type);
   if (tr.block_bytes == 0) fail("gguf writer: tensor '{}' has an unknown type", name);
   int64_t n = 1;

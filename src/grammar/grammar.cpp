@@ -26,23 +26,18 @@ GrammarSpec GrammarSpec::json_object(bool any_whitespace) {
 GrammarSpec GrammarSpec::json_schema(std::string schema_json, bool any_whitespace) {
   return {.kind = Kind::kJsonSchema, .source = std::move(schema_json), .any_whitespace = any_whitespace};
 }
-GrammarSpec GrammarSpec::regex(std::string pattern) {
-  return {.kind = Kind::kRegex, .source = std::move(pattern)};
-}
+GrammarSpec GrammarSpec::regex(std::string pattern) { return {.kind = Kind::kRegex, .source = std::move(pattern)}; }
 GrammarSpec GrammarSpec::choice(std::vector<std::string> choices) {
   return {.kind = Kind::kChoice, .choices = std::move(choices)};
 }
-GrammarSpec GrammarSpec::ebnf(std::string grammar) {
-  return {.kind = Kind::kEbnf, .source = std::move(grammar)};
-}
+GrammarSpec GrammarSpec::ebnf(std::string grammar) { return {.kind = Kind::kEbnf, .source = std::move(grammar)}; }
 GrammarSpec GrammarSpec::structural_tag(std::string tag_json) {
   return {.kind = Kind::kStructuralTag, .source = std::move(tag_json)};
 }
 
 std::string GrammarSpec::key() const {
   // Length-prefixed parts, so no source text can be mistaken for a separator.
-  std::string k =
-      fmt::format("{}|{}|{}|", to_string(kind), any_whitespace ? 1 : 0, max_whitespace);
+  std::string k = fmt::format("{}|{}|{}|", to_string(kind), any_whitespace ? 1 : 0, max_whitespace);
   auto add = [&](const std::string& s) { k += fmt::format("{}:", s.size()) + s; };
   add(source);
   for (const auto& c : choices) add(c);
@@ -51,12 +46,18 @@ std::string GrammarSpec::key() const {
 
 std::string_view to_string(GrammarSpec::Kind k) {
   switch (k) {
-    case GrammarSpec::Kind::kJsonObject: return "json_object";
-    case GrammarSpec::Kind::kJsonSchema: return "json_schema";
-    case GrammarSpec::Kind::kRegex: return "regex";
-    case GrammarSpec::Kind::kChoice: return "choice";
-    case GrammarSpec::Kind::kEbnf: return "grammar";
-    case GrammarSpec::Kind::kStructuralTag: return "structural_tag";
+    case GrammarSpec::Kind::kJsonObject:
+      return "json_object";
+    case GrammarSpec::Kind::kJsonSchema:
+      return "json_schema";
+    case GrammarSpec::Kind::kRegex:
+      return "regex";
+    case GrammarSpec::Kind::kChoice:
+      return "choice";
+    case GrammarSpec::Kind::kEbnf:
+      return "grammar";
+    case GrammarSpec::Kind::kStructuralTag:
+      return "structural_tag";
   }
   return "?";
 }
@@ -194,18 +195,25 @@ std::shared_ptr<const CompiledGrammar> GrammarCompiler::compile(const GrammarSpe
     if (spec.any_whitespace && spec.max_whitespace > 0) max_ws = spec.max_whitespace;
     switch (spec.kind) {
       case K::kJsonObject:
-        impl->compiled = xc.CompileJSONSchema(R"({"type": "object"})", spec.any_whitespace,
-                                              std::nullopt, std::nullopt, /*strict_mode=*/false,
-                                              max_ws);
+        impl->compiled = xc.CompileJSONSchema(R"({"type": "object"})", spec.any_whitespace, std::nullopt, std::nullopt,
+                                              /*strict_mode=*/false, max_ws);
         break;
       case K::kJsonSchema:
-        impl->compiled = xc.CompileJSONSchema(spec.source, spec.any_whitespace, std::nullopt,
-                                              std::nullopt, /*strict_mode=*/true, max_ws);
+        impl->compiled = xc.CompileJSONSchema(spec.source, spec.any_whitespace, std::nullopt, std::nullopt,
+                                              /*strict_mode=*/true, max_ws);
         break;
-      case K::kRegex: impl->compiled = xc.CompileRegex(spec.source); break;
-      case K::kChoice: impl->compiled = xc.CompileGrammar(choice_ebnf(spec.choices)); break;
-      case K::kEbnf: impl->compiled = xc.CompileGrammar(spec.source); break;
-      case K::kStructuralTag: impl->compiled = xc.CompileStructuralTag(spec.source); break;
+      case K::kRegex:
+        impl->compiled = xc.CompileRegex(spec.source);
+        break;
+      case K::kChoice:
+        impl->compiled = xc.CompileGrammar(choice_ebnf(spec.choices));
+        break;
+      case K::kEbnf:
+        impl->compiled = xc.CompileGrammar(spec.source);
+        break;
+      case K::kStructuralTag:
+        impl->compiled = xc.CompileStructuralTag(spec.source);
+        break;
     }
   } catch (const Error&) {
     throw;

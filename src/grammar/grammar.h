@@ -119,8 +119,7 @@ class GrammarCompiler {
   // (0: none, as vLLM). Without a limit a model that favours newlines can fill max_tokens with
   // them and never close the JSON; 16 still lets pretty-printed JSON nest a few levels.
   GrammarCompiler(const std::vector<std::string>& vocab, int n_vocab, const std::vector<int32_t>& stop_ids,
-                  int n_threads = 2, size_t max_cached = 64,
-                  int json_max_whitespace = kDefaultJsonMaxWhitespace);
+                  int n_threads = 2, size_t max_cached = 64, int json_max_whitespace = kDefaultJsonMaxWhitespace);
   static constexpr int kDefaultJsonMaxWhitespace = 16;
   ~GrammarCompiler();
 

@@ -48,8 +48,10 @@ void mla_attention_mha(const MlaAttnParams& p, ThreadPool& pool, AttnScratch& sc
       const float* wk = p.w_uk_t + h * p.qk_nope * p.kv_lora;
       const float* wv = p.w_uv + h * p.v_dim * p.kv_lora;
       // Decompress the context for this head: k_nope_j = W_UK_h c_j, v_j = W_UV_h c_j; k_pe as is.
-      dot_block_f32(p.n_ctx, p.qk_nope, p.kv_lora, ctx, [&](int64_t d) { return wk + d * p.kv_lora; }, k, qk_head);
-      dot_block_f32(p.n_ctx, p.v_dim, p.kv_lora, ctx, [&](int64_t e) { return wv + e * p.kv_lora; }, v, p.v_dim);
+      dot_block_f32(
+          p.n_ctx, p.qk_nope, p.kv_lora, ctx, [&](int64_t d) { return wk + d * p.kv_lora; }, k, qk_head);
+      dot_block_f32(
+          p.n_ctx, p.v_dim, p.kv_lora, ctx, [&](int64_t e) { return wv + e * p.kv_lora; }, v, p.v_dim);
       for (int64_t j = 0; j < p.n_ctx; ++j)
         std::memcpy(k + j * qk_head + p.qk_nope, ctx_row(p, j) + p.kv_lora, sizeof(float) * p.qk_rope);
       if (p.sel) {
@@ -57,8 +59,8 @@ void mla_attention_mha(const MlaAttnParams& p, ThreadPool& pool, AttnScratch& sc
         for (int64_t i = 0; i < p.n_q; ++i) {
           const QueryRows rows = rows_of(p, i);
           const float* qh = p.q + i * p.q_stride + h * qk_head;
-          dot_block_f32(1, rows.n, qk_head, [&](int64_t) { return qh; }, [&](int64_t k) { return key(rows[k]); },
-                        scores, 0);
+          dot_block_f32(
+              1, rows.n, qk_head, [&](int64_t) { return qh; }, [&](int64_t k) { return key(rows[k]); }, scores, 0);
           for (int64_t k = 0; k < rows.n; ++k) scores[k] *= p.kq_scale;
           softmax(scores, rows.n);
           float* o = p.out + i * p.out_stride + h * p.v_dim;
@@ -73,8 +75,10 @@ void mla_attention_mha(const MlaAttnParams& p, ThreadPool& pool, AttnScratch& sc
         const int64_t n_vis = p.n_ctx - p.n_q + i + 1;  // of query i; query i + 1 sees n_vis + 1
         auto query = [&](int64_t r) { return p.q + (i + r) * p.q_stride + h * qk_head; };
         dot_block_f32(nq, n_vis, qk_head, query, key, scores, p.n_ctx);
-        if (nq == 2) dot_block_f32(1, 1, qk_head, [&](int64_t) { return query(1); }, [&](int64_t) { return key(n_vis); },
-                                   scores + p.n_ctx + n_vis, p.n_ctx);
+        if (nq == 2)
+          dot_block_f32(
+              1, 1, qk_head, [&](int64_t) { return query(1); }, [&](int64_t) { return key(n_vis); },
+              scores + p.n_ctx + n_vis, p.n_ctx);
         for (int64_t r = 0; r < nq; ++r) {
           float* sc = scores + r * p.n_ctx;
           const int64_t n = n_vis + r;
@@ -108,14 +112,16 @@ void mla_attention_mqa(const MlaAttnParams& p, ThreadPool& pool, AttnScratch& sc
       for (int64_t hh = 0; hh < nh; ++hh) {
         const float* wk = p.w_uk + (h0 + hh) * p.kv_lora * p.qk_nope;
         const float* qn = q_tok + (h0 + hh) * qk_head;
-        dot_block_f32(1, p.kv_lora, p.qk_nope, [&](int64_t) { return qn; },
-                      [&](int64_t c) { return wk + c * p.qk_nope; }, q_abs + hh * row_len, 0);
+        dot_block_f32(
+            1, p.kv_lora, p.qk_nope, [&](int64_t) { return qn; }, [&](int64_t c) { return wk + c * p.qk_nope; },
+            q_abs + hh * row_len, 0);
         std::memcpy(q_abs + hh * row_len + p.kv_lora, qn + p.qk_nope, sizeof(float) * p.qk_rope);
       }
       // Scores: one dot over the whole cache row [c_kv | k_pe] per head; each row is read once
       // for a tile of heads.
-      dot_block_f32(nh, n_vis, row_len, [&](int64_t hh) { return q_abs + hh * row_len; },
-                    [&](int64_t k) { return ctx_row(p, rows[k]); }, scores, p.n_ctx);
+      dot_block_f32(
+          nh, n_vis, row_len, [&](int64_t hh) { return q_abs + hh * row_len; },
+          [&](int64_t k) { return ctx_row(p, rows[k]); }, scores, p.n_ctx);
       for (int64_t hh = 0; hh < nh; ++hh) {
         float* sc = scores + hh * p.n_ctx;
         for (int64_t j = 0; j < n_vis; ++j) sc[j] *= p.kq_scale;
@@ -130,8 +136,9 @@ void mla_attention_mqa(const MlaAttnParams& p, ThreadPool& pool, AttnScratch& sc
       for (int64_t hh = 0; hh < nh; ++hh) {
         const float* wv = p.w_uv + (h0 + hh) * p.v_dim * p.kv_lora;
         const float* ol = o_lat + hh * p.kv_lora;
-        dot_block_f32(1, p.v_dim, p.kv_lora, [&](int64_t) { return ol; }, [&](int64_t e) { return wv + e * p.kv_lora; },
-                      p.out + i * p.out_stride + (h0 + hh) * p.v_dim, 0);
+        dot_block_f32(
+            1, p.v_dim, p.kv_lora, [&](int64_t) { return ol; }, [&](int64_t e) { return wv + e * p.kv_lora; },
+            p.out + i * p.out_stride + (h0 + hh) * p.v_dim, 0);
       }
     }
   });

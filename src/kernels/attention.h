@@ -23,19 +23,19 @@ namespace mla {
 
 struct MlaAttnParams {
   int64_t n_head = 0;
-  int64_t qk_nope = 0;     // qk_nope_head_dim
-  int64_t qk_rope = 0;     // qk_rope_head_dim
-  int64_t kv_lora = 0;     // kv_lora_rank
-  int64_t v_dim = 0;       // v_head_dim
-  float kq_scale = 1;      // mscale² / sqrt(qk_nope + qk_rope)
+  int64_t qk_nope = 0;  // qk_nope_head_dim
+  int64_t qk_rope = 0;  // qk_rope_head_dim
+  int64_t kv_lora = 0;  // kv_lora_rank
+  int64_t v_dim = 0;    // v_head_dim
+  float kq_scale = 1;   // mscale² / sqrt(qk_nope + qk_rope)
 
-  int64_t n_q = 0;         // query tokens of this sequence
+  int64_t n_q = 0;           // query tokens of this sequence
   const float* q = nullptr;  // [n_q][n_head][qk_nope | qk_rope], q_pe roped; tokens q_stride apart
   int64_t q_stride = 0;
 
-  int64_t n_ctx = 0;       // context rows, n_ctx >= n_q
-  const float* cache = nullptr;  // latent arena of this layer
-  int64_t cache_stride = 0;      // floats between consecutive slots (kv_lora + qk_rope)
+  int64_t n_ctx = 0;               // context rows, n_ctx >= n_q
+  const float* cache = nullptr;    // latent arena of this layer
+  int64_t cache_stride = 0;        // floats between consecutive slots (kv_lora + qk_rope)
   const int32_t* slots = nullptr;  // [n_ctx]: the slot of context row j
 
   // F32 projections (dequantized at load):
@@ -49,7 +49,7 @@ struct MlaAttnParams {
   const int32_t* sel_count = nullptr;
   int64_t sel_stride = 0;
 
-  float* out = nullptr;    // [n_q][n_head][v_dim]; tokens out_stride apart
+  float* out = nullptr;  // [n_q][n_head][v_dim]; tokens out_stride apart
   int64_t out_stride = 0;
 };
 

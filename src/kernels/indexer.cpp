@@ -15,8 +15,9 @@ void score_rows(const IndexerParams& p, int64_t i, int64_t j0, int64_t j1, float
   const float* wi = p.w + i * p.w_stride;
   for (int64_t c0 = j0; c0 < j1; c0 += kChunk) {
     const int64_t n = std::min(kChunk, j1 - c0);
-    dot_block_f32(p.n_head, n, p.head_dim, [&](int64_t h) { return qi + h * p.head_dim; },
-                  [&](int64_t j) { return p.keys + p.slots[c0 + j] * p.key_stride; }, heads, kChunk);
+    dot_block_f32(
+        p.n_head, n, p.head_dim, [&](int64_t h) { return qi + h * p.head_dim; },
+        [&](int64_t j) { return p.keys + p.slots[c0 + j] * p.key_stride; }, heads, kChunk);
     for (int64_t j = 0; j < n; ++j) {
       float s = 0;
       for (int64_t h = 0; h < p.n_head; ++h) s += wi[h] * std::max(heads[h * kChunk + j], 0.0f);

@@ -17,30 +17,30 @@
 namespace mla {
 
 struct IndexerParams {
-  int64_t n_head = 0;        // indexer heads
-  int64_t head_dim = 0;      // indexer head dim (roped on its first n_rot dims by the caller)
+  int64_t n_head = 0;    // indexer heads
+  int64_t head_dim = 0;  // indexer head dim (roped on its first n_rot dims by the caller)
   int64_t top_k = 0;
 
-  int64_t n_q = 0;                 // query tokens: the sequence's last n_q positions
-  const float* q = nullptr;        // [n_q][n_head][head_dim]; tokens q_stride apart
+  int64_t n_q = 0;           // query tokens: the sequence's last n_q positions
+  const float* q = nullptr;  // [n_q][n_head][head_dim]; tokens q_stride apart
   int64_t q_stride = 0;
-  const float* w = nullptr;        // [n_q][n_head] head weights; tokens w_stride apart
+  const float* w = nullptr;  // [n_q][n_head] head weights; tokens w_stride apart
   int64_t w_stride = 0;
 
-  int64_t n_ctx = 0;               // context rows (n_ctx >= n_q); query i sees rows [0, n_ctx - n_q + i]
-  const float* keys = nullptr;     // key of row j at keys + slots[j] * key_stride
+  int64_t n_ctx = 0;            // context rows (n_ctx >= n_q); query i sees rows [0, n_ctx - n_q + i]
+  const float* keys = nullptr;  // key of row j at keys + slots[j] * key_stride
   int64_t key_stride = 0;
   const int32_t* slots = nullptr;  // [n_ctx]
 
-  int32_t* sel = nullptr;          // out: query i's rows at sel + i * sel_stride, ascending
-  int64_t sel_stride = 0;          // >= min(top_k, n_ctx)
-  int32_t* sel_count = nullptr;    // out: [n_q] rows selected per query
+  int32_t* sel = nullptr;        // out: query i's rows at sel + i * sel_stride, ascending
+  int64_t sel_stride = 0;        // >= min(top_k, n_ctx)
+  int32_t* sel_count = nullptr;  // out: [n_q] rows selected per query
 };
 
 struct IndexerScratch {
-  std::vector<std::vector<float>> scores;    // per thread: [n_ctx]
-  std::vector<std::vector<int32_t>> order;   // per thread: [n_ctx]
-  std::vector<float> heads;                  // per thread: [n_head * kChunk]
+  std::vector<std::vector<float>> scores;   // per thread: [n_ctx]
+  std::vector<std::vector<int32_t>> order;  // per thread: [n_ctx]
+  std::vector<float> heads;                 // per thread: [n_head * kChunk]
 };
 
 void indexer_select(const IndexerParams& p, ThreadPool& pool, IndexerScratch& scratch);

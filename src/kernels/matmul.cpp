@@ -24,8 +24,10 @@ const uint8_t* prepare_activations(GgmlType act_type, const float* x, int64_t x_
   auto body = [&](int64_t b, int64_t e, int) {
     for (int64_t t = b; t < e; ++t) q(x + t * x_stride, out + t * act_row_bytes, n_cols);
   };
-  if (pool) pool->parallel_for(n_tok, body);
-  else body(0, n_tok, 0);
+  if (pool)
+    pool->parallel_for(n_tok, body);
+  else
+    body(0, n_tok, 0);
   return out;
 }
 

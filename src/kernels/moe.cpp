@@ -11,9 +11,9 @@ namespace mla {
 
 void moe_route(const MoeRouting& r, const float* logits, int32_t* experts, float* weights, float* scratch) {
   const int n = r.n_expert;
-  float* scores = scratch;         // [n_expert]
-  float* choice = scratch + n;     // [n_expert]
-  float* group_score = choice + n; // [n_group]
+  float* scores = scratch;          // [n_expert]
+  float* choice = scratch + n;      // [n_expert]
+  float* group_score = choice + n;  // [n_group]
   if (r.gating == MoeGating::Softmax) {
     std::copy(logits, logits + n, scores);
     softmax(scores, n);

@@ -10,12 +10,12 @@ enum class MoeGating { Softmax = 1, Sigmoid = 2 };  // values as GGUF expert_gat
 
 struct MoeRouting {
   int n_expert = 0;
-  int n_expert_used = 0;      // top-k
-  int n_group = 1;            // expert_group_count (1: no group limit)
-  int n_group_used = 1;       // expert_group_used_count
+  int n_expert_used = 0;  // top-k
+  int n_group = 1;        // expert_group_count (1: no group limit)
+  int n_group_used = 1;   // expert_group_used_count
   MoeGating gating = MoeGating::Softmax;
-  bool norm_weights = false;  // expert_weights_norm: divide the k weights by their sum
-  float weights_scale = 1;    // expert_weights_scale (routed_scaling_factor)
+  bool norm_weights = false;    // expert_weights_norm: divide the k weights by their sum
+  float weights_scale = 1;      // expert_weights_scale (routed_scaling_factor)
   const float* bias = nullptr;  // exp_probs_b [n_expert] (e_score_correction_bias), selection only; may be nullptr
 };
 

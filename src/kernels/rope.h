@@ -18,7 +18,7 @@ struct RopeParams {
   double attn_factor = 1;    // amplitude applied to cos and sin (transformers' attention_scaling)
   double beta_fast = 32;     // YaRN ramp ends, in rotations over the original context
   double beta_slow = 1;
-  int64_t n_ctx_orig = 0;    // rope.scaling.original_context_length
+  int64_t n_ctx_orig = 0;  // rope.scaling.original_context_length
 };
 
 // YaRN ramp ends in pair-index units [low, high] as ggml_rope_yarn_corr_dims and transformers'

@@ -60,8 +60,8 @@ class ThreadPool {
   std::vector<std::thread> workers_;
   const std::function<void(int)>* job_ = nullptr;  // written before generation_ is bumped
   std::atomic<uint32_t> generation_{0};
-  std::atomic<int> pending_{0};     // workers still running the current job
-  std::atomic<int> sleepers_{0};    // workers in generation_.wait
+  std::atomic<int> pending_{0};            // workers still running the current job
+  std::atomic<int> sleepers_{0};           // workers in generation_.wait
   std::atomic<bool> main_waiting_{false};  // run() in pending_.wait
   std::atomic<bool> stop_{false};
 };

@@ -26,15 +26,24 @@ void BlockPool::queue_push_back(BlockId b) {
   Block& blk = blocks_[b];
   blk.prev = tail_;
   blk.next = kNoBlock;
-  if (tail_ != kNoBlock) blocks_[tail_].next = b; else head_ = b;
+  if (tail_ != kNoBlock)
+    blocks_[tail_].next = b;
+  else
+    head_ = b;
   tail_ = b;
   ++n_free_;
 }
 
 void BlockPool::queue_remove(BlockId b) {
   Block& blk = blocks_[b];
-  if (blk.prev != kNoBlock) blocks_[blk.prev].next = blk.next; else head_ = blk.next;
-  if (blk.next != kNoBlock) blocks_[blk.next].prev = blk.prev; else tail_ = blk.prev;
+  if (blk.prev != kNoBlock)
+    blocks_[blk.prev].next = blk.next;
+  else
+    head_ = blk.next;
+  if (blk.next != kNoBlock)
+    blocks_[blk.next].prev = blk.prev;
+  else
+    tail_ = blk.prev;
   blk.prev = blk.next = kNoBlock;
   --n_free_;
 }
@@ -67,8 +76,7 @@ BlockId BlockPool::lookup(uint64_t hash, BlockRef parent, std::span<const int32_
     const Block& blk = blocks_[it->second];
     if (blk.parent != parent) continue;
     // The parent itself must still be the block this entry was computed after.
-    if (parent.id != kNoBlock &&
-        (!blocks_[parent.id].cached || blocks_[parent.id].generation != parent.generation))
+    if (parent.id != kNoBlock && (!blocks_[parent.id].cached || blocks_[parent.id].generation != parent.generation))
       continue;
     const int32_t* t = &tokens_[static_cast<size_t>(it->second) * block_size_];
     if (std::memcmp(t, tokens.data(), tokens.size_bytes()) == 0) return it->second;
@@ -108,8 +116,7 @@ void BlockPool::check_invariants() const {
   BlockId prev = kNoBlock;
   for (BlockId b = head_; b != kNoBlock; b = blocks_[b].next) {
     if (blocks_[b].prev != prev) fail("kv invariant: free queue link broken at block {}", b);
-    if (blocks_[b].ref_count != 0) fail("kv invariant: block {} in free queue with ref {}", b,
-                                        blocks_[b].ref_count);
+    if (blocks_[b].ref_count != 0) fail("kv invariant: block {} in free queue with ref {}", b, blocks_[b].ref_count);
     if (in_queue[b]) fail("kv invariant: block {} twice in free queue", b);
     in_queue[b] = 1;
     prev = b;
@@ -127,8 +134,7 @@ void BlockPool::check_invariants() const {
   if (n_cached != by_hash_.size())
     fail("kv invariant: {} cached blocks but {} hash entries", n_cached, by_hash_.size());
   for (const auto& [h, b] : by_hash_)
-    if (!blocks_[b].cached || blocks_[b].hash != h)
-      fail("kv invariant: hash entry for block {} is stale", b);
+    if (!blocks_[b].cached || blocks_[b].hash != h) fail("kv invariant: hash entry for block {} is stale", b);
 }
 
 }  // namespace mla::kv

@@ -78,8 +78,7 @@ bool KvManager::allocate(SeqBlocks& seq, int n_computed, int n_new, const Prefix
   return true;
 }
 
-void KvManager::cache_full_blocks(SeqBlocks& seq, std::span<const int32_t> tokens,
-                                  int n_computed) {
+void KvManager::cache_full_blocks(SeqBlocks& seq, std::span<const int32_t> tokens, int n_computed) {
   if (!prefix_caching_) return;
   const int bs = block_size();
   const size_t n_full = static_cast<size_t>(n_computed) / bs;

@@ -34,7 +34,7 @@ struct BlockCopy {
 struct PrefixHit {
   std::vector<BlockId> blocks;  // cached full blocks matching the prompt's first blocks
   std::vector<uint64_t> hashes;
-  int n_tokens = 0;             // blocks.size() * block_size
+  int n_tokens = 0;  // blocks.size() * block_size
 };
 
 class KvManager {
@@ -53,8 +53,7 @@ class KvManager {
   // (when given: seq must be empty and n_computed <= hit->n_tokens), then allocates, with
   // copy-on-write of the block holding position n_computed if it is shared. Appends the copies
   // to `copies`. All or nothing: returns false and changes nothing when free blocks run short.
-  bool allocate(SeqBlocks& seq, int n_computed, int n_new, const PrefixHit* hit,
-                std::vector<BlockCopy>& copies);
+  bool allocate(SeqBlocks& seq, int n_computed, int n_new, const PrefixHit* hit, std::vector<BlockCopy>& copies);
 
   // After a step: enters seq's full blocks among positions [0, n_computed) in the prefix cache.
   void cache_full_blocks(SeqBlocks& seq, std::span<const int32_t> tokens, int n_computed);

@@ -19,13 +19,13 @@ void check_cache_dtype(GgmlType dtype, const LatentShape& shape) {
       return;
     case GgmlType::Q8_0:
       if (shape.row_elems() % 32 != 0)
-        fail("kv cache dtype Q8_0 needs a latent row that is a multiple of 32 values, got {} "
-             "(kv_lora_rank {} + qk_rope_head_dim {})",
-             shape.row_elems(), shape.kv_lora_rank, shape.qk_rope_head_dim);
+        fail(
+            "kv cache dtype Q8_0 needs a latent row that is a multiple of 32 values, got {} "
+            "(kv_lora_rank {} + qk_rope_head_dim {})",
+            shape.row_elems(), shape.kv_lora_rank, shape.qk_rope_head_dim);
       return;
     default:
-      fail("kv cache dtype {} is not supported (expected f16, f32, bf16 or q8_0)",
-           ggml_type_name(dtype));
+      fail("kv cache dtype {} is not supported (expected f16, f32, bf16 or q8_0)", ggml_type_name(dtype));
   }
 }
 
@@ -55,8 +55,8 @@ int64_t bytes_per_token_all_layers(const LatentShape& shape, GgmlType dtype) {
   return total;
 }
 
-int32_t blocks_for_capacity(const LatentShape& shape, GgmlType dtype, int block_size,
-                            int64_t tokens, int64_t memory_bytes) {
+int32_t blocks_for_capacity(const LatentShape& shape, GgmlType dtype, int block_size, int64_t tokens,
+                            int64_t memory_bytes) {
   if (block_size < 1) fail("kv cache: block size must be >= 1, got {}", block_size);
   int64_t n_blocks = 0;
   if (tokens > 0) {
@@ -65,37 +65,33 @@ int32_t blocks_for_capacity(const LatentShape& shape, GgmlType dtype, int block_
     int64_t per_block = bytes_per_token_all_layers(shape, dtype) * block_size;
     n_blocks = memory_bytes / per_block;
     if (n_blocks < 1)
-      fail("kv cache: {} bytes of memory is less than one block ({} bytes = {} tokens x {} B "
-           "over {} layers)",
-           memory_bytes, per_block, block_size, bytes_per_token_all_layers(shape, dtype),
-           shape.n_layer);
+      fail(
+          "kv cache: {} bytes of memory is less than one block ({} bytes = {} tokens x {} B "
+          "over {} layers)",
+          memory_bytes, per_block, block_size, bytes_per_token_all_layers(shape, dtype), shape.n_layer);
   }
   if (n_blocks > INT32_MAX / block_size)
-    fail("kv cache: {} blocks of {} tokens is more than the {} slots a cache can address",
-         n_blocks, block_size, INT32_MAX);
+    fail("kv cache: {} blocks of {} tokens is more than the {} slots a cache can address", n_blocks, block_size,
+         INT32_MAX);
   return static_cast<int32_t>(n_blocks);
 }
 
 void LatentCache::FreeDeleter::operator()(uint8_t* p) const { std::free(p); }
 
-LatentCache::LatentCache(const LatentShape& shape, GgmlType dtype, int block_size,
-                         int32_t n_blocks)
-    : shape_(shape), dtype_(dtype), block_size_(block_size), n_blocks_(n_blocks),
-      index_dtype_(index_key_dtype(dtype)) {
+LatentCache::LatentCache(const LatentShape& shape, GgmlType dtype, int block_size, int32_t n_blocks)
+    : shape_(shape), dtype_(dtype), block_size_(block_size), n_blocks_(n_blocks), index_dtype_(index_key_dtype(dtype)) {
   if (shape.n_layer < 1 || shape.kv_lora_rank < 1 || shape.qk_rope_head_dim < 0)
-    fail("kv cache: bad latent shape (n_layer {}, kv_lora_rank {}, qk_rope_head_dim {})",
-         shape.n_layer, shape.kv_lora_rank, shape.qk_rope_head_dim);
+    fail("kv cache: bad latent shape (n_layer {}, kv_lora_rank {}, qk_rope_head_dim {})", shape.n_layer,
+         shape.kv_lora_rank, shape.qk_rope_head_dim);
   if (block_size < 1 || n_blocks < 1)
-    fail("kv cache: need block size >= 1 and at least one block, got {} and {}", block_size,
-         n_blocks);
+    fail("kv cache: need block size >= 1 and at least one block, got {} and {}", block_size, n_blocks);
   row_bytes_ = bytes_per_token_per_layer(shape, dtype);
   const size_t arena = static_cast<size_t>(row_bytes_) * n_slots();
   const size_t padded = (arena + 63) / 64 * 64;
   for (int l = 0; l < shape.n_layer; ++l) {
     auto* p = static_cast<uint8_t*>(std::aligned_alloc(64, padded));
     if (!p)
-      fail("kv cache: cannot allocate {} bytes for layer {} ({} layers, {})", padded, l,
-           shape.n_layer, describe());
+      fail("kv cache: cannot allocate {} bytes for layer {} ({} layers, {})", padded, l, shape.n_layer, describe());
     arenas_.emplace_back(p);
   }
   if (!shape.index_key_dims.empty() && static_cast<int>(shape.index_key_dims.size()) != shape.n_layer)
@@ -115,8 +111,10 @@ LatentCache::LatentCache(const LatentShape& shape, GgmlType dtype, int block_siz
 void LatentCache::write_index_row(int layer, int64_t slot, const float* key) {
   uint8_t* dst = index_arenas_[layer].get() + slot * index_row_bytes_[layer];
   const int n = shape_.index_key_dim(layer);
-  if (index_dtype_ == GgmlType::F32) std::memcpy(dst, key, sizeof(float) * n);
-  else quantize_row(index_dtype_, key, dst, n);
+  if (index_dtype_ == GgmlType::F32)
+    std::memcpy(dst, key, sizeof(float) * n);
+  else
+    quantize_row(index_dtype_, key, dst, n);
 }
 
 void LatentCache::read_index_rows(int layer, std::span<const int32_t> slots, float* out) const {
@@ -124,8 +122,10 @@ void LatentCache::read_index_rows(int layer, std::span<const int32_t> slots, flo
   const uint8_t* base = index_arenas_[layer].get();
   for (size_t i = 0; i < slots.size(); ++i) {
     const uint8_t* src = base + slots[i] * index_row_bytes_[layer];
-    if (index_dtype_ == GgmlType::F32) std::memcpy(out + i * n, src, sizeof(float) * n);
-    else dequantize_row(index_dtype_, src, out + i * n, n);
+    if (index_dtype_ == GgmlType::F32)
+      std::memcpy(out + i * n, src, sizeof(float) * n);
+    else
+      dequantize_row(index_dtype_, src, out + i * n, n);
   }
 }
 
@@ -137,38 +137,40 @@ std::string LatentCache::describe() const {
     index_bytes += index_row_bytes_[l];
     n_index_layers += index_row_bytes_[l] > 0;
   }
-  const std::string index =
-      n_index_layers == 0 ? std::string()
-                          : fmt::format(" + indexer keys {} {} B/token over {} layers",
-                                        ggml_type_name(index_dtype_), index_bytes, n_index_layers);
-  return fmt::format(
-      "{}, block {}, {} blocks = {} tokens, {} B/token/layer x {} layers{} = {} B/token, {:.2f} {}",
-      ggml_type_name(dtype_), block_size_, n_blocks_, n_slots(), row_bytes_, shape_.n_layer, index,
-      bytes_per_token(), mib >= 1024 ? mib / 1024 : mib, mib >= 1024 ? "GiB" : "MiB");
+  const std::string index = n_index_layers == 0
+                                ? std::string()
+                                : fmt::format(" + indexer keys {} {} B/token over {} layers",
+                                              ggml_type_name(index_dtype_), index_bytes, n_index_layers);
+  return fmt::format("{}, block {}, {} blocks = {} tokens, {} B/token/layer x {} layers{} = {} B/token, {:.2f} {}",
+                     ggml_type_name(dtype_), block_size_, n_blocks_, n_slots(), row_bytes_, shape_.n_layer, index,
+                     bytes_per_token(), mib >= 1024 ? mib / 1024 : mib, mib >= 1024 ? "GiB" : "MiB");
 }
 
 // F16 / BF16 / Q8_0 go through the quant.h row converters (SIMD where the CPU has it; F16 and
 // BF16 round to nearest even, exactly as the scalar conversions).
 void LatentCache::write_row(int layer, int64_t slot, const float* row) {
   uint8_t* dst = row_data(layer, slot);
-  if (dtype_ == GgmlType::F32) std::memcpy(dst, row, sizeof(float) * shape_.row_elems());
-  else quantize_row(dtype_, row, dst, shape_.row_elems());
+  if (dtype_ == GgmlType::F32)
+    std::memcpy(dst, row, sizeof(float) * shape_.row_elems());
+  else
+    quantize_row(dtype_, row, dst, shape_.row_elems());
 }
 
 void LatentCache::read_rows(int layer, std::span<const int32_t> slots, float* out) const {
   const int n = shape_.row_elems();
   for (size_t i = 0; i < slots.size(); ++i) {
     const uint8_t* src = row_data(layer, slots[i]);
-    if (dtype_ == GgmlType::F32) std::memcpy(out + i * n, src, sizeof(float) * n);
-    else dequantize_row(dtype_, src, out + i * n, n);
+    if (dtype_ == GgmlType::F32)
+      std::memcpy(out + i * n, src, sizeof(float) * n);
+    else
+      dequantize_row(dtype_, src, out + i * n, n);
   }
 }
 
 void LatentCache::copy_block(int32_t src, int32_t dst) {
   const size_t bytes = static_cast<size_t>(row_bytes_) * block_size_;
   for (int l = 0; l < shape_.n_layer; ++l) {
-    std::memcpy(row_data(l, int64_t{dst} * block_size_), row_data(l, int64_t{src} * block_size_),
-                bytes);
+    std::memcpy(row_data(l, int64_t{dst} * block_size_), row_data(l, int64_t{src} * block_size_), bytes);
     if (const int64_t rb = index_row_bytes_[l]; rb > 0) {
       uint8_t* base = index_arenas_[l].get();
       std::memcpy(base + int64_t{dst} * block_size_ * rb, base + int64_t{src} * block_size_ * rb,

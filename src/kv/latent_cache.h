@@ -27,8 +27,8 @@ struct LatentShape {
   LatentShape(int layers, int kv_lora, int rope, std::vector<int> index_dims = {})
       : n_layer(layers), kv_lora_rank(kv_lora), qk_rope_head_dim(rope), index_key_dims(std::move(index_dims)) {}
   int n_layer = 0;
-  int kv_lora_rank = 0;       // c_kv width
-  int qk_rope_head_dim = 0;   // k_pe width
+  int kv_lora_rank = 0;             // c_kv width
+  int qk_rope_head_dim = 0;         // k_pe width
   std::vector<int> index_key_dims;  // [n_layer] indexer key width per layer (0: none); empty: no indexer
   int row_elems() const { return kv_lora_rank + qk_rope_head_dim; }
   int index_key_dim(int layer) const { return index_key_dims.empty() ? 0 : index_key_dims[layer]; }
@@ -49,8 +49,8 @@ int64_t bytes_per_token_all_layers(const LatentShape& shape, GgmlType dtype);
 
 // The number of blocks from --kv-cache-tokens (rounded up to whole blocks) or, when tokens <= 0,
 // from --kv-cache-memory bytes (rounded down). Throws mla::Error when that is less than a block.
-int32_t blocks_for_capacity(const LatentShape& shape, GgmlType dtype, int block_size,
-                            int64_t tokens, int64_t memory_bytes);
+int32_t blocks_for_capacity(const LatentShape& shape, GgmlType dtype, int block_size, int64_t tokens,
+                            int64_t memory_bytes);
 
 class LatentCache {
  public:
@@ -73,9 +73,7 @@ class LatentCache {
   // out[i * row_elems ...] = row slots[i] of layer, as F32.
   void read_rows(int layer, std::span<const int32_t> slots, float* out) const;
   // The raw row (dtype layout, row_bytes bytes).
-  const uint8_t* row_data(int layer, int64_t slot) const {
-    return arenas_[layer].get() + slot * row_bytes_;
-  }
+  const uint8_t* row_data(int layer, int64_t slot) const { return arenas_[layer].get() + slot * row_bytes_; }
   uint8_t* row_data(int layer, int64_t slot) { return arenas_[layer].get() + slot * row_bytes_; }
 
   // The layer's arena as F32 rows (row s at + s * row_elems) when the dtype is F32, else nullptr.
@@ -106,7 +104,7 @@ class LatentCache {
   int64_t row_bytes_;
   std::vector<std::unique_ptr<uint8_t, FreeDeleter>> arenas_;  // [n_layer], 64-byte aligned
   GgmlType index_dtype_;
-  std::vector<int64_t> index_row_bytes_;                              // [n_layer]; 0: no indexer keys
+  std::vector<int64_t> index_row_bytes_;                             // [n_layer]; 0: no indexer keys
   std::vector<std::unique_ptr<uint8_t, FreeDeleter>> index_arenas_;  // [n_layer]; null where none
 };
 

@@ -6,9 +6,12 @@ namespace mla {
 
 std::string_view mla_path_policy_name(MlaPathPolicy p) {
   switch (p) {
-    case MlaPathPolicy::Auto: return "auto";
-    case MlaPathPolicy::Mha: return "mha";
-    case MlaPathPolicy::Mqa: return "mqa";
+    case MlaPathPolicy::Auto:
+      return "auto";
+    case MlaPathPolicy::Mha:
+      return "mha";
+    case MlaPathPolicy::Mqa:
+      return "mqa";
   }
   return "?";
 }
@@ -24,9 +27,12 @@ MlaPathPolicy parse_mla_path_policy(std::string_view s) {
 
 MlaPath choose_mla_path(MlaPathPolicy policy, int64_t query_len, int64_t decode_threshold) {
   switch (policy) {
-    case MlaPathPolicy::Mha: return MlaPath::Mha;
-    case MlaPathPolicy::Mqa: return MlaPath::Mqa;
-    case MlaPathPolicy::Auto: break;
+    case MlaPathPolicy::Mha:
+      return MlaPath::Mha;
+    case MlaPathPolicy::Mqa:
+      return MlaPath::Mqa;
+    case MlaPathPolicy::Auto:
+      break;
   }
   return query_len <= decode_threshold ? MlaPath::Mqa : MlaPath::Mha;
 }

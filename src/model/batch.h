@@ -14,7 +14,7 @@ enum class MlaPath : uint8_t { Mha, Mqa };
 enum class MlaPathPolicy : uint8_t { Auto, Mha, Mqa };
 
 std::string_view mla_path_policy_name(MlaPathPolicy p);  // "auto" | "mha" | "mqa"
-std::string_view mla_path_name(MlaPath p);              // "mha" | "mqa"
+std::string_view mla_path_name(MlaPath p);               // "mha" | "mqa"
 // Throws mla::Error for anything but auto|mha|mqa.
 MlaPathPolicy parse_mla_path_policy(std::string_view s);
 MlaPath choose_mla_path(MlaPathPolicy policy, int64_t query_len, int64_t decode_threshold = 1);
@@ -25,7 +25,7 @@ struct SeqMeta {
   int32_t context_len = 0;  // tokens in its cache after this step, including this step's
   int32_t slots_start = 0;  // where its context slot list starts in BatchMeta::context_slots
   MlaPath path = MlaPath::Mha;
-  int32_t blocks_start = 0; // where its block table starts in BatchMeta::block_table (paged caches)
+  int32_t blocks_start = 0;  // where its block table starts in BatchMeta::block_table (paged caches)
 };
 
 struct BatchMeta {
@@ -39,7 +39,7 @@ struct BatchMeta {
   // block_table[blocks_start + j / block_size] * block_size + j % block_size, which
   // context_slots lists expanded. block_size 0: no block tables (slots are given directly).
   int32_t block_size = 0;
-  std::vector<int32_t> block_table;    // per sequence ceil(context_len / block_size) block ids
+  std::vector<int32_t> block_table;            // per sequence ceil(context_len / block_size) block ids
   MlaPathPolicy policy = MlaPathPolicy::Auto;  // the policy the paths were chosen under (for traces)
 
   int64_t n_tokens() const { return static_cast<int64_t>(token_ids.size()); }

@@ -147,13 +147,14 @@ void derive_indexer(const GgufFile& f, C& c, const Bad& bad) {
   c.indexer_full.assign(c.n_layer, true);
   const std::string types_key = std::string(model_arch_name(c.arch)) + ".attention.indexer.types";
   if (const GgufValue* v = f.find(types_key)) {
-    if (v->type() != GgufValueType::ARRAY) bad("'{}' is {}, expected an array of bool", types_key,
-                                               gguf_value_type_name(v->type()));
+    if (v->type() != GgufValueType::ARRAY)
+      bad("'{}' is {}, expected an array of bool", types_key, gguf_value_type_name(v->type()));
     const GgufArray& a = v->as_array();
     if (static_cast<int64_t>(a.items.size()) < c.n_layer)
       bad("'{}' has {} entries, expected one per trunk layer ({})", types_key, a.items.size(), c.n_layer);
     for (int64_t il = 0; il < c.n_layer; ++il)
-      c.indexer_full[il] = a.items[il].type() == GgufValueType::BOOL ? a.items[il].as_bool() : a.items[il].as_int() != 0;
+      c.indexer_full[il] =
+          a.items[il].type() == GgufValueType::BOOL ? a.items[il].as_bool() : a.items[il].as_int() != 0;
   } else if (c.arch == ModelArch::GlmDsa && c.n_ctx_train >= 1048576) {
     for (int64_t il = 0; il < c.n_layer; ++il) c.indexer_full[il] = il < 2 || (il - 2) % 4 == 0;
   }
@@ -210,8 +211,9 @@ void validate_and_derive(const GgufFile& f, C& c) {
   if (c.n_layer_dense_lead > 0 && c.n_ff < 1)
     bad("feed_forward_length is {}, expected >= 1 with {} leading dense blocks", c.n_ff, c.n_layer_dense_lead);
   if (c.n_layer_dense_lead < c.n_layer) {
-    if (c.n_expert < 1) bad("expert_count is {}, expected >= 1 for MoE blocks (leading_dense_block_count {} < block_count {})",
-                            c.n_expert, c.n_layer_dense_lead, c.n_layer);
+    if (c.n_expert < 1)
+      bad("expert_count is {}, expected >= 1 for MoE blocks (leading_dense_block_count {} < block_count {})",
+          c.n_expert, c.n_layer_dense_lead, c.n_layer);
     if (c.n_expert_used < 1 || c.n_expert_used > c.n_expert)
       bad("expert_used_count is {}, expected 1 to expert_count {}", c.n_expert_used, c.n_expert);
     if (c.n_ff_exp < 1) bad("expert_feed_forward_length is {}, expected >= 1", c.n_ff_exp);
@@ -235,9 +237,14 @@ void validate_and_derive(const GgufFile& f, C& c) {
     bad("missing required key '{}.expert_gating_func'", model_arch_name(c.arch));
   switch (c.expert_gating_func) {
     case 0:  // absent/none: llama.cpp's default for older DeepSeek-V2 files
-    case 1: c.gating = MoeGating::Softmax; break;
-    case 2: c.gating = MoeGating::Sigmoid; break;
-    default: bad("expert_gating_func is {}, expected 1 (softmax) or 2 (sigmoid)", c.expert_gating_func);
+    case 1:
+      c.gating = MoeGating::Softmax;
+      break;
+    case 2:
+      c.gating = MoeGating::Sigmoid;
+      break;
+    default:
+      bad("expert_gating_func is {}, expected 1 (softmax) or 2 (sigmoid)", c.expert_gating_func);
   }
 
   // RoPE and the attention scale, as transformers' DeepseekV3 derives them.
@@ -255,7 +262,8 @@ void validate_and_derive(const GgufFile& f, C& c) {
     c.rope.freq_scale = 1;
   } else if (type == "linear" || type == "yarn") {
     if (!(c.rope_scaling_factor > 0) || !std::isfinite(c.rope_scaling_factor))
-      bad("rope.scaling.factor is {}, expected a finite value > 0 for rope.scaling.type '{}'", c.rope_scaling_factor, type);
+      bad("rope.scaling.factor is {}, expected a finite value > 0 for rope.scaling.type '{}'", c.rope_scaling_factor,
+          type);
     c.rope.freq_scale = 1.0 / c.rope_scaling_factor;
     if (type == "yarn") {
       if (c.rope.n_ctx_orig < 1) bad("rope.scaling.original_context_length is missing or 0 for yarn");
@@ -282,9 +290,12 @@ void validate_and_derive(const GgufFile& f, C& c) {
 
 const char* model_arch_name(ModelArch a) {
   switch (a) {
-    case ModelArch::Deepseek2: return "deepseek2";
-    case ModelArch::Deepseek32: return "deepseek32";
-    case ModelArch::GlmDsa: return "glm-dsa";
+    case ModelArch::Deepseek2:
+      return "deepseek2";
+    case ModelArch::Deepseek32:
+      return "deepseek32";
+    case ModelArch::GlmDsa:
+      return "glm-dsa";
   }
   return "?";
 }
@@ -295,10 +306,14 @@ DeepseekConfig load_deepseek_config(const GgufFile& f) {
     fail("model: {}: missing string key 'general.architecture'", f.path());
   C c;
   const std::string& name = arch->as_string();
-  if (name == "deepseek2") c.arch = ModelArch::Deepseek2;
-  else if (name == "deepseek32") c.arch = ModelArch::Deepseek32;
-  else if (name == "glm-dsa") c.arch = ModelArch::GlmDsa;
-  else fail("model: {}: general.architecture is '{}', expected 'deepseek2', 'deepseek32' or 'glm-dsa'", f.path(), name);
+  if (name == "deepseek2")
+    c.arch = ModelArch::Deepseek2;
+  else if (name == "deepseek32")
+    c.arch = ModelArch::Deepseek32;
+  else if (name == "glm-dsa")
+    c.arch = ModelArch::GlmDsa;
+  else
+    fail("model: {}: general.architecture is '{}', expected 'deepseek2', 'deepseek32' or 'glm-dsa'", f.path(), name);
   read_keys(f, std::string(name) + ".", kKeys, c);
   validate_and_derive(f, c);
   return c;
@@ -314,9 +329,12 @@ std::vector<ConfigKeyState> deepseek_config_key_states(const GgufFile& f, const 
     std::visit(
         [&](auto member) {
           using T = std::remove_reference_t<decltype(c.*member)>;
-          if constexpr (std::is_same_v<T, bool>) st.value = c.*member ? "true" : "false";
-          else if constexpr (std::is_same_v<T, std::string>) st.value = c.*member;
-          else st.value = fmt::format("{}", c.*member);
+          if constexpr (std::is_same_v<T, bool>)
+            st.value = c.*member ? "true" : "false";
+          else if constexpr (std::is_same_v<T, std::string>)
+            st.value = c.*member;
+          else
+            st.value = fmt::format("{}", c.*member);
         },
         k.field);
     out.push_back(std::move(st));
@@ -328,7 +346,8 @@ std::string describe_deepseek_config(const DeepseekConfig& c) {
   std::string s;
   auto line = [&](std::string_view k, const std::string& v) { s += fmt::format("  {:<28} {}\n", k, v); };
   line("architecture", model_arch_name(c.arch));
-  line("layers", fmt::format("{} ({} dense, {} MoE)", c.n_layer, c.n_layer_dense_lead, c.n_layer - c.n_layer_dense_lead));
+  line("layers",
+       fmt::format("{} ({} dense, {} MoE)", c.n_layer, c.n_layer_dense_lead, c.n_layer - c.n_layer_dense_lead));
   if (c.n_nextn > 0) line("MTP (nextn) blocks", fmt::format("{} (blk.{}.., loaded but not run)", c.n_nextn, c.n_layer));
   line("embedding", fmt::format("{}", c.n_embd));
   line("vocabulary", fmt::format("{}", c.n_vocab));
@@ -338,8 +357,8 @@ std::string describe_deepseek_config(const DeepseekConfig& c) {
   line("kv_lora_rank", fmt::format("{}", c.kv_lora_rank));
   line("qk_nope / qk_rope / v_head", fmt::format("{} / {} / {}", c.qk_nope, c.qk_rope, c.v_head));
   line("head dims from", c.has_mla_keys ? "key_length_mla / value_length_mla" : "tensor shapes (no _mla keys)");
-  line("latent cache row", fmt::format("{} floats per token per layer [c_kv {} | k_pe {}]", c.latent_dim,
-                                       c.kv_lora_rank, c.qk_rope));
+  line("latent cache row",
+       fmt::format("{} floats per token per layer [c_kv {} | k_pe {}]", c.latent_dim, c.kv_lora_rank, c.qk_rope));
   line("rms_eps", fmt::format("{:g}", c.rms_eps));
   line("rope", fmt::format("base {:g}, scaling {}", c.rope_freq_base,
                            c.rope_scaling_type.empty() ? std::string("none") : c.rope_scaling_type));
@@ -359,8 +378,9 @@ std::string describe_deepseek_config(const DeepseekConfig& c) {
     line("experts", fmt::format("{} routed (top {}), {} shared, ffn {}", c.n_expert, c.n_expert_used, c.n_expert_shared,
                                 c.n_ff_exp));
     line("expert groups", fmt::format("{} (use {})", c.n_expert_groups, c.n_expert_groups_used));
-    line("gating", fmt::format("{}, weights norm {}, scale {:g}", c.gating == MoeGating::Sigmoid ? "sigmoid" : "softmax",
-                               c.expert_weights_norm ? "yes" : "no", c.expert_weights_scale));
+    line("gating",
+         fmt::format("{}, weights norm {}, scale {:g}", c.gating == MoeGating::Sigmoid ? "sigmoid" : "softmax",
+                     c.expert_weights_norm ? "yes" : "no", c.expert_weights_scale));
   }
   // The cache a token needs at the default F16: every layer's latent row, plus an indexer key in
   // each layer that runs an indexer.
@@ -369,13 +389,13 @@ std::string describe_deepseek_config(const DeepseekConfig& c) {
   const int64_t latent_bytes = c.n_layer * c.latent_dim * 2, index_bytes = n_full * c.indexer_head_dim * 2;
   const int64_t token_bytes = latent_bytes + index_bytes;
   line("kv cache per token (f16)",
-       c.has_indexer ? fmt::format("{} B = latent {} B ({} layers x {} x 2) + indexer keys {} B ({} layers x {} x 2)",
-                                   token_bytes, latent_bytes, c.n_layer, c.latent_dim, index_bytes, n_full,
-                                   c.indexer_head_dim)
-                     : fmt::format("{} B = latent {} layers x {} x 2", token_bytes, c.n_layer, c.latent_dim));
-  line("kv cache at trained context", fmt::format("{:.2f} GiB for {} tokens (f16)",
-                                                  static_cast<double>(token_bytes) * c.n_ctx_train / (1 << 30),
-                                                  c.n_ctx_train));
+       c.has_indexer
+           ? fmt::format("{} B = latent {} B ({} layers x {} x 2) + indexer keys {} B ({} layers x {} x 2)",
+                         token_bytes, latent_bytes, c.n_layer, c.latent_dim, index_bytes, n_full, c.indexer_head_dim)
+           : fmt::format("{} B = latent {} layers x {} x 2", token_bytes, c.n_layer, c.latent_dim));
+  line("kv cache at trained context",
+       fmt::format("{:.2f} GiB for {} tokens (f16)", static_cast<double>(token_bytes) * c.n_ctx_train / (1 << 30),
+                   c.n_ctx_train));
   if (c.has_indexer) {
     line("DSA indexer", fmt::format("{} heads x {}, top_k {}, rope {}, {} full / {} shared layers", c.n_indexer_head,
                                     c.indexer_head_dim, c.indexer_top_k,

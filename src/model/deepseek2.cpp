@@ -76,7 +76,8 @@ Deepseek2Model::Deepseek2Model(const DeepseekConfig& c, const DeepseekWeights& w
   }
 }
 
-void Deepseek2Model::mm(const WeightMatrix& w, const float* x, int64_t x_stride, int64_t n, float* y, int64_t y_stride) {
+void Deepseek2Model::mm(const WeightMatrix& w, const float* x, int64_t x_stride, int64_t n, float* y,
+                        int64_t y_stride) {
   matmul(w, x, x_stride, n, y, y_stride, pool_, mm_scratch_);
   if (w.scale != 1.0f)
     for (int64_t t = 0; t < n; ++t)
@@ -164,8 +165,10 @@ void Deepseek2Model::forward(const BatchMeta& b, LatentCache& cache, float* logi
     }
     for (int64_t t = 0; t < n_rows; ++t)
       rmsnorm(x_.data() + t * E, L.ffn_norm.data(), h_.data() + t * E, E, c_.rms_eps);
-    if (L.is_moe) moe_ffn(L, n_rows);
-    else dense_ffn(L, n_rows);
+    if (L.is_moe)
+      moe_ffn(L, n_rows);
+    else
+      dense_ffn(L, n_rows);
     for (int64_t t = 0; t < n_rows; ++t) add_inplace(x_.data() + t * E, proj_.data() + t * E, E);
   }
 
@@ -209,9 +212,7 @@ void Deepseek2Model::attention(int64_t il, const BatchMeta& b, LatentCache& cach
 
   // The dispatch decision point: each sequence goes down its path. In a sparse layer the auto
   // policy weighs both paths' cost for the selection at hand.
-  auto path_of = [&](const SeqMeta& s) {
-    return sparse && b.policy == MlaPathPolicy::Auto ? sparse_path(s) : s.path;
-  };
+  auto path_of = [&](const SeqMeta& s) { return sparse && b.policy == MlaPathPolicy::Auto ? sparse_path(s) : s.path; };
   int num_mqa = 0, num_mha = 0;
   int64_t selected = 0;
   for (const auto& s : b.seqs) (path_of(s) == MlaPath::Mqa ? num_mqa : num_mha)++;
@@ -284,8 +285,9 @@ void Deepseek2Model::attention(int64_t il, const BatchMeta& b, LatentCache& cach
         max_ref = std::max(max_ref, static_cast<double>(std::fabs(a[i])));
       }
     }
-    log().info("verify-paths layer=blk.{} is_sparse={} max_abs_diff={:.3e} max_rel_diff={:.3e} (mha vs mqa attention output)",
-               il, sparse ? 1 : 0, max_abs, max_ref > 0 ? max_abs / max_ref : max_abs);
+    log().info(
+        "verify-paths layer=blk.{} is_sparse={} max_abs_diff={:.3e} max_rel_diff={:.3e} (mha vs mqa attention output)",
+        il, sparse ? 1 : 0, max_abs, max_ref > 0 ? max_abs / max_ref : max_abs);
   }
   // Observation hook (mla doctor): nothing when no observer is set.
   if (opt_.observer) opt_.observer->on_attention({il, &b, q_.data(), kv_.data(), attn_.data(), &cache});
@@ -431,7 +433,8 @@ std::array<QuantizedActivations, 2> Deepseek2Model::expert_inputs(std::initializ
     std::vector<uint8_t>& rows = moe_pair_act_[i];
     if (rows.size() < static_cast<size_t>(n_pairs * rb)) rows.resize(static_cast<size_t>(n_pairs * rb));
     pool_.parallel_for(n_pairs, [&](int64_t b0, int64_t b1, int) {
-      for (int64_t j = b0; j < b1; ++j) std::memcpy(rows.data() + j * rb, tok.data + (expert_rows_[j] / K - c0) * rb, rb);
+      for (int64_t j = b0; j < b1; ++j)
+        std::memcpy(rows.data() + j * rb, tok.data + (expert_rows_[j] / K - c0) * rb, rb);
     });
     out[i] = {rows.data(), rb};
   }
@@ -481,7 +484,8 @@ void Deepseek2Model::moe_ffn(const LayerWeights& L, int64_t n) {
   r.weights_scale = static_cast<float>(c_.expert_weights_scale);
   r.bias = L.exp_probs_b.empty() ? nullptr : L.exp_probs_b.data();
   for (int64_t t = 0; t < n; ++t)
-    moe_route(r, router_.data() + t * X, sel_experts_.data() + t * K, sel_weights_.data() + t * K, route_scratch_.data());
+    moe_route(r, router_.data() + t * X, sel_experts_.data() + t * K, sel_weights_.data() + t * K,
+              route_scratch_.data());
 
   // Tokens are taken a chunk at a time so that their (token, expert) pairs fit the buffers. In a
   // chunk every routed expert's work is one parallel region per stage (inputs quantized once,
@@ -515,7 +519,8 @@ void Deepseek2Model::moe_ffn(const LayerWeights& L, int64_t n) {
       // {n_embd, m} -> {2 * n_ff_exp, m} per expert: gate rows then up rows, into up_.
       expert_matmuls({&L.ffn_gate_up_exps}, 2 * F, expert_inputs({&L.ffn_gate_up_exps}, c0, c1, P), {up_.data()});
       pool_.parallel_for(P, [&](int64_t b0, int64_t b1, int) {
-        for (int64_t i = b0; i < b1; ++i) swiglu(up_.data() + i * 2 * F, up_.data() + i * 2 * F + F, gate_.data() + i * F, F);
+        for (int64_t i = b0; i < b1; ++i)
+          swiglu(up_.data() + i * 2 * F, up_.data() + i * 2 * F + F, gate_.data() + i * F, F);
       });
     } else {
       expert_matmuls({&L.ffn_gate_exps, &L.ffn_up_exps}, F,

@@ -34,9 +34,9 @@ class GgufFile;
 struct AttentionObservation {
   int64_t layer = 0;
   const BatchMeta* batch = nullptr;
-  const float* q = nullptr;         // [T][n_head][qk_nope | qk_rope], q_pe roped
-  const float* latent = nullptr;    // [T][kv_lora_rank | qk_rope]: this step's rows in F32, before the cache
-  const float* attn_out = nullptr;  // [T][n_head][v_head]: attention · W_UV (the attn_output input)
+  const float* q = nullptr;            // [T][n_head][qk_nope | qk_rope], q_pe roped
+  const float* latent = nullptr;       // [T][kv_lora_rank | qk_rope]: this step's rows in F32, before the cache
+  const float* attn_out = nullptr;     // [T][n_head][v_head]: attention · W_UV (the attn_output input)
   const LatentCache* cache = nullptr;  // this step's rows already written
 };
 class AttentionObserver {
@@ -48,9 +48,9 @@ class AttentionObserver {
 
 struct ModelOptions {
   int n_threads = 1;
-  int64_t max_batch_tokens = 512;  // most tokens one forward call may carry
-  bool verify_paths = false;       // run both MLA paths per layer and log their largest difference
-  bool dsa = true;                 // DeepSeek Sparse Attention where the model has an indexer (--dsa)
+  int64_t max_batch_tokens = 512;         // most tokens one forward call may carry
+  bool verify_paths = false;              // run both MLA paths per layer and log their largest difference
+  bool dsa = true;                        // DeepSeek Sparse Attention where the model has an indexer (--dsa)
   AttentionObserver* observer = nullptr;  // see AttentionObservation; must outlive the model
 };
 
@@ -146,11 +146,11 @@ class Deepseek2Model {
   std::vector<float> cos_, sin_;  // qk_rope / 2 per token
   // DSA: indexer activations, and each query's selected context rows (kept across layers: shared
   // layers reuse the last full layer's selection).
-  std::vector<float> iq_;         // n_indexer_head * indexer_head_dim
-  std::vector<float> ik_;         // indexer_head_dim
-  std::vector<float> iw_;         // n_indexer_head
-  std::vector<float> idx_keys_;   // a sequence's indexer keys as F32 when the cache stores another dtype
-  std::vector<int32_t> sel_;      // indexer_top_k per token
+  std::vector<float> iq_;        // n_indexer_head * indexer_head_dim
+  std::vector<float> ik_;        // indexer_head_dim
+  std::vector<float> iw_;        // n_indexer_head
+  std::vector<float> idx_keys_;  // a sequence's indexer keys as F32 when the cache stores another dtype
+  std::vector<int32_t> sel_;     // indexer_top_k per token
   std::vector<int32_t> sel_count_;
   std::vector<uint8_t> row_needed_;  // a sequence's context rows some query selected
   std::vector<int32_t> rows_needed_;
@@ -158,18 +158,18 @@ class Deepseek2Model {
   SparseCounters sparse_counters_;
   MoeCounters moe_counters_;
   // MoE routing and expert gather buffers.
-  std::vector<float> router_;     // n_expert per token
+  std::vector<float> router_;         // n_expert per token
   std::vector<int32_t> sel_experts_;  // n_expert_used per token
   std::vector<float> sel_weights_;    // n_expert_used per token
   std::vector<float> route_scratch_;
-  std::vector<int32_t> expert_offsets_;  // n_expert + 1
-  std::vector<int32_t> expert_cursor_;   // n_expert
-  std::vector<int32_t> expert_rows_;     // token * n_expert_used + k, grouped by expert
-  std::vector<float> ex_out_;            // n_embd per (token, expert) pair
-  std::vector<int32_t> pair_pos_;        // a pair's row in the expert-grouped order
-  std::vector<uint8_t> moe_act_[2];      // quantized MoE inputs per token (two weight types at most)
-  std::vector<uint8_t> moe_pair_act_[2]; // the same, one row per pair
-  int64_t pair_capacity_ = 0;            // rows of ex_out_ / gate_ / up_
+  std::vector<int32_t> expert_offsets_;   // n_expert + 1
+  std::vector<int32_t> expert_cursor_;    // n_expert
+  std::vector<int32_t> expert_rows_;      // token * n_expert_used + k, grouped by expert
+  std::vector<float> ex_out_;             // n_embd per (token, expert) pair
+  std::vector<int32_t> pair_pos_;         // a pair's row in the expert-grouped order
+  std::vector<uint8_t> moe_act_[2];       // quantized MoE inputs per token (two weight types at most)
+  std::vector<uint8_t> moe_pair_act_[2];  // the same, one row per pair
+  int64_t pair_capacity_ = 0;             // rows of ex_out_ / gate_ / up_
   struct ExpertPiece {
     int32_t matrix, expert, row0;
   };

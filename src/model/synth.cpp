@@ -6,8 +6,8 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
-#include <sstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "gguf/gguf.h"
 #include "model/config.h"
@@ -33,8 +33,8 @@ MlaLayout layout_named(const std::string& s) {
   fail("synth: layout '{}' is not split or fused", s);
 }
 
-const char* const kRoles[] = {"embd", "output", "attn_q", "attn_kv_a", "attn_mla", "attn_output",
-                              "ffn", "ffn_exps", "ffn_shexp", "router", "indexer"};
+const char* const kRoles[] = {"embd", "output",   "attn_q",    "attn_kv_a", "attn_mla", "attn_output",
+                              "ffn",  "ffn_exps", "ffn_shexp", "router",    "indexer"};
 
 struct SpecKey {
   const char* name;
@@ -567,8 +567,10 @@ void convert_mla_layout(const std::string& in_path, const std::string& out_path,
   }
   if (converted == 0)
     fail("convert: {}: no {} MLA tensors to convert (already {}?)", in_path,
-         target == MlaLayout::Fused ? "attn_k_b/attn_v_b" : "attn_kv_b", target == MlaLayout::Fused ? "fused" : "split");
-  if (converted != c.n_layer) fail("convert: {}: converted {} of {} layers (mixed layouts?)", in_path, converted, c.n_layer);
+         target == MlaLayout::Fused ? "attn_k_b/attn_v_b" : "attn_kv_b",
+         target == MlaLayout::Fused ? "fused" : "split");
+  if (converted != c.n_layer)
+    fail("convert: {}: converted {} of {} layers (mixed layouts?)", in_path, converted, c.n_layer);
   w.write(out_path);
 }
 

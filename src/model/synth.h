@@ -16,13 +16,13 @@
 namespace mla {
 
 struct SynthSpec {
-  std::string arch = "deepseek2";   // deepseek2 | deepseek32 | glm-dsa (the last two carry the DSA indexer)
-  int64_t n_layer = 2;              // trunk layers
+  std::string arch = "deepseek2";  // deepseek2 | deepseek32 | glm-dsa (the last two carry the DSA indexer)
+  int64_t n_layer = 2;             // trunk layers
   int64_t n_layer_dense_lead = 1;
   int64_t n_embd = 256;
   int64_t n_ff = 512;
   int64_t n_head = 4;
-  int64_t q_lora_rank = 128;        // 0: lite (attn_q)
+  int64_t q_lora_rank = 128;  // 0: lite (attn_q)
   int64_t kv_lora_rank = 128;
   int64_t qk_nope = 32;
   int64_t qk_rope = 32;
@@ -33,35 +33,35 @@ struct SynthSpec {
   int64_t n_ff_exp = 128;
   int64_t n_expert_groups = 1;
   int64_t n_expert_groups_used = 1;
-  std::string gating = "sigmoid";   // softmax | sigmoid
+  std::string gating = "sigmoid";  // softmax | sigmoid
   bool weights_norm = true;
   double weights_scale = 2.5;
-  bool exp_probs_b = true;          // write the selection bias (V3 style)
-  int64_t n_vocab = 512;            // ignored with vocab_path
+  bool exp_probs_b = true;  // write the selection bias (V3 style)
+  int64_t n_vocab = 512;    // ignored with vocab_path
   int64_t n_ctx_train = 4096;
   double rms_eps = 1e-6;
   double rope_freq_base = 10000;
   std::string rope_scaling = "none";  // none | linear | yarn
   double rope_factor = 4;
   int64_t rope_orig_ctx = 1024;
-  double yarn_mscale_all_dim = 1.0;   // written as yarn_log_multiplier = 0.1 * this (0: not written)
+  double yarn_mscale_all_dim = 1.0;  // written as yarn_log_multiplier = 0.1 * this (0: not written)
   MlaLayout layout = MlaLayout::Split;
-  bool mla_keys = true;             // false: an older file without *_mla keys, head_count_kv = n_head
-  bool tied_output = false;         // no output.weight
-  bool merged_gate_up = false;      // ffn_gate_up_exps instead of ffn_gate_exps + ffn_up_exps
-  GgmlType type = GgmlType::F32;    // default tensor type of matrices
+  bool mla_keys = true;           // false: an older file without *_mla keys, head_count_kv = n_head
+  bool tied_output = false;       // no output.weight
+  bool merged_gate_up = false;    // ffn_gate_up_exps instead of ffn_gate_exps + ffn_up_exps
+  GgmlType type = GgmlType::F32;  // default tensor type of matrices
   // Per-role overrides: embd, output, attn_q, attn_kv_a, attn_mla (k_b/v_b/kv_b), attn_output,
   // ffn (dense), ffn_exps, ffn_shexp, router. Norms and exp_probs_b are always F32. A type
   // whose block does not divide a row falls back to Q8_0, then F16, then F32.
   std::map<std::string, GgmlType> role_types;
-  std::string vocab_path;           // take tokenizer.* keys (and the vocabulary size) from this GGUF
-  std::string chat_template_path;   // a Jinja file written as tokenizer.chat_template
+  std::string vocab_path;          // take tokenizer.* keys (and the vocabulary size) from this GGUF
+  std::string chat_template_path;  // a Jinja file written as tokenizer.chat_template
   // DSA indexer (deepseek32, glm-dsa).
   int64_t n_indexer_head = 4;
   int64_t indexer_head_dim = 64;
   int64_t indexer_top_k = 16;
-  std::string indexer_types;        // one '1' (full) / '0' (shared) per layer, written as indexer.types; "": all full
-  int64_t n_nextn = 0;              // MTP blocks appended after the trunk (a full block + blk.N.nextn.*)
+  std::string indexer_types;  // one '1' (full) / '0' (shared) per layer, written as indexer.types; "": all full
+  int64_t n_nextn = 0;        // MTP blocks appended after the trunk (a full block + blk.N.nextn.*)
   uint64_t seed = 1;
   std::string name = "synthetic deepseek2";
 };
@@ -77,7 +77,8 @@ struct SynthSpec {
 void apply_synth_preset(SynthSpec& s, const std::string& preset);
 
 // Applies a JSON object of SynthSpec fields (same names as above; "types" maps roles to type
-// names; "type" and "layout" take names; "preset" applies apply_synth_preset first). Throws mla::Error on an unknown key or a bad value.
+// names; "type" and "layout" take names; "preset" applies apply_synth_preset first). Throws mla::Error on an unknown
+// key or a bad value.
 void apply_synth_json(SynthSpec& s, const nlohmann::json& j);
 // The spec's field names, for CLI flags that mirror the JSON keys.
 const std::vector<std::string>& synth_spec_keys();

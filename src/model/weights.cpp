@@ -57,8 +57,8 @@ class Binder {
       const std::string scale_name = name.substr(0, name.size() - suffix.size()) + ".scale";
       if (has(scale_name)) {
         m.scale = to_f32(require(scale_name, {1}))[0];
-        if (!std::isfinite(m.scale)) fail("{}: {}: tensor '{}' is {}, expected a finite scale", arch_, f_.path(),
-                                          scale_name, m.scale);
+        if (!std::isfinite(m.scale))
+          fail("{}: {}: tensor '{}' is {}, expected a finite scale", arch_, f_.path(), scale_name, m.scale);
       }
     }
     return m;
@@ -85,7 +85,8 @@ class Binder {
            ggml_type_name(t.type));
     std::vector<float> out(static_cast<size_t>(t.n_elements));
     const int64_t row_bytes = ggml_row_bytes(t.type, t.ne[0]);
-    for (int64_t r = 0; r < t.n_rows(); ++r) dequantize_row(t.type, t.data + r * row_bytes, out.data() + r * t.ne[0], t.ne[0]);
+    for (int64_t r = 0; r < t.n_rows(); ++r)
+      dequantize_row(t.type, t.data + r * row_bytes, out.data() + r * t.ne[0], t.ne[0]);
     return out;
   }
 
@@ -96,11 +97,14 @@ class Binder {
     for (const auto& t : f_.tensors()) {
       if (bound_.count(t.name)) continue;
       int64_t il = -1;
-      if (std::sscanf(t.name.c_str(), "blk.%ld.", &il) == 1 && il >= n_layer) ++n_mtp;
-      else extra.push_back(t.name);
+      if (std::sscanf(t.name.c_str(), "blk.%ld.", &il) == 1 && il >= n_layer)
+        ++n_mtp;
+      else
+        extra.push_back(t.name);
     }
-    if (n_mtp > 0) log().info("{}: {}: {} tensor(s) of the MTP block(s) from blk.{} left unread (not run)", arch_,
-                              f_.path(), n_mtp, n_layer);
+    if (n_mtp > 0)
+      log().info("{}: {}: {} tensor(s) of the MTP block(s) from blk.{} left unread (not run)", arch_, f_.path(), n_mtp,
+                 n_layer);
     if (extra.empty()) return;
     std::string names;
     for (size_t i = 0; i < extra.size() && i < 4; ++i) names += (i ? ", " : "") + extra[i];
@@ -122,7 +126,7 @@ void bind_mla(Binder& b, const DeepseekConfig& c, int64_t il, const WeightLoadOp
               MlaLayout& layout) {
   const int64_t H = c.n_head, R = c.kv_lora_rank, N = c.qk_nope, V = c.v_head;
   const bool split = b.has(blk(il, "attn_k_b")) || b.has(blk(il, "attn_v_b"));
-  std::vector<float> uk;  // [H][R][N] (absorption form)
+  std::vector<float> uk;    // [H][R][N] (absorption form)
   std::vector<float> uk_t;  // [H][N][R] (decompression form)
   if (split) {
     layout = MlaLayout::Split;

@@ -1,6 +1,6 @@
 #pragma once
-// Every tensor of an MLA-MoE GGUF (deepseek2, deepseek32, glm-dsa) bound by name, with its type and shape checked against the
-// config (a mismatch names the tensor, the expected and the actual shape or type).
+// Every tensor of an MLA-MoE GGUF (deepseek2, deepseek32, glm-dsa) bound by name, with its type and shape checked
+// against the config (a mismatch names the tensor, the expected and the actual shape or type).
 //
 // Matmul weights stay in the file's mapping, in the file's type. Norm vectors are converted to
 // F32. The MLA projections W_UK / W_UV are dequantized to F32 at load and laid out for the paths
@@ -21,44 +21,44 @@ class GgufFile;
 enum class MlaLayout { Split, Fused };  // attn_k_b + attn_v_b, or attn_kv_b
 
 struct LayerWeights {
-  std::vector<float> attn_norm;        // [n_embd]
-  WeightMatrix attn_q_a;               // {n_embd, q_lora_rank}              (absent when lite)
-  std::vector<float> attn_q_a_norm;    // [q_lora_rank]                      (absent when lite)
-  WeightMatrix attn_q_b;               // {q_lora_rank, n_head * qk_head}    (absent when lite)
-  WeightMatrix attn_q;                 // {n_embd, n_head * qk_head}         (lite only)
-  WeightMatrix attn_kv_a_mqa;          // {n_embd, kv_lora_rank + qk_rope}
-  std::vector<float> attn_kv_a_norm;   // [kv_lora_rank]
-  std::vector<float> w_uk;             // MQA: [n_head][kv_lora_rank][qk_nope] F32; empty when not needed
-  std::vector<float> w_uk_t;           // MHA: [n_head][qk_nope][kv_lora_rank] F32; empty when not needed
-  std::vector<float> w_uv;             // [n_head][v_head][kv_lora_rank] F32
-  WeightMatrix attn_output;            // {n_head * v_head, n_embd}
-  std::vector<float> ffn_norm;         // [n_embd]
+  std::vector<float> attn_norm;       // [n_embd]
+  WeightMatrix attn_q_a;              // {n_embd, q_lora_rank}              (absent when lite)
+  std::vector<float> attn_q_a_norm;   // [q_lora_rank]                      (absent when lite)
+  WeightMatrix attn_q_b;              // {q_lora_rank, n_head * qk_head}    (absent when lite)
+  WeightMatrix attn_q;                // {n_embd, n_head * qk_head}         (lite only)
+  WeightMatrix attn_kv_a_mqa;         // {n_embd, kv_lora_rank + qk_rope}
+  std::vector<float> attn_kv_a_norm;  // [kv_lora_rank]
+  std::vector<float> w_uk;            // MQA: [n_head][kv_lora_rank][qk_nope] F32; empty when not needed
+  std::vector<float> w_uk_t;          // MHA: [n_head][qk_nope][kv_lora_rank] F32; empty when not needed
+  std::vector<float> w_uv;            // [n_head][v_head][kv_lora_rank] F32
+  WeightMatrix attn_output;           // {n_head * v_head, n_embd}
+  std::vector<float> ffn_norm;        // [n_embd]
 
   // DSA lightning indexer (layers that run their own; n_rows 0 elsewhere).
-  WeightMatrix idx_q_b;                // {q_lora_rank, n_indexer_head * indexer_head_dim}
-  WeightMatrix idx_k;                  // {n_embd, indexer_head_dim}
+  WeightMatrix idx_q_b;                         // {q_lora_rank, n_indexer_head * indexer_head_dim}
+  WeightMatrix idx_k;                           // {n_embd, indexer_head_dim}
   std::vector<float> idx_k_norm, idx_k_norm_b;  // [indexer_head_dim] LayerNorm weight and bias
-  WeightMatrix idx_proj;               // {n_embd, n_indexer_head}
+  WeightMatrix idx_proj;                        // {n_embd, n_indexer_head}
 
   bool is_moe = false;
-  WeightMatrix ffn_gate, ffn_up;       // dense: {n_embd, n_ff}
-  WeightMatrix ffn_down;               // dense: {n_ff, n_embd}
-  WeightMatrix ffn_gate_inp;           // {n_embd, n_expert}
-  std::vector<float> exp_probs_b;      // [n_expert] selection bias; empty when absent
-  bool gate_up_merged = false;         // ffn_gate_up_exps {n_embd, 2 * n_ff_exp, n_expert}: gate rows first
-  WeightMatrix ffn_gate_exps, ffn_up_exps;  // {n_embd, n_ff_exp, n_expert} as n_expert * n_ff_exp rows
-  WeightMatrix ffn_gate_up_exps;       // merged form, n_expert * 2 * n_ff_exp rows
-  WeightMatrix ffn_down_exps;          // {n_ff_exp, n_embd, n_expert} as n_expert * n_embd rows
+  WeightMatrix ffn_gate, ffn_up;              // dense: {n_embd, n_ff}
+  WeightMatrix ffn_down;                      // dense: {n_ff, n_embd}
+  WeightMatrix ffn_gate_inp;                  // {n_embd, n_expert}
+  std::vector<float> exp_probs_b;             // [n_expert] selection bias; empty when absent
+  bool gate_up_merged = false;                // ffn_gate_up_exps {n_embd, 2 * n_ff_exp, n_expert}: gate rows first
+  WeightMatrix ffn_gate_exps, ffn_up_exps;    // {n_embd, n_ff_exp, n_expert} as n_expert * n_ff_exp rows
+  WeightMatrix ffn_gate_up_exps;              // merged form, n_expert * 2 * n_ff_exp rows
+  WeightMatrix ffn_down_exps;                 // {n_ff_exp, n_embd, n_expert} as n_expert * n_embd rows
   WeightMatrix ffn_gate_shexp, ffn_up_shexp;  // {n_embd, n_ff_exp * n_expert_shared}; n_rows 0 when none
-  WeightMatrix ffn_down_shexp;         // {n_ff_exp * n_expert_shared, n_embd}
+  WeightMatrix ffn_down_shexp;                // {n_ff_exp * n_expert_shared, n_embd}
 };
 
 struct DeepseekWeights {
-  WeightMatrix token_embd;             // {n_embd, n_vocab}
-  std::vector<float> output_norm;      // [n_embd]
-  WeightMatrix output;                 // {n_embd, n_vocab}; token_embd when the file has no output
+  WeightMatrix token_embd;         // {n_embd, n_vocab}
+  std::vector<float> output_norm;  // [n_embd]
+  WeightMatrix output;             // {n_embd, n_vocab}; token_embd when the file has no output
   bool output_tied = false;
-  MlaLayout layout = MlaLayout::Split; // the MLA layout the file carries
+  MlaLayout layout = MlaLayout::Split;  // the MLA layout the file carries
   std::vector<LayerWeights> layers;
 };
 

@@ -14,16 +14,16 @@ inline constexpr int kQK = 32;     // elements per block of the 32-element forma
 inline constexpr int kQK_K = 256;  // elements per K-quant super-block
 
 struct BlockQ4_0 {
-  uint16_t d;            // fp16 scale
-  uint8_t qs[kQK / 2];   // element j in the low nibble of qs[j], element j+16 in the high one
+  uint16_t d;           // fp16 scale
+  uint8_t qs[kQK / 2];  // element j in the low nibble of qs[j], element j+16 in the high one
 };
 struct BlockQ4_1 {
-  uint16_t d, m;         // fp16 scale and offset: x = d*q + m
+  uint16_t d, m;  // fp16 scale and offset: x = d*q + m
   uint8_t qs[kQK / 2];
 };
 struct BlockQ5_0 {
   uint16_t d;
-  uint8_t qh[4];         // bit j = 5th bit of element j (little-endian uint32)
+  uint8_t qh[4];  // bit j = 5th bit of element j (little-endian uint32)
   uint8_t qs[kQK / 2];
 };
 struct BlockQ5_1 {
@@ -41,20 +41,20 @@ struct BlockQ2_K {
   uint16_t d, dmin;
 };
 struct BlockQ3_K {
-  uint8_t hmask[kQK_K / 8];    // high bit, inverted: set means +0, clear means -4
-  uint8_t qs[kQK_K / 4];       // low 2 bits
-  uint8_t scales[12];          // 16 signed 6-bit scales, offset 32
+  uint8_t hmask[kQK_K / 8];  // high bit, inverted: set means +0, clear means -4
+  uint8_t qs[kQK_K / 4];     // low 2 bits
+  uint8_t scales[12];        // 16 signed 6-bit scales, offset 32
   uint16_t d;
 };
 struct BlockQ4_K {
   uint16_t d, dmin;
-  uint8_t scales[12];          // 8 six-bit scales and 8 six-bit mins (see unpack_k4_scales)
+  uint8_t scales[12];  // 8 six-bit scales and 8 six-bit mins (see unpack_k4_scales)
   uint8_t qs[kQK_K / 2];
 };
 struct BlockQ5_K {
   uint16_t d, dmin;
   uint8_t scales[12];
-  uint8_t qh[kQK_K / 8];       // bit s of qh[l] = 5th bit of element 32*s + l
+  uint8_t qh[kQK_K / 8];  // bit s of qh[l] = 5th bit of element 32*s + l
   uint8_t qs[kQK_K / 2];
 };
 struct BlockQ6_K {
@@ -64,23 +64,23 @@ struct BlockQ6_K {
   uint16_t d;
 };
 struct BlockQ8_K {
-  float d;                     // fp32 scale (not fp16)
+  float d;  // fp32 scale (not fp16)
   int8_t qs[kQK_K];
-  int16_t bsums[kQK_K / 16];   // sum of each 16 consecutive qs
+  int16_t bsums[kQK_K / 16];  // sum of each 16 consecutive qs
 };
 struct BlockIQ4_NL {
   uint16_t d;
-  uint8_t qs[kQK / 2];         // indices into kIQ4NLValues, nibbles as in Q4_0
+  uint8_t qs[kQK / 2];  // indices into kIQ4NLValues, nibbles as in Q4_0
 };
 struct BlockIQ4_XS {
   uint16_t d;
-  uint16_t scales_h;           // 2 high bits of each of the 8 sub-block scales
+  uint16_t scales_h;  // 2 high bits of each of the 8 sub-block scales
   uint8_t scales_l[kQK_K / 64];
-  uint8_t qs[kQK_K / 2];       // 8 sub-blocks of 32, each laid out like IQ4_NL
+  uint8_t qs[kQK_K / 2];  // 8 sub-blocks of 32, each laid out like IQ4_NL
 };
 struct BlockMXFP4 {
-  uint8_t e;                   // E8M0 shared exponent
-  uint8_t qs[kQK / 2];         // E2M1 codes, nibbles as in Q4_0
+  uint8_t e;            // E8M0 shared exponent
+  uint8_t qs[kQK / 2];  // E2M1 codes, nibbles as in Q4_0
 };
 
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_0) == 22 &&
@@ -90,8 +90,7 @@ static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 && sizeof(Bloc
 static_assert(sizeof(BlockIQ4_NL) == 18 && sizeof(BlockIQ4_XS) == 136 && sizeof(BlockMXFP4) == 17);
 
 // The 16 non-linear levels of IQ4_NL / IQ4_XS.
-inline constexpr int8_t kIQ4NLValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
-                                            1,    13,   25,  38,  53,  69,  89,  113};
+inline constexpr int8_t kIQ4NLValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 // E2M1 (FP4) values times two, so they are integers; the scale is halved to compensate.
 inline constexpr int8_t kMXFP4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 

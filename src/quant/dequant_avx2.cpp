@@ -34,9 +34,10 @@ void dequant_f16(const void* src, float* y, int64_t n) {
     const __m256i h32 = _mm256_cvtepu16_epi32(h);
     const __m256i special = _mm256_cmpeq_epi32(_mm256_and_si256(h32, exp_mask), exp_mask);
     if (!_mm256_testz_si256(special, special)) {
-      const __m256i bits = _mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(h32, _mm256_set1_epi32(0x8000)), 16),
-                                           _mm256_or_si256(_mm256_set1_epi32(0x7F800000),
-                                                           _mm256_slli_epi32(_mm256_and_si256(h32, _mm256_set1_epi32(0x3FF)), 13)));
+      const __m256i bits =
+          _mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(h32, _mm256_set1_epi32(0x8000)), 16),
+                          _mm256_or_si256(_mm256_set1_epi32(0x7F800000),
+                                          _mm256_slli_epi32(_mm256_and_si256(h32, _mm256_set1_epi32(0x3FF)), 13)));
       f = _mm256_blendv_ps(f, _mm256_castsi256_ps(bits), _mm256_castsi256_ps(special));
     }
     _mm256_storeu_ps(y + i, f);
@@ -105,7 +106,8 @@ void dequant_q5_k(const void* src, float* y, int64_t n) {
     __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].qh));
     for (int c = 0; c < 4; ++c) {
       const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].qs + 32 * c));
-      const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, low_mask), _mm256_slli_epi16(_mm256_and_si256(bits, one), 4));
+      const __m256i lo =
+          _mm256_or_si256(_mm256_and_si256(q, low_mask), _mm256_slli_epi16(_mm256_and_si256(bits, one), 4));
       const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), low_mask),
                                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bits, 1), one), 4));
       bits = _mm256_srli_epi16(bits, 2);
@@ -141,14 +143,22 @@ void dequant_q6_k(const void* src, float* y, int64_t n) {
 
 DequantizeFn dequantize_avx2_fn(GgmlType t) {
   switch (t) {
-    case GgmlType::F16: return dequant_f16;
-    case GgmlType::BF16: return dequant_bf16;
-    case GgmlType::Q8_0: return dequant_q8_0;
-    case GgmlType::Q4_0: return dequant_q4_0;
-    case GgmlType::Q4_K: return dequant_q4_k;
-    case GgmlType::Q5_K: return dequant_q5_k;
-    case GgmlType::Q6_K: return dequant_q6_k;
-    default: return nullptr;
+    case GgmlType::F16:
+      return dequant_f16;
+    case GgmlType::BF16:
+      return dequant_bf16;
+    case GgmlType::Q8_0:
+      return dequant_q8_0;
+    case GgmlType::Q4_0:
+      return dequant_q4_0;
+    case GgmlType::Q4_K:
+      return dequant_q4_k;
+    case GgmlType::Q5_K:
+      return dequant_q5_k;
+    case GgmlType::Q6_K:
+      return dequant_q6_k;
+    default:
+      return nullptr;
   }
 }
 

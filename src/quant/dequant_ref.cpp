@@ -143,8 +143,7 @@ void dequant_q4_k(const void* src, float* y, int64_t n) {
 }
 
 void dequant_q5_k(const void* src, float* y, int64_t n) {
-  dequant_k4_like<BlockQ5_K>(src, y, n,
-                             [](const BlockQ5_K& blk, int s, int l) { return ((blk.qh[l] >> s) & 1) << 4; });
+  dequant_k4_like<BlockQ5_K>(src, y, n, [](const BlockQ5_K& blk, int s, int l) { return ((blk.qh[l] >> s) & 1) << 4; });
 }
 
 void dequant_q6_k(const void* src, float* y, int64_t n) {
@@ -186,8 +185,7 @@ void dequant_iq4_xs(const void* src, float* y, int64_t n) {
   for (int64_t i = 0; i < n / kQK_K; ++i) {
     const float d = fp16_to_fp32(b[i].d);
     for (int s = 0; s < 8; ++s) {
-      const int ls = ((b[i].scales_l[s / 2] >> (4 * (s % 2))) & 0x0F) |
-                     (((b[i].scales_h >> (2 * s)) & 3) << 4);
+      const int ls = ((b[i].scales_l[s / 2] >> (4 * (s % 2))) & 0x0F) | (((b[i].scales_h >> (2 * s)) & 3) << 4);
       const float dl = d * (ls - 32);
       const uint8_t* q = b[i].qs + 16 * s;
       for (int j = 0; j < 16; ++j) {
@@ -214,24 +212,42 @@ void dequant_mxfp4(const void* src, float* y, int64_t n) {
 
 DequantizeFn dequantize_ref_fn(GgmlType t) {
   switch (t) {
-    case GgmlType::F32: return dequant_f32;
-    case GgmlType::F16: return dequant_f16;
-    case GgmlType::BF16: return dequant_bf16;
-    case GgmlType::Q4_0: return dequant_q4_0;
-    case GgmlType::Q4_1: return dequant_q4_1;
-    case GgmlType::Q5_0: return dequant_q5_0;
-    case GgmlType::Q5_1: return dequant_q5_1;
-    case GgmlType::Q8_0: return dequant_q8_0;
-    case GgmlType::Q2_K: return dequant_q2_k;
-    case GgmlType::Q3_K: return dequant_q3_k;
-    case GgmlType::Q4_K: return dequant_q4_k;
-    case GgmlType::Q5_K: return dequant_q5_k;
-    case GgmlType::Q6_K: return dequant_q6_k;
-    case GgmlType::Q8_K: return dequant_q8_k;
-    case GgmlType::IQ4_NL: return dequant_iq4_nl;
-    case GgmlType::IQ4_XS: return dequant_iq4_xs;
-    case GgmlType::MXFP4: return dequant_mxfp4;
-    default: return dequantize_iq_ref_fn(t);
+    case GgmlType::F32:
+      return dequant_f32;
+    case GgmlType::F16:
+      return dequant_f16;
+    case GgmlType::BF16:
+      return dequant_bf16;
+    case GgmlType::Q4_0:
+      return dequant_q4_0;
+    case GgmlType::Q4_1:
+      return dequant_q4_1;
+    case GgmlType::Q5_0:
+      return dequant_q5_0;
+    case GgmlType::Q5_1:
+      return dequant_q5_1;
+    case GgmlType::Q8_0:
+      return dequant_q8_0;
+    case GgmlType::Q2_K:
+      return dequant_q2_k;
+    case GgmlType::Q3_K:
+      return dequant_q3_k;
+    case GgmlType::Q4_K:
+      return dequant_q4_k;
+    case GgmlType::Q5_K:
+      return dequant_q5_k;
+    case GgmlType::Q6_K:
+      return dequant_q6_k;
+    case GgmlType::Q8_K:
+      return dequant_q8_k;
+    case GgmlType::IQ4_NL:
+      return dequant_iq4_nl;
+    case GgmlType::IQ4_XS:
+      return dequant_iq4_xs;
+    case GgmlType::MXFP4:
+      return dequant_mxfp4;
+    default:
+      return dequantize_iq_ref_fn(t);
   }
 }
 

@@ -97,8 +97,7 @@ template <int NT>
 void dot_q8_0_rows(int64_t n, const void* w, const void* a, int64_t a_stride, float* out) {
   dot_blocks_q8_0<NT>(
       n, static_cast<const BlockQ8_0*>(w), static_cast<const uint8_t*>(a), a_stride,
-      [](const BlockQ8_0& b) { return load_i8x32(b.qs); }, [](const BlockQ8_0& b) { return half_to_float(b.d); },
-      out);
+      [](const BlockQ8_0& b) { return load_i8x32(b.qs); }, [](const BlockQ8_0& b) { return half_to_float(b.d); }, out);
 }
 
 template <int NT>
@@ -181,10 +180,11 @@ void dot_k4_like(int64_t n, const Block* x, const uint8_t* a, int64_t a_stride, 
     uint64_t scales, mins;
     unpack_k4_scales_words(x[i].scales, &scales, &mins);
     for (int t = 0; t < NT; ++t)
-      acc_m[t] = _mm_fmadd_ps(_mm_set1_ps(-y[t][i].d * dminw), _mm_cvtepi32_ps(mins_dot_bsums(mins, y[t][i].bsums)),
-                              acc_m[t]);
+      acc_m[t] =
+          _mm_fmadd_ps(_mm_set1_ps(-y[t][i].d * dminw), _mm_cvtepi32_ps(mins_dot_bsums(mins, y[t][i].bsums)), acc_m[t]);
 
-    const __m256i scales16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(scales))));
+    const __m256i scales16 =
+        _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(scales))));
     auto state = high_bits.begin(x[i]);
     __m256i sum[NT];
     for (int t = 0; t < NT; ++t) sum[t] = _mm256_setzero_si256();
@@ -305,33 +305,55 @@ float dot_iq4_xs(int64_t n, const void* w, const void* a) {
 
 VecDotFn vec_dot_avx2_fn(GgmlType t) {
   switch (t) {
-    case GgmlType::F32: return dot_f32;
-    case GgmlType::F16: return dot_half<load_f16x8, fp16_to_fp32>;
-    case GgmlType::BF16: return dot_half<load_bf16x8, bf16_to_fp32>;
-    case GgmlType::Q8_0: return one_row<dot_q8_0_rows<1>>;
-    case GgmlType::Q4_0: return one_row<dot_q4_0_rows<1>>;
-    case GgmlType::IQ4_NL: return one_row<dot_iq4_nl_rows<1>>;
-    case GgmlType::MXFP4: return one_row<dot_mxfp4_rows<1>>;
-    case GgmlType::Q2_K: return dot_q2_k_avx2;
-    case GgmlType::Q3_K: return dot_q3_k_avx2;
-    case GgmlType::Q4_K: return one_row<dot_q4_k_rows<1>>;
-    case GgmlType::Q5_K: return one_row<dot_q5_k_rows<1>>;
-    case GgmlType::Q6_K: return one_row<dot_q6_k_rows<1>>;
-    case GgmlType::IQ4_XS: return dot_iq4_xs;
-    default: return nullptr;
+    case GgmlType::F32:
+      return dot_f32;
+    case GgmlType::F16:
+      return dot_half<load_f16x8, fp16_to_fp32>;
+    case GgmlType::BF16:
+      return dot_half<load_bf16x8, bf16_to_fp32>;
+    case GgmlType::Q8_0:
+      return one_row<dot_q8_0_rows<1>>;
+    case GgmlType::Q4_0:
+      return one_row<dot_q4_0_rows<1>>;
+    case GgmlType::IQ4_NL:
+      return one_row<dot_iq4_nl_rows<1>>;
+    case GgmlType::MXFP4:
+      return one_row<dot_mxfp4_rows<1>>;
+    case GgmlType::Q2_K:
+      return dot_q2_k_avx2;
+    case GgmlType::Q3_K:
+      return dot_q3_k_avx2;
+    case GgmlType::Q4_K:
+      return one_row<dot_q4_k_rows<1>>;
+    case GgmlType::Q5_K:
+      return one_row<dot_q5_k_rows<1>>;
+    case GgmlType::Q6_K:
+      return one_row<dot_q6_k_rows<1>>;
+    case GgmlType::IQ4_XS:
+      return dot_iq4_xs;
+    default:
+      return nullptr;
   }
 }
 
 VecDot4Fn vec_dot4_avx2_fn(GgmlType t) {
   switch (t) {
-    case GgmlType::Q8_0: return dot_q8_0_rows<4>;
-    case GgmlType::Q4_0: return dot_q4_0_rows<4>;
-    case GgmlType::IQ4_NL: return dot_iq4_nl_rows<4>;
-    case GgmlType::MXFP4: return dot_mxfp4_rows<4>;
-    case GgmlType::Q4_K: return dot_q4_k_rows<4>;
-    case GgmlType::Q5_K: return dot_q5_k_rows<4>;
-    case GgmlType::Q6_K: return dot_q6_k_rows<4>;
-    default: return nullptr;
+    case GgmlType::Q8_0:
+      return dot_q8_0_rows<4>;
+    case GgmlType::Q4_0:
+      return dot_q4_0_rows<4>;
+    case GgmlType::IQ4_NL:
+      return dot_iq4_nl_rows<4>;
+    case GgmlType::MXFP4:
+      return dot_mxfp4_rows<4>;
+    case GgmlType::Q4_K:
+      return dot_q4_k_rows<4>;
+    case GgmlType::Q5_K:
+      return dot_q5_k_rows<4>;
+    case GgmlType::Q6_K:
+      return dot_q6_k_rows<4>;
+    default:
+      return nullptr;
   }
 }
 

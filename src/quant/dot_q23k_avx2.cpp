@@ -48,8 +48,8 @@ inline __m128i q3_k_scales(const uint8_t* packed) {
   const uint32_t lo[4] = {w[0] & 0x0F0F0F0F, w[1] & 0x0F0F0F0F, (w[0] >> 4) & 0x0F0F0F0F, (w[1] >> 4) & 0x0F0F0F0F};
   uint32_t s[4];
   for (int k = 0; k < 4; ++k) s[k] = lo[k] | (((w[2] >> (2 * k)) & 0x03030303) << 4);
-  const __m128i biased = _mm_setr_epi32(static_cast<int>(s[0]), static_cast<int>(s[1]), static_cast<int>(s[2]),
-                                        static_cast<int>(s[3]));
+  const __m128i biased =
+      _mm_setr_epi32(static_cast<int>(s[0]), static_cast<int>(s[1]), static_cast<int>(s[2]), static_cast<int>(s[3]));
   return _mm_sub_epi8(biased, _mm_set1_epi8(32));
 }
 
@@ -66,7 +66,8 @@ float dot_q2_k_avx2(int64_t n, const void* w, const void* a) {
     const float d = y[i].d * half_to_float(x[i].d);
     const float dmin = -y[i].d * half_to_float(x[i].dmin);
     const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales));
-    const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_srli_epi16(_mm_and_si128(packed, _mm_set1_epi8(static_cast<char>(0xF0))), 4));
+    const __m256i mins16 =
+        _mm256_cvtepu8_epi16(_mm_srli_epi16(_mm_and_si128(packed, _mm_set1_epi8(static_cast<char>(0xF0))), 4));
     const __m256i scales16 = _mm256_cvtepu8_epi16(_mm_and_si128(packed, _mm_set1_epi8(0x0F)));
     const __m256i bsums = load32(y[i].bsums);
     acc_m = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(_mm256_madd_epi16(mins16, bsums)), acc_m);

@@ -219,24 +219,42 @@ float dot_q8_k(int64_t n, const void* w, const void* a) {
 
 VecDotFn vec_dot_ref_fn(GgmlType t) {
   switch (t) {
-    case GgmlType::F32: return dot_f32;
-    case GgmlType::F16: return dot_half<fp16_to_fp32>;
-    case GgmlType::BF16: return dot_half<bf16_to_fp32>;
-    case GgmlType::Q4_0: return dot_q8_0<BlockQ4_0>;
-    case GgmlType::Q4_1: return dot_q8_0<BlockQ4_1>;
-    case GgmlType::Q5_0: return dot_q8_0<BlockQ5_0>;
-    case GgmlType::Q5_1: return dot_q8_0<BlockQ5_1>;
-    case GgmlType::Q8_0: return dot_q8_0<BlockQ8_0>;
-    case GgmlType::IQ4_NL: return dot_q8_0<BlockIQ4_NL>;
-    case GgmlType::MXFP4: return dot_q8_0<BlockMXFP4>;
-    case GgmlType::Q2_K: return dot_q8_k<BlockQ2_K>;
-    case GgmlType::Q3_K: return dot_q8_k<BlockQ3_K>;
-    case GgmlType::Q4_K: return dot_q8_k<BlockQ4_K>;
-    case GgmlType::Q5_K: return dot_q8_k<BlockQ5_K>;
-    case GgmlType::Q6_K: return dot_q8_k<BlockQ6_K>;
-    case GgmlType::IQ4_XS: return dot_q8_k<BlockIQ4_XS>;
-    case GgmlType::Q8_K: return dot_q8_k<BlockQ8_K>;
-    default: return vec_dot_iq_ref_fn(t);
+    case GgmlType::F32:
+      return dot_f32;
+    case GgmlType::F16:
+      return dot_half<fp16_to_fp32>;
+    case GgmlType::BF16:
+      return dot_half<bf16_to_fp32>;
+    case GgmlType::Q4_0:
+      return dot_q8_0<BlockQ4_0>;
+    case GgmlType::Q4_1:
+      return dot_q8_0<BlockQ4_1>;
+    case GgmlType::Q5_0:
+      return dot_q8_0<BlockQ5_0>;
+    case GgmlType::Q5_1:
+      return dot_q8_0<BlockQ5_1>;
+    case GgmlType::Q8_0:
+      return dot_q8_0<BlockQ8_0>;
+    case GgmlType::IQ4_NL:
+      return dot_q8_0<BlockIQ4_NL>;
+    case GgmlType::MXFP4:
+      return dot_q8_0<BlockMXFP4>;
+    case GgmlType::Q2_K:
+      return dot_q8_k<BlockQ2_K>;
+    case GgmlType::Q3_K:
+      return dot_q8_k<BlockQ3_K>;
+    case GgmlType::Q4_K:
+      return dot_q8_k<BlockQ4_K>;
+    case GgmlType::Q5_K:
+      return dot_q8_k<BlockQ5_K>;
+    case GgmlType::Q6_K:
+      return dot_q8_k<BlockQ6_K>;
+    case GgmlType::IQ4_XS:
+      return dot_q8_k<BlockIQ4_XS>;
+    case GgmlType::Q8_K:
+      return dot_q8_k<BlockQ8_K>;
+    default:
+      return vec_dot_iq_ref_fn(t);
   }
 }
 

@@ -59,8 +59,8 @@ struct BlockIQ1_S {
 };
 struct BlockIQ1_M {
   uint8_t qs[kQK_K / 8];
-  uint8_t qh[kQK_K / 16];     // per pair of groups: 3 high index bits + shift sign, twice
-  uint8_t scales[kQK_K / 32]; // 4 words: 4 x 3-bit scales, fp16 d nibble in the top 4 bits
+  uint8_t qh[kQK_K / 16];      // per pair of groups: 3 high index bits + shift sign, twice
+  uint8_t scales[kQK_K / 32];  // 4 words: 4 x 3-bit scales, fp16 d nibble in the top 4 bits
 };
 static_assert(sizeof(BlockIQ2_XXS) == 66 && sizeof(BlockIQ2_XS) == 74 && sizeof(BlockIQ2_S) == 82);
 static_assert(sizeof(BlockIQ3_XXS) == 98 && sizeof(BlockIQ3_S) == 110);
@@ -91,9 +91,9 @@ uint16_t iq1m_scale_bits(const BlockIQ1_M& b, uint16_t sc[4]) {
 // numerator over a per-type denominator (dot products). IQ1 adds a shift of ±1/8 per group.
 struct Unpacked {
   int8_t q[kQK_K];
-  int32_t ls[kQK_K / 8];     // integer scale per group of 8
-  float dl[kQK_K / 8];       // d * scale as dequantization computes it
-  int8_t shift[kQK_K / 8];   // IQ1: +1 / -1 (times 1/8); others 0
+  int32_t ls[kQK_K / 8];    // integer scale per group of 8
+  float dl[kQK_K / 8];      // d * scale as dequantization computes it
+  int8_t shift[kQK_K / 8];  // IQ1: +1 / -1 (times 1/8); others 0
   float d;
 };
 
@@ -275,27 +275,43 @@ float dot(int64_t n, const void* w, const void* a) {
 
 DequantizeFn dequantize_iq_ref_fn(GgmlType t) {
   switch (t) {
-    case GgmlType::IQ2_XXS: return dequant<BlockIQ2_XXS>;
-    case GgmlType::IQ2_XS: return dequant<BlockIQ2_XS>;
-    case GgmlType::IQ2_S: return dequant<BlockIQ2_S>;
-    case GgmlType::IQ3_XXS: return dequant<BlockIQ3_XXS>;
-    case GgmlType::IQ3_S: return dequant<BlockIQ3_S>;
-    case GgmlType::IQ1_S: return dequant<BlockIQ1_S>;
-    case GgmlType::IQ1_M: return dequant<BlockIQ1_M>;
-    default: return nullptr;
+    case GgmlType::IQ2_XXS:
+      return dequant<BlockIQ2_XXS>;
+    case GgmlType::IQ2_XS:
+      return dequant<BlockIQ2_XS>;
+    case GgmlType::IQ2_S:
+      return dequant<BlockIQ2_S>;
+    case GgmlType::IQ3_XXS:
+      return dequant<BlockIQ3_XXS>;
+    case GgmlType::IQ3_S:
+      return dequant<BlockIQ3_S>;
+    case GgmlType::IQ1_S:
+      return dequant<BlockIQ1_S>;
+    case GgmlType::IQ1_M:
+      return dequant<BlockIQ1_M>;
+    default:
+      return nullptr;
   }
 }
 
 VecDotFn vec_dot_iq_ref_fn(GgmlType t) {
   switch (t) {
-    case GgmlType::IQ2_XXS: return dot<BlockIQ2_XXS, 8>;
-    case GgmlType::IQ2_XS: return dot<BlockIQ2_XS, 8>;
-    case GgmlType::IQ2_S: return dot<BlockIQ2_S, 8>;
-    case GgmlType::IQ3_XXS: return dot<BlockIQ3_XXS, 4>;
-    case GgmlType::IQ3_S: return dot<BlockIQ3_S, 1>;
-    case GgmlType::IQ1_S: return dot<BlockIQ1_S, 1>;
-    case GgmlType::IQ1_M: return dot<BlockIQ1_M, 1>;
-    default: return nullptr;
+    case GgmlType::IQ2_XXS:
+      return dot<BlockIQ2_XXS, 8>;
+    case GgmlType::IQ2_XS:
+      return dot<BlockIQ2_XS, 8>;
+    case GgmlType::IQ2_S:
+      return dot<BlockIQ2_S, 8>;
+    case GgmlType::IQ3_XXS:
+      return dot<BlockIQ3_XXS, 4>;
+    case GgmlType::IQ3_S:
+      return dot<BlockIQ3_S, 1>;
+    case GgmlType::IQ1_S:
+      return dot<BlockIQ1_S, 1>;
+    case GgmlType::IQ1_M:
+      return dot<BlockIQ1_M, 1>;
+    default:
+      return nullptr;
   }
 }
 

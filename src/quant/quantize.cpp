@@ -37,7 +37,8 @@ void quant_q8_0(const float* x, void* dst, int64_t n) {
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     b[i].d = fp32_to_fp16(d);
     // |x*id| <= 127 for finite input; the clamp only keeps inf/NaN (from a subnormal d) defined.
-    for (int j = 0; j < kQK; ++j) b[i].qs[j] = static_cast<int8_t>(std::fmax(-127.0f, std::fmin(127.0f, std::round(x[j] * id))));
+    for (int j = 0; j < kQK; ++j)
+      b[i].qs[j] = static_cast<int8_t>(std::fmax(-127.0f, std::fmin(127.0f, std::round(x[j] * id))));
   }
 }
 
@@ -128,17 +129,28 @@ void quant_q8_k(const float* x, void* dst, int64_t n) {
 
 QuantizeFn quantize_ref_fn(GgmlType t) {
   switch (t) {
-    case GgmlType::F32: return quant_f32;
-    case GgmlType::F16: return quant_f16;
-    case GgmlType::BF16: return quant_bf16;
-    case GgmlType::Q8_0: return quant_q8_0;
-    case GgmlType::Q4_0: return quant_q4_0;
-    case GgmlType::Q5_0: return quant_q5_0;
-    case GgmlType::Q4_K: return quantize_q4_k_ref;
-    case GgmlType::Q5_K: return quantize_q5_k_ref;
-    case GgmlType::Q6_K: return quantize_q6_k_ref;
-    case GgmlType::Q8_K: return quant_q8_k;
-    default: return nullptr;
+    case GgmlType::F32:
+      return quant_f32;
+    case GgmlType::F16:
+      return quant_f16;
+    case GgmlType::BF16:
+      return quant_bf16;
+    case GgmlType::Q8_0:
+      return quant_q8_0;
+    case GgmlType::Q4_0:
+      return quant_q4_0;
+    case GgmlType::Q5_0:
+      return quant_q5_0;
+    case GgmlType::Q4_K:
+      return quantize_q4_k_ref;
+    case GgmlType::Q5_K:
+      return quantize_q5_k_ref;
+    case GgmlType::Q6_K:
+      return quantize_q6_k_ref;
+    case GgmlType::Q8_K:
+      return quant_q8_k;
+    default:
+      return nullptr;
   }
 }
 

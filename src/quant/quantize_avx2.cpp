@@ -35,7 +35,8 @@ void quant_f16(const float* x, void* dst, int64_t n) {
   auto* y = static_cast<uint16_t*>(dst);
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
   for (; i < n; ++i) y[i] = fp32_to_fp16(x[i]);
 }
 
@@ -72,7 +73,8 @@ void quant_q8_0(const float* x, void* dst, int64_t n) {
   for (int64_t i = 0; i < n / kQK; ++i, x += kQK) {
     __m256 v[4];
     for (int k = 0; k < 4; ++k) v[k] = _mm256_loadu_ps(x + 8 * k);
-    const float amax = hmax(_mm256_max_ps(_mm256_max_ps(abs_ps(v[0]), abs_ps(v[1])), _mm256_max_ps(abs_ps(v[2]), abs_ps(v[3]))));
+    const float amax =
+        hmax(_mm256_max_ps(_mm256_max_ps(abs_ps(v[0]), abs_ps(v[1])), _mm256_max_ps(abs_ps(v[2]), abs_ps(v[3]))));
     const float d = amax / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     b[i].d = fp32_to_fp16(d);
@@ -132,11 +134,16 @@ void quant_q8_k(const float* x, void* dst, int64_t n) {
 
 QuantizeFn quantize_avx2_fn(GgmlType t) {
   switch (t) {
-    case GgmlType::F16: return quant_f16;
-    case GgmlType::BF16: return quant_bf16;
-    case GgmlType::Q8_0: return quant_q8_0;
-    case GgmlType::Q8_K: return quant_q8_k;
-    default: return nullptr;
+    case GgmlType::F16:
+      return quant_f16;
+    case GgmlType::BF16:
+      return quant_bf16;
+    case GgmlType::Q8_0:
+      return quant_q8_0;
+    case GgmlType::Q8_K:
+      return quant_q8_k;
+    default:
+      return nullptr;
   }
 }
 

@@ -29,8 +29,8 @@ namespace {
 // (this is what llama.cpp's reference does, and it measurably lowers the error). For each grid
 // the levels are rounded and the optimal (scale, offset) is solved in closed form from the 2x2
 // normal equations. Returns scale; writes the best levels to L.
-float fit_scale_offset(int n, int nmax, const float* x, const float* w, uint8_t* L, float* neg_min,
-                       float rmin, float rdelta, int nstep) {
+float fit_scale_offset(int n, int nmax, const float* x, const float* w, uint8_t* L, float* neg_min, float rmin,
+                       float rdelta, int nstep) {
   float lo = x[0], hi = x[0];
   float sum_w = 0, sum_wx = 0;
   for (int i = 0; i < n; ++i) {
@@ -200,8 +200,7 @@ void quantize_q5_k_ref(const float* x, void* dst, int64_t n) {
     quantize_k_affine(x, &b[i], L, 31, -0.5f, 0.1f, 15);
     std::memset(b[i].qh, 0, sizeof b[i].qh);
     for (int s = 0; s < 8; ++s)
-      for (int l = 0; l < 32; ++l)
-        b[i].qh[l] |= static_cast<uint8_t>((L[32 * s + l] >> 4) << s);
+      for (int l = 0; l < 32; ++l) b[i].qh[l] |= static_cast<uint8_t>((L[32 * s + l] >> 4) << s);
     for (int c = 0; c < 4; ++c)
       for (int l = 0; l < 32; ++l)
         b[i].qs[32 * c + l] = static_cast<uint8_t>((L[64 * c + l] & 0x0F) | ((L[64 * c + 32 + l] & 0x0F) << 4));

@@ -72,33 +72,48 @@ std::optional<QuantFileType> parse_quant_file_type(std::string_view name) {
 
 std::string_view quant_file_type_name(QuantFileType t) {
   switch (t) {
-    case QuantFileType::F16: return "F16";
-    case QuantFileType::Q8_0: return "Q8_0";
-    case QuantFileType::Q4_K_M: return "Q4_K_M";
-    case QuantFileType::Q5_K_M: return "Q5_K_M";
-    case QuantFileType::Q6_K: return "Q6_K";
+    case QuantFileType::F16:
+      return "F16";
+    case QuantFileType::Q8_0:
+      return "Q8_0";
+    case QuantFileType::Q4_K_M:
+      return "Q4_K_M";
+    case QuantFileType::Q5_K_M:
+      return "Q5_K_M";
+    case QuantFileType::Q6_K:
+      return "Q6_K";
   }
   return "?";
 }
 
 uint32_t quant_file_type_id(QuantFileType t) {
   switch (t) {  // llama_ftype: MOSTLY_F16 1, MOSTLY_Q8_0 7, MOSTLY_Q4_K_M 15, MOSTLY_Q5_K_M 17, MOSTLY_Q6_K 18
-    case QuantFileType::F16: return 1;
-    case QuantFileType::Q8_0: return 7;
-    case QuantFileType::Q4_K_M: return 15;
-    case QuantFileType::Q5_K_M: return 17;
-    case QuantFileType::Q6_K: return 18;
+    case QuantFileType::F16:
+      return 1;
+    case QuantFileType::Q8_0:
+      return 7;
+    case QuantFileType::Q4_K_M:
+      return 15;
+    case QuantFileType::Q5_K_M:
+      return 17;
+    case QuantFileType::Q6_K:
+      return 18;
   }
   return 0;
 }
 
 GgmlType quant_file_type_base(QuantFileType t) {
   switch (t) {
-    case QuantFileType::F16: return GgmlType::F16;
-    case QuantFileType::Q8_0: return GgmlType::Q8_0;
-    case QuantFileType::Q4_K_M: return GgmlType::Q4_K;
-    case QuantFileType::Q5_K_M: return GgmlType::Q5_K;
-    case QuantFileType::Q6_K: return GgmlType::Q6_K;
+    case QuantFileType::F16:
+      return GgmlType::F16;
+    case QuantFileType::Q8_0:
+      return GgmlType::Q8_0;
+    case QuantFileType::Q4_K_M:
+      return GgmlType::Q4_K;
+    case QuantFileType::Q5_K_M:
+      return GgmlType::Q5_K;
+    case QuantFileType::Q6_K:
+      return GgmlType::Q6_K;
   }
   return GgmlType::F16;
 }
@@ -148,10 +163,12 @@ std::vector<TensorQuantPlan> plan_quantization(const GgufFile& f, QuantFileType 
         if (n_expert == 8 && ft != QuantFileType::F16) to = GgmlType::Q8_0, reason = "attention K: 8-expert model";
         break;
       case Role::AttnOutput:
-        if (n_expert == 8 && ft == QuantFileType::Q4_K_M) to = GgmlType::Q5_K, reason = "attention output: 8-expert model";
+        if (n_expert == 8 && ft == QuantFileType::Q4_K_M)
+          to = GgmlType::Q5_K, reason = "attention output: 8-expert model";
         break;
       case Role::FfnDown:
-        if (k_mix && use_more_bits(layer_of(t.name, n_layer), n_layer)) to = GgmlType::Q6_K, reason = "ffn_down: more-bits layer";
+        if (k_mix && use_more_bits(layer_of(t.name, n_layer), n_layer))
+          to = GgmlType::Q6_K, reason = "ffn_down: more-bits layer";
         break;
       case Role::Other:
         break;
@@ -159,7 +176,7 @@ std::vector<TensorQuantPlan> plan_quantization(const GgufFile& f, QuantFileType 
     if (n_cols % ggml_traits(to).block_elems != 0) {
       const GgmlType wanted = to;
       to = n_cols % ggml_traits(GgmlType::Q8_0).block_elems == 0 && wanted != GgmlType::Q8_0 ? GgmlType::Q8_0
-                                                                                           : GgmlType::F16;
+                                                                                             : GgmlType::F16;
       reason = std::string("fallback: rows of ") + std::to_string(n_cols) + " do not fit " +
                std::string(ggml_type_name(wanted)) + " blocks";
     }

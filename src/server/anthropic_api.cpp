@@ -15,20 +15,27 @@ namespace {
 
 const char* anthropic_error_type(int status) {
   switch (status) {
-    case 400: return "invalid_request_error";
-    case 401: return "authentication_error";
-    case 403: return "permission_error";
-    case 404: return "not_found_error";
-    case 413: return "request_too_large";
-    case 429: return "rate_limit_error";
-    case 503: return "overloaded_error";
-    default: return status >= 500 ? "api_error" : "invalid_request_error";
+    case 400:
+      return "invalid_request_error";
+    case 401:
+      return "authentication_error";
+    case 403:
+      return "permission_error";
+    case 404:
+      return "not_found_error";
+    case 413:
+      return "request_too_large";
+    case 429:
+      return "rate_limit_error";
+    case 503:
+      return "overloaded_error";
+    default:
+      return status >= 500 ? "api_error" : "invalid_request_error";
   }
 }
 
 [[noreturn]] void wrong_type(const std::string& name, const char* expected, const json& v) {
-  bad_request(fmt::format("'{}' must be {}, got {}", name, expected, v.type_name()), name,
-              "invalid_type");
+  bad_request(fmt::format("'{}' must be {}, got {}", name, expected, v.type_name()), name, "invalid_type");
 }
 
 const json* field(const json& obj, const char* name) {
@@ -43,10 +50,11 @@ std::string text_of(const json& content, const std::string& where) {
   std::string out;
   for (size_t i = 0; i < content.size(); ++i) {
     const json& b = content[i];
-    if (!b.is_object() || b.value("type", "") != "text" || !b.contains("text") ||
-        !b["text"].is_string())
+    if (!b.is_object() || b.value("type", "") != "text" || !b.contains("text") || !b["text"].is_string())
       bad_request(fmt::format("{}[{}] must be a text block (other block types are not supported "
-                              "here)", where, i), where);
+                              "here)",
+                              where, i),
+                  where);
     if (!out.empty()) out += "\n";
     out += b["text"].get<std::string>();
   }
@@ -59,8 +67,7 @@ void convert_message(const json& m, size_t i, json& out) {
   if (!m.is_object()) wrong_type(where, "an object", m);
   const std::string role = m.value("role", "");
   if (role != "user" && role != "assistant")
-    bad_request(fmt::format("{}.role must be \"user\" or \"assistant\", got \"{}\"", where, role),
-                "messages");
+    bad_request(fmt::format("{}.role must be \"user\" or \"assistant\", got \"{}\"", where, role), "messages");
   const json* content = field(m, "content");
   if (!content) bad_request(fmt::format("{}.content is required", where), "messages");
   if (content->is_string()) {
@@ -88,8 +95,7 @@ void convert_message(const json& m, size_t i, json& out) {
       if (input && !input->is_object()) wrong_type(bw + ".input", "an object", *input);
       tool_calls.push_back({{"id", b["id"]},
                             {"type", "function"},
-                            {"function", {{"name", b["name"]},
-                                          {"arguments", input ? *input : json::object()}}}});
+                            {"function", {{"name", b["name"]}, {"arguments", input ? *input : json::object()}}}});
     } else if (type == "tool_result" && role == "user") {
       if (!b.contains("tool_use_id") || !b["tool_use_id"].is_string())
         bad_request(fmt::format("{} (tool_result) needs a 'tool_use_id' string", bw), "messages");
@@ -101,8 +107,8 @@ void convert_message(const json& m, size_t i, json& out) {
       if (type == "thinking" && b.contains("thinking") && b["thinking"].is_string())
         thinking += b["thinking"].get<std::string>();
     } else {
-      bad_request(fmt::format("{}: block type '{}' is not supported in a {} message", bw, type,
-                              role), "messages", "unsupported");
+      bad_request(fmt::format("{}: block type '{}' is not supported in a {} message", bw, type, role), "messages",
+                  "unsupported");
     }
   }
   if (role == "user") {
@@ -125,7 +131,8 @@ json convert_tools(const json& tools) {
       bad_request(fmt::format("tools[{}] must be an object with a 'name'", i), "tools");
     if (t.contains("type") && t["type"].is_string() && t["type"] != "custom")
       bad_request(fmt::format("tools[{}]: server tool type '{}' is not supported (client tools "
-                              "with an input_schema only)", i, t["type"].get<std::string>()),
+                              "with an input_schema only)",
+                              i, t["type"].get<std::string>()),
                   "tools", "unsupported");
     const json* schema = field(t, "input_schema");
     if (!schema || !schema->is_object())
@@ -141,12 +148,10 @@ json convert_tools(const json& tools) {
 }  // namespace
 
 json anthropic_error_json(const ApiError& e) {
-  return {{"type", "error"},
-          {"error", {{"type", anthropic_error_type(e.status())}, {"message", e.what()}}}};
+  return {{"type", "error"}, {"error", {{"type", anthropic_error_type(e.status())}, {"message", e.what()}}}};
 }
 
-AnthropicRequest parse_anthropic_request(const json& body, const ModelLimits& lim,
-                                         bool count_only) {
+AnthropicRequest parse_anthropic_request(const json& body, const ModelLimits& lim, bool count_only) {
   AnthropicRequest r;
   if (const json* m = field(body, "model")) {
     if (!m->is_string()) wrong_type("model", "a string", *m);
@@ -167,13 +172,14 @@ AnthropicRequest parse_anthropic_request(const json& body, const ModelLimits& li
     if (!tc->is_object() || !tc->contains("type") || !(*tc)["type"].is_string())
       bad_request("'tool_choice' must be an object with a 'type'", "tool_choice");
     const std::string type = (*tc)["type"].get<std::string>();
-    if (type == "auto" || type == "none") openai_choice = type;
-    else if (type == "any") openai_choice = "required";
+    if (type == "auto" || type == "none")
+      openai_choice = type;
+    else if (type == "any")
+      openai_choice = "required";
     else if (type == "tool")
       openai_choice = {{"type", "function"}, {"function", {{"name", tc->value("name", "")}}}};
     else
-      bad_request(fmt::format("'tool_choice.type' must be auto, any, tool or none, got '{}'", type),
-                  "tool_choice");
+      bad_request(fmt::format("'tool_choice.type' must be auto, any, tool or none, got '{}'", type), "tool_choice");
   }
   r.tool_options = parse_tool_options(json{{"tool_choice", openai_choice}}, r.tools);
   if (const json* th = field(body, "thinking")) {
@@ -182,8 +188,10 @@ AnthropicRequest parse_anthropic_request(const json& body, const ModelLimits& li
     // budget_tokens is checked but not enforced (the model stops thinking when it does).
     const std::string type = th->value("type", "");
     if (type != "enabled" && type != "disabled" && type != "adaptive" && type != "between_tools")
-      bad_request("'thinking.type' must be \"enabled\", \"disabled\", \"adaptive\" or "
-                  "\"between_tools\"", "thinking");
+      bad_request(
+          "'thinking.type' must be \"enabled\", \"disabled\", \"adaptive\" or "
+          "\"between_tools\"",
+          "thinking");
     if (type == "enabled") {
       const json* budget = field(*th, "budget_tokens");
       if (!budget || !budget->is_number_integer() || budget->get<int64_t>() < 1)
@@ -197,8 +205,7 @@ AnthropicRequest parse_anthropic_request(const json& body, const ModelLimits& li
   SamplingParams& p = r.params;
   const json* mt = field(body, "max_tokens");
   if (!mt) bad_request("'max_tokens' is required", "max_tokens", "missing_field");
-  if (!mt->is_number_integer() || mt->get<int64_t>() < 1 ||
-      mt->get<int64_t>() > std::numeric_limits<int32_t>::max())
+  if (!mt->is_number_integer() || mt->get<int64_t>() < 1 || mt->get<int64_t>() > std::numeric_limits<int32_t>::max())
     bad_request("'max_tokens' must be an integer >= 1", "max_tokens");
   p.max_tokens = static_cast<int>(mt->get<int64_t>());
   p.temperature = 1.0f;  // Anthropic's default
@@ -213,8 +220,7 @@ AnthropicRequest parse_anthropic_request(const json& body, const ModelLimits& li
     p.top_p = t->get<float>();
   }
   if (const json* t = field(body, "top_k")) {
-    if (!t->is_number_integer() || t->get<int64_t>() < 0 ||
-        t->get<int64_t>() > std::numeric_limits<int32_t>::max())
+    if (!t->is_number_integer() || t->get<int64_t>() < 0 || t->get<int64_t>() > std::numeric_limits<int32_t>::max())
       bad_request("'top_k' must be an integer >= 0", "top_k");
     p.top_k = static_cast<int>(t->get<int64_t>());
   }
@@ -236,8 +242,8 @@ AnthropicRequest parse_anthropic_request(const json& body, const ModelLimits& li
 
 // ---------------------------------------------------------------------------------------------
 
-AnthropicJob::AnthropicJob(OpenAiApi& api, std::shared_ptr<HttpResponder> res, std::string id,
-                           bool stream, OutputParsing parsing, int prompt_tokens)
+AnthropicJob::AnthropicJob(OpenAiApi& api, std::shared_ptr<HttpResponder> res, std::string id, bool stream,
+                           OutputParsing parsing, int prompt_tokens)
     : api_(api),
       res_(std::move(res)),
       id_(std::move(id)),
@@ -257,8 +263,10 @@ json AnthropicJob::message_base() const {
 
 void AnthropicJob::emit(std::string_view event, const json& data) {
   std::string bytes = fmt::format("event: {}\ndata: {}\n\n", event, dump_json(data));
-  if (begun_) res_->write(std::move(bytes));
-  else pending_.push_back(std::move(bytes));
+  if (begun_)
+    res_->write(std::move(bytes));
+  else
+    pending_.push_back(std::move(bytes));
 }
 
 void AnthropicJob::begin() {
@@ -269,8 +277,8 @@ void AnthropicJob::begin() {
     res_->start_stream("text/event-stream", {{"Cache-Control", "no-cache"}});
     json start = message_base();
     start["usage"] = {{"input_tokens", prompt_tokens_}, {"output_tokens", 0}};
-    res_->write(fmt::format("event: message_start\ndata: {}\n\n",
-                            dump_json({{"type", "message_start"}, {"message", start}})));
+    res_->write(
+        fmt::format("event: message_start\ndata: {}\n\n", dump_json({{"type", "message_start"}, {"message", start}})));
   }
   for (auto& b : pending_) res_->write(std::move(b));
   pending_.clear();
@@ -281,8 +289,7 @@ void AnthropicJob::open_block(const std::string& type, json block) {
   close_block();
   block_type_ = type;
   ++block_index_;
-  emit("content_block_start",
-       {{"type", "content_block_start"}, {"index", block_index_}, {"content_block", block}});
+  emit("content_block_start", {{"type", "content_block_start"}, {"index", block_index_}, {"content_block", block}});
 }
 
 void AnthropicJob::close_block() {
@@ -293,12 +300,10 @@ void AnthropicJob::close_block() {
 
 void AnthropicJob::stream_delta(ChatDelta&& d) {
   auto delta = [&](json body) {
-    emit("content_block_delta",
-         {{"type", "content_block_delta"}, {"index", block_index_}, {"delta", std::move(body)}});
+    emit("content_block_delta", {{"type", "content_block_delta"}, {"index", block_index_}, {"delta", std::move(body)}});
   };
   if (!d.reasoning.empty()) {
-    if (block_type_ != "thinking")
-      open_block("thinking", {{"type", "thinking"}, {"thinking", ""}, {"signature", ""}});
+    if (block_type_ != "thinking") open_block("thinking", {{"type", "thinking"}, {"thinking", ""}, {"signature", ""}});
     delta({{"type", "thinking_delta"}, {"thinking", d.reasoning}});
   }
   if (!d.content.empty()) {
@@ -307,10 +312,7 @@ void AnthropicJob::stream_delta(ChatDelta&& d) {
   }
   for (auto& c : d.tool_calls) {
     if (!c.id.empty())
-      open_block("tool_use", {{"type", "tool_use"},
-                              {"id", c.id},
-                              {"name", c.name},
-                              {"input", json::object()}});
+      open_block("tool_use", {{"type", "tool_use"}, {"id", c.id}, {"name", c.name}, {"input", json::object()}});
     if (!c.arguments.empty()) delta({{"type", "input_json_delta"}, {"partial_json", c.arguments}});
   }
 }
@@ -342,8 +344,10 @@ void AnthropicJob::on_output(size_t, RequestOutput&& out) {
     const ApiError err(500, "generation failed: " + out.error, "", "engine_error");
     if (stream_) {
       emit("error", anthropic_error_json(err));
-      if (begun_) res_->end_stream();
-      else pending_end_ = true;
+      if (begun_)
+        res_->end_stream();
+      else
+        pending_end_ = true;
     } else {
       res_->send(500, "application/json", dump_json(anthropic_error_json(err)));
     }
@@ -371,8 +375,10 @@ void AnthropicJob::finish(const CompletionOutput& o) {
                            {"delta", {{"stop_reason", stop_reason}, {"stop_sequence", stop_sequence}}},
                            {"usage", {{"output_tokens", n_generated_}}}});
     emit("message_stop", {{"type", "message_stop"}});
-    if (begun_) res_->end_stream();
-    else pending_end_ = true;
+    if (begun_)
+      res_->end_stream();
+    else
+      pending_end_ = true;
     return;
   }
   ChatMessageOut m = parse_chat_output(parsing_, text_);
@@ -416,29 +422,25 @@ void OpenAiApi::handle_messages(const HttpRequest& req, const std::shared_ptr<Ht
   json body = parse_json_object(req.body);
   // Any model name is served (clients of this API ask for their own model names).
   AnthropicRequest ar = parse_anthropic_request(body, {model_.n_vocab, model_.max_model_len}, false);
-  std::string text = render_chat(ar.messages, ar.tools, ar.chat_template_kwargs,
-                                 !ar.continue_final_message, ar.continue_final_message);
+  std::string text = render_chat(ar.messages, ar.tools, ar.chat_template_kwargs, !ar.continue_final_message,
+                                 ar.continue_final_message);
   std::vector<int32_t> ids = tokenize_chat(text);
   const int len = static_cast<int>(ids.size());
   check_context_length(len, ar.params.max_tokens, model_.max_model_len);
-  OutputParsing parsing =
-      output_parsing(model_.parsers, ar.tools, ar.tool_options, ar.chat_template_kwargs, text);
+  OutputParsing parsing = output_parsing(model_.parsers, ar.tools, ar.tool_options, ar.chat_template_kwargs, text);
   if (parsing.active()) ar.params.skip_special_tokens = false;
-  auto job = std::make_shared<AnthropicJob>(*this, res, make_tool_call_id("msg_"), ar.stream,
-                                            std::move(parsing), len);
+  auto job = std::make_shared<AnthropicJob>(*this, res, make_tool_call_id("msg_"), ar.stream, std::move(parsing), len);
   std::vector<std::vector<int32_t>> prompts;
   prompts.push_back(std::move(ids));
   start_job(std::move(job), std::move(prompts), ar.params);
 }
 
-void OpenAiApi::handle_count_tokens(const HttpRequest& req,
-                                    const std::shared_ptr<HttpResponder>& res) {
+void OpenAiApi::handle_count_tokens(const HttpRequest& req, const std::shared_ptr<HttpResponder>& res) {
   json body = parse_json_object(req.body);
   AnthropicRequest ar = parse_anthropic_request(body, {model_.n_vocab, model_.max_model_len}, true);
-  std::string text = render_chat(ar.messages, ar.tools, ar.chat_template_kwargs,
-                                 !ar.continue_final_message, ar.continue_final_message);
-  res->send(200, "application/json",
-            dump_json({{"input_tokens", tokenize_chat(text).size()}}));
+  std::string text = render_chat(ar.messages, ar.tools, ar.chat_template_kwargs, !ar.continue_final_message,
+                                 ar.continue_final_message);
+  res->send(200, "application/json", dump_json({{"input_tokens", tokenize_chat(text).size()}}));
 }
 
 }  // namespace mla::server

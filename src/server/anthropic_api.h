@@ -29,14 +29,13 @@ struct AnthropicRequest {
 };
 
 // Throws ApiError (400) naming the field. count_only: /count_tokens (no max_tokens needed).
-AnthropicRequest parse_anthropic_request(const json& body, const ModelLimits& limits,
-                                         bool count_only);
+AnthropicRequest parse_anthropic_request(const json& body, const ModelLimits& limits, bool count_only);
 
 // One /v1/messages request in flight (one engine request, one sequence).
 class AnthropicJob : public ApiJob {
  public:
-  AnthropicJob(OpenAiApi& api, std::shared_ptr<HttpResponder> res, std::string id, bool stream,
-               OutputParsing parsing, int prompt_tokens);
+  AnthropicJob(OpenAiApi& api, std::shared_ptr<HttpResponder> res, std::string id, bool stream, OutputParsing parsing,
+               int prompt_tokens);
   std::string engine_id(size_t) const override { return id_; }
   const std::string& id() const override { return id_; }
   const std::shared_ptr<HttpResponder>& responder() const override { return res_; }
@@ -61,13 +60,13 @@ class AnthropicJob : public ApiJob {
   int prompt_tokens_;
 
   std::mutex mu_;
-  std::string text_;          // non-streaming: the whole output
+  std::string text_;  // non-streaming: the whole output
   std::optional<ChatOutputStream> parser_;
   int n_generated_ = 0;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   bool first_token_seen_ = false;
-  int block_index_ = -1;      // the open content block, -1: none
-  std::string block_type_;    // its type: "text", "thinking", "tool_use"
+  int block_index_ = -1;    // the open content block, -1: none
+  std::string block_type_;  // its type: "text", "thinking", "tool_use"
   bool done_ = false, begun_ = false, failed_ = false, pending_end_ = false;
   std::vector<std::string> pending_;
 };

@@ -12,8 +12,7 @@ class ApiError : public std::runtime_error {
  public:
   // param: the request field at fault ("" → null). code: a short machine-readable reason.
   ApiError(int status, const std::string& message, std::string param = "", std::string code = "")
-      : std::runtime_error(message), status_(status), param_(std::move(param)),
-        code_(std::move(code)) {}
+      : std::runtime_error(message), status_(status), param_(std::move(param)), code_(std::move(code)) {}
 
   int status() const { return status_; }
   const std::string& param() const { return param_; }

@@ -7,8 +7,7 @@ ChatMessageOut parse_chat_output(const OutputParsing& p, std::string_view text) 
   ChatMessageOut m;
   std::string content(text);
   if (p.reasoning_open) {
-    ReasoningStream::Split s =
-        ReasoningStream::split(text, *p.reasoning_open, p.reasoning_break_markers());
+    ReasoningStream::Split s = ReasoningStream::split(text, *p.reasoning_open, p.reasoning_break_markers());
     m.reasoning = std::move(s.reasoning);
     content = std::move(s.content);
   }
@@ -17,8 +16,7 @@ ChatMessageOut parse_chat_output(const OutputParsing& p, std::string_view text) 
     return m;
   }
   ParsedText parsed = ToolCallStream::parse_all(*p.tool_format, content, p.tools);
-  for (auto& c : parsed.calls)
-    m.tool_calls.push_back({c.id.empty() ? make_tool_call_id() : c.id, c.name, c.arguments});
+  for (auto& c : parsed.calls) m.tool_calls.push_back({c.id.empty() ? make_tool_call_id() : c.id, c.name, c.arguments});
   m.content = std::move(parsed.content);
   if (!m.tool_calls.empty() && tool_format::trim(m.content).empty()) m.content.clear();
   return m;
@@ -61,8 +59,10 @@ void ChatOutputStream::tool_step(ChatDelta& d, const std::string& content, bool 
 ChatDelta ChatOutputStream::feed(std::string_view text) {
   ChatDelta d;
   std::string content;
-  if (reasoning_) reasoning_->feed(text, &d.reasoning, &content);
-  else content = std::string(text);
+  if (reasoning_)
+    reasoning_->feed(text, &d.reasoning, &content);
+  else
+    content = std::string(text);
   tool_step(d, content, false);
   return d;
 }
@@ -78,9 +78,7 @@ ChatDelta ChatOutputStream::finish() {
 json tool_calls_json(const std::vector<FinalToolCall>& calls) {
   json a = json::array();
   for (const auto& c : calls)
-    a.push_back({{"id", c.id},
-                 {"type", "function"},
-                 {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+    a.push_back({{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
   return a;
 }
 

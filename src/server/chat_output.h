@@ -17,10 +17,9 @@ struct OutputParsing {
   const ToolCallFormat* tool_format = nullptr;  // nullptr: tool calls are not parsed
   json tools;                                   // the request's tools, for argument types
   std::optional<bool> reasoning_open;           // nullopt: no reasoning split (see reasoning.h)
-  bool reasoning_breaks = false;  // a tool-call marker ends the reasoning (reasoning.h)
+  bool reasoning_breaks = false;                // a tool-call marker ends the reasoning (reasoning.h)
   std::vector<std::string_view> reasoning_break_markers() const {
-    return reasoning_breaks && tool_format ? tool_format->start_markers()
-                                           : std::vector<std::string_view>{};
+    return reasoning_breaks && tool_format ? tool_format->start_markers() : std::vector<std::string_view>{};
   }
   bool active() const { return tool_format || reasoning_open.has_value(); }
 };

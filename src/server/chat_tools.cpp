@@ -13,17 +13,14 @@ ChatToolOptions parse_tool_options(const json& body, const json& tools) {
     for (size_t i = 0; i < tools.size(); ++i) {
       const json& t = tools[i];
       if (!t.is_object() || t.value("type", "function") != "function")
-        bad_request(fmt::format("tools[{}] must be an object with \"type\": \"function\"", i),
-                    "tools");
+        bad_request(fmt::format("tools[{}] must be an object with \"type\": \"function\"", i), "tools");
       auto f = t.find("function");
       if (f == t.end() || !f->is_object() || !f->contains("name") || !(*f)["name"].is_string() ||
           (*f)["name"].get<std::string>().empty())
-        bad_request(fmt::format("tools[{}].function must be an object with a non-empty 'name'", i),
-                    "tools");
+        bad_request(fmt::format("tools[{}].function must be an object with a non-empty 'name'", i), "tools");
       auto p = f->find("parameters");
       if (p != f->end() && !p->is_null() && !p->is_object())
-        bad_request(fmt::format("tools[{}].function.parameters must be a JSON Schema object", i),
-                    "tools");
+        bad_request(fmt::format("tools[{}].function.parameters must be a JSON Schema object", i), "tools");
     }
   }
   const bool have_tools = tools.is_array() && !tools.empty();
@@ -34,26 +31,32 @@ ChatToolOptions parse_tool_options(const json& body, const json& tools) {
   }
   if (tc->is_string()) {
     const std::string s = tc->get<std::string>();
-    if (s == "auto") o.choice = ToolChoice::kAuto;
-    else if (s == "none") o.choice = ToolChoice::kNone;
-    else if (s == "required") o.choice = ToolChoice::kRequired;
+    if (s == "auto")
+      o.choice = ToolChoice::kAuto;
+    else if (s == "none")
+      o.choice = ToolChoice::kNone;
+    else if (s == "required")
+      o.choice = ToolChoice::kRequired;
     else
       bad_request(fmt::format("'tool_choice' must be \"auto\", \"none\", \"required\" or a named "
-                              "function, got \"{}\"", s), "tool_choice");
+                              "function, got \"{}\"",
+                              s),
+                  "tool_choice");
   } else if (tc->is_object()) {
     auto f = tc->find("function");
-    if (tc->value("type", "") != "function" || f == tc->end() || !f->is_object() ||
-        !f->contains("name") || !(*f)["name"].is_string())
-      bad_request("'tool_choice' as an object must be {\"type\": \"function\", \"function\": "
-                  "{\"name\": ...}}", "tool_choice");
+    if (tc->value("type", "") != "function" || f == tc->end() || !f->is_object() || !f->contains("name") ||
+        !(*f)["name"].is_string())
+      bad_request(
+          "'tool_choice' as an object must be {\"type\": \"function\", \"function\": "
+          "{\"name\": ...}}",
+          "tool_choice");
     o.choice = ToolChoice::kNamed;
     o.named = (*f)["name"].get<std::string>();
     if (!tool_format::tool_known(tools, o.named) || !have_tools)
-      bad_request(fmt::format("'tool_choice' names the function '{}', which is not in 'tools'",
-                              o.named), "tool_choice");
+      bad_request(fmt::format("'tool_choice' names the function '{}', which is not in 'tools'", o.named),
+                  "tool_choice");
   } else {
-    bad_request(fmt::format("'tool_choice' must be a string or an object, got {}",
-                            tc->type_name()), "tool_choice");
+    bad_request(fmt::format("'tool_choice' must be a string or an object, got {}", tc->type_name()), "tool_choice");
   }
   if (o.choice != ToolChoice::kNone && o.choice != ToolChoice::kAuto && !have_tools)
     bad_request("'tool_choice' needs 'tools'", "tool_choice");
@@ -74,16 +77,14 @@ void prepare_assistant_messages(json& messages) {
       m["reasoning_content"] = m["reasoning"];
     auto calls = m.find("tool_calls");
     if (calls == m.end() || calls->is_null()) continue;
-    if (!calls->is_array())
-      bad_request(fmt::format("messages[{}].tool_calls must be a list", i), "messages");
+    if (!calls->is_array()) bad_request(fmt::format("messages[{}].tool_calls must be a list", i), "messages");
     // Templates test the content as text ('</think>' in content): null becomes "".
     if (m["content"].is_null()) m["content"] = "";
     for (size_t k = 0; k < calls->size(); ++k) {
       json& c = (*calls)[k];
       auto f = c.is_object() ? c.find("function") : c.end();
       if (f == c.end() || !f->is_object() || !f->contains("name"))
-        bad_request(fmt::format("messages[{}].tool_calls[{}] has no function name", i, k),
-                    "messages");
+        bad_request(fmt::format("messages[{}].tool_calls[{}] has no function name", i, k), "messages");
       auto a = f->find("arguments");
       if (a == f->end() || a->is_null() || (a->is_string() && a->get<std::string>().empty())) {
         (*f)["arguments"] = json::object();
@@ -91,16 +92,17 @@ void prepare_assistant_messages(json& messages) {
         json parsed = json::parse(a->get<std::string>(), nullptr, false);
         if (parsed.is_discarded() || !parsed.is_object())
           bad_request(fmt::format("messages[{}].tool_calls[{}].function.arguments is not a JSON "
-                                  "object", i, k), "messages");
+                                  "object",
+                                  i, k),
+                      "messages");
         *a = std::move(parsed);
       }
     }
   }
 }
 
-OutputParsing output_parsing(const ServerParsers& parsers, const json& tools,
-                             const ChatToolOptions& opts, const json& kwargs,
-                             std::string_view prompt) {
+OutputParsing output_parsing(const ServerParsers& parsers, const json& tools, const ChatToolOptions& opts,
+                             const json& kwargs, std::string_view prompt) {
   OutputParsing p;
   const bool have_tools = tools.is_array() && !tools.empty();
   if (parsers.tool_format && have_tools && opts.choice != ToolChoice::kNone) {

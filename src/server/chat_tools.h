@@ -36,8 +36,7 @@ ChatToolOptions parse_tool_options(const json& body, const json& tools);
 void prepare_assistant_messages(json& messages);
 
 // What to parse out of this request's output. prompt: the rendered prompt.
-OutputParsing output_parsing(const ServerParsers& parsers, const json& tools,
-                             const ChatToolOptions& opts, const json& chat_template_kwargs,
-                             std::string_view prompt);
+OutputParsing output_parsing(const ServerParsers& parsers, const json& tools, const ChatToolOptions& opts,
+                             const json& chat_template_kwargs, std::string_view prompt);
 
 }  // namespace mla::server

@@ -19,8 +19,7 @@ GenerationJob::GenerationJob(OpenAiApi& api, std::shared_ptr<HttpResponder> res,
   choices_.resize(prompt_lens_.size() * static_cast<size_t>(opt_.n));
   prompts_.resize(prompt_lens_.size());
   if (opt_.echo)
-    for (size_t ci = 0; ci < choices_.size(); ++ci)
-      choices_[ci].text_offset = utf8_length(prompt_texts_[ci / opt_.n]);
+    for (size_t ci = 0; ci < choices_.size(); ++ci) choices_[ci].text_offset = utf8_length(prompt_texts_[ci / opt_.n]);
 }
 
 std::string GenerationJob::engine_id(size_t prompt) const {
@@ -38,23 +37,23 @@ void GenerationJob::begin() {
 }
 
 void GenerationJob::emit(std::string bytes) {
-  if (begun_) res_->write(std::move(bytes));
-  else pending_.push_back(std::move(bytes));
+  if (begun_)
+    res_->write(std::move(bytes));
+  else
+    pending_.push_back(std::move(bytes));
 }
 
 void GenerationJob::emit_end() {
-  if (begun_) res_->end_stream();
-  else pending_end_ = true;
+  if (begun_)
+    res_->end_stream();
+  else
+    pending_end_ = true;
 }
 
 json GenerationJob::chunk_base() const {
   const bool chat = opt_.kind == Kind::kChat;
-  const char* object = chat ? (opt_.stream ? "chat.completion.chunk" : "chat.completion")
-                            : "text_completion";
-  return {{"id", opt_.id},
-          {"object", object},
-          {"created", opt_.created},
-          {"model", api_.config().served_model_name}};
+  const char* object = chat ? (opt_.stream ? "chat.completion.chunk" : "chat.completion") : "text_completion";
+  return {{"id", opt_.id}, {"object", object}, {"created", opt_.created}, {"model", api_.config().served_model_name}};
 }
 
 void GenerationJob::observe(size_t p, const RequestOutput& out, Clock::time_point now) {
@@ -105,8 +104,10 @@ void GenerationJob::on_output(size_t p, RequestOutput&& out) {
       if (!c.started) c.text = prefix;
       c.text += o.text;
       if (opt_.logprobs) {
-        if (opt_.kind == Kind::kChat) append_chat_logprobs(c.logprobs, o.logprobs, token_text);
-        else append_completion_logprobs(c.logprobs, o.logprobs, token_text, c.text_offset);
+        if (opt_.kind == Kind::kChat)
+          append_chat_logprobs(c.logprobs, o.logprobs, token_text);
+        else
+          append_completion_logprobs(c.logprobs, o.logprobs, token_text, c.text_offset);
       }
     }
     c.started = true;
@@ -124,8 +125,10 @@ void GenerationJob::stream_choice(size_t ci, const CompletionOutput& o, const st
   const TokenTextFn token_text = [this](int32_t id) { return api_.token_text(id); };
   json logprobs = nullptr;
   if (opt_.logprobs && !o.logprobs.empty()) {
-    if (opt_.kind == Kind::kChat) append_chat_logprobs(logprobs, o.logprobs, token_text);
-    else append_completion_logprobs(logprobs, o.logprobs, token_text, c.text_offset);
+    if (opt_.kind == Kind::kChat)
+      append_chat_logprobs(logprobs, o.logprobs, token_text);
+    else
+      append_completion_logprobs(logprobs, o.logprobs, token_text, c.text_offset);
   }
   json chunk = chunk_base();
   if (opt_.kind == Kind::kChat) {
@@ -147,8 +150,7 @@ void GenerationJob::stream_choice(size_t ci, const CompletionOutput& o, const st
         d.reasoning += rest.reasoning;
         d.content += rest.content;
         for (auto& t : rest.tool_calls) d.tool_calls.push_back(std::move(t));
-        if (c.parser->any_tool_call() && *o.finish_reason == FinishReason::kStop)
-          finish = "tool_calls";
+        if (c.parser->any_tool_call() && *o.finish_reason == FinishReason::kStop) finish = "tool_calls";
       }
       if (!d.reasoning.empty()) {  // both names: DeepSeek's API and older vLLM, newer vLLM
         delta["reasoning"] = d.reasoning;
@@ -186,8 +188,7 @@ void GenerationJob::finish_all() {
   if (!failed_) {
     if (opt_.stream) {
       if (!error_.empty()) {
-        emit(sse_event(ApiError(500, "generation failed: " + error_, "", "engine_error")
-                           .to_json()));
+        emit(sse_event(ApiError(500, "generation failed: " + error_, "", "engine_error").to_json()));
       } else if (opt_.include_usage) {
         json u = chunk_base();
         u["choices"] = json::array();
@@ -208,8 +209,7 @@ void GenerationJob::finish_all() {
         if (opt_.kind == Kind::kChat && opt_.parsing.active()) {
           ChatMessageOut m = parse_chat_output(opt_.parsing, c.text);
           json msg = {{"role", "assistant"}};
-          msg["content"] = m.content.empty() && !m.tool_calls.empty() ? json(nullptr)
-                                                                       : json(std::move(m.content));
+          msg["content"] = m.content.empty() && !m.tool_calls.empty() ? json(nullptr) : json(std::move(m.content));
           if (m.reasoning) {
             msg["reasoning"] = *m.reasoning;
             msg["reasoning_content"] = std::move(*m.reasoning);
@@ -240,8 +240,7 @@ void GenerationJob::finish_all() {
 void GenerationJob::send_error(int status, const std::string& message) {
   failed_ = true;
   res_->send(status, "application/json",
-             dump_json(ApiError(status, message, "", status >= 500 ? "engine_error" : "")
-                           .to_json()));
+             dump_json(ApiError(status, message, "", status >= 500 ? "engine_error" : "").to_json()));
 }
 
 void GenerationJob::abort() {

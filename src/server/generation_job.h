@@ -43,18 +43,18 @@ class GenerationJob : public ApiJob {
   // NOLINTNEXTLINE(bugprone-exception-escape): the implicit moves of its strings and json do not throw
   struct Options {
     Kind kind = Kind::kCompletion;
-    std::string id;        // "cmpl-..." / "chatcmpl-..."
-    int64_t created = 0;   // unix seconds
-    int n = 1;             // sequences per prompt
+    std::string id;       // "cmpl-..." / "chatcmpl-..."
+    int64_t created = 0;  // unix seconds
+    int n = 1;            // sequences per prompt
     bool stream = false;
     bool include_usage = false;
     bool logprobs = false;
-    bool echo = false;     // completions: the prompt text starts each choice
-    OutputParsing parsing; // chat: reasoning / tool calls split out of the text
+    bool echo = false;      // completions: the prompt text starts each choice
+    OutputParsing parsing;  // chat: reasoning / tool calls split out of the text
   };
 
-  GenerationJob(OpenAiApi& api, std::shared_ptr<HttpResponder> res, Options opt,
-                std::vector<std::string> prompt_texts, std::vector<int> prompt_lens);
+  GenerationJob(OpenAiApi& api, std::shared_ptr<HttpResponder> res, Options opt, std::vector<std::string> prompt_texts,
+                std::vector<int> prompt_lens);
 
   // Engine request id of prompt i.
   std::string engine_id(size_t prompt) const override;
@@ -81,7 +81,7 @@ class GenerationJob : public ApiJob {
     int n_generated = 0;
     std::optional<FinishReason> finish;
     std::variant<std::monostate, std::string, int32_t> stop_reason;
-    bool started = false;  // stream: role / echo chunk sent
+    bool started = false;                    // stream: role / echo chunk sent
     std::optional<ChatOutputStream> parser;  // stream with parsing: the incremental parser
     Clock::time_point last_token{};
   };

@@ -4,6 +4,7 @@
 // the next failed write.
 #include "server/http_server.h"
 
+#include <fmt/format.h>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
@@ -13,7 +14,6 @@
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
 
@@ -55,15 +55,16 @@ bool is_http_error(const beast::error_code& ec) {
 }
 
 // Status line and headers, ending with the blank line.
-std::string response_head(int status, std::string_view content_type, const Headers& headers,
-                          bool keep_alive, std::optional<size_t> content_length) {
+std::string response_head(int status, std::string_view content_type, const Headers& headers, bool keep_alive,
+                          std::optional<size_t> content_length) {
   std::string reason(http::obsolete_reason(static_cast<http::status>(status)));
-  std::string out = fmt::format("HTTP/1.1 {} {}\r\nServer: mla.cpp/{}\r\n", status, reason,
-                                MLA_VERSION);
+  std::string out = fmt::format("HTTP/1.1 {} {}\r\nServer: mla.cpp/{}\r\n", status, reason, MLA_VERSION);
   if (!content_type.empty()) out += fmt::format("Content-Type: {}\r\n", content_type);
   for (const auto& [k, v] : headers) out += fmt::format("{}: {}\r\n", k, v);
-  if (content_length) out += fmt::format("Content-Length: {}\r\n", *content_length);
-  else out += "Transfer-Encoding: chunked\r\n";
+  if (content_length)
+    out += fmt::format("Content-Length: {}\r\n", *content_length);
+  else
+    out += "Transfer-Encoding: chunked\r\n";
   out += keep_alive ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
   return out;
 }
@@ -108,8 +109,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void start() {
-    net::dispatch(stream_.get_executor(),
-                  beast::bind_front_handler(&Session::do_read, shared_from_this()));
+    net::dispatch(stream_.get_executor(), beast::bind_front_handler(&Session::do_read, shared_from_this()));
   }
 
   // Runs f on the session's strand.
@@ -186,22 +186,17 @@ class Responder : public HttpResponder {
   void send(int status, std::string content_type, std::string body, Headers headers) override {
     if (auto s = session())
       s->post([s, self = this, status, ct = std::move(content_type), b = std::move(body),
-               h = std::move(headers)]() mutable {
-        s->respond_full(self, status, ct, std::move(b), h);
-      });
+               h = std::move(headers)]() mutable { s->respond_full(self, status, ct, std::move(b), h); });
   }
   void start_stream(std::string content_type, Headers headers) override {
     if (auto s = session())
-      s->post([s, self = this, ct = std::move(content_type), h = std::move(headers)] {
-        s->respond_start(self, ct, h);
-      });
+      s->post(
+          [s, self = this, ct = std::move(content_type), h = std::move(headers)] { s->respond_start(self, ct, h); });
   }
   void write(std::string data) override {
     if (data.empty()) return;
     if (auto s = session())
-      s->post([s, self = this, d = std::move(data)]() mutable {
-        s->respond_chunk(self, std::move(d));
-      });
+      s->post([s, self = this, d = std::move(data)]() mutable { s->respond_chunk(self, std::move(d)); });
   }
   void end_stream() override {
     if (auto s = session()) s->post([s, self = this] { s->respond_end(self); });
@@ -275,28 +270,24 @@ void Session::on_header(beast::error_code ec, size_t) {
   // A timeout has already closed the socket (tcp_stream does): nothing can be sent.
   if (ec == http::error::end_of_stream || ec == beast::error::timeout) return close();
   if (ec) {
-    if (is_http_error(ec))
-      return reject_and_close(400, fmt::format("malformed HTTP request: {}", ec.message()));
+    if (is_http_error(ec)) return reject_and_close(400, fmt::format("malformed HTTP request: {}", ec.message()));
     return close();
   }
   if (shared_->draining) return close();
   auto& req = parser_->get();
-  if (auto len = parser_->content_length();
-      len && *len > shared_->config.limits.max_body_bytes) {
-    return reject_and_close(
-        413, fmt::format("request body of {} bytes is over the limit of {} bytes "
-                         "(--max-request-bytes)",
-                         *len, shared_->config.limits.max_body_bytes));
+  if (auto len = parser_->content_length(); len && *len > shared_->config.limits.max_body_bytes) {
+    return reject_and_close(413, fmt::format("request body of {} bytes is over the limit of {} bytes "
+                                             "(--max-request-bytes)",
+                                             *len, shared_->config.limits.max_body_bytes));
   }
   if (iequals(std::string(req[http::field::expect]), "100-continue") && !parser_->is_done()) {
     // curl waits for this before sending a body over 1 KiB.
     inflight_ = "HTTP/1.1 100 Continue\r\n\r\n";
     stream_.expires_after(shared_->config.limits.write_timeout);
-    net::async_write(stream_, net::buffer(inflight_),
-                     [self = shared_from_this()](beast::error_code ec, size_t) {
-                       if (ec) return self->close();
-                       self->read_body();
-                     });
+    net::async_write(stream_, net::buffer(inflight_), [self = shared_from_this()](beast::error_code ec, size_t) {
+      if (ec) return self->close();
+      self->read_body();
+    });
     return;
   }
   read_body();
@@ -305,8 +296,7 @@ void Session::on_header(beast::error_code ec, size_t) {
 void Session::read_body() {
   if (closed_) return;
   stream_.expires_after(shared_->config.limits.keep_alive);
-  http::async_read(stream_, buffer_, *parser_,
-                   beast::bind_front_handler(&Session::on_body, shared_from_this()));
+  http::async_read(stream_, buffer_, *parser_, beast::bind_front_handler(&Session::on_body, shared_from_this()));
 }
 
 void Session::on_body(beast::error_code ec, size_t) {
@@ -344,8 +334,9 @@ void Session::on_body(beast::error_code ec, size_t) {
     shared_->handler(std::move(req), r);
   } catch (const std::exception& e) {
     log().error("http: handler threw: {}", e.what());
-    static_cast<HttpResponder&>(*r).send(500, "application/json",
-            R"({"error":{"message":"internal server error","type":"internal_error","param":null,"code":500}})");
+    static_cast<HttpResponder&>(*r).send(
+        500, "application/json",
+        R"({"error":{"message":"internal server error","type":"internal_error","param":null,"code":500}})");
   }
 }
 
@@ -390,8 +381,8 @@ void Session::client_gone() {
   r->mark_gone();
 }
 
-void Session::respond_full(const Responder* r, int status, const std::string& content_type,
-                           std::string body, const Headers& headers) {
+void Session::respond_full(const Responder* r, int status, const std::string& content_type, std::string body,
+                           const Headers& headers) {
   if (closed_ || responder_.get() != r || streaming_ || response_done_) return;
   bool keep = keep_alive_ && !shared_->draining;
   close_after_write_ = !keep;
@@ -476,11 +467,8 @@ void Session::finish_response() {
 }
 
 void Session::reject_and_close(int status, std::string_view message) {
-  nlohmann::json err = {{"error",
-                         {{"message", message},
-                          {"type", "invalid_request_error"},
-                          {"param", nullptr},
-                          {"code", status}}}};
+  nlohmann::json err = {
+      {"error", {{"message", message}, {"type", "invalid_request_error"}, {"param", nullptr}, {"code", status}}}};
   std::string body = err.dump();
   enqueue(response_head(status, "application/json", {}, false, body.size()));
   enqueue(std::move(body));
@@ -495,11 +483,9 @@ void Session::linger() {
   beast::error_code ec;
   stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
   stream_.expires_after(std::chrono::seconds(2));
-  stream_.async_read_some(net::buffer(scratch_), [self = shared_from_this()](
-                                                     beast::error_code ec, size_t n) {
+  stream_.async_read_some(net::buffer(scratch_), [self = shared_from_this()](beast::error_code ec, size_t n) {
     self->lingered_ += n;
-    if (ec || self->lingered_ > 4 * self->shared_->config.limits.max_body_bytes + (1 << 20))
-      return self->close();
+    if (ec || self->lingered_ > 4 * self->shared_->config.limits.max_body_bytes + (1 << 20)) return self->close();
     self->linger();
   });
 }
@@ -564,10 +550,9 @@ void HttpServer::start() {
   const auto& cfg = impl_->shared->config;
   beast::error_code ec;
   tcp::resolver resolver(impl_->ioc);
-  auto results = resolver.resolve(cfg.host, std::to_string(cfg.port),
-                                  tcp::resolver::passive | tcp::resolver::numeric_service, ec);
-  if (ec || results.empty())
-    fail("http: cannot resolve host '{}': {}", cfg.host, ec ? ec.message() : "no address");
+  auto results =
+      resolver.resolve(cfg.host, std::to_string(cfg.port), tcp::resolver::passive | tcp::resolver::numeric_service, ec);
+  if (ec || results.empty()) fail("http: cannot resolve host '{}': {}", cfg.host, ec ? ec.message() : "no address");
   tcp::endpoint ep = results.begin()->endpoint();
   auto& acc = impl_->acceptor.emplace(net::make_strand(impl_->ioc));
   acc.open(ep.protocol(), ec);
@@ -591,9 +576,7 @@ void HttpServer::drain() {
     beast::error_code ec;
     impl_->acceptor->close(ec);
   });
-  impl_->for_each_session([](const std::shared_ptr<Session>& s) {
-    s->post([s] { s->close_if_idle(); });
-  });
+  impl_->for_each_session([](const std::shared_ptr<Session>& s) { s->post([s] { s->close_if_idle(); }); });
 }
 
 int HttpServer::n_busy_connections() const { return impl_->shared->n_busy.load(); }

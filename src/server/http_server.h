@@ -19,9 +19,9 @@
 namespace mla::server {
 
 struct HttpLimits {
-  size_t max_header_bytes = 16 * 1024;         // request line + headers; over it: 431, then close
-  size_t max_body_bytes = 16 * 1024 * 1024;    // over it: 413, then close
-  std::chrono::milliseconds keep_alive{5000};  // idle wait for a request, and for each read of it
+  size_t max_header_bytes = 16 * 1024;             // request line + headers; over it: 431, then close
+  size_t max_body_bytes = 16 * 1024 * 1024;        // over it: 413, then close
+  std::chrono::milliseconds keep_alive{5000};      // idle wait for a request, and for each read of it
   std::chrono::milliseconds write_timeout{60000};  // one write to a client that stopped reading
 };
 

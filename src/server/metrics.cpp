@@ -47,10 +47,14 @@ std::string prometheus_value(double v) {
 std::string prometheus_escape(std::string_view v) {
   std::string out;
   for (char c : v) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '"') out += "\\\"";
-    else if (c == '\n') out += "\\n";
-    else out += c;
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '"')
+      out += "\\\"";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
   }
   return out;
 }
@@ -76,8 +80,7 @@ void PrometheusWriter::sample(std::string_view name, const Labels& labels, doubl
   out_ += '\n';
 }
 
-void PrometheusWriter::histogram(std::string_view name, const Labels& labels,
-                                 const Histogram::Snapshot& h) {
+void PrometheusWriter::histogram(std::string_view name, const Labels& labels, const Histogram::Snapshot& h) {
   const std::string bucket = fmt::format("{}_bucket", name);
   for (size_t i = 0; i < h.bounds.size(); ++i) {
     Labels l = labels;
@@ -93,10 +96,8 @@ void PrometheusWriter::histogram(std::string_view name, const Labels& labels,
 
 // Bucket bounds in seconds: from a fast CPU decode step to a long queue wait.
 ServerMetrics::ServerMetrics()
-    : ttft_({0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20,
-             40, 80, 160, 640}),
-      tpot_({0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5,
-             5, 10, 20}),
+    : ttft_({0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80, 160, 640}),
+      tpot_({0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5, 5, 10, 20}),
       e2e_({0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 20, 30, 60, 120, 240, 480, 960, 1920}) {}
 
 void ServerMetrics::count_finished(FinishReason r) {
@@ -117,14 +118,11 @@ std::string ServerMetrics::render(const EngineCounters& c, std::string_view mode
     w.sample(name, m, v);
   };
   one("mla:num_requests_running", "gauge", "Sequences in the engine's running set.", c.n_running);
-  one("mla:num_requests_waiting", "gauge", "Sequences waiting to be scheduled (new or preempted).",
-      c.n_waiting);
-  one("mla:kv_cache_usage_perc", "gauge", "Fraction of KV cache blocks in use (0 to 1).",
-      c.kv_usage);
+  one("mla:num_requests_waiting", "gauge", "Sequences waiting to be scheduled (new or preempted).", c.n_waiting);
+  one("mla:kv_cache_usage_perc", "gauge", "Fraction of KV cache blocks in use (0 to 1).", c.kv_usage);
   one("mla:prompt_tokens_total", "counter", "Prompt tokens of admitted requests.",
       static_cast<double>(c.n_prompt_tokens));
-  one("mla:generation_tokens_total", "counter", "Generated tokens.",
-      static_cast<double>(c.n_generation_tokens));
+  one("mla:generation_tokens_total", "counter", "Generated tokens.", static_cast<double>(c.n_generation_tokens));
 
   w.family("mla:request_success_total", "counter", "Finished requests by finish reason.");
   {
@@ -132,8 +130,7 @@ std::string ServerMetrics::render(const EngineCounters& c, std::string_view mode
     std::map<std::string, int64_t> all = finished_;
     for (const char* r : {"stop", "length", "abort"}) all.emplace(r, 0);
     for (const auto& [reason, n] : all)
-      w.sample("mla:request_success_total", with("finished_reason", reason),
-               static_cast<double>(n));
+      w.sample("mla:request_success_total", with("finished_reason", reason), static_cast<double>(n));
   }
   one("mla:num_preemptions_total", "counter", "Sequences preempted (recomputed later).",
       static_cast<double>(c.n_preemptions));
@@ -143,10 +140,8 @@ std::string ServerMetrics::render(const EngineCounters& c, std::string_view mode
       static_cast<double>(c.n_prefix_hits));
   w.family("mla:attention_path_tokens_total", "counter",
            "Tokens attended through each MLA path (mha: decompressed, mqa: absorbed).");
-  w.sample("mla:attention_path_tokens_total", with("path", "mha"),
-           static_cast<double>(c.n_tokens_mha));
-  w.sample("mla:attention_path_tokens_total", with("path", "mqa"),
-           static_cast<double>(c.n_tokens_mqa));
+  w.sample("mla:attention_path_tokens_total", with("path", "mha"), static_cast<double>(c.n_tokens_mha));
+  w.sample("mla:attention_path_tokens_total", with("path", "mqa"), static_cast<double>(c.n_tokens_mqa));
   one("mla:sparse_attention_layer_tokens_total", "counter",
       "DSA: tokens attended through sparse (indexer top-k) layers, summed over those layers.",
       static_cast<double>(c.n_sparse_layer_tokens));
@@ -154,14 +149,12 @@ std::string ServerMetrics::render(const EngineCounters& c, std::string_view mode
       "DSA: context rows the lightning indexer selected for those tokens (their attention cost).",
       static_cast<double>(c.n_sparse_selected_rows));
 
-  w.family("mla:time_to_first_token_seconds", "histogram",
-           "Time from request arrival to its first generated token.");
+  w.family("mla:time_to_first_token_seconds", "histogram", "Time from request arrival to its first generated token.");
   w.histogram("mla:time_to_first_token_seconds", m, ttft_.snapshot());
   w.family("mla:time_per_output_token_seconds", "histogram",
            "Time between consecutive generated tokens of a sequence.");
   w.histogram("mla:time_per_output_token_seconds", m, tpot_.snapshot());
-  w.family("mla:e2e_request_latency_seconds", "histogram",
-           "Time from request arrival to its last output.");
+  w.family("mla:e2e_request_latency_seconds", "histogram", "Time from request arrival to its last output.");
   w.histogram("mla:e2e_request_latency_seconds", m, e2e_.snapshot());
   return w.text();
 }

@@ -6,8 +6,8 @@
 #include <random>
 
 #include "engine/engine.h"
-#include "server/auth.h"
 #include "server/anthropic_api.h"
+#include "server/auth.h"
 #include "server/generation_job.h"
 #include "server/sse.h"
 #include "tokenizer/tokenizer.h"
@@ -20,9 +20,7 @@ namespace mla::server {
 namespace {
 
 int64_t unix_now() {
-  return std::chrono::duration_cast<std::chrono::seconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 void send_json(const std::shared_ptr<HttpResponder>& res, int status, const json& body,
@@ -107,8 +105,10 @@ void OpenAiApi::handle(HttpRequest&& req, const std::shared_ptr<HttpResponder>& 
   // Errors of the Anthropic routes take Anthropic's shape.
   const bool anthropic = req.path.rfind("/v1/messages", 0) == 0;
   auto fail = [&](const ApiError& e) {
-    if (anthropic) send_json(res, e.status(), anthropic_error_json(e));
-    else send_error(res, e);
+    if (anthropic)
+      send_json(res, e.status(), anthropic_error_json(e));
+    else
+      send_error(res, e);
   };
   try {
     route(req, res);
@@ -129,20 +129,21 @@ void OpenAiApi::route(HttpRequest& req, const std::shared_ptr<HttpResponder>& re
     const char* method;
   };
   static const Route kRoutes[] = {
-      {"/health", "GET"},        {"/metrics", "GET"},   {"/version", "GET"},
-      {"/v1/models", "GET"},     {"/tokenize", "POST"}, {"/detokenize", "POST"},
+      {"/health", "GET"},          {"/metrics", "GET"},
+      {"/version", "GET"},         {"/v1/models", "GET"},
+      {"/tokenize", "POST"},       {"/detokenize", "POST"},
       {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"},
-      {"/v1/messages", "POST"},  {"/v1/messages/count_tokens", "POST"},
+      {"/v1/messages", "POST"},    {"/v1/messages/count_tokens", "POST"},
   };
   const std::string& path = req.path;
   const bool public_path = path == "/health" || path == "/metrics";
   // Anthropic's clients send the key as x-api-key.
-  if (!public_path && !config_.api_key.empty() &&
-      !authorized(req.header("Authorization"), config_.api_key) &&
-      !(!req.header("x-api-key").empty() &&
-        constant_time_equals(req.header("x-api-key"), config_.api_key))) {
-    throw ApiError(401, "missing or invalid API key (send 'Authorization: Bearer <key>' or "
-                   "'x-api-key: <key>')", "", "invalid_api_key");
+  if (!public_path && !config_.api_key.empty() && !authorized(req.header("Authorization"), config_.api_key) &&
+      !(!req.header("x-api-key").empty() && constant_time_equals(req.header("x-api-key"), config_.api_key))) {
+    throw ApiError(401,
+                   "missing or invalid API key (send 'Authorization: Bearer <key>' or "
+                   "'x-api-key: <key>')",
+                   "", "invalid_api_key");
   }
   // /v1/models/{name}: the one route with a parameter.
   std::string model_id;
@@ -154,12 +155,10 @@ void OpenAiApi::route(HttpRequest& req, const std::shared_ptr<HttpResponder>& re
     known_method = "GET";
     model_id = path.substr(kModelsPrefix.size());
   }
-  if (!known_method) throw ApiError(404, fmt::format("no route for {} {}", req.method, path), "",
-                                    "not_found");
+  if (!known_method) throw ApiError(404, fmt::format("no route for {} {}", req.method, path), "", "not_found");
   if (req.method != known_method) {
     send_error(res,
-               ApiError(405, fmt::format("method {} is not allowed for {} (use {})", req.method,
-                                         path, known_method),
+               ApiError(405, fmt::format("method {} is not allowed for {} (use {})", req.method, path, known_method),
                         "", "method_not_allowed"),
                {{"Allow", known_method}});
     return;
@@ -175,8 +174,7 @@ void OpenAiApi::route(HttpRequest& req, const std::shared_ptr<HttpResponder>& re
   if (path == "/metrics") {
     EngineCounters c;
     if (ready_) c = model_.engine->counters();
-    res->send(200, std::string(kPrometheusContentType),
-              metrics_.render(c, config_.served_model_name));
+    res->send(200, std::string(kPrometheusContentType), metrics_.render(c, config_.served_model_name));
     return;
   }
   if (path == "/version") {
@@ -203,24 +201,19 @@ void OpenAiApi::route(HttpRequest& req, const std::shared_ptr<HttpResponder>& re
 
 void OpenAiApi::require_ready() const {
   if (shutting_down_) throw ApiError(503, "the server is shutting down", "", "shutting_down");
-  if (!ready_) throw ApiError(503, "the model is still loading; retry when /health is 200", "",
-                              "loading");
+  if (!ready_) throw ApiError(503, "the model is still loading; retry when /health is 200", "", "loading");
 }
 
 void OpenAiApi::check_model_name(const std::string& name) const {
   if (!name.empty() && name != config_.served_model_name)
-    throw ApiError(404, fmt::format("the model '{}' does not exist (this server serves '{}')", name,
-                                    config_.served_model_name),
-                   "model", "model_not_found");
+    throw ApiError(
+        404, fmt::format("the model '{}' does not exist (this server serves '{}')", name, config_.served_model_name),
+        "model", "model_not_found");
 }
 
 json OpenAiApi::model_card() const {
-  json card = {{"id", config_.served_model_name},
-               {"object", "model"},
-               {"created", created_},
-               {"owned_by", "mla.cpp"},
-               {"root", config_.model_path},
-               {"parent", nullptr}};
+  json card = {{"id", config_.served_model_name}, {"object", "model"},          {"created", created_},
+               {"owned_by", "mla.cpp"},           {"root", config_.model_path}, {"parent", nullptr}};
   if (ready_) card["max_model_len"] = model_.max_model_len;
   return card;
 }
@@ -246,14 +239,11 @@ std::vector<int32_t> OpenAiApi::tokenize_chat(const std::string& rendered) const
 std::string OpenAiApi::render_chat(const json& messages, const json& tools, const json& kwargs,
                                    bool add_generation_prompt, bool continue_final_message) const {
   if (!model_.render_chat)
-    bad_request("this model has no chat template; use /v1/completions", "messages",
-                "no_chat_template");
+    bad_request("this model has no chat template; use /v1/completions", "messages", "no_chat_template");
   if (continue_final_message && messages.back().value("role", "") != "assistant")
-    bad_request("'continue_final_message' needs the last message to be from the assistant",
-                "continue_final_message");
+    bad_request("'continue_final_message' needs the last message to be from the assistant", "continue_final_message");
   try {
-    return model_.render_chat(ChatPromptInput{messages, tools, kwargs, add_generation_prompt,
-                                              continue_final_message});
+    return model_.render_chat(ChatPromptInput{messages, tools, kwargs, add_generation_prompt, continue_final_message});
   } catch (const Error& e) {
     bad_request(fmt::format("chat template: {}", e.what()), "messages", "chat_template_error");
   }
@@ -264,28 +254,24 @@ void OpenAiApi::handle_tokenize(const HttpRequest& req, const std::shared_ptr<Ht
   TokenizeRequest tr = parse_tokenize_request(body);
   check_model_name(tr.model);
   if (tr.is_chat) prepare_assistant_messages(tr.messages);  // as /v1/chat/completions renders them
-  std::string text = tr.is_chat ? render_chat(tr.messages, tr.tools, tr.chat_template_kwargs,
-                                              tr.add_generation_prompt, tr.continue_final_message)
+  std::string text = tr.is_chat ? render_chat(tr.messages, tr.tools, tr.chat_template_kwargs, tr.add_generation_prompt,
+                                              tr.continue_final_message)
                                 : tr.prompt;
   std::vector<int32_t> ids =
       tr.is_chat && !tr.add_special_tokens ? tokenize_chat(text) : tokenize(text, tr.add_special_tokens);
   send_json(res, 200,
-            {{"count", ids.size()}, {"max_model_len", model_.max_model_len}, {"tokens", ids},
-             {"token_strs", nullptr}});
+            {{"count", ids.size()}, {"max_model_len", model_.max_model_len}, {"tokens", ids}, {"token_strs", nullptr}});
 }
 
-void OpenAiApi::handle_detokenize(const HttpRequest& req,
-                                  const std::shared_ptr<HttpResponder>& res) {
+void OpenAiApi::handle_detokenize(const HttpRequest& req, const std::shared_ptr<HttpResponder>& res) {
   json body = parse_json_object(req.body);
   std::string model;
-  std::vector<int32_t> ids =
-      parse_detokenize_request(body, {model_.n_vocab, model_.max_model_len}, &model);
+  std::vector<int32_t> ids = parse_detokenize_request(body, {model_.n_vocab, model_.max_model_len}, &model);
   check_model_name(model);
   send_json(res, 200, {{"prompt", model_.tokenizer->decode_text(ids)}});
 }
 
-void OpenAiApi::handle_completions(const HttpRequest& req,
-                                   const std::shared_ptr<HttpResponder>& res) {
+void OpenAiApi::handle_completions(const HttpRequest& req, const std::shared_ptr<HttpResponder>& res) {
   json body = parse_json_object(req.body);
   CompletionRequest cr = parse_completion_request(body, {model_.n_vocab, model_.max_model_len});
   check_model_name(cr.model);
@@ -311,8 +297,7 @@ void OpenAiApi::handle_completions(const HttpRequest& req,
   opt.include_usage = cr.include_usage;
   opt.logprobs = cr.params.logprobs.has_value();
   opt.echo = cr.echo;
-  auto job = std::make_shared<GenerationJob>(*this, res, std::move(opt), std::move(texts),
-                                             std::move(lens));
+  auto job = std::make_shared<GenerationJob>(*this, res, std::move(opt), std::move(texts), std::move(lens));
   start_job(job, std::move(prompts), cr.params);
 }
 
@@ -326,8 +311,8 @@ void OpenAiApi::handle_chat(const HttpRequest& req, const std::shared_ptr<HttpRe
     restore_schema_order(*cr.structured, req.body);
     cr.params.grammar = compile_grammar(cr.structured->spec, cr.structured->param);
   }
-  std::string text = render_chat(cr.messages, cr.tools, cr.chat_template_kwargs,
-                                 cr.add_generation_prompt, cr.continue_final_message);
+  std::string text =
+      render_chat(cr.messages, cr.tools, cr.chat_template_kwargs, cr.add_generation_prompt, cr.continue_final_message);
   std::vector<int32_t> ids = tokenize_chat(text);
   const int len = static_cast<int>(ids.size());
   check_context_length(len, cr.max_tokens, model_.max_model_len);
@@ -336,8 +321,8 @@ void OpenAiApi::handle_chat(const HttpRequest& req, const std::shared_ptr<HttpRe
     cr.params.max_tokens = std::max(1, model_.max_model_len - len);
     check_context_length(len, cr.params.max_tokens, model_.max_model_len);
     if (cr.params.min_tokens > cr.params.max_tokens)
-      bad_request(fmt::format("'min_tokens' ({}) is more than the {} tokens left in the context",
-                              cr.params.min_tokens, cr.params.max_tokens),
+      bad_request(fmt::format("'min_tokens' ({}) is more than the {} tokens left in the context", cr.params.min_tokens,
+                              cr.params.max_tokens),
                   "min_tokens");
   }
   GenerationJob::Options opt;
@@ -350,10 +335,8 @@ void OpenAiApi::handle_chat(const HttpRequest& req, const std::shared_ptr<HttpRe
   opt.logprobs = cr.logprobs;
   opt.parsing = output_parsing(model_.parsers, cr.tools, tool_opts, cr.chat_template_kwargs, text);
   // The markers of calls and reasoning may be special tokens: keep them in the text to parse.
-  if (opt.parsing.active() && !body.contains("skip_special_tokens"))
-    cr.params.skip_special_tokens = false;
-  auto job = std::make_shared<GenerationJob>(*this, res, std::move(opt),
-                                             std::vector<std::string>{std::move(text)},
+  if (opt.parsing.active() && !body.contains("skip_special_tokens")) cr.params.skip_special_tokens = false;
+  auto job = std::make_shared<GenerationJob>(*this, res, std::move(opt), std::vector<std::string>{std::move(text)},
                                              std::vector<int>{len});
   std::vector<std::vector<int32_t>> prompts;
   prompts.push_back(std::move(ids));
@@ -362,8 +345,7 @@ void OpenAiApi::handle_chat(const HttpRequest& req, const std::shared_ptr<HttpRe
 
 std::shared_ptr<const CompiledGrammar> OpenAiApi::compile_grammar(const GrammarSpec& spec,
                                                                   const std::string& param) const {
-  if (!model_.grammars) bad_request("structured outputs are not available on this server", param,
-                                    "unsupported");
+  if (!model_.grammars) bad_request("structured outputs are not available on this server", param, "unsupported");
   try {
     return model_.grammars->compile(spec);
   } catch (const Error& e) {
@@ -371,8 +353,8 @@ std::shared_ptr<const CompiledGrammar> OpenAiApi::compile_grammar(const GrammarS
   }
 }
 
-void OpenAiApi::start_job(const std::shared_ptr<ApiJob>& job,
-                          std::vector<std::vector<int32_t>> prompts, const SamplingParams& params) {
+void OpenAiApi::start_job(const std::shared_ptr<ApiJob>& job, std::vector<std::vector<int32_t>> prompts,
+                          const SamplingParams& params) {
   // The engine's own validation, with its message, before anything is queued.
   try {
     params.validate(model_.n_vocab);

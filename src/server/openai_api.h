@@ -42,11 +42,11 @@ using ChatRenderer = std::function<std::string(const ChatPromptInput&)>;
 struct ServedModel {
   Engine* engine = nullptr;
   const Tokenizer* tokenizer = nullptr;
-  ChatRenderer render_chat;  // empty: the model has no chat template (chat requests → 400)
+  ChatRenderer render_chat;             // empty: the model has no chat template (chat requests → 400)
   GrammarCompiler* grammars = nullptr;  // null: structured outputs answer 400
   int max_model_len = 0;
   int n_vocab = 0;
-  ServerParsers parsers;     // tool-call and reasoning parsers (chat_tools.h)
+  ServerParsers parsers;  // tool-call and reasoning parsers (chat_tools.h)
 };
 
 struct ApiConfig {
@@ -79,8 +79,7 @@ class OpenAiApi {
   TokenText token_text(int32_t id) const;
   // Compiles an output constraint for SamplingParams::grammar (cached by spec). A spec that does
   // not compile is a 400 naming `param` and the problem.
-  std::shared_ptr<const CompiledGrammar> compile_grammar(const GrammarSpec& spec,
-                                                         const std::string& param) const;
+  std::shared_ptr<const CompiledGrammar> compile_grammar(const GrammarSpec& spec, const std::string& param) const;
   void job_finished(const std::string& id);
 
  private:
@@ -92,8 +91,8 @@ class OpenAiApi {
   void handle_tokenize(const HttpRequest& req, const std::shared_ptr<HttpResponder>& res);
   void handle_detokenize(const HttpRequest& req, const std::shared_ptr<HttpResponder>& res);
   json model_card() const;
-  std::string render_chat(const json& messages, const json& tools, const json& kwargs,
-                          bool add_generation_prompt, bool continue_final_message) const;
+  std::string render_chat(const json& messages, const json& tools, const json& kwargs, bool add_generation_prompt,
+                          bool continue_final_message) const;
   std::vector<int32_t> tokenize(const std::string& text, bool add_special) const;
   // A rendered chat prompt: its own special tokens, plus BOS where the vocabulary wants one and
   // the template did not write it.

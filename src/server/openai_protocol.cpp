@@ -10,16 +10,25 @@ namespace mla::server {
 
 const char* error_type_for_status(int status) {
   switch (status) {
-    case 400: return "invalid_request_error";
-    case 401: return "authentication_error";
-    case 403: return "permission_error";
-    case 404: return "not_found_error";
-    case 405: return "method_not_allowed_error";
-    case 408: return "timeout_error";
+    case 400:
+      return "invalid_request_error";
+    case 401:
+      return "authentication_error";
+    case 403:
+      return "permission_error";
+    case 404:
+      return "not_found_error";
+    case 405:
+      return "method_not_allowed_error";
+    case 408:
+      return "timeout_error";
     case 413:
-    case 431: return "request_too_large_error";
-    case 503: return "service_unavailable_error";
-    default: return status >= 500 ? "internal_error" : "invalid_request_error";
+    case 431:
+      return "request_too_large_error";
+    case 503:
+      return "service_unavailable_error";
+    default:
+      return status >= 500 ? "internal_error" : "invalid_request_error";
   }
 }
 
@@ -39,8 +48,7 @@ json parse_json_object(std::string_view body) {
     bad_request(fmt::format("request body is not valid JSON: {}", e.what()), "", "invalid_json");
   }
   if (!j.is_object())
-    bad_request(fmt::format("request body must be a JSON object, got {}", j.type_name()), "",
-                "invalid_json");
+    bad_request(fmt::format("request body must be a JSON object, got {}", j.type_name()), "", "invalid_json");
   return j;
 }
 
@@ -54,8 +62,7 @@ const json* field(const json& body, const char* name) {
 }
 
 [[noreturn]] void wrong_type(const char* name, const char* expected, const json& v) {
-  bad_request(fmt::format("'{}' must be {}, got {}", name, expected, v.type_name()), name,
-              "invalid_type");
+  bad_request(fmt::format("'{}' must be {}, got {}", name, expected, v.type_name()), name, "invalid_type");
 }
 
 std::optional<std::string> get_string(const json& body, const char* name) {
@@ -75,15 +82,13 @@ std::optional<bool> get_bool(const json& body, const char* name) {
 // Integers, or floats with an integral value (1.0), within int64.
 std::optional<int64_t> as_int(const json& v) {
   if (v.is_number_integer()) {
-    if (v.is_number_unsigned() &&
-        v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+    if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
       return std::nullopt;
     return v.get<int64_t>();
   }
   if (v.is_number_float()) {
     double d = v.get<double>();
-    if (std::isfinite(d) && std::floor(d) == d && std::fabs(d) < 9.0e18)
-      return static_cast<int64_t>(d);
+    if (std::isfinite(d) && std::floor(d) == d && std::fabs(d) < 9.0e18) return static_cast<int64_t>(d);
   }
   return std::nullopt;
 }
@@ -108,8 +113,7 @@ std::optional<double> get_number(const json& body, const char* name) {
 }
 
 // int field within [lo, hi].
-std::optional<int> get_int_in(const json& body, const char* name, int64_t lo, int64_t hi,
-                              std::string_view rule) {
+std::optional<int> get_int_in(const json& body, const char* name, int64_t lo, int64_t hi, std::string_view rule) {
   auto v = get_int(body, name);
   if (v && (*v < lo || *v > hi)) out_of_range(name, rule, std::to_string(*v));
   return v ? std::optional<int>(static_cast<int>(*v)) : std::nullopt;
@@ -138,8 +142,7 @@ void parse_sampling(const json& body, const ModelLimits& lim, SamplingParams& p)
     if (finite("top_p", *t) <= 0 || *t > 1) out_of_range("top_p", "in (0, 1]", fmt::format("{}", *t));
     p.top_p = static_cast<float>(*t);
   }
-  if (auto k = get_int_in(body, "top_k", -1, std::numeric_limits<int32_t>::max(),
-                          "-1 or 0 (off) or >= 1"))
+  if (auto k = get_int_in(body, "top_k", -1, std::numeric_limits<int32_t>::max(), "-1 or 0 (off) or >= 1"))
     p.top_k = *k < 0 ? 0 : *k;
   if (auto m = get_number(body, "min_p")) {
     if (finite("min_p", *m) < 0 || *m > 1) out_of_range("min_p", "in [0, 1]", fmt::format("{}", *m));
@@ -153,8 +156,7 @@ void parse_sampling(const json& body, const ModelLimits& lim, SamplingParams& p)
     }
   }
   if (auto r = get_number(body, "repetition_penalty")) {
-    if (finite("repetition_penalty", *r) <= 0)
-      out_of_range("repetition_penalty", "> 0", fmt::format("{}", *r));
+    if (finite("repetition_penalty", *r) <= 0) out_of_range("repetition_penalty", "> 0", fmt::format("{}", *r));
     p.repetition_penalty = static_cast<float>(*r);
   }
   if (const json* lb = field(body, "logit_bias")) {
@@ -170,8 +172,7 @@ void parse_sampling(const json& body, const ModelLimits& lim, SamplingParams& p)
       if (used == 0 || used != key.size())
         bad_request(fmt::format("'logit_bias' keys must be token ids, got '{}'", key), "logit_bias");
       if (id < 0 || id >= lim.n_vocab)
-        bad_request(fmt::format("'logit_bias': token id {} is out of range [0, {})", id,
-                                lim.n_vocab), "logit_bias");
+        bad_request(fmt::format("'logit_bias': token id {} is out of range [0, {})", id, lim.n_vocab), "logit_bias");
       if (!val.is_number()) wrong_type("logit_bias", "an object with number values", val);
       double b = val.get<double>();
       if (!std::isfinite(b) || b < -100 || b > 100)
@@ -198,8 +199,7 @@ void parse_sampling(const json& body, const ModelLimits& lim, SamplingParams& p)
     for (const auto& v : *st) p.stop_token_ids.push_back(token_id(v, "stop_token_ids", lim.n_vocab));
   }
   if (auto v = get_bool(body, "ignore_eos")) p.ignore_eos = *v;
-  if (auto v = get_int_in(body, "min_tokens", 0, std::numeric_limits<int32_t>::max(), ">= 0"))
-    p.min_tokens = *v;
+  if (auto v = get_int_in(body, "min_tokens", 0, std::numeric_limits<int32_t>::max(), ">= 0")) p.min_tokens = *v;
   if (auto v = get_bool(body, "include_stop_str_in_output")) p.include_stop_str_in_output = *v;
   if (auto v = get_bool(body, "skip_special_tokens")) p.skip_special_tokens = *v;
 }
@@ -209,8 +209,7 @@ void parse_stream(const json& body, bool& stream, bool& include_usage) {
   stream = get_bool(body, "stream").value_or(false);
   if (const json* so = field(body, "stream_options")) {
     if (!so->is_object()) wrong_type("stream_options", "an object", *so);
-    if (!stream)
-      bad_request("'stream_options' can only be given when 'stream' is true", "stream_options");
+    if (!stream) bad_request("'stream_options' can only be given when 'stream' is true", "stream_options");
     include_usage = get_bool(*so, "include_usage").value_or(false);
   }
 }
@@ -218,8 +217,8 @@ void parse_stream(const json& body, bool& stream, bool& include_usage) {
 void check_max_tokens(SamplingParams& p, std::optional<int> max_tokens, const char* name) {
   if (max_tokens) p.max_tokens = *max_tokens;
   if (p.min_tokens > p.max_tokens)
-    bad_request(fmt::format("'min_tokens' ({}) must not exceed '{}' ({})", p.min_tokens, name,
-                            p.max_tokens), "min_tokens");
+    bad_request(fmt::format("'min_tokens' ({}) must not exceed '{}' ({})", p.min_tokens, name, p.max_tokens),
+                "min_tokens");
 }
 
 // Chat message content: a string, null, or a list of {"type": "text", "text": ...} parts
@@ -227,23 +226,22 @@ void check_max_tokens(SamplingParams& p, std::optional<int> max_tokens, const ch
 json normalize_content(const json& content, size_t i) {
   if (content.is_null() || content.is_string()) return content;
   if (!content.is_array())
-    bad_request(fmt::format("messages[{}].content must be a string or a list of parts, got {}", i,
-                            content.type_name()), "messages");
+    bad_request(fmt::format("messages[{}].content must be a string or a list of parts, got {}", i, content.type_name()),
+                "messages");
   std::string text;
   bool first = true;
   for (const auto& part : content) {
-    if (!part.is_object())
-      bad_request(fmt::format("messages[{}].content parts must be objects", i), "messages");
+    if (!part.is_object()) bad_request(fmt::format("messages[{}].content parts must be objects", i), "messages");
     auto type = part.find("type");
     if (type == part.end() || !type->is_string())
       bad_request(fmt::format("messages[{}].content part has no 'type'", i), "messages");
     if (*type != "text")
-      bad_request(fmt::format("messages[{}].content part type '{}' is not supported (text only)",
-                              i, type->get<std::string>()), "messages");
+      bad_request(
+          fmt::format("messages[{}].content part type '{}' is not supported (text only)", i, type->get<std::string>()),
+          "messages");
     auto t = part.find("text");
     if (t == part.end() || !t->is_string())
-      bad_request(fmt::format("messages[{}].content text part has no 'text' string", i),
-                  "messages");
+      bad_request(fmt::format("messages[{}].content text part has no 'text' string", i), "messages");
     if (!first) text += '\n';
     text += t->get<std::string>();
     first = false;
@@ -260,15 +258,16 @@ json normalize_messages(const json& body) {
   for (size_t i = 0; i < msgs->size(); ++i) {
     const json& m = (*msgs)[i];
     if (!m.is_object())
-      bad_request(fmt::format("messages[{}] must be an object, got {}", i, m.type_name()),
-                  "messages");
+      bad_request(fmt::format("messages[{}] must be an object, got {}", i, m.type_name()), "messages");
     auto role = m.find("role");
     if (role == m.end() || !role->is_string())
       bad_request(fmt::format("messages[{}] has no 'role' string", i), "messages");
     const std::string r = role->get<std::string>();
     if (r != "system" && r != "user" && r != "assistant" && r != "tool" && r != "developer")
       bad_request(fmt::format("messages[{}].role '{}' is not one of system, developer, user, "
-                              "assistant, tool", i, r), "messages");
+                              "assistant, tool",
+                              i, r),
+                  "messages");
     json nm = m;
     auto c = m.find("content");
     nm["content"] = normalize_content(c == m.end() ? json(nullptr) : *c, i);
@@ -292,8 +291,7 @@ void parse_chat_options(const json& body, json& tools, json& kwargs, bool& add_g
   add_generation_prompt = get_bool(body, "add_generation_prompt").value_or(true);
   continue_final_message = get_bool(body, "continue_final_message").value_or(false);
   if (add_generation_prompt && continue_final_message && field(body, "add_generation_prompt"))
-    bad_request("'add_generation_prompt' and 'continue_final_message' cannot both be true",
-                "continue_final_message");
+    bad_request("'add_generation_prompt' and 'continue_final_message' cannot both be true", "continue_final_message");
   if (continue_final_message) add_generation_prompt = false;
 }
 
@@ -306,29 +304,30 @@ std::optional<StructuredOutput> parse_structured_output(const json& body) {
     if (!rf->is_object()) wrong_type("response_format", "an object", *rf);
     auto t = rf->find("type");
     if (t == rf->end() || !t->is_string())
-      bad_request("'response_format.type' must be one of text, json_object, json_schema",
-                  "response_format");
+      bad_request("'response_format.type' must be one of text, json_object, json_schema", "response_format");
     const std::string type = t->get<std::string>();
     if (type == "json_object") {
       out = StructuredOutput{GrammarSpec::json_object(), "response_format"};
     } else if (type == "json_schema") {
       const json* js = field(*rf, "json_schema");
-      if (!js) bad_request("'response_format.json_schema' is required for type json_schema",
-                           "response_format", "missing_field");
+      if (!js)
+        bad_request("'response_format.json_schema' is required for type json_schema", "response_format",
+                    "missing_field");
       if (!js->is_object()) wrong_type("response_format.json_schema", "an object", *js);
       if (const json* name = field(*js, "name"); name && !name->is_string())
         wrong_type("response_format.json_schema.name", "a string", *name);
       if (const json* strict = field(*js, "strict"); strict && !strict->is_boolean())
         wrong_type("response_format.json_schema.strict", "a boolean", *strict);
       const json* schema = field(*js, "schema");
-      if (!schema) bad_request("'response_format.json_schema.schema' is required",
-                               "response_format", "missing_field");
+      if (!schema) bad_request("'response_format.json_schema.schema' is required", "response_format", "missing_field");
       if (!schema->is_object() && !schema->is_boolean())
         wrong_type("response_format.json_schema.schema", "a JSON Schema object", *schema);
       out = StructuredOutput{GrammarSpec::json_schema(schema->dump()), "response_format"};
     } else if (type != "text") {
       bad_request(fmt::format("'response_format.type' must be one of text, json_object, "
-                              "json_schema, got '{}'", type), "response_format", "unsupported");
+                              "json_schema, got '{}'",
+                              type),
+                  "response_format", "unsupported");
     }
   }
   const json* so = field(body, "structured_outputs");
@@ -337,8 +336,9 @@ std::optional<StructuredOutput> parse_structured_output(const json& body) {
   json legacy;
   for (const char* key : {"json", "regex", "choice", "grammar", "whitespace_pattern"}) {
     if (const json* v = field(body, fmt::format("guided_{}", key).c_str())) {
-      if (so) bad_request(fmt::format("'guided_{}' and 'structured_outputs' cannot be used together",
-                                      key), "structured_outputs");
+      if (so)
+        bad_request(fmt::format("'guided_{}' and 'structured_outputs' cannot be used together", key),
+                    "structured_outputs");
       legacy[key] = *v;
     }
   }
@@ -349,20 +349,21 @@ std::optional<StructuredOutput> parse_structured_output(const json& body) {
   auto string_of = [&](const char* key) -> std::optional<std::string> {
     const json* v = field(*so, key);
     if (!v) return std::nullopt;
-    if (!v->is_string())
-      wrong_type(fmt::format("structured_outputs.{}", key).c_str(), "a string", *v);
+    if (!v->is_string()) wrong_type(fmt::format("structured_outputs.{}", key).c_str(), "a string", *v);
     return v->get<std::string>();
   };
   if (const json* j = field(*so, "json")) {
-    if (j->is_string()) specs.push_back(GrammarSpec::json_schema(j->get<std::string>()));
-    else if (j->is_object() || j->is_boolean()) specs.push_back(GrammarSpec::json_schema(j->dump()));
-    else wrong_type("structured_outputs.json", "a JSON Schema (object or string)", *j);
+    if (j->is_string())
+      specs.push_back(GrammarSpec::json_schema(j->get<std::string>()));
+    else if (j->is_object() || j->is_boolean())
+      specs.push_back(GrammarSpec::json_schema(j->dump()));
+    else
+      wrong_type("structured_outputs.json", "a JSON Schema (object or string)", *j);
   }
   if (auto r = string_of("regex")) specs.push_back(GrammarSpec::regex(*r));
   if (const json* c = field(*so, "choice")) {
     if (!c->is_array() || c->empty())
-      bad_request("'structured_outputs.choice' must be a non-empty list of strings",
-                  "structured_outputs");
+      bad_request("'structured_outputs.choice' must be a non-empty list of strings", "structured_outputs");
     std::vector<std::string> choices;
     for (const auto& v : *c) {
       if (!v.is_string()) wrong_type("structured_outputs.choice", "a list of strings", v);
@@ -377,16 +378,18 @@ std::optional<StructuredOutput> parse_structured_output(const json& body) {
     if (jo->get<bool>()) specs.push_back(GrammarSpec::json_object());
   }
   if (field(*so, "whitespace_pattern"))
-    bad_request("'structured_outputs.whitespace_pattern' is not supported", "structured_outputs",
-                "unsupported");
+    bad_request("'structured_outputs.whitespace_pattern' is not supported", "structured_outputs", "unsupported");
   // As vLLM: a response_format constraint goes into structured_outputs, whose options then
   // apply to it; a second constraint kind there is an error.
   if (out && !specs.empty())
-    bad_request("'structured_outputs' and a 'response_format' other than text cannot both "
-                "give a constraint", "structured_outputs");
+    bad_request(
+        "'structured_outputs' and a 'response_format' other than text cannot both "
+        "give a constraint",
+        "structured_outputs");
   if (!out && specs.size() != 1)
     bad_request(fmt::format("'structured_outputs' needs exactly one of json, regex, choice, "
-                            "grammar, json_object, structural_tag; got {}", specs.size()),
+                            "grammar, json_object, structural_tag; got {}",
+                            specs.size()),
                 "structured_outputs");
   if (!out) out = StructuredOutput{std::move(specs[0]), "structured_outputs"};
   if (const json* ws = field(*so, "disable_any_whitespace")) {
@@ -395,7 +398,6 @@ std::optional<StructuredOutput> parse_structured_output(const json& body) {
   }
   return out;
 }
-
 
 }  // namespace
 
@@ -412,8 +414,10 @@ void restore_schema_order(StructuredOutput& so, std::string_view raw_body) {
     }
   } else {
     auto st = body.find("structured_outputs");
-    if (st != body.end() && st->is_object() && st->contains("json")) schema = &(*st)["json"];
-    else if (body.contains("guided_json")) schema = &body["guided_json"];
+    if (st != body.end() && st->is_object() && st->contains("json"))
+      schema = &(*st)["json"];
+    else if (body.contains("guided_json"))
+      schema = &body["guided_json"];
   }
   if (schema && (schema->is_object() || schema->is_boolean())) so.spec.source = schema->dump();
 }
@@ -423,8 +427,9 @@ CompletionRequest parse_completion_request(const json& body, const ModelLimits& 
   r.model = get_string(body, "model").value_or("");
   const json* prompt = field(body, "prompt");
   if (!prompt) bad_request("'prompt' is required", "prompt", "missing_field");
-  const char* kPromptTypes = "a string, a list of strings, a list of token ids or a list of lists "
-                             "of token ids";
+  const char* kPromptTypes =
+      "a string, a list of strings, a list of token ids or a list of lists "
+      "of token ids";
   auto ids_of = [&](const json& arr) {
     PromptInput in;
     in.is_text = false;
@@ -461,10 +466,12 @@ CompletionRequest parse_completion_request(const json& body, const ModelLimits& 
   if (auto lp = get_int_in(body, "logprobs", 0, 20, "in [0, 20]")) r.params.logprobs = *lp;
   r.echo = get_bool(body, "echo").value_or(false);
   if (r.echo && r.params.logprobs)
-    bad_request("'echo' together with 'logprobs' is not supported (prompt logprobs are not "
-                "computed)", "echo", "unsupported");
-  check_max_tokens(r.params, get_int_in(body, "max_tokens", 1, std::numeric_limits<int32_t>::max(),
-                                        ">= 1"), "max_tokens");
+    bad_request(
+        "'echo' together with 'logprobs' is not supported (prompt logprobs are not "
+        "computed)",
+        "echo", "unsupported");
+  check_max_tokens(r.params, get_int_in(body, "max_tokens", 1, std::numeric_limits<int32_t>::max(), ">= 1"),
+                   "max_tokens");
   parse_stream(body, r.stream, r.include_usage);
   r.user = get_string(body, "user").value_or("");
   return r;
@@ -474,13 +481,11 @@ ChatRequest parse_chat_request(const json& body, const ModelLimits& lim) {
   ChatRequest r;
   r.model = get_string(body, "model").value_or("");
   r.messages = normalize_messages(body);
-  parse_chat_options(body, r.tools, r.chat_template_kwargs, r.add_generation_prompt,
-                     r.continue_final_message);
+  parse_chat_options(body, r.tools, r.chat_template_kwargs, r.add_generation_prompt, r.continue_final_message);
   parse_sampling(body, lim, r.params);
   r.logprobs = get_bool(body, "logprobs").value_or(false);
   auto top = get_int_in(body, "top_logprobs", 0, 20, "in [0, 20]");
-  if (top && !r.logprobs)
-    bad_request("'top_logprobs' needs 'logprobs' to be true", "top_logprobs");
+  if (top && !r.logprobs) bad_request("'top_logprobs' needs 'logprobs' to be true", "top_logprobs");
   if (r.logprobs) r.params.logprobs = top.value_or(0);
   const int32_t kMax = std::numeric_limits<int32_t>::max();
   auto mct = get_int_in(body, "max_completion_tokens", 1, kMax, ">= 1");
@@ -500,23 +505,20 @@ TokenizeRequest parse_tokenize_request(const json& body) {
   const bool has_prompt = field(body, "prompt") != nullptr;
   const bool has_messages = field(body, "messages") != nullptr;
   if (has_prompt == has_messages)
-    bad_request("give exactly one of 'prompt' and 'messages'", has_prompt ? "messages" : "prompt",
-                "missing_field");
+    bad_request("give exactly one of 'prompt' and 'messages'", has_prompt ? "messages" : "prompt", "missing_field");
   if (has_prompt) {
     r.prompt = *get_string(body, "prompt");
     r.add_special_tokens = get_bool(body, "add_special_tokens").value_or(true);
   } else {
     r.is_chat = true;
     r.messages = normalize_messages(body);
-    parse_chat_options(body, r.tools, r.chat_template_kwargs, r.add_generation_prompt,
-                       r.continue_final_message);
+    parse_chat_options(body, r.tools, r.chat_template_kwargs, r.add_generation_prompt, r.continue_final_message);
     r.add_special_tokens = get_bool(body, "add_special_tokens").value_or(false);
   }
   return r;
 }
 
-std::vector<int32_t> parse_detokenize_request(const json& body, const ModelLimits& lim,
-                                              std::string* model) {
+std::vector<int32_t> parse_detokenize_request(const json& body, const ModelLimits& lim, std::string* model) {
   if (model) *model = get_string(body, "model").value_or("");
   const json* toks = field(body, "tokens");
   if (!toks) bad_request("'tokens' is required", "tokens", "missing_field");
@@ -536,8 +538,7 @@ void check_context_length(int prompt_len, std::optional<int> max_tokens, int max
   if (max_tokens && static_cast<int64_t>(prompt_len) + *max_tokens > max_model_len)
     bad_request(fmt::format("this model's maximum context length is {} tokens, but {} tokens were "
                             "requested ({} in the prompt + {} max_tokens for the completion)",
-                            max_model_len, static_cast<int64_t>(prompt_len) + *max_tokens,
-                            prompt_len, *max_tokens),
+                            max_model_len, static_cast<int64_t>(prompt_len) + *max_tokens, prompt_len, *max_tokens),
                 "max_tokens", "context_length_exceeded");
 }
 
@@ -579,8 +580,8 @@ json bytes_json(std::string_view b) {
 
 }  // namespace
 
-void append_completion_logprobs(json& into, const std::vector<SampleLogprobs>& lps,
-                                const TokenTextFn& token_text, int64_t& offset) {
+void append_completion_logprobs(json& into, const std::vector<SampleLogprobs>& lps, const TokenTextFn& token_text,
+                                int64_t& offset) {
   if (into.is_null())
     into = {{"text_offset", json::array()},
             {"token_logprobs", json::array()},
@@ -598,17 +599,14 @@ void append_completion_logprobs(json& into, const std::vector<SampleLogprobs>& l
   }
 }
 
-void append_chat_logprobs(json& into, const std::vector<SampleLogprobs>& lps,
-                          const TokenTextFn& token_text) {
+void append_chat_logprobs(json& into, const std::vector<SampleLogprobs>& lps, const TokenTextFn& token_text) {
   if (into.is_null()) into = {{"content", json::array()}};
   for (const auto& lp : lps) {
     TokenText t = token_text(lp.sampled.token);
     json top = json::array();
     for (const auto& e : lp.top) {
       TokenText et = token_text(e.token);
-      top.push_back({{"token", et.text},
-                     {"logprob", finite_logprob(e.logprob)},
-                     {"bytes", bytes_json(et.bytes)}});
+      top.push_back({{"token", et.text}, {"logprob", finite_logprob(e.logprob)}, {"bytes", bytes_json(et.bytes)}});
     }
     into["content"].push_back({{"token", t.text},
                                {"logprob", finite_logprob(lp.sampled.logprob)},

@@ -42,27 +42,27 @@ struct PromptInput {
 };
 
 struct CompletionRequest {
-  std::string model;                 // "" when absent
-  std::vector<PromptInput> prompts;  // >= 1
-  SamplingParams params;             // params.max_tokens: 16 unless given
+  std::string model;                           // "" when absent
+  std::vector<PromptInput> prompts;            // >= 1
+  SamplingParams params;                       // params.max_tokens: 16 unless given
   std::optional<StructuredOutput> structured;  // response_format / structured_outputs
   bool echo = false;
   bool stream = false;
-  bool include_usage = false;        // stream_options.include_usage
+  bool include_usage = false;  // stream_options.include_usage
   std::string user;
 };
 
 struct ChatRequest {
   std::string model;
-  json messages;                     // normalized: [{"role", "content": string|null, ...}]
-  json tools;                        // null or array, passed to the template
+  json messages;  // normalized: [{"role", "content": string|null, ...}]
+  json tools;     // null or array, passed to the template
   json chat_template_kwargs = json::object();
   bool add_generation_prompt = true;
   bool continue_final_message = false;
   SamplingParams params;
   std::optional<StructuredOutput> structured;  // response_format / structured_outputs
-  std::optional<int> max_tokens;     // nullopt: what is left of the context
-  bool logprobs = false;             // then params.logprobs = top_logprobs
+  std::optional<int> max_tokens;               // nullopt: what is left of the context
+  bool logprobs = false;                       // then params.logprobs = top_logprobs
   bool stream = false;
   bool include_usage = false;
   std::string user;
@@ -91,8 +91,7 @@ struct TokenizeRequest {
 };
 TokenizeRequest parse_tokenize_request(const json& body);
 // /detokenize body: "tokens" (ids < n_vocab).
-std::vector<int32_t> parse_detokenize_request(const json& body, const ModelLimits& limits,
-                                              std::string* model);
+std::vector<int32_t> parse_detokenize_request(const json& body, const ModelLimits& limits, std::string* model);
 
 // 400 unless prompt_len >= 1 and prompt_len + max_tokens <= max_model_len; the message says
 // both numbers. max_tokens nullopt: only the prompt is checked.
@@ -119,12 +118,11 @@ json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
 // Completions logprobs for a run of tokens: {"tokens", "token_logprobs", "top_logprobs",
 // "text_offset"}; text_offset starts at offset0 and advances by each token's text length in
 // code points. Appends to `into` (an object with those four arrays, or null to start one).
-void append_completion_logprobs(json& into, const std::vector<SampleLogprobs>& lps,
-                                const TokenTextFn& token_text, int64_t& offset);
+void append_completion_logprobs(json& into, const std::vector<SampleLogprobs>& lps, const TokenTextFn& token_text,
+                                int64_t& offset);
 // Chat logprobs entries ({"token", "logprob", "bytes", "top_logprobs"}) appended to the
 // "content" array of `into` (null to start {"content": []}).
-void append_chat_logprobs(json& into, const std::vector<SampleLogprobs>& lps,
-                          const TokenTextFn& token_text);
+void append_chat_logprobs(json& into, const std::vector<SampleLogprobs>& lps, const TokenTextFn& token_text);
 
 // Number of Unicode code points in valid UTF-8 s (continuation bytes not counted).
 int64_t utf8_length(std::string_view s);

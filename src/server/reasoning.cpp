@@ -34,20 +34,23 @@ std::string detect_reasoning_parser(std::string_view src) {
   auto has = [&](std::string_view s) { return src.find(s) != std::string_view::npos; };
   if (!has(kThinkStart) && !has(kThinkEnd)) return "";
   if (has("<arg_key>")) return "glm45";
-  if (has("<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>"))  // <｜Assistant｜>
+  if (has("<\xef\xbd\x9c"
+          "Assistant\xef\xbd\x9c>"))  // <｜Assistant｜>
     return has("thinking") ? "deepseek_v3" : "deepseek_r1";
   if (has("<|im_assistant|>")) return "kimi_k2";
   if (has("<|im_start|>")) return "qwen3";
   return "deepseek_r1";
 }
 
-std::optional<bool> reasoning_starts_open(std::string_view parser,
-                                          const nlohmann::json& kw, std::string_view prompt) {
+std::optional<bool> reasoning_starts_open(std::string_view parser, const nlohmann::json& kw, std::string_view prompt) {
   const bool off = kwarg_false(kw, "enable_thinking") || kwarg_false(kw, "thinking");
   bool on = true;  // whether this request thinks at all
-  if (parser == "deepseek_v3") on = kwarg_true(kw, "thinking") || kwarg_true(kw, "enable_thinking");
-  else if (parser == "deepseek_r1") on = true;
-  else on = !off;
+  if (parser == "deepseek_v3")
+    on = kwarg_true(kw, "thinking") || kwarg_true(kw, "enable_thinking");
+  else if (parser == "deepseek_r1")
+    on = true;
+  else
+    on = !off;
   if (!on) return std::nullopt;
   // A thinking request starts inside the reasoning (the template opened <think>, or the model
   // writes one first, which is skipped), unless the prompt already closed it.
@@ -68,9 +71,7 @@ void ReasoningStream::feed(std::string_view text, std::string* reasoning, std::s
   run(false, reasoning, content);
 }
 
-void ReasoningStream::finish(std::string* reasoning, std::string* content) {
-  run(true, reasoning, content);
-}
+void ReasoningStream::finish(std::string* reasoning, std::string* content) { run(true, reasoning, content); }
 
 void ReasoningStream::run(bool final, std::string* reasoning, std::string* content) {
   for (;;) {

@@ -27,8 +27,7 @@ std::string detect_reasoning_parser(std::string_view template_source);
 // Whether a tool-call marker inside the reasoning ends it (vLLM's glm45/glm47, kimi_k2, qwen3).
 bool reasoning_breaks_at_tool_calls(std::string_view parser);
 
-std::optional<bool> reasoning_starts_open(std::string_view parser,
-                                          const nlohmann::json& chat_template_kwargs,
+std::optional<bool> reasoning_starts_open(std::string_view parser, const nlohmann::json& chat_template_kwargs,
                                           std::string_view prompt);
 
 class ReasoningStream {
@@ -48,8 +47,7 @@ class ReasoningStream {
     std::optional<std::string> reasoning;  // nullopt: none
     std::string content;
   };
-  static Split split(std::string_view text, bool starts_open,
-                     std::vector<std::string_view> breaks = {});
+  static Split split(std::string_view text, bool starts_open, std::vector<std::string_view> breaks = {});
 
  private:
   enum class State { kStart, kReasoning, kContent };
@@ -57,7 +55,7 @@ class ReasoningStream {
   State state_;
   bool saw_reasoning_ = false;
   bool started_text_ = false;  // the reasoning has begun (a leading <think> no longer skipped)
-  std::string pending_;  // text not yet classified
+  std::string pending_;        // text not yet classified
   std::vector<std::string_view> breaks_;
 };
 

@@ -12,8 +12,7 @@ class TokenizerDecoder : public TextDecoder {
  public:
   // tok must outlive the decoder and every IncrementalDecoder it starts.
   explicit TokenizerDecoder(const Tokenizer& tok) : tok_(tok) {}
-  std::unique_ptr<IncrementalDecoder> start(std::span<const int32_t> prompt,
-                                            bool skip_special_tokens) const override;
+  std::unique_ptr<IncrementalDecoder> start(std::span<const int32_t> prompt, bool skip_special_tokens) const override;
 
  private:
   const Tokenizer& tok_;

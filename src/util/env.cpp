@@ -18,8 +18,7 @@ constexpr EnvVarInfo kEnvVars[] = {
     {"MLA_TRACE", "dispatch:N",
      "trace switches (overridden by --trace): dispatch:N logs each layer's MLA path decision for "
      "its first N forward calls"},
-    {"MLA_API_KEY", "KEY",
-     "mla serve: require 'Authorization: Bearer KEY' (overridden by --api-key)"},
+    {"MLA_API_KEY", "KEY", "mla serve: require 'Authorization: Bearer KEY' (overridden by --api-key)"},
     {"MLA_PREFAULT", "0|1",
      "load model files with every page mapped up front (default 1; 0 leaves paging to first use, "
      "for files larger than memory)"},
@@ -46,8 +45,7 @@ size_t edit_distance(std::string_view a, std::string_view b) {
 std::span<const EnvVarInfo> env_vars() { return kEnvVars; }
 
 std::optional<std::string> env_value(std::string_view name) {
-  assert(std::any_of(std::begin(kEnvVars), std::end(kEnvVars),
-                     [&](const EnvVarInfo& v) { return v.name == name; }) &&
+  assert(std::any_of(std::begin(kEnvVars), std::end(kEnvVars), [&](const EnvVarInfo& v) { return v.name == name; }) &&
          "MLA_* variable missing from the table in util/env.cpp");
   const char* v = std::getenv(std::string(name).c_str());
   if (!v) return std::nullopt;
@@ -82,8 +80,7 @@ std::vector<std::string> unknown_env_vars(char** env) {
     std::string_view entry(*e);
     if (!entry.starts_with("MLA_")) continue;
     std::string_view name = entry.substr(0, entry.find('='));
-    if (std::none_of(std::begin(kEnvVars), std::end(kEnvVars),
-                     [&](const EnvVarInfo& v) { return v.name == name; }))
+    if (std::none_of(std::begin(kEnvVars), std::end(kEnvVars), [&](const EnvVarInfo& v) { return v.name == name; }))
       out.emplace_back(name);
   }
   return out;

@@ -31,8 +31,10 @@ spdlog::logger& log() {
     l->set_level(spdlog::level::info);
     l->flush_on(spdlog::level::info);
     if (auto env = env_value("MLA_LOG_LEVEL")) {
-      if (auto lvl = parse_level(*env)) l->set_level(*lvl);
-      else l->warn("MLA_LOG_LEVEL: unknown level '{}' (expected {}); using info", *env, kLevels);
+      if (auto lvl = parse_level(*env))
+        l->set_level(*lvl);
+      else
+        l->warn("MLA_LOG_LEVEL: unknown level '{}' (expected {}); using info", *env, kLevels);
     }
     return l;
   }();

@@ -46,16 +46,14 @@ void Progress::update(int64_t done) {
     const int filled = static_cast<int>(frac * kWidth);
     std::string bar(static_cast<size_t>(filled), '=');
     if (filled < kWidth) bar += '>' + std::string(static_cast<size_t>(kWidth - filled - 1), ' ');
-    std::fprintf(stderr, "\r%s [%s] %3d%% %s / %s %.1f s", what_.c_str(), bar.c_str(),
-                 static_cast<int>(frac * 100), amount(done_, bytes_).c_str(),
-                 amount(total_, bytes_).c_str(), secs);
+    std::fprintf(stderr, "\r%s [%s] %3d%% %s / %s %.1f s", what_.c_str(), bar.c_str(), static_cast<int>(frac * 100),
+                 amount(done_, bytes_).c_str(), amount(total_, bytes_).c_str(), secs);
     std::fflush(stderr);
   } else {
     const int decile = static_cast<int>(frac * 10);
     if (decile == last_decile_) return;
     last_decile_ = decile;
-    log().info("{}: {}% ({} of {}, {:.1f} s)", what_, decile * 10, amount(done_, bytes_),
-               amount(total_, bytes_), secs);
+    log().info("{}: {}% ({} of {}, {:.1f} s)", what_, decile * 10, amount(done_, bytes_), amount(total_, bytes_), secs);
   }
 }
 

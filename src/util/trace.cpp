@@ -16,7 +16,7 @@ namespace {
 
 struct TraceState {
   std::atomic<int> dispatch_limit{0};
-  std::mutex mu;                             // guards dispatch_calls
+  std::mutex mu;                                // guards dispatch_calls
   std::unordered_map<int, int> dispatch_calls;  // layer -> calls seen so far
 };
 
@@ -78,8 +78,9 @@ void trace_dispatch(int layer, bool is_sparse, int num_mqa, int num_mha, int tot
     ++calls;
   }
   if (is_sparse)
-    log().info("dispatch layer=blk.{} is_sparse=1 num_mqa={} num_mha={} total_toks={} index_topk={} selected={} policy={}",
-               layer, num_mqa, num_mha, total_toks, index_topk, selected, policy);
+    log().info(
+        "dispatch layer=blk.{} is_sparse=1 num_mqa={} num_mha={} total_toks={} index_topk={} selected={} policy={}",
+        layer, num_mqa, num_mha, total_toks, index_topk, selected, policy);
   else
     log().info("dispatch layer=blk.{} is_sparse=0 num_mqa={} num_mha={} total_toks={} policy={}", layer, num_mqa,
                num_mha, total_toks, policy);

@@ -32,23 +32,21 @@ struct SeqResult {
 };
 
 struct RunResult {
-  std::map<std::string, std::vector<SeqResult>> seqs;                       // by request, index
-  std::map<std::string, std::map<int, std::vector<float>>> logits;          // index 0, position
+  std::map<std::string, std::vector<SeqResult>> seqs;               // by request, index
+  std::map<std::string, std::map<int, std::vector<float>>> logits;  // index 0, position
   std::map<std::string, int> n_cached;
   EngineCounters counters;
   int n_steps = 0;
 };
 
 // make_runner: a fresh runner per run. on_step(k, engine): called before step k (for aborts).
-inline RunResult run_engine(std::function<std::unique_ptr<ModelRunner>()> make_runner,
-                            EngineConfig cfg, const std::vector<Arrival>& arrivals,
-                            std::shared_ptr<const TextDecoder> decoder = nullptr,
+inline RunResult run_engine(std::function<std::unique_ptr<ModelRunner>()> make_runner, EngineConfig cfg,
+                            const std::vector<Arrival>& arrivals, std::shared_ptr<const TextDecoder> decoder = nullptr,
                             std::function<void(int, Engine&)> on_step = nullptr,
                             std::function<void(Engine&)> after_each_step = nullptr) {
   RunResult res;
   auto* logits = &res.logits;
-  cfg.on_logits = [logits](const std::string& id, int index, int position,
-                           std::span<const float> row) {
+  cfg.on_logits = [logits](const std::string& id, int index, int position, std::span<const float> row) {
     if (index == 0) (*logits)[id][position].assign(row.begin(), row.end());
   };
   Engine engine(make_runner(), cfg, decoder);

@@ -31,9 +31,8 @@ SamplingParams greedy(int max_tokens) {
   return p;
 }
 
-std::function<std::unique_ptr<ModelRunner>()> fake(
-    int block_size, int n_blocks, GgmlType dtype = GgmlType::F16,
-    std::shared_ptr<FakeRunner::StepLog> log = nullptr) {
+std::function<std::unique_ptr<ModelRunner>()> fake(int block_size, int n_blocks, GgmlType dtype = GgmlType::F16,
+                                                   std::shared_ptr<FakeRunner::StepLog> log = nullptr) {
   return [=] { return std::make_unique<FakeRunner>(kVocab, block_size, n_blocks, dtype, log); };
 }
 
@@ -43,8 +42,7 @@ std::vector<Arrival> mixed_arrivals(int max_tokens) {
   const int at[] = {0, 0, 1, 2, 3, 5, 8, 13};
   std::vector<Arrival> a;
   for (int i = 0; i < 8; ++i)
-    a.push_back({"r" + std::to_string(i), make_prompt(lens[i], 100 + i), greedy(max_tokens + i),
-                 at[i]});
+    a.push_back({"r" + std::to_string(i), make_prompt(lens[i], 100 + i), greedy(max_tokens + i), at[i]});
   return a;
 }
 
@@ -79,8 +77,7 @@ void expect_same(const RunResult& want, const RunResult& got, const std::string&
 TEST(Engine, GreedyRunMatchesTheModelComputedWithoutACache) {
   Arrival a{"a", make_prompt(21, 1), greedy(9), 0};
   FakeRunner ref_model(kVocab, 4, 1);
-  auto r = run_engine(fake(4, 32, GgmlType::F32),
-                      config(MlaPathPolicy::Mha, 8, true), {a});
+  auto r = run_engine(fake(4, 32, GgmlType::F32), config(MlaPathPolicy::Mha, 8, true), {a});
   const auto& toks = r.seqs["a"][0].tokens;
   ASSERT_EQ(toks.size(), 9u);
   std::vector<int32_t> ctx = a.prompt;
@@ -131,15 +128,13 @@ TEST_P(BatchInvariance, PrefixHitsAndPreemptionDoNotChangeResults) {
 
 TEST_P(BatchInvariance, FullyCachedPromptRecomputesOnlyItsLastToken) {
   const auto prompt = make_prompt(32, 8);  // 4 blocks of 8
-  std::vector<Arrival> arrivals = {{"first", prompt, greedy(3), 0},
-                                   {"again", prompt, greedy(3), 10},
-                                   {"longer", make_prompt(45, 8), greedy(3), 20}};
+  std::vector<Arrival> arrivals = {
+      {"first", prompt, greedy(3), 0}, {"again", prompt, greedy(3), 10}, {"longer", make_prompt(45, 8), greedy(3), 20}};
   arrivals[2].prompt.assign(prompt.begin(), prompt.end());
   for (int t : {5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17}) arrivals[2].prompt.push_back(t);
   const RunResult solo = solo_runs(arrivals, GetParam());
   auto steps = std::make_shared<FakeRunner::StepLog>();
-  auto got = run_engine(fake(8, 32, GgmlType::F16, steps), config(GetParam(), 2048, true),
-                        arrivals);
+  auto got = run_engine(fake(8, 32, GgmlType::F16, steps), config(GetParam(), 2048, true), arrivals);
   expect_same(solo, got, "fully cached");
   EXPECT_EQ(got.n_cached["first"], 0);
   EXPECT_EQ(got.n_cached["again"], 31);
@@ -152,8 +147,7 @@ TEST_P(BatchInvariance, FullyCachedPromptRecomputesOnlyItsLastToken) {
   EXPECT_EQ((*steps)[6].query_lens, std::vector<int>{13});
 }
 
-INSTANTIATE_TEST_SUITE_P(FixedPath, BatchInvariance,
-                         ::testing::Values(MlaPathPolicy::Mha, MlaPathPolicy::Mqa),
+INSTANTIATE_TEST_SUITE_P(FixedPath, BatchInvariance, ::testing::Values(MlaPathPolicy::Mha, MlaPathPolicy::Mqa),
                          [](const auto& info) { return std::string(mla_path_policy_name(info.param)); });
 
 TEST(Engine, AutoPathMatchesFixedPathTokensAndLogitsWithinTolerance) {
@@ -173,8 +167,8 @@ TEST(Engine, AutoPathMatchesFixedPathTokensAndLogitsWithinTolerance) {
 
 TEST(Engine, OneTokenPromptIsScheduledLikeADecode) {
   auto steps = std::make_shared<FakeRunner::StepLog>();
-  auto r = run_engine(fake(16, 8, GgmlType::F16, steps),
-                      config(MlaPathPolicy::Auto, 2048, true), {{"h", {17}, greedy(2), 0}});
+  auto r = run_engine(fake(16, 8, GgmlType::F16, steps), config(MlaPathPolicy::Auto, 2048, true),
+                      {{"h", {17}, greedy(2), 0}});
   ASSERT_EQ((*steps).size(), 2u);
   for (const auto& s : (*steps)) {
     EXPECT_EQ(s.query_lens, std::vector<int>{1});
@@ -216,15 +210,14 @@ TEST(Engine, NSequencesShareThePromptBlocks) {
   auto params = greedy(3);
   params.n = 3;
   std::vector<int64_t> free_after;
-  auto r = run_engine(fake(16, 32), config(MlaPathPolicy::Auto, 2048, false),
-                      {{"n3", make_prompt(40, 3), params, 0}}, nullptr, nullptr,
-                      [&](Engine& e) { free_after.push_back(e.kv().pool().n_free()); });
+  auto r = run_engine(fake(16, 32), config(MlaPathPolicy::Auto, 2048, false), {{"n3", make_prompt(40, 3), params, 0}},
+                      nullptr, nullptr, [&](Engine& e) { free_after.push_back(e.kv().pool().n_free()); });
   ASSERT_GE(free_after.size(), 2u);
   EXPECT_EQ(32 - free_after[0], 3);  // prompt computed and forked: shared
   EXPECT_EQ(32 - free_after[1], 5);  // one decode each: partial block copied twice
   ASSERT_EQ(r.seqs["n3"].size(), 3u);
-  auto solo = run_engine(fake(16, 32), config(MlaPathPolicy::Auto, 2048, false),
-                         {{"n1", make_prompt(40, 3), greedy(3), 0}});
+  auto solo =
+      run_engine(fake(16, 32), config(MlaPathPolicy::Auto, 2048, false), {{"n1", make_prompt(40, 3), greedy(3), 0}});
   for (const auto& s : r.seqs["n3"]) {
     EXPECT_EQ(s.tokens, solo.seqs["n1"][0].tokens);  // greedy: all the same
     EXPECT_EQ(s.finish, FinishReason::kLength);
@@ -245,20 +238,26 @@ TEST(Engine, SeededSamplingIsReproducibleWhateverElseRuns) {
   others.push_back(a);
   auto busy = run_engine(fake(16, 64), config(MlaPathPolicy::Mha, 16, true), others);
   ASSERT_EQ(alone.seqs["seeded"].size(), 2u);
-  for (int i = 0; i < 2; ++i)
-    EXPECT_EQ(alone.seqs["seeded"][i].tokens, busy.seqs["seeded"][i].tokens) << i;
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(alone.seqs["seeded"][i].tokens, busy.seqs["seeded"][i].tokens) << i;
   EXPECT_NE(alone.seqs["seeded"][0].tokens, alone.seqs["seeded"][1].tokens);
 }
 
 TEST(Engine, AbortFreesBlocksAndEndsWithAbort) {
   auto arrivals = mixed_arrivals(30);
-  auto r = run_engine(fake(16, 64), config(MlaPathPolicy::Auto, 16, true), arrivals, nullptr,
-                      [](int step, Engine& e) {
-                        if (step == 10) { EXPECT_TRUE(e.abort("r3")); }  // running
-                        if (step == 11) { EXPECT_FALSE(e.abort("nope")); }
-                        if (step == 12) { EXPECT_FALSE(e.abort("r7")); }  // arrives at 13
-                        if (step == 13) { EXPECT_TRUE(e.abort("r7")); }  // never scheduled
-                      });
+  auto r = run_engine(fake(16, 64), config(MlaPathPolicy::Auto, 16, true), arrivals, nullptr, [](int step, Engine& e) {
+    if (step == 10) {
+      EXPECT_TRUE(e.abort("r3"));
+    }  // running
+    if (step == 11) {
+      EXPECT_FALSE(e.abort("nope"));
+    }
+    if (step == 12) {
+      EXPECT_FALSE(e.abort("r7"));
+    }  // arrives at 13
+    if (step == 13) {
+      EXPECT_TRUE(e.abort("r7"));
+    }  // never scheduled
+  });
   EXPECT_EQ(r.seqs["r3"][0].finish, FinishReason::kAbort);
   EXPECT_EQ(r.seqs["r7"][0].finish, FinishReason::kAbort);
   EXPECT_EQ(r.seqs["r0"][0].finish, FinishReason::kLength);
@@ -331,8 +330,7 @@ TEST(Engine, TextStopStringsStopTokensAndEos) {
   // EOS = the 4th generated token.
   auto cfg = config(MlaPathPolicy::Auto, 64, true);
   cfg.eos_token_ids = {seq.tokens[3]};
-  const size_t first = std::find(seq.tokens.begin(), seq.tokens.end(), seq.tokens[3]) -
-                       seq.tokens.begin();
+  const size_t first = std::find(seq.tokens.begin(), seq.tokens.end(), seq.tokens[3]) - seq.tokens.begin();
   auto eos = run_engine(fake(16, 16), cfg, {a}, dec);
   EXPECT_EQ(eos.seqs["t"][0].tokens.size(), first + 1);
   EXPECT_EQ(eos.seqs["t"][0].text, seq.text.substr(0, first));
@@ -367,8 +365,7 @@ TEST(Engine, ThreadSafeAddAbortAndStreamsWithTheLoopOnItsOwnThread) {
       auto stream = engine.add_request(arrivals[i].id, arrivals[i].prompt, arrivals[i].params);
       RequestOutput out;
       while (stream->next(out))
-        for (const auto& o : out.outputs)
-          tokens[i].insert(tokens[i].end(), o.token_ids.begin(), o.token_ids.end());
+        for (const auto& o : out.outputs) tokens[i].insert(tokens[i].end(), o.token_ids.begin(), o.token_ids.end());
     });
   }
   // One more request, aborted from another thread while it runs.

@@ -126,8 +126,7 @@ class FakeRunner : public ModelRunner {
 
  private:
   // acc[j] = sum over context rows r <= p of layer `layer` of weight(p - r) * row_r[j].
-  void attend(const int32_t* slots, int layer, int p, bool reverse, std::vector<float>& acc,
-              std::vector<float>& ctx) {
+  void attend(const int32_t* slots, int layer, int p, bool reverse, std::vector<float>& acc, std::vector<float>& ctx) {
     ctx.resize(static_cast<size_t>(p + 1) * kDim);
     cache_.read_rows(layer, {slots, static_cast<size_t>(p + 1)}, ctx.data());
     std::fill(acc.begin(), acc.end(), 0.0f);

@@ -173,10 +173,14 @@ TEST(ModelEngine, AutoMatchesFixedPathTokensAndLogitsWithin1e5) {
 // block's largest magnitude (at most half a step, 1/254, relative to that magnitude).
 double cache_rounding_unit(GgmlType t) {
   switch (t) {
-    case GgmlType::F16: return std::ldexp(1.0, -11);
-    case GgmlType::BF16: return std::ldexp(1.0, -8);
-    case GgmlType::Q8_0: return 1.0 / 254;
-    default: return 0;
+    case GgmlType::F16:
+      return std::ldexp(1.0, -11);
+    case GgmlType::BF16:
+      return std::ldexp(1.0, -8);
+    case GgmlType::Q8_0:
+      return 1.0 / 254;
+    default:
+      return 0;
   }
 }
 
@@ -195,8 +199,7 @@ TEST(ModelEngine, CacheDtypesRunAndF32MatchesTheDirectForward) {
     for (GgmlType dtype : dc.dtypes) {
       auto cfg = config(MlaPathPolicy::Mha, 5, true);
       cfg.all_logits = true;
-      auto r = run_engine(model_runner(dc.file, MlaPathPolicy::Mha, 4, 64, dtype), cfg,
-                          {{"d", prompt, greedy(4), 0}});
+      auto r = run_engine(model_runner(dc.file, MlaPathPolicy::Mha, 4, 64, dtype), cfg, {{"d", prompt, greedy(4), 0}});
       std::vector<float> got;
       for (const auto& [pos, row] : r.logits["d"]) got.insert(got.end(), row.begin(), row.end());
       ASSERT_EQ(got.size(), direct.size()) << ggml_type_name(dtype);
@@ -255,8 +258,10 @@ TEST(ModelEngine, DispatchTraceForTheHelloProbeAndAMixedBatch) {
     engine.add_request("hello", {hello}, greedy(2));
     engine.step();
     const std::string t = cap.text();
-    EXPECT_EQ(count_occurrences(t, "dispatch layer=blk.0 is_sparse=0 num_mqa=1 num_mha=0 total_toks=1 policy=auto"), 1) << t;
-    EXPECT_EQ(count_occurrences(t, "dispatch layer=blk.1 is_sparse=0 num_mqa=1 num_mha=0 total_toks=1 policy=auto"), 1) << t;
+    EXPECT_EQ(count_occurrences(t, "dispatch layer=blk.0 is_sparse=0 num_mqa=1 num_mha=0 total_toks=1 policy=auto"), 1)
+        << t;
+    EXPECT_EQ(count_occurrences(t, "dispatch layer=blk.1 is_sparse=0 num_mqa=1 num_mha=0 total_toks=1 policy=auto"), 1)
+        << t;
     engine.step();
     EXPECT_EQ(count_occurrences(cap.text(), "dispatch layer="), 2);  // N = 1 call per layer
   }
@@ -271,7 +276,9 @@ TEST(ModelEngine, DispatchTraceForTheHelloProbeAndAMixedBatch) {
   {
     CaptureLog cap;
     engine.step();
-    EXPECT_EQ(count_occurrences(cap.text(), "dispatch layer=blk.0 is_sparse=0 num_mqa=3 num_mha=1 total_toks=8 policy=auto"), 1)
+    EXPECT_EQ(
+        count_occurrences(cap.text(), "dispatch layer=blk.0 is_sparse=0 num_mqa=3 num_mha=1 total_toks=8 policy=auto"),
+        1)
         << cap.text();
   }
   trace_reset();

@@ -31,8 +31,7 @@ struct FedRun {
   std::variant<std::monostate, std::string, int32_t> stop_reason;
 };
 
-FedRun feed(const std::vector<int32_t>& tokens, const SamplingParams& p,
-         const std::vector<int32_t>& eos = {0}) {
+FedRun feed(const std::vector<int32_t>& tokens, const SamplingParams& p, const std::vector<int32_t>& eos = {0}) {
   PieceDecoder dec;
   SeqOutput out;
   out.start(&dec, {}, p);

@@ -11,9 +11,7 @@ namespace mla {
 namespace {
 
 // logits = log p for p = (0.4, 0.3, 0.2, 0.1): softmax gives p back.
-std::vector<float> known_logits() {
-  return {std::log(0.4f), std::log(0.3f), std::log(0.2f), std::log(0.1f)};
-}
+std::vector<float> known_logits() { return {std::log(0.4f), std::log(0.3f), std::log(0.2f), std::log(0.1f)}; }
 
 // Frequencies of n draws.
 std::vector<double> draw(const SamplingParams& p, int n, uint64_t seed = 7) {
@@ -27,8 +25,7 @@ std::vector<double> draw(const SamplingParams& p, int n, uint64_t seed = 7) {
 }
 
 // Each frequency within 5 standard errors of its expected probability.
-void expect_distribution(const std::vector<double>& freq, const std::vector<double>& expected,
-                         int n) {
+void expect_distribution(const std::vector<double>& freq, const std::vector<double>& expected, int n) {
   for (size_t i = 0; i < expected.size(); ++i) {
     const double se = std::sqrt(std::max(expected[i] * (1 - expected[i]), 1e-12) / n);
     if (expected[i] == 0.0)
@@ -60,9 +57,7 @@ TEST(Sampler, TemperatureTwoFlattens) {
   p.temperature = 2.0f;
   // p_i^(1/2) normalized.
   double z = std::sqrt(0.4) + std::sqrt(0.3) + std::sqrt(0.2) + std::sqrt(0.1);
-  expect_distribution(draw(p, kDraws),
-                      {std::sqrt(0.4) / z, std::sqrt(0.3) / z, std::sqrt(0.2) / z,
-                       std::sqrt(0.1) / z},
+  expect_distribution(draw(p, kDraws), {std::sqrt(0.4) / z, std::sqrt(0.3) / z, std::sqrt(0.2) / z, std::sqrt(0.1) / z},
                       kDraws);
 }
 
@@ -92,8 +87,8 @@ TEST(Sampler, MinPDropsTokensBelowAFractionOfTheMax) {
 
 TEST(Sampler, TopKThenTopP) {
   SamplingParams p;
-  p.top_k = 3;       // 0.4 0.3 0.2 → 4/9 3/9 2/9
-  p.top_p = 0.7f;    // 4/9 = 0.444 < 0.7, + 3/9 = 0.778 >= 0.7
+  p.top_k = 3;     // 0.4 0.3 0.2 → 4/9 3/9 2/9
+  p.top_p = 0.7f;  // 4/9 = 0.444 < 0.7, + 3/9 = 0.778 >= 0.7
   expect_distribution(draw(p, kDraws), {4.0 / 7, 3.0 / 7, 0, 0}, kDraws);
 }
 

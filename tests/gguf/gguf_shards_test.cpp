@@ -261,7 +261,8 @@ TEST(GgufSplitPlan, BySizeCountsEachTensorPaddedTo32) {
     ADD_FAILURE() << "planned a shard without tensors";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("tensor 't0' (1000032 bytes) is larger than --split-max-size"),
-              std::string::npos) << e.what();
+              std::string::npos)
+        << e.what();
   }
   EXPECT_EQ(parse_split_size("50G"), 50000000000ull);
   for (const char* bad : {"", "M", "10", "10K", "0G", "-1M", "1.5G", "99999999999G"})

@@ -162,8 +162,9 @@ TEST(GgufHostile, Rejections) {
   expect_rejected(Raw().header(0, 1).str("k").put<uint32_t>(9).put<uint32_t>(4).put<uint64_t>(1ull << 61).b,
                   "cannot fit");
   expect_rejected(Raw().header(0, 1).str("k").put<uint32_t>(7).put<uint8_t>(2).b, "BOOL value 2");
-  expect_rejected(Raw().header(0, 2).str("k").put<uint32_t>(4).put<uint32_t>(1).str("k").put<uint32_t>(4).put<uint32_t>(1).b,
-                  "duplicate metadata key");
+  expect_rejected(
+      Raw().header(0, 2).str("k").put<uint32_t>(4).put<uint32_t>(1).str("k").put<uint32_t>(4).put<uint32_t>(1).b,
+      "duplicate metadata key");
   {
     Raw r;  // arrays nested 9 deep
     r.header(0, 1).str("k");

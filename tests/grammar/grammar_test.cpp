@@ -17,9 +17,8 @@ namespace mla {
 namespace {
 
 // id 0 is EOS (the stop token); ids past the vocabulary up to kNVocab are padding.
-const std::vector<std::string> kVocab = {
-    "",   "y",  "e", "s", "yes", "n", "o", "no", "x", "\"", "\\",
-    "\n", "{",  "}", ":", "a",   "1", "2", " ",  "\"a\"", ","};
+const std::vector<std::string> kVocab = {"",   "y", "e", "s", "yes", "n", "o", "no", "x",     "\"", "\\",
+                                         "\n", "{", "}", ":", "a",   "1", "2", " ",  "\"a\"", ","};
 constexpr int kNVocab = 24;
 
 GrammarCompiler make_compiler() { return GrammarCompiler(kVocab, kNVocab, {0}, 1, 4); }
@@ -37,9 +36,9 @@ TEST(Grammar, ChoiceAllowsThePrefixesOfEachChoiceThenOnlyTheStopToken) {
   auto c = make_compiler();
   GrammarMatcher m(c.compile(GrammarSpec::choice({"yes", "no"})));
   EXPECT_EQ(allowed(m), (std::set<int>{1, 4, 5, 7}));  // y, yes, n, no
-  ASSERT_TRUE(m.accept(1));                             // "y"
-  EXPECT_EQ(allowed(m), (std::set<int>{2}));            // "e"
-  EXPECT_FALSE(m.accept(3));                            // "s" now is refused
+  ASSERT_TRUE(m.accept(1));                            // "y"
+  EXPECT_EQ(allowed(m), (std::set<int>{2}));           // "e"
+  EXPECT_FALSE(m.accept(3));                           // "s" now is refused
   ASSERT_TRUE(m.accept(2));
   ASSERT_TRUE(m.accept(3));
   EXPECT_FALSE(m.terminated());
@@ -73,18 +72,17 @@ TEST(Grammar, RegexAndEbnf) {
 
 TEST(Grammar, JsonSchemaRequiredPropertyAndNoPaddingIds) {
   auto c = make_compiler();
-  const std::string schema =
-      R"({"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]})";
+  const std::string schema = R"({"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]})";
   GrammarMatcher m(c.compile(GrammarSpec::json_schema(schema)));
   auto first = allowed(m);
-  EXPECT_TRUE(first.count(12));   // {
-  EXPECT_FALSE(first.count(8));   // x
-  EXPECT_FALSE(first.count(0));   // nothing yet: no stop
+  EXPECT_TRUE(first.count(12));  // {
+  EXPECT_FALSE(first.count(8));  // x
+  EXPECT_FALSE(first.count(0));  // nothing yet: no stop
   for (int pad = static_cast<int>(kVocab.size()); pad < kNVocab; ++pad) EXPECT_FALSE(first.count(pad));
   ASSERT_TRUE(m.accept(12));
   auto after_brace = allowed(m);
   EXPECT_FALSE(after_brace.count(13)) << "'a' is required: '}' cannot come yet";
-  EXPECT_TRUE(after_brace.count(19));  // "a"
+  EXPECT_TRUE(after_brace.count(19));                            // "a"
   for (int t : {19, 14, 16, 13}) ASSERT_TRUE(m.accept(t)) << t;  // "a" : 1 }
   EXPECT_TRUE(allowed(m).count(0));
   ASSERT_TRUE(m.accept(0));
@@ -122,10 +120,9 @@ TEST(Grammar, InvalidSpecsNameTheKindAndTheProblem) {
 }
 
 TEST(Grammar, XgrammarMessagesAreCleanedForClients) {
-  EXPECT_EQ(clean_xgrammar_message(
-                "[04:25:15] /x/cpp/json_schema_converter.cc:4939: Check failed: (error.empty()) is "
-                "false: Failed to parse JSON: syntax error at line 1 near: not json. The JSON "
-                "string is:{not json "),
+  EXPECT_EQ(clean_xgrammar_message("[04:25:15] /x/cpp/json_schema_converter.cc:4939: Check failed: (error.empty()) is "
+                                   "false: Failed to parse JSON: syntax error at line 1 near: not json. The JSON "
+                                   "string is:{not json "),
             "Failed to parse JSON: syntax error at line 1 near: not json");
   EXPECT_EQ(clean_xgrammar_message("[04:25:15] /x/regex_converter.cc:83: Regex parsing error at "
                                    "position 4: Unclosed '[' "),
@@ -187,9 +184,8 @@ TEST(GrammarEngine, ConstrainedRequestFollowsItsGrammarAndLeavesOthersBitIdentic
 
   const std::vector<int32_t> p1 = {3, 5, 7, 9, 11}, p2 = {4, 6, 8};
   auto alone = testing::run_engine(fake_runner, cfg, {{"free", p1, free_p, 0}});
-  auto mixed = testing::run_engine(fake_runner, cfg,
-                                   {{"free", p1, free_p, 0}, {"re", p2, regex_p, 0},
-                                    {"ch", p1, choice_p, 1}});
+  auto mixed =
+      testing::run_engine(fake_runner, cfg, {{"free", p1, free_p, 0}, {"re", p2, regex_p, 0}, {"ch", p1, choice_p, 1}});
   EXPECT_EQ(alone.seqs["free"][0].tokens, mixed.seqs["free"][0].tokens);
   EXPECT_EQ(alone.logits["free"], mixed.logits["free"]);
 

@@ -36,7 +36,8 @@ struct Case {
     w_uk.resize(w_uk_t.size());
     for (int64_t h = 0; h < n_head; ++h)
       for (int64_t n = 0; n < qk_nope; ++n)
-        for (int64_t r = 0; r < kv_lora; ++r) w_uk[(h * kv_lora + r) * qk_nope + n] = w_uk_t[(h * qk_nope + n) * kv_lora + r];
+        for (int64_t r = 0; r < kv_lora; ++r)
+          w_uk[(h * kv_lora + r) * qk_nope + n] = w_uk_t[(h * qk_nope + n) * kv_lora + r];
     // Context rows scattered over the arena, as a paged cache would place them.
     std::vector<int32_t> all(n_slots);
     std::iota(all.begin(), all.end(), 0);

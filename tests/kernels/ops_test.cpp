@@ -100,7 +100,9 @@ TEST(Rope, FastMatchesReference) {
 std::vector<double> transformers_rope(const std::vector<double>& x, int dim, double base, double factor, int orig_ctx,
                                       double attention_factor, int64_t pos, bool yarn) {
   std::vector<double> inv(dim / 2);
-  auto corr = [&](double rot) { return dim * std::log(orig_ctx / (rot * 2 * std::numbers::pi)) / (2 * std::log(base)); };
+  auto corr = [&](double rot) {
+    return dim * std::log(orig_ctx / (rot * 2 * std::numbers::pi)) / (2 * std::log(base));
+  };
   double low = std::max(std::floor(corr(32)), 0.0), high = std::min(std::ceil(corr(1)), dim - 1.0);
   if (low == high) high += 0.001;
   for (int i = 0; i < dim / 2; ++i) {

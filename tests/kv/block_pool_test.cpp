@@ -125,7 +125,7 @@ TEST(KvManager, PrefixHitSharesBlocksAndRecomputesTheLastToken) {
   EXPECT_EQ(copies[0].dst, c.table[1]);
   EXPECT_EQ(c.table[0], a.table[0]);
   EXPECT_EQ(kv.pool().ref_count(a.table[1]), 2);  // a and b, not c
-  kv.cache_full_blocks(c, p8, 8);  // the copy duplicates a cached block: not entered twice
+  kv.cache_full_blocks(c, p8, 8);                 // the copy duplicates a cached block: not entered twice
   EXPECT_EQ(kv.pool().n_cached(), 2);
   EXPECT_EQ(c.chain[1].id, a.table[1]);
 

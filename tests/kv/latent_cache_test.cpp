@@ -85,8 +85,7 @@ TEST(LatentCache, CopyBlockCopiesEveryLayer) {
   for (int l = 0; l < 3; ++l) {
     cache.read_rows(l, slots, back.data());
     for (int s = 0; s < 2; ++s)
-      for (int i = 0; i < 8; ++i)
-        EXPECT_EQ(back[s * 8 + i], static_cast<float>(100 * l + 10 * (s + 2) + i));
+      for (int i = 0; i < 8; ++i) EXPECT_EQ(back[s * 8 + i], static_cast<float>(100 * l + 10 * (s + 2) + i));
   }
   EXPECT_EQ(cache.total_bytes(), 3 * 8 * 4 * 8);
 }

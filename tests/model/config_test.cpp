@@ -141,14 +141,16 @@ TEST(DeepseekConfig, InvalidValuesGiveOneClearError) {
        "deepseek2.block_count"},
       {"groups", [&](GgufWriter& w) { w.set("deepseek2.expert_group_count", u(3)); },
        "expert_count 8 is not divisible by expert_group_count 3"},
-      {"groups used", [&](GgufWriter& w) {
+      {"groups used",
+       [&](GgufWriter& w) {
          w.set("deepseek2.expert_group_count", u(2));
          w.set("deepseek2.expert_group_used_count", u(3));
        },
        "expert_group_used_count is 3, expected 1 to expert_group_count 2"},
       {"experts used", [&](GgufWriter& w) { w.set("deepseek2.expert_used_count", u(9)); },
        "expert_used_count is 9, expected 1 to expert_count 8"},
-      {"experts in groups", [&](GgufWriter& w) {
+      {"experts in groups",
+       [&](GgufWriter& w) {
          w.set("deepseek2.expert_group_count", u(4));
          w.set("deepseek2.expert_group_used_count", u(1));
        },

@@ -7,11 +7,11 @@
 #include <cmath>
 #include <cstring>
 
+#include "../support/log_capture.h"
 #include "model/config.h"
 #include "model_test_util.h"
 #include "util/error.h"
 #include "util/trace.h"
-#include "../support/log_capture.h"
 
 namespace mla {
 namespace {
@@ -69,11 +69,13 @@ TEST(Dsa, DiffersFromDensePastTopKAndPathsAgree) {
     const int64_t V = 64;
     // Positions < top_k see at most top_k rows: the same rows (to rounding: MHA tiles a sparse
     // query alone, a dense one in pairs). Later ones differ.
-    for (int64_t i = 0; i < 6 * V; ++i) ASSERT_NEAR(mha[i], dense[i], 1e-5f * (1 + std::fabs(dense[i]))) << arch << " row " << i / V;
+    for (int64_t i = 0; i < 6 * V; ++i)
+      ASSERT_NEAR(mha[i], dense[i], 1e-5f * (1 + std::fabs(dense[i]))) << arch << " row " << i / V;
     auto dense_mqa = run_logits(path, MlaPathPolicy::Mqa, prompt, 4, 2, false);
     for (int64_t i = 0; i < 6 * V; ++i) ASSERT_EQ(mqa[i], dense_mqa[i]) << arch << " row " << i / V;
     double later = 0;
-    for (size_t i = 6 * V; i < mha.size(); ++i) later = std::max(later, static_cast<double>(std::fabs(mha[i] - dense[i])));
+    for (size_t i = 6 * V; i < mha.size(); ++i)
+      later = std::max(later, static_cast<double>(std::fabs(mha[i] - dense[i])));
     EXPECT_GT(later, 1e-3) << arch;
   }
 }
@@ -153,7 +155,8 @@ TEST(Dsa, PerTensorScaleIsApplied) {
   // attn_output halved and a .scale of 2 beside it: the same logits up to rounding.
   std::string path = synth_file("dsa_glm-dsa", dsa_spec("glm-dsa", 6));
   std::string scaled = temp_dir() + "/dsa_scaled.gguf";
-  rewrite_gguf(path, scaled, [](const std::string&, testing::TensorEdit&) { return true; }, nullptr);
+  rewrite_gguf(
+      path, scaled, [](const std::string&, testing::TensorEdit&) { return true; }, nullptr);
   {
     auto f = GgufFile::open(path);
     GgufWriter w;
@@ -176,7 +179,8 @@ TEST(Dsa, PerTensorScaleIsApplied) {
   EXPECT_LE(max_rel_diff(b, a), 1e-6);
   // Without the scale the output would be off: the scale is really read.
   std::string unscaled = temp_dir() + "/dsa_unscaled.gguf";
-  rewrite_gguf(scaled, unscaled, [](const std::string& n, testing::TensorEdit&) { return n != "blk.1.attn_output.scale"; });
+  rewrite_gguf(scaled, unscaled,
+               [](const std::string& n, testing::TensorEdit&) { return n != "blk.1.attn_output.scale"; });
   EXPECT_GT(max_rel_diff(run_logits(unscaled, MlaPathPolicy::Auto, prompt_of(12), 2), a), 1e-3);
 }
 
@@ -209,11 +213,13 @@ TEST(Dsa, TraceCarriesTheSparseDecision) {
   run_logits(path, MlaPathPolicy::Auto, prompt_of(10), 1);
   trace_reset();
   // Prefill of 10: query i selects min(i + 1, 6) rows = 1+2+3+4+5+6*5 = 45; decode: 6.
-  EXPECT_NE(cap.text().find("dispatch layer=blk.0 is_sparse=1 num_mqa=0 num_mha=1 total_toks=10 index_topk=6 selected=45"),
-            std::string::npos)
+  EXPECT_NE(
+      cap.text().find("dispatch layer=blk.0 is_sparse=1 num_mqa=0 num_mha=1 total_toks=10 index_topk=6 selected=45"),
+      std::string::npos)
       << cap.text();
-  EXPECT_NE(cap.text().find("dispatch layer=blk.2 is_sparse=1 num_mqa=1 num_mha=0 total_toks=1 index_topk=6 selected=6"),
-            std::string::npos)
+  EXPECT_NE(
+      cap.text().find("dispatch layer=blk.2 is_sparse=1 num_mqa=1 num_mha=0 total_toks=1 index_topk=6 selected=6"),
+      std::string::npos)
       << cap.text();
 }
 
@@ -232,9 +238,11 @@ std::string expect_load_error(const std::string& path) {
 TEST(Dsa, BadIndexerKeysAndTensorsAreOneLineErrors) {
   std::string path = synth_file("dsa_glm-dsa", dsa_spec("glm-dsa", 6));
   std::string no_key = temp_dir() + "/dsa_no_key.gguf";
-  rewrite_gguf(path, no_key, [](const std::string&, testing::TensorEdit&) { return true; },
-               [](GgufWriter& w) { w.remove("glm-dsa.attention.indexer.top_k"); });
-  EXPECT_NE(expect_load_error(no_key).find("missing required key 'glm-dsa.attention.indexer.top_k'"), std::string::npos);
+  rewrite_gguf(
+      path, no_key, [](const std::string&, testing::TensorEdit&) { return true; },
+      [](GgufWriter& w) { w.remove("glm-dsa.attention.indexer.top_k"); });
+  EXPECT_NE(expect_load_error(no_key).find("missing required key 'glm-dsa.attention.indexer.top_k'"),
+            std::string::npos);
 
   std::string bad_shape = temp_dir() + "/dsa_bad_shape.gguf";
   rewrite_gguf(path, bad_shape, [](const std::string& n, testing::TensorEdit& e) {
@@ -249,12 +257,14 @@ TEST(Dsa, BadIndexerKeysAndTensorsAreOneLineErrors) {
   EXPECT_NE(msg.find("expected shape {64, 4}"), std::string::npos) << msg;
 
   std::string missing = temp_dir() + "/dsa_missing_tensor.gguf";
-  rewrite_gguf(path, missing, [](const std::string& n, testing::TensorEdit&) { return n != "blk.2.indexer.k_norm.bias"; });
+  rewrite_gguf(path, missing,
+               [](const std::string& n, testing::TensorEdit&) { return n != "blk.2.indexer.k_norm.bias"; });
   EXPECT_NE(expect_load_error(missing).find("missing tensor 'blk.2.indexer.k_norm.bias'"), std::string::npos);
 
   std::string other = temp_dir() + "/dsa_other_arch.gguf";
-  rewrite_gguf(path, other, [](const std::string&, testing::TensorEdit&) { return true; },
-               [](GgufWriter& w) { w.set("general.architecture", GgufValue::str("glm4moe")); });
+  rewrite_gguf(
+      path, other, [](const std::string&, testing::TensorEdit&) { return true; },
+      [](GgufWriter& w) { w.set("general.architecture", GgufValue::str("glm4moe")); });
   EXPECT_NE(expect_load_error(other).find("general.architecture is 'glm4moe'"), std::string::npos);
 }
 

@@ -196,7 +196,8 @@ TEST(Deepseek2Forward, OldFileEqualsMlaFile) {
   s.mla_keys = false;
   s.layout = MlaLayout::Fused;
   std::string old_file = synth_file("fwd_old_keys", s);
-  EXPECT_EQ(run_logits(mla_file, MlaPathPolicy::Auto, kPrompt, 2), run_logits(old_file, MlaPathPolicy::Auto, kPrompt, 2));
+  EXPECT_EQ(run_logits(mla_file, MlaPathPolicy::Auto, kPrompt, 2),
+            run_logits(old_file, MlaPathPolicy::Auto, kPrompt, 2));
 }
 
 TEST(Deepseek2Forward, BadBatchesAreRejected) {
@@ -215,7 +216,8 @@ TEST(Deepseek2Forward, BadBatchesAreRejected) {
     }
     return "(no error)";
   };
-  EXPECT_NE(msg(single_sequence_batch({1, 2, 3, 4, 5, 6, 7, 8, 9}, 0, true, MlaPathPolicy::Auto)).find("exceed max_batch_tokens 8"),
+  EXPECT_NE(msg(single_sequence_batch({1, 2, 3, 4, 5, 6, 7, 8, 9}, 0, true, MlaPathPolicy::Auto))
+                .find("exceed max_batch_tokens 8"),
             std::string::npos);
   EXPECT_NE(msg(single_sequence_batch({1, 512}, 0, true, MlaPathPolicy::Auto)).find("token id 512 at row 1 outside"),
             std::string::npos);

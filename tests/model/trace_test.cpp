@@ -5,8 +5,8 @@
 #include <cstdlib>
 #include <sstream>
 
-#include "model_test_util.h"
 #include "../support/log_capture.h"
+#include "model_test_util.h"
 #include "util/error.h"
 #include "util/log.h"
 #include "util/trace.h"
@@ -29,9 +29,12 @@ TEST(Trace, DispatchLogsFirstNCallsPerLayer) {
     m.forward(single_sequence_batch({5}, 4, false, MlaPathPolicy::Auto), cache, logits.data());
     m.forward(single_sequence_batch({6}, 5, false, MlaPathPolicy::Auto), cache, logits.data());
     std::string t = cap.text();
-    EXPECT_EQ(count_occurrences(t, "dispatch layer=blk.0 is_sparse=0 num_mqa=0 num_mha=1 total_toks=4 policy=auto"), 1) << t;
-    EXPECT_EQ(count_occurrences(t, "dispatch layer=blk.1 is_sparse=0 num_mqa=0 num_mha=1 total_toks=4 policy=auto"), 1) << t;
-    EXPECT_EQ(count_occurrences(t, "dispatch layer=blk.0 is_sparse=0 num_mqa=1 num_mha=0 total_toks=1 policy=auto"), 1) << t;
+    EXPECT_EQ(count_occurrences(t, "dispatch layer=blk.0 is_sparse=0 num_mqa=0 num_mha=1 total_toks=4 policy=auto"), 1)
+        << t;
+    EXPECT_EQ(count_occurrences(t, "dispatch layer=blk.1 is_sparse=0 num_mqa=0 num_mha=1 total_toks=4 policy=auto"), 1)
+        << t;
+    EXPECT_EQ(count_occurrences(t, "dispatch layer=blk.0 is_sparse=0 num_mqa=1 num_mha=0 total_toks=1 policy=auto"), 1)
+        << t;
     EXPECT_EQ(count_occurrences(t, "dispatch layer="), 4) << t;  // the third call is past N = 2
   }
   trace_reset();

@@ -83,7 +83,8 @@ TEST(DeepseekWeights, WrongShapeNamesTensorExpectedAndActual) {
     return true;
   });
   std::string msg = bind_error(path);
-  EXPECT_NE(msg.find("tensor 'blk.1.attn_q_b.weight': expected shape {32, 96}, got {32, 64}"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("tensor 'blk.1.attn_q_b.weight': expected shape {32, 96}, got {32, 64}"), std::string::npos)
+      << msg;
 }
 
 TEST(DeepseekWeights, WrongExpertShapeNamesTensor) {

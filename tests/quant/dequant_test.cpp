@@ -64,10 +64,10 @@ TEST(Dequant, Q4_KHandBuilt) {
   b[4 + 0] = 2;
   b[4 + 4] = 3;
   b[4 + 9] = 0x11;
-  b[4 + 1] = 0x80;  // scale 5 high bits = 0b10
-  b[4 + 5] = 0x40;  // min 5 high bits = 0b01
-  b[16 + 0] = 0x0F;        // element 0 (sub-block 0, low nibble) = 15
-  b[16 + 64 + 3] = 0x70;   // element 32*5+3 = 163 (sub-block 5 = high nibbles of qs[64..95]) = 7
+  b[4 + 1] = 0x80;        // scale 5 high bits = 0b10
+  b[4 + 5] = 0x40;        // min 5 high bits = 0b01
+  b[16 + 0] = 0x0F;       // element 0 (sub-block 0, low nibble) = 15
+  b[16 + 64 + 3] = 0x70;  // element 32*5+3 = 163 (sub-block 5 = high nibbles of qs[64..95]) = 7
   const auto y = testing::dequantized(GgmlType::Q4_K, b.data(), 256);
   EXPECT_EQ(y[0], 2.0f * 15 - 1.5f);
   EXPECT_EQ(y[1], -1.5f);
@@ -77,11 +77,11 @@ TEST(Dequant, Q4_KHandBuilt) {
 
 TEST(Dequant, Q6_KHandBuilt) {
   std::vector<uint8_t> b(210, 0);
-  put_u16(b, 208, 0x3C00);            // d = 1
+  put_u16(b, 208, 0x3C00);                // d = 1
   b[192 + 0] = static_cast<uint8_t>(-2);  // scale of elements 0-15
-  b[192 + 4] = 3;                     // scale of elements 64-79
-  b[0] = 0x21;                        // element 0 low = 1, element 64 low = 2
-  b[128] = 0x02;                      // qh[0]: element 0 high = 2, element 64 high (bits 4-5) = 0
+  b[192 + 4] = 3;                         // scale of elements 64-79
+  b[0] = 0x21;                            // element 0 low = 1, element 64 low = 2
+  b[128] = 0x02;                          // qh[0]: element 0 high = 2, element 64 high (bits 4-5) = 0
   const auto y = testing::dequantized(GgmlType::Q6_K, b.data(), 256);
   EXPECT_EQ(y[0], -2.0f * ((1 | (2 << 4)) - 32));
   EXPECT_EQ(y[64], 3.0f * (2 - 32));
@@ -108,7 +108,7 @@ TEST(Dequant, IQ4_NLAndMXFP4HandBuilt) {
   EXPECT_EQ(y[17], 0.0f);
   mx[0] = 130;  // scale 8
   EXPECT_EQ(testing::dequantized(GgmlType::MXFP4, mx.data(), 32)[0], 48.0f);
-  mx[0] = 0;    // scale 2^-127, a subnormal: code 1 (0.5) gives 2^-128
+  mx[0] = 0;  // scale 2^-127, a subnormal: code 1 (0.5) gives 2^-128
   mx[1] = 0x01;
   EXPECT_EQ(testing::dequantized(GgmlType::MXFP4, mx.data(), 32)[0], std::ldexp(1.0f, -128));
 }

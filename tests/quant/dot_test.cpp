@@ -60,16 +60,19 @@ void for_each_case(GgmlType wt, Check check) {
         // Activations stay within what their format holds: F16 values and the fp16 scale of
         // Q8_0 (max|x|/127) must not overflow; the small ones reach fp16 subnormals there.
         const GgmlType at = vec_dot_type(wt);
-        const float big = at == GgmlType::F16 ? 1000.0f : at == GgmlType::Q8_0 ? 5e5f
-                          : sc == testing::ScaleCase::Huge ? 1e6f : 1e12f;
+        const float big = at == GgmlType::F16              ? 1000.0f
+                          : at == GgmlType::Q8_0           ? 5e5f
+                          : sc == testing::ScaleCase::Huge ? 1e6f
+                                                           : 1e12f;
         const float small = at == GgmlType::F16 ? 1e-6f : at == GgmlType::Q8_0 ? 1e-4f : 1e-20f;
         for (float amag : {1.0f, small, big, 0.0f}) {
           for (bool extremes : {false, true}) {
             const auto af = testing::random_floats(n, rng, amag, extremes);
             const auto a = testing::quantized(vec_dot_type(wt), af);
-            std::string label = std::string(ggml_type_name(wt)) + " n=" + std::to_string(n) + " scales=" +
-                                testing::scale_case_name(sc) + " bits=" + std::to_string(static_cast<int>(bits)) +
-                                " act=" + std::to_string(amag) + (extremes ? " extremes" : "");
+            std::string label = std::string(ggml_type_name(wt)) + " n=" + std::to_string(n) +
+                                " scales=" + testing::scale_case_name(sc) +
+                                " bits=" + std::to_string(static_cast<int>(bits)) + " act=" + std::to_string(amag) +
+                                (extremes ? " extremes" : "");
             check(w, a, n, label);
           }
         }
@@ -82,11 +85,12 @@ class DotTest : public ::testing::TestWithParam<GgmlType> {};
 
 TEST_P(DotTest, ReferenceMatchesDequantizedProducts) {
   const GgmlType wt = GetParam();
-  for_each_case(wt, [&](const std::vector<uint8_t>& w, const std::vector<uint8_t>& a, int64_t n, const std::string& label) {
-    const Reference r = dequantized_dot(wt, w, a, n);
-    const float got = vec_dot_ref(wt, n, w.data(), a.data());
-    ASSERT_LE(std::fabs(got - r.exact), 1e-6 * r.magnitude + 1e-37) << label << " want " << r.exact;
-  });
+  for_each_case(wt,
+                [&](const std::vector<uint8_t>& w, const std::vector<uint8_t>& a, int64_t n, const std::string& label) {
+                  const Reference r = dequantized_dot(wt, w, a, n);
+                  const float got = vec_dot_ref(wt, n, w.data(), a.data());
+                  ASSERT_LE(std::fabs(got - r.exact), 1e-6 * r.magnitude + 1e-37) << label << " want " << r.exact;
+                });
 }
 
 // Over the types that have an AVX2 kernel (none when the CPU lacks AVX2+FMA+F16C).
@@ -96,12 +100,13 @@ GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(DotSimdTest);
 TEST_P(DotSimdTest, MatchesReference) {
   const GgmlType wt = GetParam();
   VecDotFn simd = find_vec_dot(wt, QuantIsa::Avx2);
-  for_each_case(wt, [&](const std::vector<uint8_t>& w, const std::vector<uint8_t>& a, int64_t n, const std::string& label) {
-    const Reference r = dequantized_dot(wt, w, a, n);
-    const float want = vec_dot_ref(wt, n, w.data(), a.data());
-    const float got = simd(n, w.data(), a.data());
-    ASSERT_LE(std::fabs(got - want), 2e-5 * r.magnitude + 1e-37) << label << " ref " << want << " simd " << got;
-  });
+  for_each_case(
+      wt, [&](const std::vector<uint8_t>& w, const std::vector<uint8_t>& a, int64_t n, const std::string& label) {
+        const Reference r = dequantized_dot(wt, w, a, n);
+        const float want = vec_dot_ref(wt, n, w.data(), a.data());
+        const float got = simd(n, w.data(), a.data());
+        ASSERT_LE(std::fabs(got - want), 2e-5 * r.magnitude + 1e-37) << label << " ref " << want << " simd " << got;
+      });
 }
 
 // The four-row kernels must give, bit for bit, what the single-row kernel gives for each row:
@@ -135,7 +140,7 @@ TEST_P(DotSimdTest, FourRowKernelIsBitIdenticalToSingleRow) {
 TEST(Dot, FourRowKernelsExistWhereExpected) {
   if (!quant_isa_available(QuantIsa::Avx2)) GTEST_SKIP() << "no AVX2 on this CPU";
   for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::IQ4_NL, GgmlType::MXFP4, GgmlType::Q4_K, GgmlType::Q5_K,
-                    GgmlType::Q6_K})
+                     GgmlType::Q6_K})
     EXPECT_NE(vec_dot4_fn(t), nullptr) << ggml_type_name(t);
   EXPECT_EQ(vec_dot4_fn(GgmlType::F32), nullptr);
 }

@@ -23,19 +23,18 @@ struct HalfCase {
 
 // Exact pairs: converting either way gives the other.
 constexpr HalfCase kExactHalves[] = {
-    {0x00000000, 0x0000},  // +0
-    {0x80000000, 0x8000},  // -0
-    {0x3F800000, 0x3C00},  // 1
-    {0xC0000000, 0xC000},  // -2
-    {0x477FE000, 0x7BFF},  // 65504, largest finite
-    {0x38800000, 0x0400},  // 2^-14, smallest normal
-    {0x387FC000, 0x03FF},  // largest subnormal
-    {0x33800000, 0x0001},  // 2^-24, smallest subnormal
-    {0xB3800000, 0x8001},
-    {0x7F800000, 0x7C00},  // +Inf
-    {0xFF800000, 0xFC00},  // -Inf
-    {0x7FC00000, 0x7E00},  // quiet NaN
-    {0x3E2AA000, 0x3155},  // 0.166626 (exactly representable)
+    {0x00000000, 0x0000},                        // +0
+    {0x80000000, 0x8000},                        // -0
+    {0x3F800000, 0x3C00},                        // 1
+    {0xC0000000, 0xC000},                        // -2
+    {0x477FE000, 0x7BFF},                        // 65504, largest finite
+    {0x38800000, 0x0400},                        // 2^-14, smallest normal
+    {0x387FC000, 0x03FF},                        // largest subnormal
+    {0x33800000, 0x0001},                        // 2^-24, smallest subnormal
+    {0xB3800000, 0x8001}, {0x7F800000, 0x7C00},  // +Inf
+    {0xFF800000, 0xFC00},                        // -Inf
+    {0x7FC00000, 0x7E00},                        // quiet NaN
+    {0x3E2AA000, 0x3155},                        // 0.166626 (exactly representable)
 };
 
 TEST(Fp16, ExactPatternsBothWays) {
@@ -48,12 +47,12 @@ TEST(Fp16, ExactPatternsBothWays) {
 TEST(Fp16, RoundingToNearestEven) {
   EXPECT_EQ(fp32_to_fp16(0.1f), 0x2E66);
   EXPECT_EQ(fp32_to_fp16(65519.996f), 0x7BFF);  // just below the halfway point to 2^16
-  EXPECT_EQ(fp32_to_fp16(65520.0f), 0x7C00);     // halfway, 65504's mantissa is odd: up to Inf
+  EXPECT_EQ(fp32_to_fp16(65520.0f), 0x7C00);    // halfway, 65504's mantissa is odd: up to Inf
   EXPECT_EQ(fp32_to_fp16(1e10f), 0x7C00);
   EXPECT_EQ(fp32_to_fp16(-1e10f), 0xFC00);
-  EXPECT_EQ(fp32_to_fp16(1.0f + std::ldexp(1.0f, -11)), 0x3C00);  // tie, even mantissa stays
+  EXPECT_EQ(fp32_to_fp16(1.0f + std::ldexp(1.0f, -11)), 0x3C00);      // tie, even mantissa stays
   EXPECT_EQ(fp32_to_fp16(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3C02);  // tie, odd mantissa rounds up
-  EXPECT_EQ(fp32_to_fp16(std::ldexp(1.0f, -25)), 0x0000);  // tie between 0 and 2^-24: even
+  EXPECT_EQ(fp32_to_fp16(std::ldexp(1.0f, -25)), 0x0000);             // tie between 0 and 2^-24: even
   EXPECT_EQ(fp32_to_fp16(std::nextafter(std::ldexp(1.0f, -25), 1.0f)), 0x0001);
   EXPECT_EQ(fp32_to_fp16(3 * std::ldexp(1.0f, -25)), 0x0002);  // 1.5 subnormal steps: even
   EXPECT_EQ(fp32_to_fp16(std::ldexp(1.0f, -30)), 0x0000);
@@ -110,19 +109,16 @@ struct BfCase {
 
 TEST(Bf16, KnownPatterns) {
   constexpr BfCase kCases[] = {
-      {0x3F800000, 0x3F80},  // 1
-      {0x3F808000, 0x3F80},  // tie, even stays
-      {0x3F818000, 0x3F82},  // tie, odd rounds up
-      {0x3F808001, 0x3F81},  // above the tie
-      {0x7F7FFFFF, 0x7F80},  // FLT_MAX rounds to Inf
-      {0x7F800000, 0x7F80},  // Inf
-      {0xFF800000, 0xFF80},
-      {0x7F800001, 0x7FC0},  // signalling NaN made quiet
-      {0xFFC00001, 0xFFC0},
-      {0x00000001, 0x0000},  // smallest fp32 subnormal rounds to 0
-      {0x00008000, 0x0000},  // tie at a subnormal: even
-      {0x00018000, 0x0002},
-      {0x80000000, 0x8000},
+      {0x3F800000, 0x3F80},                        // 1
+      {0x3F808000, 0x3F80},                        // tie, even stays
+      {0x3F818000, 0x3F82},                        // tie, odd rounds up
+      {0x3F808001, 0x3F81},                        // above the tie
+      {0x7F7FFFFF, 0x7F80},                        // FLT_MAX rounds to Inf
+      {0x7F800000, 0x7F80},                        // Inf
+      {0xFF800000, 0xFF80}, {0x7F800001, 0x7FC0},  // signalling NaN made quiet
+      {0xFFC00001, 0xFFC0}, {0x00000001, 0x0000},  // smallest fp32 subnormal rounds to 0
+      {0x00008000, 0x0000},                        // tie at a subnormal: even
+      {0x00018000, 0x0002}, {0x80000000, 0x8000},
   };
   for (const auto& c : kCases) EXPECT_EQ(fp32_to_bf16(float_of(c.f32)), c.bf16) << std::hex << c.f32;
   for (uint32_t h = 0; h < 65536; ++h) {

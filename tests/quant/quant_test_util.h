@@ -22,15 +22,18 @@ enum class ScaleCase {
 };
 inline const char* scale_case_name(ScaleCase c) {
   switch (c) {
-    case ScaleCase::Random: return "random";
-    case ScaleCase::Zero: return "zero";
-    case ScaleCase::Tiny: return "tiny";
-    case ScaleCase::Huge: return "huge";
+    case ScaleCase::Random:
+      return "random";
+    case ScaleCase::Zero:
+      return "zero";
+    case ScaleCase::Tiny:
+      return "tiny";
+    case ScaleCase::Huge:
+      return "huge";
   }
   return "?";
 }
-inline constexpr ScaleCase kAllScaleCases[] = {ScaleCase::Random, ScaleCase::Zero, ScaleCase::Tiny,
-                                              ScaleCase::Huge};
+inline constexpr ScaleCase kAllScaleCases[] = {ScaleCase::Random, ScaleCase::Zero, ScaleCase::Tiny, ScaleCase::Huge};
 
 // How the quant bits of generated blocks are chosen.
 enum class BitsCase { Random, AllZero, AllOnes };
@@ -38,16 +41,31 @@ enum class BitsCase { Random, AllZero, AllOnes };
 // Byte offsets of the fp16 scale fields inside one block of t (empty for plain types).
 inline std::vector<int> half_scale_offsets(GgmlType t) {
   switch (t) {
-    case GgmlType::Q4_0: case GgmlType::Q5_0: case GgmlType::Q8_0: case GgmlType::IQ4_NL:
-    case GgmlType::IQ4_XS: case GgmlType::IQ1_S: case GgmlType::IQ2_XXS: case GgmlType::IQ2_XS:
-    case GgmlType::IQ2_S: case GgmlType::IQ3_XXS: case GgmlType::IQ3_S:
+    case GgmlType::Q4_0:
+    case GgmlType::Q5_0:
+    case GgmlType::Q8_0:
+    case GgmlType::IQ4_NL:
+    case GgmlType::IQ4_XS:
+    case GgmlType::IQ1_S:
+    case GgmlType::IQ2_XXS:
+    case GgmlType::IQ2_XS:
+    case GgmlType::IQ2_S:
+    case GgmlType::IQ3_XXS:
+    case GgmlType::IQ3_S:
       return {0};
-    case GgmlType::Q4_1: case GgmlType::Q5_1: case GgmlType::Q4_K: case GgmlType::Q5_K:
+    case GgmlType::Q4_1:
+    case GgmlType::Q5_1:
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K:
       return {0, 2};
-    case GgmlType::Q2_K: return {80, 82};
-    case GgmlType::Q3_K: return {108};
-    case GgmlType::Q6_K: return {208};
-    default: return {};
+    case GgmlType::Q2_K:
+      return {80, 82};
+    case GgmlType::Q3_K:
+      return {108};
+    case GgmlType::Q6_K:
+      return {208};
+    default:
+      return {};
   }
 }
 
@@ -55,10 +73,14 @@ inline uint16_t pick_half_scale(ScaleCase c, std::mt19937& rng, int k) {
   std::uniform_real_distribution<float> mag(-10.0f, -2.0f);
   const uint16_t sign = (rng() & 1) ? 0x8000 : 0;
   switch (c) {
-    case ScaleCase::Random: return sign | fp32_to_fp16(std::exp2(mag(rng)));
-    case ScaleCase::Zero: return 0;
-    case ScaleCase::Tiny: return sign | ((k & 1) ? 0x0400 : 0x0001);
-    case ScaleCase::Huge: return sign | 0x7BFF;
+    case ScaleCase::Random:
+      return sign | fp32_to_fp16(std::exp2(mag(rng)));
+    case ScaleCase::Zero:
+      return 0;
+    case ScaleCase::Tiny:
+      return sign | ((k & 1) ? 0x0400 : 0x0001);
+    case ScaleCase::Huge:
+      return sign | 0x7BFF;
   }
   return 0;
 }
@@ -103,7 +125,9 @@ inline std::vector<uint8_t> random_row(GgmlType t, int64_t n, std::mt19937& rng,
     }
     if (t == GgmlType::MXFP4) {
       blk[0] = sc == ScaleCase::Random ? static_cast<uint8_t>(100 + rng() % 51)
-               : sc == ScaleCase::Huge ? 200 : sc == ScaleCase::Tiny ? 1 : 0;
+               : sc == ScaleCase::Huge ? 200
+               : sc == ScaleCase::Tiny ? 1
+                                       : 0;
     }
     if (t == GgmlType::Q8_K) {
       const float d = fp16_to_fp32(pick_half_scale(sc, rng, k));

@@ -121,8 +121,8 @@ TEST(QuantizePlan, MoreBitsLayersWithoutTheEightExpertRule) {
 TEST(QuantizePlan, Q8AndF16AndTiedOutput) {
   auto q8 = plan_of(Spec{}, QuantFileType::Q8_0);
   for (const auto& [name, t] : q8) {
-    const bool kept = name.find("_norm.weight") != std::string::npos || name.find("ffn_gate_inp") != std::string::npos ||
-                      name.find(".bias") != std::string::npos;
+    const bool kept = name.find("_norm.weight") != std::string::npos ||
+                      name.find("ffn_gate_inp") != std::string::npos || name.find(".bias") != std::string::npos;
     EXPECT_EQ(t, kept ? GgmlType::F32 : GgmlType::Q8_0) << name;
   }
   Spec tied;

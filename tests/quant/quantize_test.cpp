@@ -152,7 +152,8 @@ TEST_P(KQuantQuality, BeatsNaiveQuantizerOnGaussianAndHeavyTails) {
   for (int dist = 0; dist < 2; ++dist) {
     const auto x = dist == 0 ? testing::random_floats(256 * 64, rng, 1.0f) : student_t3(256 * 64, rng);
     const double got = rmse(x, roundtrip(c.type, x));
-    const double naive = c.symmetric ? naive_symmetric_rmse(x, c.group, c.levels) : naive_affine_rmse(x, c.group, c.levels);
+    const double naive =
+        c.symmetric ? naive_symmetric_rmse(x, c.group, c.levels) : naive_affine_rmse(x, c.group, c.levels);
     EXPECT_LT(got, naive) << ggml_type_name(c.type) << (dist == 0 ? " gaussian" : " student-t3");
     EXPECT_GT(got, 0.0);
   }
@@ -201,13 +202,12 @@ TEST(Quantize, SimdMatchesReferenceBitExact) {
   if (!quant_isa_available(QuantIsa::Avx2)) GTEST_SKIP() << "CPU without AVX2+FMA+F16C";
   std::mt19937 rng(17);
   std::vector<std::vector<float>> rows;
-  for (float scale : {1.0f, 1e-3f, 3e4f, 1e-30f})
-    rows.push_back(testing::random_floats(1024, rng, scale));
+  for (float scale : {1.0f, 1e-3f, 3e4f, 1e-30f}) rows.push_back(testing::random_floats(1024, rng, scale));
   rows.push_back(std::vector<float>(1024, 0.0f));
   {
     auto r = testing::random_floats(1024, rng, 1.0f);
     for (size_t b = 0; b < r.size(); b += 256) {
-      r[b + 3] = 7.0f;   // +amax first ...
+      r[b + 3] = 7.0f;     // +amax first ...
       r[b + 200] = -7.0f;  // ... then -amax
       r[b + 40] = -7.0f;   // (and in the next 32-block, -amax first)
       r[b + 45] = 7.0f;
@@ -221,7 +221,8 @@ TEST(Quantize, SimdMatchesReferenceBitExact) {
   }
   {
     std::vector<float> r(1024);
-    for (size_t i = 0; i < r.size(); ++i) r[i] = (i % 2 ? -1.0f : 1.0f) * std::ldexp(1.0f + (i % 7) / 8.0f, -140 + static_cast<int>(i % 30));
+    for (size_t i = 0; i < r.size(); ++i)
+      r[i] = (i % 2 ? -1.0f : 1.0f) * std::ldexp(1.0f + (i % 7) / 8.0f, -140 + static_cast<int>(i % 30));
     for (size_t i = 0; i < r.size(); i += 17) r[i] = (i % 3 ? 65519.0f : 65520.0f);
     rows.push_back(r);
   }

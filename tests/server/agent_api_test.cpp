@@ -45,8 +45,7 @@ TEST(AgentApi, ParsersChosenFromRealTemplates) {
   }
   EXPECT_EQ(detect_tool_call_format("{{ messages[0].content }}"), "");
   EXPECT_EQ(detect_reasoning_parser("{{ messages[0].content }}"), "");
-  for (const auto& name : tool_call_format_names())
-    EXPECT_NE(make_tool_call_format(name), nullptr) << name;
+  for (const auto& name : tool_call_format_names()) EXPECT_NE(make_tool_call_format(name), nullptr) << name;
   EXPECT_EQ(make_tool_call_format("nope"), nullptr);
 }
 
@@ -75,12 +74,12 @@ TEST(AgentApi, ToolOptionsValidated) {
   };
   EXPECT_NE(status({{"tool_choice", "sometimes"}}, tools).find("\"sometimes\""), std::string::npos);
   EXPECT_NE(status({{"tool_choice", "required"}}, tools).find("not supported yet"), std::string::npos);
-  EXPECT_NE(status({{"tool_choice", {{"type", "function"}, {"function", {{"name", "g"}}}}}}, tools)
-                .find("'g'"), std::string::npos);
-  EXPECT_NE(status(json::object(), json::parse(R"([{"type": "function"}])")).find("tools[0]"),
+  EXPECT_NE(status({{"tool_choice", {{"type", "function"}, {"function", {{"name", "g"}}}}}}, tools).find("'g'"),
             std::string::npos);
-  EXPECT_NE(status(json::object(), json::parse(R"([{"type": "retrieval", "function": {"name": "f"}}])"))
-                .find("tools[0]"), std::string::npos);
+  EXPECT_NE(status(json::object(), json::parse(R"([{"type": "function"}])")).find("tools[0]"), std::string::npos);
+  EXPECT_NE(
+      status(json::object(), json::parse(R"([{"type": "retrieval", "function": {"name": "f"}}])")).find("tools[0]"),
+      std::string::npos);
 }
 
 TEST(AgentApi, ToolCallMessagesBecomeTemplateReady) {
@@ -144,22 +143,25 @@ TEST(AgentApi, AnthropicRequestTranslation) {
     }
     return std::string();
   };
-  EXPECT_NE(error(R"({"messages": [{"role": "user", "content": "x"}]})").find("max_tokens"),
-            std::string::npos);
+  EXPECT_NE(error(R"({"messages": [{"role": "user", "content": "x"}]})").find("max_tokens"), std::string::npos);
   EXPECT_EQ(error(R"({"messages": [{"role": "user", "content": "x"}]})", true), "");
-  EXPECT_NE(error(R"({"max_tokens": 5, "messages": [{"role": "system", "content": "x"}]})")
-                .find("messages[0].role"), std::string::npos);
-  EXPECT_NE(error(R"({"max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "image"}]}]})")
-                .find("'image'"), std::string::npos);
+  EXPECT_NE(error(R"({"max_tokens": 5, "messages": [{"role": "system", "content": "x"}]})").find("messages[0].role"),
+            std::string::npos);
+  EXPECT_NE(
+      error(R"({"max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "image"}]}]})").find("'image'"),
+      std::string::npos);
   EXPECT_NE(error(R"({"max_tokens": 5, "messages": [{"role": "user", "content": "x"}],
                       "tools": [{"name": "w", "type": "web_search_20250305"}]})")
-                .find("server tool"), std::string::npos);
+                .find("server tool"),
+            std::string::npos);
   EXPECT_NE(error(R"({"max_tokens": 5, "temperature": 1.5, "messages": [{"role": "user", "content": "x"}]})")
-                .find("temperature"), std::string::npos);
+                .find("temperature"),
+            std::string::npos);
   // A final assistant message is a prefill to continue.
-  AnthropicRequest pre = parse_anthropic_request(
-      json::parse(R"({"max_tokens": 5, "messages": [{"role": "user", "content": "x"},
-                     {"role": "assistant", "content": "The answer is"}]})"), {1000, 4096}, false);
+  AnthropicRequest pre =
+      parse_anthropic_request(json::parse(R"({"max_tokens": 5, "messages": [{"role": "user", "content": "x"},
+                     {"role": "assistant", "content": "The answer is"}]})"),
+                              {1000, 4096}, false);
   EXPECT_TRUE(pre.continue_final_message);
   EXPECT_EQ(anthropic_error_json(ApiError(401, "no")),
             json::parse(R"({"type": "error", "error": {"type": "authentication_error", "message": "no"}})"));

@@ -57,8 +57,7 @@ class Client {
     parser.body_limit(64 << 20);
     http::read(socket_, buffer_, parser);
     auto res = parser.release();
-    return {static_cast<int>(res.result_int()), res.body(),
-            std::string(res[http::field::content_type])};
+    return {static_cast<int>(res.result_int()), res.body(), std::string(res[http::field::content_type])};
   }
   Reply post(const std::string& target, const json& body, const std::string& auth = "") {
     return request(http::verb::post, target, body.dump(), auth);
@@ -103,18 +102,17 @@ class LiveServer {
         chat_(R"({{ bos_token }}{% for m in messages %}{{ m.role }}: {{ m.content }}
 {% endfor %}{% if add_generation_prompt %}assistant:{% endif %})"),
         api_(ApiConfig{"fake", "fake.gguf", std::move(api_key)}),
-        http_(HttpServerConfig{"127.0.0.1", 0, 2, limits},
-              [this](HttpRequest&& r, std::shared_ptr<HttpResponder> res) {
-                api_.handle(std::move(r), std::move(res));
-              }) {
+        http_(HttpServerConfig{"127.0.0.1", 0, 2, limits}, [this](HttpRequest&& r, std::shared_ptr<HttpResponder> res) {
+          api_.handle(std::move(r), std::move(res));
+        }) {
     http_.start();
     const int n_vocab = static_cast<int>(tok_->n_tokens());
     EngineConfig ec;
     ec.max_model_len = 512;
     ec.eos_token_ids = {tok_->vocab().eos};
-    engine_ = std::make_unique<Engine>(
-        std::make_unique<testing::FakeRunner>(n_vocab, /*block_size=*/16, /*n_blocks=*/256), ec,
-        std::make_shared<TokenizerDecoder>(*tok_));
+    engine_ =
+        std::make_unique<Engine>(std::make_unique<testing::FakeRunner>(n_vocab, /*block_size=*/16, /*n_blocks=*/256),
+                                 ec, std::make_shared<TokenizerDecoder>(*tok_));
     engine_->start();
   }
   void make_ready() {
@@ -219,8 +217,7 @@ TEST(ServerHttp, StreamEqualsNonStreamAndChatWorks) {
   LiveServer s;
   s.make_ready();
   Client c(s.port());
-  json req = {{"prompt", "The quick brown fox"}, {"max_tokens", 24}, {"temperature", 0},
-              {"ignore_eos", true}};
+  json req = {{"prompt", "The quick brown fox"}, {"max_tokens", 24}, {"temperature", 0}, {"ignore_eos", true}};
   Reply full = c.post("/v1/completions", req);
   ASSERT_EQ(full.status, 200);
   const std::string text = full.j()["choices"][0]["text"];
@@ -235,9 +232,10 @@ TEST(ServerHttp, StreamEqualsNonStreamAndChatWorks) {
   EXPECT_EQ(usage["completion_tokens"], 24);
   EXPECT_EQ(usage, full.j()["usage"]);
 
-  Reply chat = c.post("/v1/chat/completions",
-                      {{"messages", {{{"role", "user"}, {"content", "hi"}}}},
-                       {"max_tokens", 3}, {"temperature", 0}, {"ignore_eos", true}});
+  Reply chat = c.post("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                                               {"max_tokens", 3},
+                                               {"temperature", 0},
+                                               {"ignore_eos", true}});
   ASSERT_EQ(chat.status, 200) << chat.body;
   EXPECT_EQ(chat.j()["object"], "chat.completion");
   EXPECT_EQ(chat.j()["choices"][0]["message"]["role"], "assistant");
@@ -251,10 +249,12 @@ TEST(ServerHttp, DisconnectMidStreamAbortsAndFreesKv) {
   s.make_ready();
   {
     Client c(s.port());
-    std::string body = json{{"prompt", "Once upon a time"}, {"max_tokens", 400},
-                            {"ignore_eos", true}, {"stream", true}}.dump();
-    std::string raw = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                      "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    std::string body =
+        json{{"prompt", "Once upon a time"}, {"max_tokens", 400}, {"ignore_eos", true}, {"stream", true}}.dump();
+    std::string raw =
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        "Content-Length: " +
+        std::to_string(body.size()) + "\r\n\r\n" + body;
     net::write(c.socket(), net::buffer(raw));
     // Wait for some streamed bytes: the request is running.
     std::string got;

@@ -99,25 +99,31 @@ struct Deviation {
 
 const Deviation kDeviations[] = {
     {"glm45", "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Oslo", "whole",
-     "text after a call stays content (vLLM drops it from the whole message but streams it)",
-     std::nullopt},
+     "text after a call stays content (vLLM drops it from the whole message but streams it)", std::nullopt},
     {"glm45", "Checking.<tool_call>get_weather<arg_key>city</arg_key><arg_value>Par", "streamed",
      "arguments stream one complete key/value pair at a time (vLLM streams inside a string value, "
      "then its whole message has '{}')",
      std::vector<std::pair<std::string, std::string>>{{"get_weather", "{}"}}},
-    {"deepseek_v32", "\n\n<｜DSML｜function_calls>\n<｜DSML｜invoke name=\"get_weather\">\n<｜DSML｜parameter name=\"city\" string=\"true\">Par",
-     "streamed", "as for glm45: complete parameters only", 
+    {"deepseek_v32",
+     "\n\n<｜DSML｜function_calls>\n<｜DSML｜invoke name=\"get_weather\">\n<｜DSML｜parameter name=\"city\" "
+     "string=\"true\">Par",
+     "streamed", "as for glm45: complete parameters only",
      std::vector<std::pair<std::string, std::string>>{{"get_weather", "{}"}}},
-    {"kimi_k2", "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{\"city\": \"Pa",
-     "whole", "a call cut off inside its JSON arguments is dropped, as deepseek_v3/v31 do (vLLM's "
+    {"kimi_k2",
+     "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{\"city\": "
+     "\"Pa",
+     "whole",
+     "a call cut off inside its JSON arguments is dropped, as deepseek_v3/v31 do (vLLM's "
      "kimi_k2 returns the invalid JSON as arguments)",
      std::vector<std::pair<std::string, std::string>>{}},
     {"hermes", "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Pa", "streamed",
      "a call streams only once it is complete (its JSON parsed), so a cut-off call ends as content "
-     "as in the whole message", std::nullopt},
+     "as in the whole message",
+     std::nullopt},
     {"hermes", "<tool_call>\n{\"name\": get_weather}", "streamed",
      "a call whose JSON does not parse ends as content, as in the whole message (vLLM's stream "
-     "drops it)", std::nullopt},
+     "drops it)",
+     std::nullopt},
 };
 
 const Deviation* deviation(const json& c, const char* path) {
@@ -130,8 +136,7 @@ const Deviation* deviation(const json& c, const char* path) {
 
 std::string fmt_case(const json& c) {
   return "tool=" + (c["tool_parser"].is_string() ? c["tool_parser"].get<std::string>() : "-") +
-         " reasoning=" +
-         (c["reasoning_parser"].is_string() ? c["reasoning_parser"].get<std::string>() : "-") +
+         " reasoning=" + (c["reasoning_parser"].is_string() ? c["reasoning_parser"].get<std::string>() : "-") +
          " kwargs=" + c["chat_template_kwargs"].dump() + " output=" + json(c["output"]).dump();
 }
 

@@ -16,9 +16,7 @@ namespace {
 
 const ModelLimits kLimits{1000, 256};
 
-CompletionRequest completion(const std::string& body) {
-  return parse_completion_request(json::parse(body), kLimits);
-}
+CompletionRequest completion(const std::string& body) { return parse_completion_request(json::parse(body), kLimits); }
 
 // The 400 a body gets, as "param: message".
 std::string completion_error(const std::string& body) {
@@ -95,11 +93,9 @@ TEST(ServerProtocol, CompletionFieldsReachSamplingParams) {
 TEST(ServerProtocol, PromptShapes) {
   EXPECT_EQ(completion(R"({"prompt": ["a", "b"]})").prompts.size(), 2u);
   EXPECT_EQ(completion(R"({"prompt": [5, 6, 7]})").prompts[0].ids.size(), 3u);
-  EXPECT_EQ(completion(R"({"prompt": "x", "stop": "y"})").params.stop,
-            (std::vector<std::string>{"y"}));
+  EXPECT_EQ(completion(R"({"prompt": "x", "stop": "y"})").params.stop, (std::vector<std::string>{"y"}));
   // null means "not given".
-  EXPECT_EQ(completion(R"({"prompt": "x", "max_tokens": null, "temperature": null})")
-                .params.max_tokens, 16);
+  EXPECT_EQ(completion(R"({"prompt": "x", "max_tokens": null, "temperature": null})").params.max_tokens, 16);
   // An integral float is an integer (as pydantic accepts it).
   EXPECT_EQ(completion(R"({"prompt": "x", "max_tokens": 4.0})").params.max_tokens, 4);
 }
@@ -108,39 +104,29 @@ TEST(ServerProtocol, BadCompletionFieldsAre400sNamingTheField) {
   EXPECT_EQ(completion_error(R"({"max_tokens": 4})"), "prompt: 'prompt' is required");
   EXPECT_EQ(completion_error(R"({"prompt": 5})").rfind("prompt: 'prompt' must be", 0), 0u);
   EXPECT_EQ(completion_error(R"({"prompt": []})"), "prompt: 'prompt' must not be an empty list");
-  EXPECT_EQ(completion_error(R"({"prompt": [[]]})"),
-            "prompt: 'prompt' token lists must not be empty");
-  EXPECT_EQ(completion_error(R"({"prompt": [1, 1000]})"),
-            "prompt: 'prompt': token id 1000 is out of range [0, 1000)");
-  EXPECT_EQ(completion_error(R"({"prompt": [1, -1]})"),
-            "prompt: 'prompt': token id -1 is out of range [0, 1000)");
+  EXPECT_EQ(completion_error(R"({"prompt": [[]]})"), "prompt: 'prompt' token lists must not be empty");
+  EXPECT_EQ(completion_error(R"({"prompt": [1, 1000]})"), "prompt: 'prompt': token id 1000 is out of range [0, 1000)");
+  EXPECT_EQ(completion_error(R"({"prompt": [1, -1]})"), "prompt: 'prompt': token id -1 is out of range [0, 1000)");
   EXPECT_EQ(completion_error(R"({"prompt": ["a", 1]})").rfind("prompt: ", 0), 0u);
   EXPECT_EQ(completion_error(R"({"prompt": "x", "temperature": -0.1})"),
             "temperature: 'temperature' must be >= 0, got -0.1");
   EXPECT_EQ(completion_error(R"({"prompt": "x", "temperature": "hot"})"),
             "temperature: 'temperature' must be a number, got string");
-  EXPECT_EQ(completion_error(R"({"prompt": "x", "top_p": 0})"),
-            "top_p: 'top_p' must be in (0, 1], got 0");
-  EXPECT_EQ(completion_error(R"({"prompt": "x", "top_p": 1.5})"),
-            "top_p: 'top_p' must be in (0, 1], got 1.5");
+  EXPECT_EQ(completion_error(R"({"prompt": "x", "top_p": 0})"), "top_p: 'top_p' must be in (0, 1], got 0");
+  EXPECT_EQ(completion_error(R"({"prompt": "x", "top_p": 1.5})"), "top_p: 'top_p' must be in (0, 1], got 1.5");
   EXPECT_EQ(completion_error(R"({"prompt": "x", "n": 0})"), "n: 'n' must be in [1, 128], got 0");
-  EXPECT_EQ(completion_error(R"({"prompt": "x", "n": 1.5})"),
-            "n: 'n' must be an integer, got number");
-  EXPECT_EQ(completion_error(R"({"prompt": "x", "logprobs": 21})"),
-            "logprobs: 'logprobs' must be in [0, 20], got 21");
-  EXPECT_EQ(completion_error(R"({"prompt": "x", "max_tokens": 0})"),
-            "max_tokens: 'max_tokens' must be >= 1, got 0");
+  EXPECT_EQ(completion_error(R"({"prompt": "x", "n": 1.5})"), "n: 'n' must be an integer, got number");
+  EXPECT_EQ(completion_error(R"({"prompt": "x", "logprobs": 21})"), "logprobs: 'logprobs' must be in [0, 20], got 21");
+  EXPECT_EQ(completion_error(R"({"prompt": "x", "max_tokens": 0})"), "max_tokens: 'max_tokens' must be >= 1, got 0");
   EXPECT_EQ(completion_error(R"({"prompt": "x", "top_k": -2})").rfind("top_k: ", 0), 0u);
-  EXPECT_EQ(completion_error(R"({"prompt": "x", "min_p": 2})"),
-            "min_p: 'min_p' must be in [0, 1], got 2");
+  EXPECT_EQ(completion_error(R"({"prompt": "x", "min_p": 2})"), "min_p: 'min_p' must be in [0, 1], got 2");
   EXPECT_EQ(completion_error(R"({"prompt": "x", "presence_penalty": 3})"),
             "presence_penalty: 'presence_penalty' must be in [-2, 2], got 3");
   EXPECT_EQ(completion_error(R"({"prompt": "x", "frequency_penalty": -2.5})"),
             "frequency_penalty: 'frequency_penalty' must be in [-2, 2], got -2.5");
   EXPECT_EQ(completion_error(R"({"prompt": "x", "repetition_penalty": 0})"),
             "repetition_penalty: 'repetition_penalty' must be > 0, got 0");
-  EXPECT_EQ(completion_error(R"({"prompt": "x", "stop": ""})"),
-            "stop: 'stop' strings must not be empty");
+  EXPECT_EQ(completion_error(R"({"prompt": "x", "stop": ""})"), "stop: 'stop' strings must not be empty");
   EXPECT_EQ(completion_error(R"({"prompt": "x", "stop": [1]})").rfind("stop: ", 0), 0u);
   EXPECT_EQ(completion_error(R"({"prompt": "x", "stop_token_ids": [5000]})"),
             "stop_token_ids: 'stop_token_ids': token id 5000 is out of range [0, 1000)");
@@ -150,16 +136,13 @@ TEST(ServerProtocol, BadCompletionFieldsAre400sNamingTheField) {
             "logit_bias: 'logit_bias' must be in [-100, 100] for every token, got 101");
   EXPECT_EQ(completion_error(R"({"prompt": "x", "logit_bias": {"1000": 1}})"),
             "logit_bias: 'logit_bias': token id 1000 is out of range [0, 1000)");
-  EXPECT_EQ(completion_error(R"({"prompt": "x", "stream": "yes"})"),
-            "stream: 'stream' must be a boolean, got string");
+  EXPECT_EQ(completion_error(R"({"prompt": "x", "stream": "yes"})"), "stream: 'stream' must be a boolean, got string");
   EXPECT_EQ(completion_error(R"({"prompt": "x", "stream_options": {"include_usage": true}})"),
             "stream_options: 'stream_options' can only be given when 'stream' is true");
   EXPECT_EQ(completion_error(R"({"prompt": "x", "min_tokens": 20})"),
             "min_tokens: 'min_tokens' (20) must not exceed 'max_tokens' (16)");
-  EXPECT_EQ(completion_error(R"({"prompt": "x", "model": 3})"),
-            "model: 'model' must be a string, got number");
-  EXPECT_EQ(completion_error(R"({"prompt": "x", "seed": "1"})"),
-            "seed: 'seed' must be an integer, got string");
+  EXPECT_EQ(completion_error(R"({"prompt": "x", "model": 3})"), "model: 'model' must be a string, got number");
+  EXPECT_EQ(completion_error(R"({"prompt": "x", "seed": "1"})"), "seed: 'seed' must be an integer, got string");
 }
 
 TEST(ServerProtocol, ChatMessagesAreNormalized) {
@@ -183,8 +166,7 @@ TEST(ServerProtocol, ChatMessagesAreNormalized) {
   EXPECT_EQ(r.chat_template_kwargs["enable_thinking"], false);
   EXPECT_TRUE(r.add_generation_prompt);
 
-  ChatRequest d = parse_chat_request(json::parse(R"({"messages": [{"role": "user", "content": "x"}]})"),
-                                     kLimits);
+  ChatRequest d = parse_chat_request(json::parse(R"({"messages": [{"role": "user", "content": "x"}]})"), kLimits);
   EXPECT_FALSE(d.max_tokens.has_value());  // the server fills in the rest of the context
   EXPECT_FALSE(d.params.logprobs.has_value());
 }
@@ -192,14 +174,11 @@ TEST(ServerProtocol, ChatMessagesAreNormalized) {
 TEST(ServerProtocol, BadChatRequestsAre400s) {
   EXPECT_EQ(chat_error(R"({})"), "messages: 'messages' is required");
   EXPECT_EQ(chat_error(R"({"messages": []})"), "messages: 'messages' must not be empty");
-  EXPECT_EQ(chat_error(R"({"messages": "hi"})"),
-            "messages: 'messages' must be a list of messages, got string");
-  EXPECT_EQ(chat_error(R"({"messages": [{"content": "x"}]})"),
-            "messages: messages[0] has no 'role' string");
+  EXPECT_EQ(chat_error(R"({"messages": "hi"})"), "messages: 'messages' must be a list of messages, got string");
+  EXPECT_EQ(chat_error(R"({"messages": [{"content": "x"}]})"), "messages: messages[0] has no 'role' string");
   EXPECT_EQ(chat_error(R"({"messages": [{"role": "wizard", "content": "x"}]})"),
             "messages: messages[0].role 'wizard' is not one of system, developer, user, assistant, tool");
-  EXPECT_EQ(chat_error(R"({"messages": [{"role": "user"}]})"),
-            "messages: messages[0] (user) has no 'content'");
+  EXPECT_EQ(chat_error(R"({"messages": [{"role": "user"}]})"), "messages: messages[0] (user) has no 'content'");
   EXPECT_EQ(chat_error(R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})"),
             "messages: messages[0].content part type 'image_url' is not supported (text only)");
   EXPECT_EQ(chat_error(R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})"),
@@ -270,10 +249,13 @@ TEST(ServerSse, EventsAreOneDataLineEach) {
 }
 
 TEST(ServerSse, InvalidUtf8IsReplacedNotThrown) {
-  json j = {{"text", std::string("a\xff" "b")}};
+  json j = {{"text", std::string("a\xff"
+                                 "b")}};
   std::string out;
   ASSERT_NO_THROW(out = dump_json(j));
-  EXPECT_EQ(json::parse(out)["text"], "a\xEF\xBF\xBD" "b");
+  EXPECT_EQ(json::parse(out)["text"],
+            "a\xEF\xBF\xBD"
+            "b");
 }
 
 TEST(ServerLogprobs, CompletionAndChatShapes) {
@@ -281,15 +263,13 @@ TEST(ServerLogprobs, CompletionAndChatShapes) {
   lps[0].sampled = {3, -0.5f};
   lps[0].top = {{3, -0.5f}, {4, -1.5f}};
   lps[1].sampled = {4, -std::numeric_limits<float>::infinity()};
-  TokenTextFn text = [](int32_t id) {
-    return TokenText{id == 3 ? std::string("h\xC3\xA9") : std::string("!"), "raw"};
-  };
+  TokenTextFn text = [](int32_t id) { return TokenText{id == 3 ? std::string("h\xC3\xA9") : std::string("!"), "raw"}; };
   json c;
   int64_t offset = 5;
   append_completion_logprobs(c, lps, text, offset);
   EXPECT_EQ(c["tokens"], json::array({"h\xC3\xA9", "!"}));
   EXPECT_EQ(c["token_logprobs"][0], -0.5);
-  EXPECT_EQ(c["token_logprobs"][1], -9999.0);  // -inf is not JSON
+  EXPECT_EQ(c["token_logprobs"][1], -9999.0);        // -inf is not JSON
   EXPECT_EQ(c["text_offset"], json::array({5, 7}));  // "hé" is 2 code points
   EXPECT_EQ(offset, 8);
   EXPECT_EQ(c["top_logprobs"][0].size(), 2u);
@@ -401,8 +381,8 @@ TEST(ServerMetricsText, EveryMetricOfTheIssueIsExposed) {
   EXPECT_EQ(s.at("mla:request_success_total{" + m0 + R"(,finished_reason="abort"})"), 0);
   EXPECT_EQ(s.at("mla:attention_path_tokens_total{" + m0 + R"(,path="mha"})"), 7);
   EXPECT_EQ(s.at("mla:attention_path_tokens_total{" + m0 + R"(,path="mqa"})"), 9);
-  for (const char* h : {"mla:time_to_first_token_seconds", "mla:time_per_output_token_seconds",
-                        "mla:e2e_request_latency_seconds"}) {
+  for (const char* h :
+       {"mla:time_to_first_token_seconds", "mla:time_per_output_token_seconds", "mla:e2e_request_latency_seconds"}) {
     EXPECT_EQ(s.at(std::string(h) + "_count" + l), 1) << h;
     EXPECT_EQ(s.at(std::string(h) + "_bucket{" + m0 + R"(,le="+Inf"})"), 1) << h;
   }

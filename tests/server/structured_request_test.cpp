@@ -51,8 +51,8 @@ TEST(StructuredRequest, ResponseFormat) {
 }
 
 TEST(StructuredRequest, StructuredOutputsKinds) {
-  auto j = completion(R"("structured_outputs": {"json": {"type": "array"}, "disable_any_whitespace": true})")
-               .structured;
+  auto j =
+      completion(R"("structured_outputs": {"json": {"type": "array"}, "disable_any_whitespace": true})").structured;
   ASSERT_TRUE(j);
   EXPECT_EQ(j->spec.kind, GrammarSpec::Kind::kJsonSchema);
   EXPECT_EQ(json::parse(j->spec.source), json::parse(R"({"type": "array"})"));
@@ -121,7 +121,8 @@ TEST(StructuredRequest, VllmsOlderGuidedFieldsAreAliases) {
 
 TEST(StructuredRequest, StructuredOutputsOptionsApplyToResponseFormat) {
   auto s = chat(R"("response_format": {"type": "json_object"},
-                   "structured_outputs": {"disable_any_whitespace": true})").structured;
+                   "structured_outputs": {"disable_any_whitespace": true})")
+               .structured;
   ASSERT_TRUE(s);
   EXPECT_EQ(s->spec.kind, GrammarSpec::Kind::kJsonObject);
   EXPECT_FALSE(s->spec.any_whitespace);

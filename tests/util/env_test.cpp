@@ -10,8 +10,8 @@ namespace mla {
 namespace {
 
 TEST(Env, UnknownMlaVariablesAreReportedWithTheClosestKnownName) {
-  std::vector<std::string> entries = {"PATH=/bin", "MLA_TRACE=dispatch:1", "MLA_TRCE=dispatch:1",
-                                      "MLA_LOGLEVEL=debug", "MLA_=x", "XMLA_TRACE=1"};
+  std::vector<std::string> entries = {"PATH=/bin", "MLA_TRACE=dispatch:1", "MLA_TRCE=dispatch:1", "MLA_LOGLEVEL=debug",
+                                      "MLA_=x",    "XMLA_TRACE=1"};
   std::vector<char*> env;
   for (auto& e : entries) env.push_back(e.data());
   env.push_back(nullptr);

@@ -106,8 +106,7 @@ class ScannedFormat : public ToolCallFormat {
   }
 
  protected:
-  virtual void read_body(std::string_view body, bool closed, bool final, const json& tools,
-                         ParsedCall& c) const = 0;
+  virtual void read_body(std::string_view body, bool closed, bool final, const json& tools, ParsedCall& c) const = 0;
 
  private:
   std::string_view name_;
@@ -115,9 +114,7 @@ class ScannedFormat : public ToolCallFormat {
 };
 
 // Whether text is one complete JSON value.
-bool complete_json(std::string_view text) {
-  return !json::parse(text, nullptr, false).is_discarded();
-}
+bool complete_json(std::string_view text) { return !json::parse(text, nullptr, false).is_discarded(); }
 
 // ---------------------------------------------------------------------------------------------
 // Formats whose arguments are the model's own JSON text after a separator: DeepSeek V3 / V3.1,
@@ -129,13 +126,9 @@ class RawJsonFormat : public ScannedFormat {
 
  protected:
   // Splits a body into header (name / id) and arguments; false while the separator is unseen.
-  virtual bool split(std::string_view body, std::string_view& header,
-                     std::string_view& args) const = 0;
-  virtual void read_header(std::string_view header, ParsedCall& c) const {
-    c.name = std::string(trim(header));
-  }
-  void read_body(std::string_view body, bool closed, bool final, const json&,
-                 ParsedCall& c) const override {
+  virtual bool split(std::string_view body, std::string_view& header, std::string_view& args) const = 0;
+  virtual void read_header(std::string_view header, ParsedCall& c) const { c.name = std::string(trim(header)); }
+  void read_body(std::string_view body, bool closed, bool final, const json&, ParsedCall& c) const override {
     std::string_view header, args;
     if (!split(body, header, args)) return;
     read_header(header, c);
@@ -149,12 +142,11 @@ class RawJsonFormat : public ScannedFormat {
 class DeepseekV31Format : public RawJsonFormat {
  public:
   DeepseekV31Format()
-      : RawJsonFormat("deepseek_v31", {"<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>",
-                                       "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>"}) {}
+      : RawJsonFormat("deepseek_v31", {"<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>",
+                                       "<｜tool▁call▁end｜>"}) {}
 
  protected:
-  bool split(std::string_view body, std::string_view& header,
-             std::string_view& args) const override {
+  bool split(std::string_view body, std::string_view& header, std::string_view& args) const override {
     const std::string_view sep = "<｜tool▁sep｜>";
     const size_t at = body.find(sep);
     if (at == std::string_view::npos) return false;
@@ -168,12 +160,11 @@ class DeepseekV31Format : public RawJsonFormat {
 class DeepseekV3Format : public RawJsonFormat {
  public:
   DeepseekV3Format()
-      : RawJsonFormat("deepseek_v3", {"<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>",
-                                      "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>"}) {}
+      : RawJsonFormat("deepseek_v3", {"<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>",
+                                      "<｜tool▁call▁end｜>"}) {}
 
  protected:
-  bool split(std::string_view body, std::string_view& header,
-             std::string_view& args) const override {
+  bool split(std::string_view body, std::string_view& header, std::string_view& args) const override {
     const std::string_view sep = "<｜tool▁sep｜>", fence = "```json";
     const size_t at = body.find(sep);
     if (at == std::string_view::npos) return false;
@@ -185,8 +176,10 @@ class DeepseekV3Format : public RawJsonFormat {
     args.remove_prefix(std::min(args.size(), args.find_first_not_of(" \t\r\n")));
     // The closing fence is not part of the arguments (nor any prefix of it, while streaming).
     const size_t close = args.rfind("```");
-    if (close != std::string_view::npos) args = args.substr(0, close);
-    else args = args.substr(0, args.size() - partial_marker_suffix(args, {"\n```"}));
+    if (close != std::string_view::npos)
+      args = args.substr(0, close);
+    else
+      args = args.substr(0, args.size() - partial_marker_suffix(args, {"\n```"}));
     return true;
   }
 };
@@ -195,12 +188,11 @@ class DeepseekV3Format : public RawJsonFormat {
 class KimiK2Format : public RawJsonFormat {
  public:
   KimiK2Format()
-      : RawJsonFormat("kimi_k2", {"<|tool_calls_section_begin|>", "<|tool_calls_section_end|>",
-                                  "<|tool_call_begin|>", "<|tool_call_end|>"}) {}
+      : RawJsonFormat("kimi_k2", {"<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
+                                  "<|tool_call_end|>"}) {}
 
  protected:
-  bool split(std::string_view body, std::string_view& header,
-             std::string_view& args) const override {
+  bool split(std::string_view body, std::string_view& header, std::string_view& args) const override {
     const std::string_view sep = "<|tool_call_argument_begin|>";
     const size_t at = body.find(sep);
     if (at == std::string_view::npos) return false;
@@ -230,25 +222,23 @@ std::string args_prefix(const std::vector<ArgPair>& pairs, bool close) {
   std::string s = "{";
   for (size_t i = 0; i < pairs.size(); ++i) {
     if (i) s += ", ";
-    s += tool_format::py_json_dumps(ojson(pairs[i].key)) + ": " +
-         tool_format::py_json_dumps(pairs[i].value);
+    s += tool_format::py_json_dumps(ojson(pairs[i].key)) + ": " + tool_format::py_json_dumps(pairs[i].value);
   }
-  if (close) s += "}";
-  else if (pairs.empty()) s.clear();  // nothing certain yet
+  if (close)
+    s += "}";
+  else if (pairs.empty())
+    s.clear();  // nothing certain yet
   return s;
 }
 
 // NAME<arg_key>K</arg_key><arg_value>V</arg_value>...
 class GlmFormat : public ScannedFormat {
  public:
-  explicit GlmFormat(std::string_view name)
-      : ScannedFormat(name, {"", "", "<tool_call>", "</tool_call>"}) {}
+  explicit GlmFormat(std::string_view name) : ScannedFormat(name, {"", "", "<tool_call>", "</tool_call>"}) {}
 
  protected:
-  void read_body(std::string_view body, bool closed, bool final, const json& tools,
-                 ParsedCall& c) const override {
-    const std::string_view kKey = "<arg_key>", kKeyEnd = "</arg_key>", kVal = "<arg_value>",
-                           kValEnd = "</arg_value>";
+  void read_body(std::string_view body, bool closed, bool final, const json& tools, ParsedCall& c) const override {
+    const std::string_view kKey = "<arg_key>", kKeyEnd = "</arg_key>", kVal = "<arg_value>", kValEnd = "</arg_value>";
     const size_t first = body.find(kKey);
     if (first == std::string_view::npos && !closed) {
       // The name is complete once a newline or the first <arg_key> follows it.
@@ -290,8 +280,7 @@ class DeepseekV32Format : public ScannedFormat {
                                        "<｜DSML｜invoke name=\"", "</｜DSML｜invoke>"}) {}
 
  protected:
-  void read_body(std::string_view body, bool closed, bool final, const json& tools,
-                 ParsedCall& c) const override {
+  void read_body(std::string_view body, bool closed, bool final, const json& tools, ParsedCall& c) const override {
     const std::string_view kParam = "<｜DSML｜parameter name=\"", kParamEnd = "</｜DSML｜parameter>";
     const size_t q = body.find("\">");
     if (q == std::string_view::npos) return;
@@ -330,8 +319,7 @@ class DeepseekV32Format : public ScannedFormat {
 // <tool_call>{"name": N, "arguments": {...}}</tool_call>: the call is known once it closes.
 class HermesFormat : public ScannedFormat {
  public:
-  explicit HermesFormat(std::string_view name)
-      : ScannedFormat(name, {"", "", "<tool_call>", "</tool_call>"}) {}
+  explicit HermesFormat(std::string_view name) : ScannedFormat(name, {"", "", "<tool_call>", "</tool_call>"}) {}
   // A call that does not parse makes the whole output content, no calls (as vLLM).
   ParsedText parse(std::string_view text, bool final, const json& tools) const override {
     ParsedText p = ScannedFormat::parse(text, final, tools);
@@ -342,8 +330,7 @@ class HermesFormat : public ScannedFormat {
   }
 
  protected:
-  void read_body(std::string_view body, bool closed, bool final, const json&,
-                 ParsedCall& c) const override {
+  void read_body(std::string_view body, bool closed, bool final, const json&, ParsedCall& c) const override {
     if (!closed && !final) return;
     ojson j = ojson::parse(trim(body), nullptr, false);
     if (j.is_discarded() || !j.is_object()) return;
@@ -363,15 +350,9 @@ class HermesFormat : public ScannedFormat {
 std::unique_ptr<ToolCallFormat> make_glm_format(std::string_view name) {
   return std::make_unique<GlmFormat>(name == "glm47" ? "glm47" : "glm45");
 }
-std::unique_ptr<ToolCallFormat> make_deepseek_v3_format() {
-  return std::make_unique<DeepseekV3Format>();
-}
-std::unique_ptr<ToolCallFormat> make_deepseek_v31_format() {
-  return std::make_unique<DeepseekV31Format>();
-}
-std::unique_ptr<ToolCallFormat> make_deepseek_v32_format() {
-  return std::make_unique<DeepseekV32Format>();
-}
+std::unique_ptr<ToolCallFormat> make_deepseek_v3_format() { return std::make_unique<DeepseekV3Format>(); }
+std::unique_ptr<ToolCallFormat> make_deepseek_v31_format() { return std::make_unique<DeepseekV31Format>(); }
+std::unique_ptr<ToolCallFormat> make_deepseek_v32_format() { return std::make_unique<DeepseekV32Format>(); }
 std::unique_ptr<ToolCallFormat> make_kimi_k2_format() { return std::make_unique<KimiK2Format>(); }
 std::unique_ptr<ToolCallFormat> make_hermes_format(std::string_view name) {
   return std::make_unique<HermesFormat>(name == "qwen3_xml_json" ? "qwen3_xml_json" : "hermes");

@@ -14,8 +14,7 @@
 namespace mla::server {
 
 std::vector<std::string> tool_call_format_names() {
-  return {"deepseek_v3", "deepseek_v31", "deepseek_v32", "glm45", "glm47", "hermes", "kimi_k2",
-          "qwen3_xml_json"};
+  return {"deepseek_v3", "deepseek_v31", "deepseek_v32", "glm45", "glm47", "hermes", "kimi_k2", "qwen3_xml_json"};
 }
 
 std::unique_ptr<ToolCallFormat> make_tool_call_format(std::string_view name) {
@@ -31,8 +30,13 @@ std::unique_ptr<ToolCallFormat> make_tool_call_format(std::string_view name) {
 std::string detect_tool_call_format(std::string_view src) {
   auto has = [&](std::string_view s) { return src.find(s) != std::string_view::npos; };
   if (has("<arg_key>") && has("<tool_call>")) return "glm45";
-  if (has("\xef\xbd\x9c" "DSML" "\xef\xbd\x9c")) return "deepseek_v32";  // ｜DSML｜
-  if (has("<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "begin\xef\xbd\x9c>"))
+  if (has("\xef\xbd\x9c"
+          "DSML"
+          "\xef\xbd\x9c"))
+    return "deepseek_v32";  // ｜DSML｜
+  if (has("<\xef\xbd\x9ctool\xe2\x96\x81"
+          "calls\xe2\x96\x81"
+          "begin\xef\xbd\x9c>"))
     return has("```json") ? "deepseek_v3" : "deepseek_v31";
   if (has("<|tool_calls_section_begin|>")) return "kimi_k2";
   if (has("<tool_call>")) return "hermes";
@@ -41,25 +45,20 @@ std::string detect_tool_call_format(std::string_view src) {
 
 std::string make_tool_call_id(std::string_view prefix) {
   static thread_local std::mt19937_64 rng{std::random_device{}()};
-  static constexpr char kAlnum[] =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  static constexpr char kAlnum[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
   std::string id(prefix);
   for (int i = 0; i < 24; ++i) id += kAlnum[rng() % (sizeof(kAlnum) - 1)];
   return id;
 }
 
-ToolCallStream::ToolCallStream(const ToolCallFormat& format, json tools)
-    : format_(format), tools_(std::move(tools)) {}
+ToolCallStream::ToolCallStream(const ToolCallFormat& format, json tools) : format_(format), tools_(std::move(tools)) {}
 
-void ToolCallStream::feed(std::string_view text, std::string* content,
-                          std::vector<ToolCallDelta>* calls) {
+void ToolCallStream::feed(std::string_view text, std::string* content, std::vector<ToolCallDelta>* calls) {
   text_ += text;
   update(false, content, calls);
 }
 
-void ToolCallStream::finish(std::string* content, std::vector<ToolCallDelta>* calls) {
-  update(true, content, calls);
-}
+void ToolCallStream::finish(std::string* content, std::vector<ToolCallDelta>* calls) { update(true, content, calls); }
 
 void ToolCallStream::update(bool final, std::string* content, std::vector<ToolCallDelta>* calls) {
   std::string_view all = text_;
@@ -112,8 +111,7 @@ void ToolCallStream::update(bool final, std::string* content, std::vector<ToolCa
   }
 }
 
-ParsedText ToolCallStream::parse_all(const ToolCallFormat& format, std::string_view text,
-                                     const json& tools) {
+ParsedText ToolCallStream::parse_all(const ToolCallFormat& format, std::string_view text, const json& tools) {
   ParsedText p = format.parse(text, true, tools);
   std::erase_if(p.calls, [](const ParsedCall& c) { return !c.done || !c.name_done; });
   return p;
@@ -214,8 +212,7 @@ std::optional<ojson> py_float(const std::string& s) {
   if (t.empty()) return std::nullopt;
   std::string str(t);
   for (char c : str)
-    if (!(std::isdigit(static_cast<unsigned char>(c)) || c == '.' || c == 'e' || c == 'E' ||
-          c == '+' || c == '-'))
+    if (!(std::isdigit(static_cast<unsigned char>(c)) || c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-'))
       return std::nullopt;  // inf/nan and hex are not JSON numbers
   char* end = nullptr;
   const double d = std::strtod(str.c_str(), &end);
@@ -231,12 +228,18 @@ std::vector<std::string> schema_types(const json& schema) {
     std::string s = t.get<std::string>();
     for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     s = std::string(trim(s));
-    if (s == "int") s = "integer";
-    else if (s == "float" || s == "double") s = "number";
-    else if (s == "bool") s = "boolean";
-    else if (s == "str") s = "string";
-    else if (s == "dict") s = "object";
-    else if (s == "list") s = "array";
+    if (s == "int")
+      s = "integer";
+    else if (s == "float" || s == "double")
+      s = "number";
+    else if (s == "bool")
+      s = "boolean";
+    else if (s == "str")
+      s = "string";
+    else if (s == "dict")
+      s = "object";
+    else if (s == "list")
+      s = "array";
     out.push_back(s);
   };
   auto t = schema.find("type");

@@ -31,15 +31,15 @@ using json = nlohmann::json;
 
 // One call as the format reads it from the text so far.
 struct ParsedCall {
-  std::string id;          // from the text (Kimi's "functions.NAME:0"), else "" (one is made up)
-  std::string name;        // valid once name_done
+  std::string id;    // from the text (Kimi's "functions.NAME:0"), else "" (one is made up)
+  std::string name;  // valid once name_done
   bool name_done = false;
-  std::string arguments;   // the stable prefix of the arguments JSON text; all of it once done
-  bool done = false;       // the call's end marker was seen (or the text ended and it parsed)
+  std::string arguments;  // the stable prefix of the arguments JSON text; all of it once done
+  bool done = false;      // the call's end marker was seen (or the text ended and it parsed)
 };
 
 struct ParsedText {
-  std::string content;     // text outside calls (a held-back marker prefix excluded)
+  std::string content;  // text outside calls (a held-back marker prefix excluded)
   std::vector<ParsedCall> calls;
 };
 
@@ -85,8 +85,7 @@ class ToolCallStream {
   // The output is complete: flushes what was held back.
   void finish(std::string* content, std::vector<ToolCallDelta>* calls);
   // The whole output parsed at once (non-streaming): content and complete calls.
-  static ParsedText parse_all(const ToolCallFormat& format, std::string_view text,
-                              const json& tools);
+  static ParsedText parse_all(const ToolCallFormat& format, std::string_view text, const json& tools);
   bool any_call() const { return !sent_.empty(); }
 
  private:
@@ -99,7 +98,7 @@ class ToolCallStream {
   const ToolCallFormat& format_;
   json tools_;
   std::string text_;
-  size_t searched_ = 0;        // text_ searched for a start marker up to here
+  size_t searched_ = 0;                   // text_ searched for a start marker up to here
   size_t marker_at_ = std::string::npos;  // the first start marker: the format parses from here
   size_t content_sent_ = 0;
   std::vector<Sent> sent_;

@@ -42,28 +42,36 @@ void quant_q8_0(const float* x, void* dst, int64_t n) {
   }
 }
 
+// The block's value of largest magnitude, with its sign (the first one on ties; a NaN is skipped).
+float signed_absmax(const float* x) {
+  float amax = 0.0f, max = 0.0f;
+  for (int j = 0; j < kQK; ++j) {
+    if (amax < std::fabs(x[j])) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  }
+  return max;
+}
+
+// min(top, trunc(x*id + offset)): x*id + offset lies in [0.5, 2*offset - 0.5] for finite input;
+// the clamp keeps inf/NaN defined. ggml's C is compiled with FMA contraction on x86, so x*id +
+// offset is rounded once; std::fma reproduces that on every target.
+int level(float x, float id, float offset, int top) {
+  const int q = static_cast<int>(std::fmax(0.0f, std::fmin(2 * offset - 1, std::fma(x, id, offset))));
+  return q < top ? q : top;
+}
+
 // The scale maps the value of largest magnitude to -8 (so the other sign reaches +7 at most):
-// d = max/-8, q = min(15, trunc(x/d + 8.5)). ggml's C is compiled with FMA contraction on x86,
-// so x*id + 8.5 is rounded once; std::fma reproduces that on every target.
+// d = max/-8, q = min(15, trunc(x/d + 8.5)).
 void quant_q4_0(const float* x, void* dst, int64_t n) {
   auto* b = static_cast<BlockQ4_0*>(dst);
   for (int64_t i = 0; i < n / kQK; ++i, x += kQK) {
-    float amax = 0.0f, max = 0.0f;
-    for (int j = 0; j < kQK; ++j) {
-      if (amax < std::fabs(x[j])) {
-        amax = std::fabs(x[j]);
-        max = x[j];
-      }
-    }
-    const float d = max / -8.0f;
+    const float d = signed_absmax(x) / -8.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     b[i].d = fp32_to_fp16(d);
-    for (int j = 0; j < kQK / 2; ++j) {
-      // x*id + 8.5 lies in [0.5, 16.5] for finite input; the clamp keeps inf/NaN defined.
-      const int q0 = static_cast<int>(std::fmax(0.0f, std::fmin(16.0f, std::fma(x[j], id, 8.5f))));
-      const int q1 = static_cast<int>(std::fmax(0.0f, std::fmin(16.0f, std::fma(x[j + 16], id, 8.5f))));
-      b[i].qs[j] = static_cast<uint8_t>((q0 < 15 ? q0 : 15) | ((q1 < 15 ? q1 : 15) << 4));
-    }
+    for (int j = 0; j < kQK / 2; ++j)
+      b[i].qs[j] = static_cast<uint8_t>(level(x[j], id, 8.5f, 15) | (level(x[j + 16], id, 8.5f, 15) << 4));
   }
 }
 
@@ -72,21 +80,12 @@ void quant_q4_0(const float* x, void* dst, int64_t n) {
 void quant_q5_0(const float* x, void* dst, int64_t n) {
   auto* b = static_cast<BlockQ5_0*>(dst);
   for (int64_t i = 0; i < n / kQK; ++i, x += kQK) {
-    float amax = 0.0f, max = 0.0f;
-    for (int j = 0; j < kQK; ++j) {
-      if (amax < std::fabs(x[j])) {
-        amax = std::fabs(x[j]);
-        max = x[j];
-      }
-    }
-    const float d = max / -16.0f;
+    const float d = signed_absmax(x) / -16.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     b[i].d = fp32_to_fp16(d);
     uint32_t qh = 0;
     for (int j = 0; j < kQK / 2; ++j) {
-      // x*id + 16.5 lies in [0.5, 32.5] for finite input; the clamp keeps inf/NaN defined.
-      const int q0 = std::min(31, static_cast<int>(std::fmax(0.0f, std::fmin(32.0f, std::fma(x[j], id, 16.5f)))));
-      const int q1 = std::min(31, static_cast<int>(std::fmax(0.0f, std::fmin(32.0f, std::fma(x[j + 16], id, 16.5f)))));
+      const int q0 = level(x[j], id, 16.5f, 31), q1 = level(x[j + 16], id, 16.5f, 31);
       b[i].qs[j] = static_cast<uint8_t>((q0 & 0x0F) | ((q1 & 0x0F) << 4));
       qh |= static_cast<uint32_t>((q0 >> 4) & 1) << j;
       qh |= static_cast<uint32_t>((q1 >> 4) & 1) << (j + kQK / 2);

@@ -6,10 +6,11 @@ changes it.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
+
 import gguf
 
 # name, reader tensor -> (data, raw ggml type or None for a float32 array)
@@ -82,7 +83,7 @@ def absorbed_scaled(src: Path, dst: Path, scale: float = 2.0 ** 12) -> Path:
     function is unchanged in exact arithmetic (k = W_UK c_kv, v = W_UV c_kv), but the absorbed
     query W_UKᵀ q grows by `scale` and would overflow F16."""
     def edit(name, t):
-        if name.endswith("attn_k_b.weight") or name.endswith("attn_v_b.weight"):
+        if name.endswith(("attn_k_b.weight", "attn_v_b.weight")):
             return _as_f32(t) * np.float32(scale), None
         if name.endswith("attn_kv_a_norm.weight"):
             return _as_f32(t) / np.float32(scale), None

@@ -9,8 +9,8 @@ import time
 import anthropic
 import pytest
 import requests
-
 from agent_util import scripted_server
+
 from server_util import metric
 
 TOOLS = [{"name": "get_weather", "description": "Weather for a city",

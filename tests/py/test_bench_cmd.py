@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from gguf import GGUFReader
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -17,7 +18,7 @@ SMALL = ["--n-embd", "64", "--n-ff", "128", "--q-lora-rank", "32", "--kv-lora-ra
 
 
 def mla(*args, check=True):
-    r = subprocess.run([MLA, *map(str, args)], capture_output=True, text=True)
+    r = subprocess.run([MLA, *map(str, args)], capture_output=True, text=True)  # noqa: PLW1510 (the caller checks the return code)
     if check:
         assert r.returncode == 0, r.stderr
     return r

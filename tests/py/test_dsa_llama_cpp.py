@@ -11,7 +11,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, run_mla
 
 FIX = Path(os.environ.get("MLA_DSA_REFERENCE_DIR", REPO / "tests" / "fixtures" / "dsa-reference"))

@@ -50,7 +50,7 @@ def run_mla(model, tokens, n_predict, path, dump, extra=()):
            "-n", str(n_predict), "--mla-path", path, "--dump-logits", str(dump), "--json", "--threads", "2",
            # the reference is F32 throughout and does not stop at EOS
            "--kv-cache-dtype", "f32", "--ignore-eos", *extra]
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    r = subprocess.run(cmd, capture_output=True, text=True)  # noqa: PLW1510 (the caller checks the return code)
     assert r.returncode == 0, f"{' '.join(cmd)}\n{r.stderr}"
     got = np.fromfile(dump, dtype="<f4").reshape(-1, ref["hf_config"]["vocab_size"])
     return json.loads(r.stdout), got, r.stderr
@@ -141,7 +141,7 @@ def test_dsa_off_is_dense_and_differs(model, mla_path, tmp_path):
 
 @pytest.mark.parametrize("model", MODELS)
 def test_verify_paths_and_trace_cover_sparse_layers(model, tmp_path):
-    d, ref = load_ref(model)
+    _d, ref = load_ref(model)
     case = ref["cases"]["long"]
     n_layer = ref["hf_config"]["num_hidden_layers"]  # trunk; the MTP block blk.{n_layer} is not run
     _, _, err = run_mla(model, case["token_ids"], 3, "auto", tmp_path / "x.f32",
@@ -164,7 +164,7 @@ def test_perplexity_matches_transformers(model):
     p = ref["perplexity"]
     cmd = [MLA, "perplexity", "-m", str(d / ref["gguf"]["file"]), "-f", str(ROOT / p["text"]), "-c", str(p["n_ctx"]),
            "--chunks", str(p["chunks"]), "-t", "2", "--json"]
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    r = subprocess.run(cmd, capture_output=True, text=True)  # noqa: PLW1510 (the caller checks the return code)
     assert r.returncode == 0, f"{' '.join(cmd)}\n{r.stderr}"
     out = json.loads(r.stdout)
     assert out["n_tokens"] == p["n_tokens"], "mla.cpp and transformers tokenized the text differently"

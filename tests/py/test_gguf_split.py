@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import run_mla
 
 REPO = Path(__file__).resolve().parents[2]
@@ -132,7 +131,7 @@ def test_inspect_lists_every_shard(mla_bin):
     text = run_mla(mla_bin, "gguf", "inspect", str(shards[0])).stdout
     assert f"shards ({len(shards)}, {sum(sizes)} bytes in all" in text
     for i, (s, n, c) in enumerate(zip(shards, sizes, counts)):
-        assert re.search(rf"^\s+{i + 1}\s+{re.escape(str(s))}\s+{n}\s+{c}$", text, re.M), text
+        assert re.search(rf"^\s+{i + 1}\s+{re.escape(str(s))}\s+{n}\s+{c}$", text, re.MULTILINE), text
     single = json.loads(run_mla(mla_bin, "gguf", "inspect", "--json",
                                 str(REPO / MANIFEST["inputs"]["deepseek-v2-lite-tiny"]["input"])).stdout)
     assert len(single["shards"]) == 1 and single["shards"][0]["tensors"] == len(single["tensors"])

@@ -8,8 +8,8 @@ import json
 import openai
 import pytest
 import requests
-
 from agent_util import TOOLS, rendered_reply, scripted_server
+
 from server_util import MODEL_NAME
 
 CALLS = [
@@ -52,7 +52,7 @@ def ask(client, kwargs, **extra):
 
 
 def test_round_trip_whole(fmt):
-    name, server, kwargs, writes_reasoning, reply = fmt
+    _name, server, kwargs, writes_reasoning, reply = fmt
     assert "Checking." in reply
     r = ask(client_for(server), kwargs)
     choice = r.choices[0]
@@ -73,7 +73,7 @@ def test_round_trip_whole(fmt):
 
 
 def test_round_trip_streamed(fmt):
-    name, server, kwargs, writes_reasoning, reply = fmt
+    _name, server, kwargs, writes_reasoning, _reply = fmt
     chunks = list(ask(client_for(server), kwargs, stream=True))
     content, reasoning, calls, finish = "", "", {}, []
     for c in chunks:
@@ -100,7 +100,7 @@ def test_round_trip_streamed(fmt):
 
 
 def test_tool_choice_none_leaves_the_text(fmt):
-    name, server, kwargs, _, reply = fmt
+    _name, server, kwargs, _, _reply = fmt
     r = ask(client_for(server), kwargs, tool_choice="none")
     assert r.choices[0].finish_reason == "stop"
     assert not r.choices[0].message.tool_calls
@@ -109,7 +109,7 @@ def test_tool_choice_none_leaves_the_text(fmt):
 
 
 def test_tool_choice_required_and_bad_tools_are_400(fmt):
-    name, server, kwargs, _, _ = fmt
+    _name, server, kwargs, _, _ = fmt
     client = client_for(server)
     with pytest.raises(openai.BadRequestError, match="not supported yet"):
         ask(client, kwargs, tool_choice="required")
@@ -124,7 +124,7 @@ def test_tool_choice_required_and_bad_tools_are_400(fmt):
 def test_multi_turn_with_tool_results(fmt):
     """An assistant turn with tool_calls (arguments as JSON text, as clients send them) and the
     tool results render through the template and generate."""
-    name, server, kwargs, _, _ = fmt
+    _name, server, kwargs, _, _ = fmt
     calls = [dict(c, function=dict(c["function"], arguments=json.dumps(c["function"]["arguments"])))
              for c in CALLS]
     messages = [{"role": "user", "content": USER},
@@ -147,7 +147,7 @@ def test_multi_turn_with_tool_results(fmt):
 
 
 def test_n_choices_each_parsed(fmt):
-    name, server, kwargs, _, _ = fmt
+    _name, server, kwargs, _, _ = fmt
     r = ask(client_for(server), kwargs, n=2)
     assert [c.finish_reason for c in r.choices] == ["tool_calls", "tool_calls"]
     for c in r.choices:

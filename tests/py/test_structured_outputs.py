@@ -11,7 +11,8 @@ import jsonschema
 import openai
 import pytest
 
-from server_util import MODEL_NAME as NAME, REPO, Server
+from server_util import MODEL_NAME as NAME
+from server_util import REPO, Server
 
 MODEL = REPO / "models" / "tiny-q8_0.gguf"
 

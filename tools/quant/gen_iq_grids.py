@@ -6,6 +6,7 @@ byte values, element j in byte j (little-endian).
     .venv/bin/python tools/quant/gen_iq_grids.py > src/quant/iq_grids.h
 """
 import numpy as np
+
 from gguf import quants
 
 GRIDS = [("kIQ1SGrid", quants.IQ1_S, "uint64_t"), ("kIQ2XXSGrid", quants.IQ2_XXS, "uint64_t"),

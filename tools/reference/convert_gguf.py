@@ -58,7 +58,7 @@ def main() -> None:
 
     base.TextModel.get_vocab_base_pre = get_vocab_base_pre
 
-    from conversion import deepseek  # noqa: E402
+    from conversion import deepseek
 
     def set_vocab_v32(self) -> None:
         with open(Path(self.dir_model) / "tokenizer_config.json", encoding="utf-8") as f:

@@ -169,7 +169,7 @@ def forward(keys: dict, w: dict, ids: list[int], path: str, rope=rope_adjacent_p
     opts = opts or {}
     a = keys["general.architecture"]
     assert a in ("deepseek2", "deepseek32", "glm-dsa"), a
-    k = lambda name, default=None: keys.get(f"{a}.{name}", default)  # noqa: E731
+    k = lambda name, default=None: keys.get(f"{a}.{name}", default)
     n_layer = k("block_count") - k("nextn_predict_layers", 0)  # the MTP block(s) come last
     n_head = k("attention.head_count")
     eps = k("attention.layer_norm_rms_epsilon")

@@ -36,8 +36,9 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from make_fixtures import DEFAULT_LLAMA_CPP, LLAMA_CPP_PYTHON_VERSION, REPO  # noqa: E402
-import gguf_forward  # noqa: E402
+from make_fixtures import DEFAULT_LLAMA_CPP, LLAMA_CPP_PYTHON_VERSION, REPO
+
+import gguf_forward
 
 FIXTURES = REPO / "tests" / "fixtures" / "dsa-reference"
 OUT = FIXTURES / "llama-cpp" / "results.json"
@@ -70,7 +71,7 @@ def session_tokens(path: Path) -> list[int]:
 
 
 def run(cmd: list[str]) -> subprocess.CompletedProcess:
-    r = subprocess.run(cmd, capture_output=True, cwd=REPO)
+    r = subprocess.run(cmd, capture_output=True, cwd=REPO)  # noqa: PLW1510 (the caller checks the return code)
     if r.returncode != 0:
         sys.stderr.write(r.stderr.decode(errors="replace")[-4000:])
         raise SystemExit(f"failed ({r.returncode}): {' '.join(cmd)}")

@@ -47,9 +47,20 @@ from tokenizers import Tokenizer
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from make_fixtures import (DEFAULT_DSV3_TOKENIZER, DEFAULT_LLAMA_CPP, LLAMA_CPP_PYTHON_VERSION,  # noqa: E402
-                           REPO, convert, dump_gguf, greedy, init_weights, sha256, write_f32)
-import gguf_forward  # noqa: E402
+from make_fixtures import (
+    DEFAULT_DSV3_TOKENIZER,
+    DEFAULT_LLAMA_CPP,
+    LLAMA_CPP_PYTHON_VERSION,
+    REPO,
+    convert,
+    dump_gguf,
+    greedy,
+    init_weights,
+    sha256,
+    write_f32,
+)
+
+import gguf_forward
 
 DEFAULT_OUT = REPO / "tests" / "fixtures" / "dsa-reference"
 TOKENIZER_DIR = REPO / "tests" / "fixtures" / "reference" / "tokenizer"  # made by make_fixtures.py
@@ -74,13 +85,13 @@ DENSE_CASES = ("long",)
 PPL_TEXT = "tests/fixtures/tiny/heldout-test.txt"
 PPL_CTX, PPL_CHUNKS = 64, 8
 
-_COMMON = dict(
-    vocab_size=512, hidden_size=128, intermediate_size=256, moe_intermediate_size=32,
-    num_attention_heads=4, num_key_value_heads=4, n_routed_experts=8, num_experts_per_tok=2,
-    n_shared_experts=1, first_k_dense_replace=1, routed_scaling_factor=2.5, norm_topk_prob=True,
-    index_topk=8, index_n_heads=16, index_head_dim=64, tie_word_embeddings=False, hidden_act="silu",
-    attention_bias=False, num_nextn_predict_layers=1,
-)
+_COMMON = {
+    "vocab_size": 512, "hidden_size": 128, "intermediate_size": 256, "moe_intermediate_size": 32,
+    "num_attention_heads": 4, "num_key_value_heads": 4, "n_routed_experts": 8, "num_experts_per_tok": 2,
+    "n_shared_experts": 1, "first_k_dense_replace": 1, "routed_scaling_factor": 2.5, "norm_topk_prob": True,
+    "index_topk": 8, "index_n_heads": 16, "index_head_dim": 64, "tie_word_embeddings": False, "hidden_act": "silu",
+    "attention_bias": False, "num_nextn_predict_layers": 1,
+}
 # (a) GLM-5 structure: all layers full indexer (indexer_types defaults to all "full"), no
 #     YaRN, rope theta 1e6, rms eps 1e-5, 1 expert group, no scoring_func key (glm-dsa defaults to
 #     sigmoid). qk_nope 48 / rope 32 / v_head 40 (attn_k_b rows of 48, not a multiple of 256).
@@ -89,34 +100,34 @@ _COMMON = dict(
 # (c) GLM-5.2: indexer_types full/shared/full/shared (shared layers have no indexer tensors and reuse
 #     the previous full layer's selection), rope theta 8e6, context 1M, scoring_func written.
 MODELS = {
-    "glm-dsa-tiny": dict(
-        cls="GlmMoeDsaForCausalLM", config_cls="GlmMoeDsaConfig", vocab="glm",
-        config=dict(_COMMON, num_hidden_layers=3, q_lora_rank=64, kv_lora_rank=64, qk_nope_head_dim=48,
+    "glm-dsa-tiny": {
+        "cls": "GlmMoeDsaForCausalLM", "config_cls": "GlmMoeDsaConfig", "vocab": "glm",
+        "config": dict(_COMMON, num_hidden_layers=3, q_lora_rank=64, kv_lora_rank=64, qk_nope_head_dim=48,
                     qk_rope_head_dim=32, v_head_dim=40, n_group=1, topk_group=1, rms_norm_eps=1e-5,
-                    max_position_embeddings=202752, rope_parameters=dict(rope_type="default", rope_theta=1e6),
+                    max_position_embeddings=202752, rope_parameters={"rope_type": "default", "rope_theta": 1e6},
                     bos_token_id=503, eos_token_id=501, pad_token_id=501),
-        extra_config={},
-    ),
-    "deepseek32-tiny": dict(
-        cls="DeepseekV32ForCausalLM", config_cls="DeepseekV32Config", vocab="dsv3",
-        config=dict(_COMMON, num_hidden_layers=3, q_lora_rank=96, kv_lora_rank=64, qk_nope_head_dim=32,
+        "extra_config": {},
+    },
+    "deepseek32-tiny": {
+        "cls": "DeepseekV32ForCausalLM", "config_cls": "DeepseekV32Config", "vocab": "dsv3",
+        "config": dict(_COMMON, num_hidden_layers=3, q_lora_rank=96, kv_lora_rank=64, qk_nope_head_dim=32,
                     qk_rope_head_dim=16, v_head_dim=32, n_group=4, topk_group=2, rms_norm_eps=1e-6,
                     max_position_embeddings=163840,
-                    rope_parameters=dict(rope_type="yarn", rope_theta=10000.0, factor=40.0,
-                                         original_max_position_embeddings=4096, mscale=1.0,
-                                         mscale_all_dim=1.0, beta_fast=32.0, beta_slow=1.0),
+                    rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0,
+                                         "original_max_position_embeddings": 4096, "mscale": 1.0,
+                                         "mscale_all_dim": 1.0, "beta_fast": 32.0, "beta_slow": 1.0},
                     bos_token_id=0, eos_token_id=1),
-        extra_config=dict(scoring_func="sigmoid", topk_method="noaux_tc"),
-    ),
-    "glm-dsa-shared-tiny": dict(
-        cls="GlmMoeDsaForCausalLM", config_cls="GlmMoeDsaConfig", vocab="glm",
-        config=dict(_COMMON, num_hidden_layers=4, q_lora_rank=64, kv_lora_rank=64, qk_nope_head_dim=48,
+        "extra_config": {"scoring_func": "sigmoid", "topk_method": "noaux_tc"},
+    },
+    "glm-dsa-shared-tiny": {
+        "cls": "GlmMoeDsaForCausalLM", "config_cls": "GlmMoeDsaConfig", "vocab": "glm",
+        "config": dict(_COMMON, num_hidden_layers=4, q_lora_rank=64, kv_lora_rank=64, qk_nope_head_dim=48,
                     qk_rope_head_dim=32, v_head_dim=40, n_group=1, topk_group=1, rms_norm_eps=1e-5,
-                    max_position_embeddings=1048576, rope_parameters=dict(rope_type="default", rope_theta=8e6),
+                    max_position_embeddings=1048576, rope_parameters={"rope_type": "default", "rope_theta": 8e6},
                     indexer_types=["full", "shared", "full", "shared"],
                     bos_token_id=503, eos_token_id=501, pad_token_id=501),
-        extra_config=dict(scoring_func="sigmoid"),
-    ),
+        "extra_config": {"scoring_func": "sigmoid"},
+    },
 }
 
 
@@ -312,8 +323,8 @@ def reference_for_seed(name: str, spec: dict, seed: int, work: Path, out: Path, 
         "model": name, "hf_class": spec["cls"], "hf_config": cfg,
         "gguf": {"file": gguf_path.name, "sha256": sha256(gguf_path), "bytes": gguf_path.stat().st_size},
         "seed": seed, "init": sorted(set(init_summary.values())), "mtp_tensors_added": mtp_names,
-        "hf_patches": ["q_a_layernorm / kv_a_layernorm eps set to config.rms_norm_eps "
-                       f"({cfg['rms_norm_eps']}) instead of transformers' RMSNorm default 1e-6"],
+        "hf_patches": [("q_a_layernorm / kv_a_layernorm eps set to config.rms_norm_eps "
+                       f"({cfg['rms_norm_eps']}) instead of transformers' RMSNorm default 1e-6")],
         "versions": {"python": sys.version.split()[0], "torch": torch.__version__,
                      "transformers": transformers.__version__, "numpy": np.__version__,
                      "llama_cpp_python_sdist": LLAMA_CPP_PYTHON_VERSION},

@@ -74,6 +74,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--decode", type=int, default=16)
     ap.add_argument("--json", default="")
+    ap.add_argument("--modes", default="on,off", help="which --dsa settings to run: on,off | on | off")
     a = ap.parse_args()
     model = a.model
     if not model:
@@ -83,7 +84,7 @@ def main():
             subprocess.run([a.mla, "gguf", "synth", "--preset", "glm5", "--n-vocab", "32768", "-o", model], check=True)
     rows = []
     for L in [int(x) for x in a.contexts.split(",")]:
-        for dsa in ("on", "off"):
+        for dsa in a.modes.split(","):
             j = run(a.mla, model, L, dsa, a.threads, a.decode, seed=L)
             sparse = dsa == "on"
             rows.append({"context": L, "dsa": dsa,
@@ -103,10 +104,14 @@ def main():
     ctxs = sorted({r["context"] for r in rows})
     base = ctxs[0]
     for L in ctxs[1:]:
-        for dsa in ("on", "off"):
+        for dsa in a.modes.split(","):
+            if (base, dsa) not in by or (L, dsa) not in by:
+                continue
             print(f"decode cost at {L} / at {base}, dsa {dsa}: "
                   f"{by[(L, dsa)]['decode_ms'] / by[(base, dsa)]['decode_ms']:.2f}x")
     for L in ctxs:
+        if (L, "on") not in by or (L, "off") not in by:
+            continue
         print(f"prefill of {L}: dsa on is {by[(L, 'off')]['prefill_s'] / by[(L, 'on')]['prefill_s']:.2f}x faster than off")
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))

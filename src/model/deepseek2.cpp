@@ -207,7 +207,7 @@ void Deepseek2Model::attention(int64_t il, const BatchMeta& b, LatentCache& cach
     }
   });
 
-  const bool sparse = sparse_layer(il);
+  const bool sparse = this->sparse();
   if (sparse && c_.indexer_full[il]) run_indexer(il, b, cache);
 
   // The dispatch decision point: each sequence goes down its path. In a sparse layer the auto
@@ -235,11 +235,8 @@ void Deepseek2Model::attention(int64_t il, const BatchMeta& b, LatentCache& cach
       rows = f32_rows;
       return;
     }
-    if (ctx_rows_.size() < static_cast<size_t>(s.context_len * c_.latent_dim)) {
+    if (ctx_rows_.size() < static_cast<size_t>(s.context_len * c_.latent_dim))
       ctx_rows_.resize(static_cast<size_t>(s.context_len * c_.latent_dim));
-      ctx_iota_.resize(s.context_len);
-      for (int32_t j = 0; j < s.context_len; ++j) ctx_iota_[j] = j;
-    }
     if (only_selected) {
       row_needed_.assign(s.context_len, 0);
       for (int32_t i = 0; i < s.query_len; ++i) {
@@ -261,7 +258,7 @@ void Deepseek2Model::attention(int64_t il, const BatchMeta& b, LatentCache& cach
       });
     }
     rows = ctx_rows_.data();
-    slots = ctx_iota_.data();
+    slots = identity_slots(s.context_len);
   };
   for (const auto& s : b.seqs) {
     const float* rows = nullptr;
@@ -291,6 +288,15 @@ void Deepseek2Model::attention(int64_t il, const BatchMeta& b, LatentCache& cach
   }
   // Observation hook (mla doctor): nothing when no observer is set.
   if (opt_.observer) opt_.observer->on_attention({il, &b, q_.data(), kv_.data(), attn_.data(), &cache});
+}
+
+const int32_t* Deepseek2Model::identity_slots(int32_t n) {
+  const auto have = static_cast<int32_t>(ctx_iota_.size());
+  if (have < n) {
+    ctx_iota_.resize(n);
+    for (int32_t j = have; j < n; ++j) ctx_iota_[j] = j;
+  }
+  return ctx_iota_.data();
 }
 
 MlaPath Deepseek2Model::sparse_path(const SeqMeta& s) const {
@@ -348,17 +354,13 @@ void Deepseek2Model::run_indexer(int64_t il, const BatchMeta& b, LatentCache& ca
       p.keys = f32_keys;
     } else if (s.context_len > K) {  // else every query selects its whole context: no scores needed
       if (idx_keys_.size() < static_cast<size_t>(s.context_len * D)) idx_keys_.resize(s.context_len * D);
-      if (ctx_iota_.size() < static_cast<size_t>(s.context_len)) {
-        ctx_iota_.resize(s.context_len);
-        for (int32_t j = 0; j < s.context_len; ++j) ctx_iota_[j] = j;
-      }
       const int32_t* slots = p.slots;
       pool_.parallel_for(s.context_len, [&](int64_t j0, int64_t j1, int) {
         cache.read_index_rows(static_cast<int>(il), {slots + j0, static_cast<size_t>(j1 - j0)},
                               idx_keys_.data() + j0 * D);
       });
       p.keys = idx_keys_.data();
-      p.slots = ctx_iota_.data();
+      p.slots = identity_slots(s.context_len);
     }
     p.sel = sel_.data() + s.query_start * K;
     p.sel_stride = K;

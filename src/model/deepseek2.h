@@ -80,7 +80,6 @@ class Deepseek2Model {
 
   const DeepseekConfig& config() const { return c_; }
   bool sparse() const { return opt_.dsa && c_.has_indexer; }
-  bool sparse_layer(int64_t il) const { return sparse() && c_.has_indexer && il < c_.n_layer; }
   const SparseCounters& sparse_counters() const { return sparse_counters_; }
   const MoeCounters& moe_counters() const { return moe_counters_; }
   ThreadPool& pool() { return pool_; }
@@ -106,6 +105,8 @@ class Deepseek2Model {
   // The path a sequence takes in a sparse layer under the auto policy: the cheaper one for its
   // query length, context and selection (both are exact).
   MlaPath sparse_path(const SeqMeta& s) const;
+  // 0, 1, ..., n - 1: the slots of context rows converted into a contiguous F32 buffer.
+  const int32_t* identity_slots(int32_t n);
   // ctx_rows: the sequence's context rows as F32, row j at ctx_rows + ctx_slots[j] * latent_dim.
   void run_mla_path(int64_t il, const SeqMeta& s, MlaPath path, const float* ctx_rows, const int32_t* ctx_slots,
                     bool sparse, float* out);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/attention_rows.h"
 #include "kernels/ops.h"
 #include "kernels/vec.h"
 
@@ -17,22 +18,41 @@ float* thread_buffer(AttnScratch& s, int n_threads, int t, size_t n_floats) {
   return v.data();
 }
 
-const float* ctx_row(const MlaAttnParams& p, int64_t j) { return p.cache + p.slots[j] * p.cache_stride; }
+using attn::QueryRows;
+using attn::rows_of;
 
-// The context rows query i attends to: its selection, or rows [0, n_vis) when dense.
-struct QueryRows {
-  const int32_t* list = nullptr;
-  int64_t n = 0;
-  int64_t operator[](int64_t k) const { return list ? list[k] : k; }
-};
-QueryRows rows_of(const MlaAttnParams& p, int64_t i) {
-  if (p.sel) return {p.sel + i * p.sel_stride, p.sel_count[i]};
-  return {nullptr, p.n_ctx - p.n_q + i + 1};
+// A row of the context for the reference kernels, in double-friendly F32.
+std::vector<float> ref_row(const MlaAttnParams& p, int64_t j) {
+  std::vector<float> r(p.kv_lora + p.qk_rope);
+  attn::load_row(p, p.cache_type == GgmlType::F32 ? nullptr : dequantize_fn(p.cache_type), j, r.data());
+  return r;
 }
 
 }  // namespace
 
-void mla_attention_mha(const MlaAttnParams& p, ThreadPool& pool, AttnScratch& scratch) {
+void mla_attention_mha(const MlaAttnParams& p_in, ThreadPool& pool, AttnScratch& scratch) {
+  // The context as F32 rows: the cache itself when it is F32, else converted once here.
+  MlaAttnParams p = p_in;
+  const int64_t row_len = p.kv_lora + p.qk_rope;
+  const float* ctx_base = static_cast<const float*>(p.cache);
+  int64_t ctx_stride = p.cache_row_bytes / static_cast<int64_t>(sizeof(float));
+  const int32_t* ctx_slots = p.slots;
+  if (p.cache_type != GgmlType::F32) {
+    if (scratch.ctx.size() < static_cast<size_t>(p.n_ctx * row_len)) scratch.ctx.resize(p.n_ctx * row_len);
+    if (scratch.iota.size() < static_cast<size_t>(p.n_ctx)) {
+      const auto have = static_cast<int32_t>(scratch.iota.size());
+      scratch.iota.resize(p.n_ctx);
+      for (auto j = have; j < static_cast<int32_t>(p.n_ctx); ++j) scratch.iota[j] = j;
+    }
+    const DequantizeFn dq = dequantize_fn(p.cache_type);
+    pool.parallel_for(p.n_ctx, [&](int64_t j0, int64_t j1, int) {
+      for (int64_t j = j0; j < j1; ++j) attn::load_row(p, dq, j, scratch.ctx.data() + j * row_len);
+    });
+    ctx_base = scratch.ctx.data();
+    ctx_stride = row_len;
+    ctx_slots = scratch.iota.data();
+  }
+  auto ctx_row = [&](const MlaAttnParams&, int64_t j) { return ctx_base + ctx_slots[j] * ctx_stride; };
   const int64_t qk_head = p.qk_nope + p.qk_rope;
   // Grow every thread's buffer up front: resizing inside the parallel region would race on
   // the outer vector.
@@ -93,63 +113,13 @@ void mla_attention_mha(const MlaAttnParams& p, ThreadPool& pool, AttnScratch& sc
   });
 }
 
-void mla_attention_mqa(const MlaAttnParams& p, ThreadPool& pool, AttnScratch& scratch) {
-  const int64_t qk_head = p.qk_nope + p.qk_rope;
-  const int64_t row_len = p.kv_lora + p.qk_rope;  // a cache row: [c_kv | k_pe]
-  const int64_t max_heads = (p.n_head + pool.n_threads() - 1) / pool.n_threads();
-  const size_t need = static_cast<size_t>(max_heads * (row_len + p.kv_lora + p.n_ctx));
-  for (int t = 0; t < pool.n_threads(); ++t) thread_buffer(scratch, pool.n_threads(), t, need);
-  pool.parallel_for(p.n_head, [&](int64_t h0, int64_t h1, int t) {
-    const int64_t nh = h1 - h0;
-    float* q_abs = scratch.per_thread[t].data();  // [nh][kv_lora | qk_rope]: absorbed query, q_pe
-    float* o_lat = q_abs + nh * row_len;          // [nh][kv_lora]
-    float* scores = o_lat + nh * p.kv_lora;       // [nh][n_ctx]
-    for (int64_t i = 0; i < p.n_q; ++i) {
-      const QueryRows rows = rows_of(p, i);
-      const int64_t n_vis = rows.n;
-      const float* q_tok = p.q + i * p.q_stride;
-      // Absorb W_UK into each head's query: q_abs[c] = Σ_d W_UK[h][c][d] q_nope[d]; then q_pe.
-      for (int64_t hh = 0; hh < nh; ++hh) {
-        const float* wk = p.w_uk + (h0 + hh) * p.kv_lora * p.qk_nope;
-        const float* qn = q_tok + (h0 + hh) * qk_head;
-        dot_block_f32(
-            1, p.kv_lora, p.qk_nope, [&](int64_t) { return qn; }, [&](int64_t c) { return wk + c * p.qk_nope; },
-            q_abs + hh * row_len, 0);
-        std::memcpy(q_abs + hh * row_len + p.kv_lora, qn + p.qk_nope, sizeof(float) * p.qk_rope);
-      }
-      // Scores: one dot over the whole cache row [c_kv | k_pe] per head; each row is read once
-      // for a tile of heads.
-      dot_block_f32(
-          nh, n_vis, row_len, [&](int64_t hh) { return q_abs + hh * row_len; },
-          [&](int64_t k) { return ctx_row(p, rows[k]); }, scores, p.n_ctx);
-      for (int64_t hh = 0; hh < nh; ++hh) {
-        float* sc = scores + hh * p.n_ctx;
-        for (int64_t j = 0; j < n_vis; ++j) sc[j] *= p.kq_scale;
-        softmax(sc, n_vis);
-      }
-      std::memset(o_lat, 0, sizeof(float) * nh * p.kv_lora);
-      for (int64_t j = 0; j < n_vis; ++j) {
-        const float* row = ctx_row(p, rows[j]);
-        for (int64_t hh = 0; hh < nh; ++hh) axpy_f32(scores[hh * p.n_ctx + j], row, o_lat + hh * p.kv_lora, p.kv_lora);
-      }
-      // Decompress the attended latent: out[e] = Σ_c W_UV[h][e][c] o_lat[c].
-      for (int64_t hh = 0; hh < nh; ++hh) {
-        const float* wv = p.w_uv + (h0 + hh) * p.v_dim * p.kv_lora;
-        const float* ol = o_lat + hh * p.kv_lora;
-        dot_block_f32(
-            1, p.v_dim, p.kv_lora, [&](int64_t) { return ol; }, [&](int64_t e) { return wv + e * p.kv_lora; },
-            p.out + i * p.out_stride + (h0 + hh) * p.v_dim, 0);
-      }
-    }
-  });
-}
-
 void mla_attention_mha_ref(const MlaAttnParams& p) {
   const int64_t qk_head = p.qk_nope + p.qk_rope;
   std::vector<double> k(p.n_ctx * qk_head), v(p.n_ctx * p.v_dim), w(p.n_ctx);
   for (int64_t h = 0; h < p.n_head; ++h) {
     for (int64_t j = 0; j < p.n_ctx; ++j) {
-      const float* c = ctx_row(p, j);
+      const std::vector<float> row = ref_row(p, j);
+      const float* c = row.data();
       for (int64_t d = 0; d < p.qk_nope; ++d)
         k[j * qk_head + d] = dot_f64(p.w_uk_t + (h * p.qk_nope + d) * p.kv_lora, c, p.kv_lora);
       for (int64_t d = 0; d < p.qk_rope; ++d) k[j * qk_head + p.qk_nope + d] = c[p.kv_lora + d];
@@ -189,7 +159,7 @@ void mla_attention_mqa_ref(const MlaAttnParams& p) {
         q_lat[c] = dot_f64(p.w_uk + (h * p.kv_lora + c) * p.qk_nope, qh, p.qk_nope);
       double mx = -INFINITY, sum = 0;
       for (int64_t j = 0; j < n_vis; ++j) {
-        const float* row = ctx_row(p, rows[j]);
+        const std::vector<float> row = ref_row(p, rows[j]);
         double s = 0;
         for (int64_t c = 0; c < p.kv_lora; ++c) s += q_lat[c] * row[c];
         for (int64_t d = 0; d < p.qk_rope; ++d) s += static_cast<double>(qh[p.qk_nope + d]) * row[p.kv_lora + d];
@@ -199,7 +169,7 @@ void mla_attention_mqa_ref(const MlaAttnParams& p) {
       for (int64_t j = 0; j < n_vis; ++j) sum += (w[j] = std::exp(w[j] - mx));
       std::fill(o_lat.begin(), o_lat.end(), 0.0);
       for (int64_t j = 0; j < n_vis; ++j) {
-        const float* row = ctx_row(p, rows[j]);
+        const std::vector<float> row = ref_row(p, rows[j]);
         for (int64_t c = 0; c < p.kv_lora; ++c) o_lat[c] += w[j] / sum * row[c];
       }
       float* o = p.out + i * p.out_stride + h * p.v_dim;

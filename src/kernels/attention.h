@@ -12,11 +12,16 @@
 // exactly its selected rows instead: the work per query is O(selected), not O(context); a
 // selection of every visible row gives the dense result bit for bit.
 //
-// Threads split heads statically; each head's reductions run in a fixed order, so results do
-// not depend on the thread count or on other sequences in the batch.
+// The context is read in the cache's own dtype (F32, F16, BF16, Q8_0, ...). MQA converts a tile
+// of rows at a time, once for all the heads that use it, and splits one query's rows into fixed
+// 256-row splits folded in a fixed order (flash-decoding), so one long sequence uses every thread;
+// MHA converts the context once per call. Every reduction has a fixed order that depends only on
+// the query's rows, so results do not depend on the thread count or on other sequences in the
+// batch.
 #include <cstdint>
 #include <vector>
 
+#include "gguf/types.h"
 #include "kernels/thread_pool.h"
 
 namespace mla {
@@ -33,10 +38,11 @@ struct MlaAttnParams {
   const float* q = nullptr;  // [n_q][n_head][qk_nope | qk_rope], q_pe roped; tokens q_stride apart
   int64_t q_stride = 0;
 
-  int64_t n_ctx = 0;               // context rows, n_ctx >= n_q
-  const float* cache = nullptr;    // latent arena of this layer
-  int64_t cache_stride = 0;        // floats between consecutive slots (kv_lora + qk_rope)
-  const int32_t* slots = nullptr;  // [n_ctx]: the slot of context row j
+  int64_t n_ctx = 0;                    // context rows, n_ctx >= n_q
+  const void* cache = nullptr;          // latent arena of this layer
+  GgmlType cache_type = GgmlType::F32;  // its rows' dtype
+  int64_t cache_row_bytes = 0;          // bytes between consecutive slots
+  const int32_t* slots = nullptr;       // [n_ctx]: the slot of context row j
 
   // F32 projections (dequantized at load):
   const float* w_uk = nullptr;    // MQA: [n_head][kv_lora][qk_nope] (GGUF attn_k_b); may be nullptr for MHA
@@ -53,9 +59,13 @@ struct MlaAttnParams {
   int64_t out_stride = 0;
 };
 
-// Per-thread work buffers; grown on first use to the largest context seen.
+// Work buffers; grown on first use to the largest sizes seen.
 struct AttnScratch {
   std::vector<std::vector<float>> per_thread;
+  std::vector<float> ctx;       // MHA: the context converted to F32
+  std::vector<int32_t> iota;    // MHA: identity slots over ctx
+  std::vector<float> q_t;       // MQA: absorbed, scaled queries, transposed to [row elem][head]
+  std::vector<float> partials;  // MQA: per query and 4096-row part: max, sum, output per head
 };
 
 void mla_attention_mha(const MlaAttnParams& p, ThreadPool& pool, AttnScratch& scratch);

@@ -1,27 +1,58 @@
 #include "kernels/indexer.h"
 
 #include <algorithm>
+#include <cstring>
 
+#include "kernels/simd16.h"
 #include "kernels/vec.h"
+#include "quant/quant.h"
 
 namespace mla {
 namespace {
 
-constexpr int64_t kChunk = 64;  // context rows per dot block
+using simd::f32x16;
 
-// Scores of query i against visible rows [j0, j1): heads' dots in one tile, then Σ_h w_h ReLU(·).
-void score_rows(const IndexerParams& p, int64_t i, int64_t j0, int64_t j1, float* heads, float* out) {
-  const float* qi = p.q + i * p.q_stride;
-  const float* wi = p.w + i * p.w_stride;
+constexpr int64_t kChunk = 64;  // keys converted and scored per tile
+
+int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
+
+struct Shape {
+  int64_t ld;  // F32 key tile row stride
+  int64_t hp;  // heads rounded up to 16
+  explicit Shape(const IndexerParams& p) : ld(round16(p.head_dim)), hp(round16(p.n_head)) {}
+  size_t work_floats() const { return static_cast<size_t>(kChunk * ld + kChunk * hp + hp); }
+};
+
+const uint8_t* key_of(const IndexerParams& p, int64_t j) {
+  return static_cast<const uint8_t*>(p.keys) + p.slots[j] * p.key_row_bytes;
+}
+
+void load_key(const IndexerParams& p, DequantizeFn dq, int64_t j, float* out) {
+  if (p.key_type == GgmlType::F32)
+    std::memcpy(out, key_of(p, j), sizeof(float) * p.head_dim);
+  else
+    dq(key_of(p, j), out, p.head_dim);
+}
+
+// Scores of query i (transposed q at q_t, [head_dim][hp]) against visible rows [j0, j1).
+void score_rows(const IndexerParams& p, const Shape& sh, DequantizeFn dq, int64_t i, const float* q_t, int64_t j0,
+                int64_t j1, float* work, float* out) {
+  float* tile = work;                    // [kChunk][ld]
+  float* heads = tile + kChunk * sh.ld;  // [kChunk][hp]
+  float* w = heads + kChunk * sh.hp;     // [hp]: head weights, zero past n_head
+  std::fill(w, w + sh.hp, 0.0f);
+  std::copy(p.w + i * p.w_stride, p.w + i * p.w_stride + p.n_head, w);
+  const int64_t nv = sh.hp / 16;
   for (int64_t c0 = j0; c0 < j1; c0 += kChunk) {
     const int64_t n = std::min(kChunk, j1 - c0);
-    dot_block_f32(
-        p.n_head, n, p.head_dim, [&](int64_t h) { return qi + h * p.head_dim; },
-        [&](int64_t j) { return p.keys + p.slots[c0 + j] * p.key_stride; }, heads, kChunk);
-    for (int64_t j = 0; j < n; ++j) {
-      float s = 0;
-      for (int64_t h = 0; h < p.n_head; ++h) s += wi[h] * std::max(heads[h * kChunk + j], 0.0f);
-      out[c0 + j] = s;
+    for (int64_t r = 0; r < n; ++r) load_key(p, dq, c0 + r, tile + r * sh.ld);
+    simd::dot_rows(tile, sh.ld, n, q_t, sh.hp, nv, p.head_dim, heads, sh.hp);
+    for (int64_t r = 0; r < n; ++r) {
+      f32x16 acc{};
+      for (int64_t v = 0; v < nv; ++v)
+        acc =
+            simd::fma16(simd::load16(w + v * 16), simd::max16(simd::load16(heads + r * sh.hp + v * 16), f32x16{}), acc);
+      out[c0 + r] = simd::hsum16(acc);
     }
   }
 }
@@ -49,15 +80,26 @@ int32_t top_k_rows(const float* scores, int64_t n, int64_t top_k, int32_t* order
 
 void indexer_select(const IndexerParams& p, ThreadPool& pool, IndexerScratch& s) {
   const int nt = pool.n_threads();
+  const Shape sh(p);
+  const DequantizeFn dq = p.key_type == GgmlType::F32 ? nullptr : dequantize_fn(p.key_type);
   if (static_cast<int>(s.scores.size()) < nt) {
     s.scores.resize(nt);
     s.order.resize(nt);
+    s.work.resize(nt);
   }
-  grown(s.heads, static_cast<size_t>(nt * p.n_head * kChunk));
   for (int t = 0; t < nt; ++t) {
     grown(s.scores[t], static_cast<size_t>(p.n_ctx));
     grown(s.order[t], static_cast<size_t>(p.n_ctx));
+    grown(s.work[t], sh.work_floats());
   }
+  // q of every query transposed to [dim][head] (lanes past n_head zero).
+  const size_t qt_floats = static_cast<size_t>(p.head_dim * sh.hp);
+  s.q_t.assign(qt_floats * p.n_q, 0.0f);
+  for (int64_t i = 0; i < p.n_q; ++i)
+    for (int64_t h = 0; h < p.n_head; ++h)
+      for (int64_t d = 0; d < p.head_dim; ++d)
+        s.q_t[i * qt_floats + d * sh.hp + h] = p.q[i * p.q_stride + h * p.head_dim + d];
+  auto q_t = [&](int64_t i) { return s.q_t.data() + i * qt_floats; };
   auto visible = [&](int64_t i) { return p.n_ctx - p.n_q + i + 1; };
   auto select = [&](int64_t i, const float* scores, int32_t* order) {
     p.sel_count[i] = top_k_rows(scores, visible(i), p.top_k, order, p.sel + i * p.sel_stride);
@@ -65,9 +107,8 @@ void indexer_select(const IndexerParams& p, ThreadPool& pool, IndexerScratch& s)
   if (p.n_q >= nt) {
     // Prefill: whole queries per thread.
     pool.parallel_for(p.n_q, [&](int64_t i0, int64_t i1, int t) {
-      float* heads = s.heads.data() + t * p.n_head * kChunk;
       for (int64_t i = i0; i < i1; ++i) {
-        if (visible(i) > p.top_k) score_rows(p, i, 0, visible(i), heads, s.scores[t].data());
+        if (visible(i) > p.top_k) score_rows(p, sh, dq, i, q_t(i), 0, visible(i), s.work[t].data(), s.scores[t].data());
         select(i, s.scores[t].data(), s.order[t].data());
       }
     });
@@ -79,7 +120,7 @@ void indexer_select(const IndexerParams& p, ThreadPool& pool, IndexerScratch& s)
     if (n > p.top_k) {
       float* scores = s.scores[0].data();
       pool.parallel_for((n + kChunk - 1) / kChunk, [&](int64_t c0, int64_t c1, int t) {
-        score_rows(p, i, c0 * kChunk, std::min(n, c1 * kChunk), s.heads.data() + t * p.n_head * kChunk, scores);
+        score_rows(p, sh, dq, i, q_t(i), c0 * kChunk, std::min(n, c1 * kChunk), s.work[t].data(), scores);
       });
     }
     select(i, s.scores[0].data(), s.order[0].data());
@@ -89,10 +130,11 @@ void indexer_select(const IndexerParams& p, ThreadPool& pool, IndexerScratch& s)
 void indexer_scores_ref(const IndexerParams& p, int64_t i, std::vector<double>& scores) {
   const int64_t n = p.n_ctx - p.n_q + i + 1;
   scores.assign(n, 0.0);
+  std::vector<float> k(p.head_dim);
   for (int64_t j = 0; j < n; ++j) {
-    const float* k = p.keys + p.slots[j] * p.key_stride;
+    load_key(p, p.key_type == GgmlType::F32 ? nullptr : dequantize_fn(p.key_type), j, k.data());
     for (int64_t h = 0; h < p.n_head; ++h) {
-      const double d = dot_f64(p.q + i * p.q_stride + h * p.head_dim, k, p.head_dim);
+      const double d = dot_f64(p.q + i * p.q_stride + h * p.head_dim, k.data(), p.head_dim);
       scores[j] += static_cast<double>(p.w[i * p.w_stride + h]) * std::max(d, 0.0);
     }
   }

@@ -7,11 +7,14 @@
 //
 // The selection is a list of context row indices per query, ascending, which the MLA attention
 // kernels take as the rows to attend to. Ties are broken towards the earlier row. Every score is
-// computed the same way whatever the thread count or batch (fixed per-output dot order, heads
-// summed in order), so the selection of a sequence does not depend on the rest of the batch.
+// computed the same way whatever the thread count or batch (one multiply-add chain per head over
+// the key's dims in order, then the heads' weighted ReLUs summed in a fixed order), so the
+// selection of a sequence does not depend on the rest of the batch. Keys are read in the cache's
+// dtype, a tile of rows converted to F32 at a time and scored against all heads while in cache.
 #include <cstdint>
 #include <vector>
 
+#include "gguf/types.h"
 #include "kernels/thread_pool.h"
 
 namespace mla {
@@ -27,9 +30,10 @@ struct IndexerParams {
   const float* w = nullptr;  // [n_q][n_head] head weights; tokens w_stride apart
   int64_t w_stride = 0;
 
-  int64_t n_ctx = 0;            // context rows (n_ctx >= n_q); query i sees rows [0, n_ctx - n_q + i]
-  const float* keys = nullptr;  // key of row j at keys + slots[j] * key_stride
-  int64_t key_stride = 0;
+  int64_t n_ctx = 0;                  // context rows (n_ctx >= n_q); query i sees rows [0, n_ctx - n_q + i]
+  const void* keys = nullptr;         // key of row j at keys + slots[j] * key_row_bytes, in key_type
+  GgmlType key_type = GgmlType::F32;  // read in place, a tile of keys converted at a time
+  int64_t key_row_bytes = 0;
   const int32_t* slots = nullptr;  // [n_ctx]
 
   int32_t* sel = nullptr;        // out: query i's rows at sel + i * sel_stride, ascending
@@ -40,7 +44,8 @@ struct IndexerParams {
 struct IndexerScratch {
   std::vector<std::vector<float>> scores;   // per thread: [n_ctx]
   std::vector<std::vector<int32_t>> order;  // per thread: [n_ctx]
-  std::vector<float> heads;                 // per thread: [n_head * kChunk]
+  std::vector<std::vector<float>> work;     // per thread: key tile, head scores
+  std::vector<float> q_t;                   // per query: q transposed to [dim][head]
 };
 
 void indexer_select(const IndexerParams& p, ThreadPool& pool, IndexerScratch& scratch);

@@ -85,6 +85,12 @@ class LatentCache {
   void write_index_row(int layer, int64_t slot, const float* key);
   // out[i * index_key_dim ...] = the key at slots[i], as F32.
   void read_index_rows(int layer, std::span<const int32_t> slots, float* out) const;
+  GgmlType index_dtype() const { return index_dtype_; }
+  int64_t index_row_bytes(int layer) const { return index_row_bytes_[layer]; }
+  // The raw key at slot (index_dtype() layout, index_row_bytes(layer) bytes).
+  const uint8_t* index_row_data(int layer, int64_t slot) const {
+    return index_arenas_[layer].get() + slot * index_row_bytes_[layer];
+  }
   // The layer's indexer keys as F32 rows when stored as F32, else nullptr.
   const float* f32_index_rows(int layer) const {
     return index_dtype_ == GgmlType::F32 ? reinterpret_cast<const float*>(index_arenas_[layer].get()) : nullptr;

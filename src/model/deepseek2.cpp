@@ -224,51 +224,16 @@ void Deepseek2Model::attention(int64_t il, const BatchMeta& b, LatentCache& cach
   trace_dispatch(static_cast<int>(il), sparse, num_mqa, num_mha, static_cast<int>(T), mla_path_policy_name(b.policy),
                  sparse ? c_.indexer_top_k : 0, selected);
 
-  // Both paths read the context as the cache stores it (this step's rows included), so a row's
-  // value does not depend on whether it was computed in this step or an earlier one. A sparse
-  // MQA sequence converts only the rows its queries selected.
+  // Both paths read the context as the cache stores it, in its dtype (this step's rows included),
+  // so a row's value does not depend on whether it was computed in this step or an earlier one.
   const int64_t out_width = c_.n_head * c_.v_head;
-  const float* f32_rows = cache.f32_rows(static_cast<int>(il));
-  auto context_of = [&](const SeqMeta& s, bool only_selected, const float*& rows, const int32_t*& slots) {
-    slots = b.context_slots.data() + s.slots_start;
-    if (f32_rows) {
-      rows = f32_rows;
-      return;
-    }
-    if (ctx_rows_.size() < static_cast<size_t>(s.context_len * c_.latent_dim))
-      ctx_rows_.resize(static_cast<size_t>(s.context_len * c_.latent_dim));
-    if (only_selected) {
-      row_needed_.assign(s.context_len, 0);
-      for (int32_t i = 0; i < s.query_len; ++i) {
-        const int32_t* sel = sel_.data() + (s.query_start + i) * c_.indexer_top_k;
-        for (int32_t k = 0; k < sel_count_[s.query_start + i]; ++k) row_needed_[sel[k]] = 1;
-      }
-      rows_needed_.clear();
-      for (int32_t j = 0; j < s.context_len; ++j)
-        if (row_needed_[j]) rows_needed_.push_back(j);
-      pool_.parallel_for(static_cast<int64_t>(rows_needed_.size()), [&](int64_t k0, int64_t k1, int) {
-        for (int64_t k = k0; k < k1; ++k)
-          cache.read_rows(static_cast<int>(il), {slots + rows_needed_[k], 1},
-                          ctx_rows_.data() + int64_t{rows_needed_[k]} * c_.latent_dim);
-      });
-    } else {
-      pool_.parallel_for(s.context_len, [&](int64_t j0, int64_t j1, int) {
-        cache.read_rows(static_cast<int>(il), {slots + j0, static_cast<size_t>(j1 - j0)},
-                        ctx_rows_.data() + j0 * c_.latent_dim);
-      });
-    }
-    rows = ctx_rows_.data();
-    slots = identity_slots(s.context_len);
-  };
   for (const auto& s : b.seqs) {
-    const float* rows = nullptr;
-    const int32_t* slots = nullptr;
+    const int32_t* slots = b.context_slots.data() + s.slots_start;
     const MlaPath path = path_of(s);
-    context_of(s, sparse && path == MlaPath::Mqa && !opt_.verify_paths, rows, slots);
-    run_mla_path(il, s, path, rows, slots, sparse, attn_.data() + s.query_start * out_width);
+    run_mla_path(il, s, path, cache, slots, sparse, attn_.data() + s.query_start * out_width);
     if (opt_.verify_paths) {
       MlaPath other = path == MlaPath::Mha ? MlaPath::Mqa : MlaPath::Mha;
-      run_mla_path(il, s, other, rows, slots, sparse, attn_alt_.data() + s.query_start * out_width);
+      run_mla_path(il, s, other, cache, slots, sparse, attn_alt_.data() + s.query_start * out_width);
     }
   }
 
@@ -288,15 +253,6 @@ void Deepseek2Model::attention(int64_t il, const BatchMeta& b, LatentCache& cach
   }
   // Observation hook (mla doctor): nothing when no observer is set.
   if (opt_.observer) opt_.observer->on_attention({il, &b, q_.data(), kv_.data(), attn_.data(), &cache});
-}
-
-const int32_t* Deepseek2Model::identity_slots(int32_t n) {
-  const auto have = static_cast<int32_t>(ctx_iota_.size());
-  if (have < n) {
-    ctx_iota_.resize(n);
-    for (int32_t j = have; j < n; ++j) ctx_iota_[j] = j;
-  }
-  return ctx_iota_.data();
 }
 
 MlaPath Deepseek2Model::sparse_path(const SeqMeta& s) const {
@@ -335,8 +291,7 @@ void Deepseek2Model::run_indexer(int64_t il, const BatchMeta& b, LatentCache& ca
       cache.write_index_row(static_cast<int>(il), b.slot_mapping[t], k);
     }
   });
-  // Each sequence's queries select from its own context, read back from the cache.
-  const float* f32_keys = cache.f32_index_rows(static_cast<int>(il));
+  // Each sequence's queries select from its own context, read in place from the cache.
   for (const auto& s : b.seqs) {
     IndexerParams p;
     p.n_head = H;
@@ -348,20 +303,10 @@ void Deepseek2Model::run_indexer(int64_t il, const BatchMeta& b, LatentCache& ca
     p.w = iw_.data() + s.query_start * H;
     p.w_stride = H;
     p.n_ctx = s.context_len;
-    p.key_stride = D;
+    p.keys = cache.index_row_data(static_cast<int>(il), 0);
+    p.key_type = cache.index_dtype();
+    p.key_row_bytes = cache.index_row_bytes(static_cast<int>(il));
     p.slots = b.context_slots.data() + s.slots_start;
-    if (f32_keys) {
-      p.keys = f32_keys;
-    } else if (s.context_len > K) {  // else every query selects its whole context: no scores needed
-      if (idx_keys_.size() < static_cast<size_t>(s.context_len * D)) idx_keys_.resize(s.context_len * D);
-      const int32_t* slots = p.slots;
-      pool_.parallel_for(s.context_len, [&](int64_t j0, int64_t j1, int) {
-        cache.read_index_rows(static_cast<int>(il), {slots + j0, static_cast<size_t>(j1 - j0)},
-                              idx_keys_.data() + j0 * D);
-      });
-      p.keys = idx_keys_.data();
-      p.slots = identity_slots(s.context_len);
-    }
     p.sel = sel_.data() + s.query_start * K;
     p.sel_stride = K;
     p.sel_count = sel_count_.data() + s.query_start;
@@ -369,7 +314,7 @@ void Deepseek2Model::run_indexer(int64_t il, const BatchMeta& b, LatentCache& ca
   }
 }
 
-void Deepseek2Model::run_mla_path(int64_t il, const SeqMeta& s, MlaPath path, const float* ctx_rows,
+void Deepseek2Model::run_mla_path(int64_t il, const SeqMeta& s, MlaPath path, const LatentCache& cache,
                                   const int32_t* ctx_slots, bool sparse, float* out) {
   const LayerWeights& L = w_.layers[il];
   MlaAttnParams p;
@@ -383,8 +328,9 @@ void Deepseek2Model::run_mla_path(int64_t il, const SeqMeta& s, MlaPath path, co
   p.q_stride = c_.n_head * c_.qk_head;
   p.q = q_.data() + s.query_start * p.q_stride;
   p.n_ctx = s.context_len;
-  p.cache = ctx_rows;
-  p.cache_stride = c_.latent_dim;
+  p.cache = cache.row_data(static_cast<int>(il), 0);
+  p.cache_type = cache.dtype();
+  p.cache_row_bytes = cache.row_bytes();
   p.slots = ctx_slots;
   p.w_uk = L.w_uk.empty() ? nullptr : L.w_uk.data();
   p.w_uk_t = L.w_uk_t.empty() ? nullptr : L.w_uk_t.data();

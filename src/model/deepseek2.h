@@ -105,10 +105,8 @@ class Deepseek2Model {
   // The path a sequence takes in a sparse layer under the auto policy: the cheaper one for its
   // query length, context and selection (both are exact).
   MlaPath sparse_path(const SeqMeta& s) const;
-  // 0, 1, ..., n - 1: the slots of context rows converted into a contiguous F32 buffer.
-  const int32_t* identity_slots(int32_t n);
-  // ctx_rows: the sequence's context rows as F32, row j at ctx_rows + ctx_slots[j] * latent_dim.
-  void run_mla_path(int64_t il, const SeqMeta& s, MlaPath path, const float* ctx_rows, const int32_t* ctx_slots,
+  // The sequence's context row j is the cache's slot ctx_slots[j], read in the cache's dtype.
+  void run_mla_path(int64_t il, const SeqMeta& s, MlaPath path, const LatentCache& cache, const int32_t* ctx_slots,
                     bool sparse, float* out);
   void dense_ffn(const LayerWeights& L, int64_t n_rows);
   void moe_ffn(const LayerWeights& L, int64_t n_rows);
@@ -129,10 +127,6 @@ class Deepseek2Model {
   ThreadPool pool_;
   MatmulScratch mm_scratch_;
   AttnScratch attn_scratch_;
-  // A sequence's context rows converted to F32 when the cache holds another dtype, and their
-  // slots there (0..n_ctx-1); grown to the longest context seen.
-  std::vector<float> ctx_rows_;
-  std::vector<int32_t> ctx_iota_;
 
   // Activations, max_batch_tokens rows each (widths in comments).
   std::vector<float> x_;          // n_embd: the residual stream
@@ -147,14 +141,11 @@ class Deepseek2Model {
   std::vector<float> cos_, sin_;  // qk_rope / 2 per token
   // DSA: indexer activations, and each query's selected context rows (kept across layers: shared
   // layers reuse the last full layer's selection).
-  std::vector<float> iq_;        // n_indexer_head * indexer_head_dim
-  std::vector<float> ik_;        // indexer_head_dim
-  std::vector<float> iw_;        // n_indexer_head
-  std::vector<float> idx_keys_;  // a sequence's indexer keys as F32 when the cache stores another dtype
-  std::vector<int32_t> sel_;     // indexer_top_k per token
+  std::vector<float> iq_;     // n_indexer_head * indexer_head_dim
+  std::vector<float> ik_;     // indexer_head_dim
+  std::vector<float> iw_;     // n_indexer_head
+  std::vector<int32_t> sel_;  // indexer_top_k per token
   std::vector<int32_t> sel_count_;
-  std::vector<uint8_t> row_needed_;  // a sequence's context rows some query selected
-  std::vector<int32_t> rows_needed_;
   IndexerScratch idx_scratch_;
   SparseCounters sparse_counters_;
   MoeCounters moe_counters_;

@@ -11,6 +11,7 @@
 #include "kernels/indexer.h"
 #include "kernels/ops.h"
 #include "kernels/rope.h"
+#include "quant/quant.h"
 
 namespace mla {
 namespace {
@@ -38,7 +39,7 @@ struct IndexerCase {
     IndexerParams p;
     p.n_head = H, p.head_dim = D, p.top_k = top_k, p.n_q = n_q;
     p.q = q.data(), p.q_stride = H * D, p.w = w.data(), p.w_stride = H;
-    p.n_ctx = n_ctx, p.keys = keys.data(), p.key_stride = D, p.slots = slots.data();
+    p.n_ctx = n_ctx, p.keys = keys.data(), p.key_row_bytes = D * sizeof(float), p.slots = slots.data();
     p.sel = sel.data(), p.sel_stride = top_k, p.sel_count = count.data();
     return p;
   }
@@ -111,6 +112,29 @@ TEST(Indexer, SelectionDoesNotDependOnThreads) {
   EXPECT_EQ(a.count, b.count);
 }
 
+TEST(Indexer, KeysReadInTheirStoredDtype) {
+  // Keys kept as F16 / BF16 (as the cache stores them) are scored in place; the reference reads
+  // the same stored keys. 20 heads: not a multiple of the 16-lane vectors.
+  for (GgmlType type : {GgmlType::F16, GgmlType::BF16}) {
+    for (int threads : {1, 2}) {
+      ThreadPool pool(threads);
+      IndexerScratch scratch;
+      for (int64_t n_q : {1, 7}) {
+        IndexerCase c;
+        c.H = 20, c.n_ctx = 300, c.n_q = n_q;
+        IndexerParams p = c.params();
+        const int64_t rb = ggml_row_bytes(type, c.D);
+        std::vector<uint8_t> stored((c.n_ctx + 7) * rb);
+        for (int64_t r = 0; r < c.n_ctx + 7; ++r)
+          quantize_row(type, c.keys.data() + r * c.D, stored.data() + r * rb, c.D);
+        p.keys = stored.data(), p.key_type = type, p.key_row_bytes = rb;
+        indexer_select(p, pool, scratch);
+        expect_selection_is_top_k(p);
+      }
+    }
+  }
+}
+
 TEST(Ops, LayerNormMatchesReference) {
   auto x = randn(128, 4, 3.0f), w = randn(128, 5), b = randn(128, 6);
   std::vector<float> y(128), y_ref(128);
@@ -159,7 +183,8 @@ struct SparseAttnCase {
     MlaAttnParams p;
     p.n_head = H, p.qk_nope = N, p.qk_rope = Rr, p.kv_lora = Rk, p.v_dim = V, p.kq_scale = 0.2f;
     p.n_q = n_q, p.q = q.data(), p.q_stride = H * (N + Rr);
-    p.n_ctx = n_ctx, p.cache = cache.data(), p.cache_stride = Rk + Rr, p.slots = slots.data();
+    p.n_ctx = n_ctx, p.cache = cache.data(), p.cache_row_bytes = static_cast<int64_t>(sizeof(float)) * (Rk + Rr),
+    p.slots = slots.data();
     p.w_uk = w_uk.data(), p.w_uk_t = w_uk_t.data(), p.w_uv = w_uv.data();
     p.out = out.data(), p.out_stride = H * V;
     return p;

@@ -1,0 +1,217 @@
+// The absorbed (MQA) MLA path over the latent cache in its stored dtype.
+//
+// Per query: q_abs_h = W_UK_hᵀ q_nope_h and q_pe_h, scaled by kq_scale, are laid out transposed
+// ([row element][head]), so a score tile is "row element broadcast x 16 heads" multiply-adds and
+// every cached row, converted to F32 once into a tile, serves all heads of a group while it is in
+// cache. A query's rows (its visible context, or its DSA selection) are cut into splits of kSplit
+// rows: per split, scores, the split's max and exp-sums, and Σ p_j c_kv_j; the splits of a
+// 4096-row part are folded in order into the part's (max, sum, output) by one thread, and the parts
+// are folded in order at the end (flash-decoding). Threads take (query, part, head group) units;
+// a head group only changes which lanes a thread computes, never the arithmetic of a lane, so the
+// output bits depend on the query's rows alone: not on the thread count, nor on other queries.
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/attention.h"
+#include "kernels/attention_rows.h"
+#include "kernels/simd16.h"
+#include "kernels/vec.h"
+
+namespace mla {
+namespace {
+
+using simd::f32x16;
+
+constexpr int64_t kSplit = 256;         // rows scored and summed per pass (one F32 tile)
+constexpr int64_t kSplitsPerPart = 16;  // splits folded in order into one partial result
+constexpr int64_t kPartRows = kSplit * kSplitsPerPart;
+constexpr int64_t kQueryBlock = 16;  // queries absorbed and attended per round (bounds the buffers)
+
+int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
+
+struct Layout {
+  int64_t row_len;      // kv_lora + qk_rope
+  int64_t ld;           // F32 tile row stride (row_len rounded up to 16)
+  int64_t kvp;          // kv_lora rounded up to 16: the output lanes per head
+  int64_t hp;           // heads rounded up to 16
+  int64_t n_hvec;       // hp / 16
+  int64_t part_floats;  // one (query, part) partial: max[hp], sum[hp], out[hp][kvp]
+  explicit Layout(const MlaAttnParams& p)
+      : row_len(p.kv_lora + p.qk_rope),
+        ld(round16(row_len)),
+        kvp(round16(p.kv_lora)),
+        hp(round16(p.n_head)),
+        n_hvec(hp / 16),
+        part_floats(hp * (2 + kvp)) {}
+};
+
+// (m, l, o) <- fold((m, l, o), (m2, l2, o2)) for the 16 heads of one vector: the running result
+// rescaled to the new max plus the incoming one rescaled to it.
+void fold16(float* m, float* l, float* o, const float* m2, const float* l2, const float* o2, int64_t kvp, int64_t ldo,
+            int64_t ldo2) {
+  const f32x16 mo = simd::load16(m), mi = simd::load16(m2);
+  const f32x16 mx = simd::max16(mo, mi);
+  const f32x16 a = simd::exp16_nonpos(mo - mx), b = simd::exp16_nonpos(mi - mx);
+  simd::store16(m, mx);
+  simd::store16(l, simd::fma16(simd::load16(l), a, simd::load16(l2) * b));
+  for (int h = 0; h < 16; ++h) {
+    const f32x16 ah = simd::splat16(a[h]), bh = simd::splat16(b[h]);
+    float* oh = o + h * ldo;
+    const float* o2h = o2 + h * ldo2;
+    for (int64_t c = 0; c < kvp; c += 16)
+      simd::store16(oh + c, simd::fma16(simd::load16(oh + c), ah, simd::load16(o2h + c) * bh));
+  }
+}
+
+struct ThreadBuffers {
+  float* tile;    // [kSplit][ld]
+  float* scores;  // [kSplit][16 * group vectors]
+  float* m;       // split max per group lane
+  float* l;       // split sum
+  float* o;       // [group lanes][kvp]
+};
+
+}  // namespace
+
+void mla_attention_mqa(const MlaAttnParams& p, ThreadPool& pool, AttnScratch& scratch) {
+  const Layout L(p);
+  const int nt = pool.n_threads();
+  const int64_t qk_head = p.qk_nope + p.qk_rope;
+  const DequantizeFn dq = p.cache_type == GgmlType::F32 ? nullptr : dequantize_fn(p.cache_type);
+
+  // Head groups: enough (query, part, group) units for every thread. The group count only
+  // changes who computes which lanes.
+  auto parts_of = [&](int64_t i) { return (attn::rows_of(p, i).n + kPartRows - 1) / kPartRows; };
+
+  const int64_t max_group_vecs = L.n_hvec;
+  const size_t per_thread = static_cast<size_t>(kSplit * L.ld + kSplit * 16 * max_group_vecs + 2 * 16 * max_group_vecs +
+                                                16 * max_group_vecs * L.kvp + kQueryBlock * p.kv_lora);
+  if (static_cast<int>(scratch.per_thread.size()) < nt) scratch.per_thread.resize(nt);
+  for (int t = 0; t < nt; ++t)
+    if (scratch.per_thread[t].size() < per_thread) scratch.per_thread[t].resize(per_thread);
+  auto buffers = [&](int t) {
+    float* b = scratch.per_thread[t].data();
+    ThreadBuffers tb{};
+    tb.tile = b;
+    tb.scores = tb.tile + kSplit * L.ld;
+    tb.m = tb.scores + kSplit * 16 * max_group_vecs;
+    tb.l = tb.m + 16 * max_group_vecs;
+    tb.o = tb.l + 16 * max_group_vecs;
+    return tb;
+  };
+  auto absorb_tmp = [&](int t) { return buffers(t).o + 16 * max_group_vecs * L.kvp; };
+
+  for (int64_t qb = 0; qb < p.n_q; qb += kQueryBlock) {
+    const int64_t nq = std::min(kQueryBlock, p.n_q - qb);
+    // Units and partial offsets of this block's queries.
+    int64_t part_base[kQueryBlock + 1];
+    part_base[0] = 0;
+    for (int64_t i = 0; i < nq; ++i) part_base[i + 1] = part_base[i] + parts_of(qb + i);
+    const int64_t n_parts = part_base[nq];
+    const int64_t n_groups = std::clamp<int64_t>((nt + n_parts - 1) / n_parts, 1, L.n_hvec);
+    const size_t qt_floats = static_cast<size_t>(nq * L.row_len * L.hp);
+    if (scratch.q_t.size() < qt_floats) scratch.q_t.assign(qt_floats, 0.0f);
+    const size_t part_floats = static_cast<size_t>(n_parts * L.part_floats);
+    if (scratch.partials.size() < part_floats) scratch.partials.resize(part_floats);
+    float* qt = scratch.q_t.data();
+    float* parts = scratch.partials.data();
+
+    // 1. Absorb: q_t[i][c][h] = kq_scale · Σ_d W_UK[h][c][d] q_nope[i][h][d]; q_pe scaled after it.
+    pool.parallel_for(p.n_head, [&](int64_t h0, int64_t h1, int t) {
+      float* tmp = absorb_tmp(t);
+      for (int64_t h = h0; h < h1; ++h) {
+        const float* wk = p.w_uk + h * p.kv_lora * p.qk_nope;
+        dot_block_f32(
+            nq, p.kv_lora, p.qk_nope, [&](int64_t i) { return p.q + (qb + i) * p.q_stride + h * qk_head; },
+            [&](int64_t c) { return wk + c * p.qk_nope; }, tmp, p.kv_lora);
+        for (int64_t i = 0; i < nq; ++i) {
+          float* q_i = qt + i * L.row_len * L.hp;
+          const float* pe = p.q + (qb + i) * p.q_stride + h * qk_head + p.qk_nope;
+          for (int64_t c = 0; c < p.kv_lora; ++c) q_i[c * L.hp + h] = tmp[i * p.kv_lora + c] * p.kq_scale;
+          for (int64_t d = 0; d < p.qk_rope; ++d) q_i[(p.kv_lora + d) * L.hp + h] = pe[d] * p.kq_scale;
+        }
+      }
+    });
+
+    // 2. Attend: unit = (query, part, head group).
+    const int64_t n_units = n_parts * n_groups;
+    pool.parallel_for(n_units, [&](int64_t u0, int64_t u1, int t) {
+      const ThreadBuffers tb = buffers(t);
+      for (int64_t u = u0; u < u1; ++u) {
+        const int64_t g = u % n_groups, part_index = u / n_groups;
+        int64_t i = 0;
+        while (part_base[i + 1] <= part_index) ++i;
+        const int64_t part = part_index - part_base[i];
+        const attn::QueryRows rows = attn::rows_of(p, qb + i);
+        const int64_t v0 = g * L.n_hvec / n_groups, v1 = (g + 1) * L.n_hvec / n_groups;
+        const int64_t nv = v1 - v0, lanes = nv * 16;
+        const float* q_i = qt + i * L.row_len * L.hp + v0 * 16;
+        float* dst = parts + part_index * L.part_floats;
+        float* dm = dst + v0 * 16;
+        float* dl = dst + L.hp + v0 * 16;
+        float* d_o = dst + 2 * L.hp + v0 * 16 * L.kvp;
+        const int64_t k0 = part * kPartRows, k1 = std::min(rows.n, k0 + kPartRows);
+        for (int64_t s0 = k0; s0 < k1; s0 += kSplit) {
+          const int64_t nr = std::min(kSplit, k1 - s0);
+          for (int64_t r = 0; r < nr; ++r) attn::load_row(p, dq, rows[s0 + r], tb.tile + r * L.ld);
+          simd::dot_rows(tb.tile, L.ld, nr, q_i, L.hp, nv, L.row_len, tb.scores, lanes);
+          // Softmax pieces per head lane: the split's max, p = exp(s - max), Σ p in row order.
+          for (int64_t v = 0; v < nv; ++v) {
+            f32x16 mx = simd::load16(tb.scores + v * 16);
+            for (int64_t r = 1; r < nr; ++r) mx = simd::max16(mx, simd::load16(tb.scores + r * lanes + v * 16));
+            f32x16 sum{};
+            for (int64_t r = 0; r < nr; ++r) {
+              float* s = tb.scores + r * lanes + v * 16;
+              const f32x16 e = simd::exp16_nonpos(simd::load16(s) - mx);
+              simd::store16(s, e);
+              sum += e;
+            }
+            simd::store16(tb.m + v * 16, mx);
+            simd::store16(tb.l + v * 16, sum);
+          }
+          // Σ_j p_j c_kv_j per head: the c_kv part of each row, in row order.
+          const bool first = s0 == k0;
+          simd::weighted_rows(tb.scores, lanes, lanes, tb.tile, L.ld, L.kvp / 16, nr, first ? d_o : tb.o, L.kvp);
+          if (first) {
+            std::memcpy(dm, tb.m, sizeof(float) * lanes);
+            std::memcpy(dl, tb.l, sizeof(float) * lanes);
+          } else {
+            for (int64_t v = 0; v < nv; ++v)
+              fold16(dm + v * 16, dl + v * 16, d_o + v * 16 * L.kvp, tb.m + v * 16, tb.l + v * 16,
+                     tb.o + v * 16 * L.kvp, L.kvp, L.kvp, L.kvp);
+          }
+        }
+      }
+    });
+
+    // 3. Fold each query's parts in order into its first, normalize, and un-absorb:
+    //    out[i][h][e] = Σ_c W_UV[h][e][c] o_lat[i][h][c].
+    pool.parallel_for(nq * L.n_hvec, [&](int64_t w0, int64_t w1, int) {
+      for (int64_t w = w0; w < w1; ++w) {
+        const int64_t i = w / L.n_hvec, v = w % L.n_hvec;
+        float* first = parts + part_base[i] * L.part_floats;
+        for (int64_t k = part_base[i] + 1; k < part_base[i + 1]; ++k) {
+          const float* other = parts + k * L.part_floats;
+          fold16(first + v * 16, first + L.hp + v * 16, first + 2 * L.hp + v * 16 * L.kvp, other + v * 16,
+                 other + L.hp + v * 16, other + 2 * L.hp + v * 16 * L.kvp, L.kvp, L.kvp, L.kvp);
+        }
+        for (int64_t h = v * 16; h < std::min<int64_t>(p.n_head, v * 16 + 16); ++h) {
+          const f32x16 inv = simd::splat16(1.0f / first[L.hp + h]);
+          float* o = first + 2 * L.hp + h * L.kvp;
+          for (int64_t c = 0; c < L.kvp; c += 16) simd::store16(o + c, simd::load16(o + c) * inv);
+        }
+      }
+    });
+    pool.parallel_for(p.n_head, [&](int64_t h0, int64_t h1, int) {
+      for (int64_t h = h0; h < h1; ++h) {
+        const float* wv = p.w_uv + h * p.v_dim * p.kv_lora;
+        dot_block_f32(
+            nq, p.v_dim, p.kv_lora,
+            [&](int64_t i) { return parts + part_base[i] * L.part_floats + 2 * L.hp + h * L.kvp; },
+            [&](int64_t e) { return wv + e * p.kv_lora; }, p.out + qb * p.out_stride + h * p.v_dim, p.out_stride);
+      }
+    });
+  }
+}
+
+}  // namespace mla

@@ -1,0 +1,37 @@
+#pragma once
+// Internal to the attention kernels: which context rows a query attends to, and reading one
+// row out of the cache in its dtype.
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/attention.h"
+#include "quant/quant.h"
+
+namespace mla::attn {
+
+// The context rows query i attends to: its selection, or rows [0, n_vis) when dense.
+struct QueryRows {
+  const int32_t* list = nullptr;
+  int64_t n = 0;
+  int64_t operator[](int64_t k) const { return list ? list[k] : k; }
+};
+
+inline QueryRows rows_of(const MlaAttnParams& p, int64_t i) {
+  if (p.sel) return {p.sel + i * p.sel_stride, p.sel_count[i]};
+  return {nullptr, p.n_ctx - p.n_q + i + 1};
+}
+
+inline const uint8_t* raw_row(const MlaAttnParams& p, int64_t j) {
+  return static_cast<const uint8_t*>(p.cache) + p.slots[j] * p.cache_row_bytes;
+}
+
+// Context row j as F32 (kv_lora + qk_rope floats) into out.
+inline void load_row(const MlaAttnParams& p, DequantizeFn dq, int64_t j, float* out) {
+  const int64_t n = p.kv_lora + p.qk_rope;
+  if (p.cache_type == GgmlType::F32)
+    std::memcpy(out, raw_row(p, j), sizeof(float) * n);
+  else
+    dq(raw_row(p, j), out, n);
+}
+
+}  // namespace mla::attn

@@ -5,7 +5,7 @@
 namespace mla {
 
 void build_batch_meta(std::span<const ScheduledSeq> seqs, int block_size, MlaPathPolicy policy, int decode_threshold,
-                      bool all_logits, BatchMeta& meta) {
+                      MlaPath auto_prefill, bool all_logits, BatchMeta& meta) {
   meta.token_ids.clear();
   meta.positions.clear();
   meta.slot_mapping.clear();
@@ -24,7 +24,7 @@ void build_batch_meta(std::span<const ScheduledSeq> seqs, int block_size, MlaPat
     m.context_len = n_ctx;
     m.slots_start = static_cast<int32_t>(meta.context_slots.size());
     m.blocks_start = static_cast<int32_t>(meta.block_table.size());
-    m.path = choose_mla_path(policy, s.n_new, decode_threshold);
+    m.path = choose_mla_path(policy, s.n_new, decode_threshold, auto_prefill);
     const int n_blocks = (n_ctx + block_size - 1) / block_size;
     meta.block_table.insert(meta.block_table.end(), s.blocks.begin(), s.blocks.begin() + n_blocks);
     for (int j = 0; j < n_ctx; ++j)

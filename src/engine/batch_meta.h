@@ -20,8 +20,9 @@ struct ScheduledSeq {
 };
 
 // Fills meta (reusing its buffers) for the scheduled sequences, in order. all_logits: every row
-// gets logits (tools that dump them), not only the rows that will be sampled.
+// gets logits (tools that dump them), not only the rows that will be sampled. auto_prefill: the
+// path of the `auto` policy for query lengths above decode_threshold.
 void build_batch_meta(std::span<const ScheduledSeq> seqs, int block_size, MlaPathPolicy policy, int decode_threshold,
-                      bool all_logits, BatchMeta& meta);
+                      MlaPath auto_prefill, bool all_logits, BatchMeta& meta);
 
 }  // namespace mla

@@ -37,6 +37,11 @@ class Deepseek2Runner : public ModelRunner {
     return model_->sparse_counters().selected_rows.load(std::memory_order_relaxed);
   }
 
+  MlaPath auto_prefill_path() const override {
+    const auto& c = bundle_->config;
+    return cheaper_prefill_path(c.kv_lora_rank, c.qk_nope, c.qk_rope, c.v_head);
+  }
+
   const DeepseekConfig& config() const { return bundle_->config; }
   const MoeCounters& moe_counters() const { return model_->moe_counters(); }
   const GgufFile& file() const { return *bundle_->file; }

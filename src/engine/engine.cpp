@@ -89,6 +89,9 @@ Engine::Impl::Impl(std::unique_ptr<ModelRunner> r, EngineConfig c, std::shared_p
   }
   if (max_len < 2) fail("engine: max model length {} leaves no room to generate", max_len);
   cfg.max_model_len = static_cast<int>(max_len);
+  if (cfg.path_policy == MlaPathPolicy::Auto)
+    log().info("mla path auto: query length <= {} down mqa, longer (prefill chunks) down {}", cfg.decode_threshold,
+               mla_path_name(runner->auto_prefill_path()));
   logits.resize(static_cast<size_t>(cfg.all_logits ? cfg.max_num_batched_tokens : cfg.max_num_seqs) * n_vocab);
   update_counters();
 }
@@ -328,7 +331,8 @@ bool Engine::Impl::step() {
     scheduled.push_back({s->tokens, s->blocks.table, s->n_computed, item.n_new,
                          s->n_computed + item.n_new == static_cast<int>(s->tokens.size())});
   }
-  build_batch_meta(scheduled, kv.block_size(), cfg.path_policy, cfg.decode_threshold, cfg.all_logits, meta);
+  build_batch_meta(scheduled, kv.block_size(), cfg.path_policy, cfg.decode_threshold, runner->auto_prefill_path(),
+                   cfg.all_logits, meta);
   const int n_rows = static_cast<int>(meta.logits_rows.size());
   if (logits.size() < static_cast<size_t>(n_rows) * n_vocab) logits.resize(static_cast<size_t>(n_rows) * n_vocab);
   start_masks(plan);

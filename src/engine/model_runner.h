@@ -29,6 +29,8 @@ class ModelRunner {
   // indexer selected, cumulative; 0 for models without sparse attention.
   virtual int64_t sparse_layer_tokens() const { return 0; }
   virtual int64_t sparse_selected_rows() const { return 0; }
+  // The path the `auto` policy gives prefill chunks (cheaper_prefill_path for the model's widths).
+  virtual MlaPath auto_prefill_path() const { return MlaPath::Mha; }
 };
 
 }  // namespace mla

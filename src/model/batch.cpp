@@ -25,7 +25,7 @@ MlaPathPolicy parse_mla_path_policy(std::string_view s) {
   fail("unknown MLA path '{}' (expected auto, mha or mqa)", s);
 }
 
-MlaPath choose_mla_path(MlaPathPolicy policy, int64_t query_len, int64_t decode_threshold) {
+MlaPath choose_mla_path(MlaPathPolicy policy, int64_t query_len, int64_t decode_threshold, MlaPath prefill) {
   switch (policy) {
     case MlaPathPolicy::Mha:
       return MlaPath::Mha;
@@ -34,7 +34,16 @@ MlaPath choose_mla_path(MlaPathPolicy policy, int64_t query_len, int64_t decode_
     case MlaPathPolicy::Auto:
       break;
   }
-  return query_len <= decode_threshold ? MlaPath::Mqa : MlaPath::Mha;
+  return query_len <= decode_threshold ? MlaPath::Mqa : prefill;
+}
+
+MlaPath cheaper_prefill_path(int64_t kv_lora, int64_t qk_nope, int64_t qk_rope, int64_t v_head) {
+  // Sustained GMAC/s of each kernel on the multiply-adds it must do (attn/mqa_chunk and
+  // attn/mha_chunk, 512-token chunks at depth 2048-8192, one thread, CPU time).
+  constexpr double kMqaGmacs = 65, kMhaGmacs = 8;
+  const double mqa = static_cast<double>(2 * kv_lora + qk_rope) / kMqaGmacs;
+  const double mha = static_cast<double>(qk_nope + qk_rope + v_head) / kMhaGmacs;
+  return mqa <= mha ? MlaPath::Mqa : MlaPath::Mha;
 }
 
 void BatchMeta::choose_paths(MlaPathPolicy p, int64_t decode_threshold) {

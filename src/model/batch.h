@@ -17,7 +17,17 @@ std::string_view mla_path_policy_name(MlaPathPolicy p);  // "auto" | "mha" | "mq
 std::string_view mla_path_name(MlaPath p);               // "mha" | "mqa"
 // Throws mla::Error for anything but auto|mha|mqa.
 MlaPathPolicy parse_mla_path_policy(std::string_view s);
-MlaPath choose_mla_path(MlaPathPolicy policy, int64_t query_len, int64_t decode_threshold = 1);
+// `auto` sends query lengths <= decode_threshold down MQA and longer ones down `prefill`.
+MlaPath choose_mla_path(MlaPathPolicy policy, int64_t query_len, int64_t decode_threshold = 1,
+                        MlaPath prefill = MlaPath::Mha);
+
+// The path `auto` gives prefill chunks for a model of these widths: the one with the lower
+// measured cost per (query, context row) pair. MQA does 2 kv_lora + qk_rope multiply-adds per
+// pair and head, MHA qk_nope + qk_rope + v_head plus the decompression of every context row; each
+// kernel's sustained rate (kMhaGmacs, kMqaGmacs: bench/attention_bench.cpp at GLM-5 widths, one
+// core) turns multiply-adds into time. It depends on the model alone, never on the chunk, so a
+// query's path (and its bits) does not depend on how the scheduler cut the prompt.
+MlaPath cheaper_prefill_path(int64_t kv_lora, int64_t qk_nope, int64_t qk_rope, int64_t v_head);
 
 struct SeqMeta {
   int32_t query_start = 0;  // first of this sequence's tokens in the batch arrays

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "../support/log_capture.h"
+#include "model/batch.h"
 #include "model_test_util.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -72,6 +73,18 @@ TEST(Trace, SpecParsing) {
   }
   trace_reset();
   EXPECT_EQ(trace_dispatch_limit(), 0);
+}
+
+TEST(Trace, AutoPrefillPathFollowsThePerPairCost) {
+  // GLM-5 / DeepSeek-V3 widths: MQA's 1088 multiply-adds per pair and head at its rate beat MHA's
+  // 512 (+ decompression) at its rate; a wide latent with narrow heads tips the rule to MHA.
+  EXPECT_EQ(cheaper_prefill_path(512, 192, 64, 256), MlaPath::Mqa);
+  EXPECT_EQ(cheaper_prefill_path(512, 128, 64, 128), MlaPath::Mqa);
+  EXPECT_EQ(cheaper_prefill_path(8192, 16, 16, 16), MlaPath::Mha);
+  EXPECT_EQ(choose_mla_path(MlaPathPolicy::Auto, 1, 1, MlaPath::Mha), MlaPath::Mqa);
+  EXPECT_EQ(choose_mla_path(MlaPathPolicy::Auto, 7, 1, MlaPath::Mqa), MlaPath::Mqa);
+  EXPECT_EQ(choose_mla_path(MlaPathPolicy::Auto, 7, 1, MlaPath::Mha), MlaPath::Mha);
+  EXPECT_EQ(choose_mla_path(MlaPathPolicy::Mha, 7, 1, MlaPath::Mqa), MlaPath::Mha);
 }
 
 }  // namespace

@@ -73,13 +73,17 @@ void prepare_assistant_messages(json& messages) {
     json& m = messages[i];
     if (m.value("role", "") != "assistant") continue;
     // vLLM's newer name for the reasoning; templates read reasoning_content.
-    if (m.contains("reasoning") && m["reasoning"].is_string() && !m.contains("reasoning_content"))
-      m["reasoning_content"] = m["reasoning"];
-    auto calls = m.find("tool_calls");
-    if (calls == m.end() || calls->is_null()) continue;
-    if (!calls->is_array()) bad_request(fmt::format("messages[{}].tool_calls must be a list", i), "messages");
+    // (json objects keep their keys in a vector: a reference into m dies when m gains a key, so
+    // values are copied before inserting and tool_calls is looked up after.)
+    if (m.contains("reasoning") && m["reasoning"].is_string() && !m.contains("reasoning_content")) {
+      json reasoning = m["reasoning"];
+      m["reasoning_content"] = std::move(reasoning);
+    }
+    if (!m.contains("tool_calls") || m["tool_calls"].is_null()) continue;
     // Templates test the content as text ('</think>' in content): null becomes "".
-    if (m["content"].is_null()) m["content"] = "";
+    if (!m.contains("content") || m["content"].is_null()) m["content"] = "";
+    auto calls = m.find("tool_calls");
+    if (!calls->is_array()) bad_request(fmt::format("messages[{}].tool_calls must be a list", i), "messages");
     for (size_t k = 0; k < calls->size(); ++k) {
       json& c = (*calls)[k];
       auto f = c.is_object() ? c.find("function") : c.end();

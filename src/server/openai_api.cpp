@@ -275,10 +275,7 @@ void OpenAiApi::handle_completions(const HttpRequest& req, const std::shared_ptr
   json body = parse_json_object(req.body);
   CompletionRequest cr = parse_completion_request(body, {model_.n_vocab, model_.max_model_len});
   check_model_name(cr.model);
-  if (cr.structured) {
-    restore_schema_order(*cr.structured, req.body);
-    cr.params.grammar = compile_grammar(cr.structured->spec, cr.structured->param);
-  }
+  if (cr.structured) cr.params.grammar = compile_grammar(cr.structured->spec, cr.structured->param);
   std::vector<std::vector<int32_t>> prompts;
   std::vector<std::string> texts;
   std::vector<int> lens;
@@ -307,10 +304,7 @@ void OpenAiApi::handle_chat(const HttpRequest& req, const std::shared_ptr<HttpRe
   check_model_name(cr.model);
   const ChatToolOptions tool_opts = parse_tool_options(body, cr.tools);
   prepare_assistant_messages(cr.messages);
-  if (cr.structured) {
-    restore_schema_order(*cr.structured, req.body);
-    cr.params.grammar = compile_grammar(cr.structured->spec, cr.structured->param);
-  }
+  if (cr.structured) cr.params.grammar = compile_grammar(cr.structured->spec, cr.structured->param);
   std::string text =
       render_chat(cr.messages, cr.tools, cr.chat_template_kwargs, cr.add_generation_prompt, cr.continue_final_message);
   std::vector<int32_t> ids = tokenize_chat(text);

@@ -17,17 +17,15 @@
 //   kimi_k2         <|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:I
 //                   <|tool_call_argument_begin|>ARGS<|tool_call_end|>...<|tool_calls_section_end|>
 //   hermes          <tool_call>{"name": N, "arguments": {...}}</tool_call>   (Qwen3, Hermes)
-#include <nlohmann/json.hpp>
-
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
-namespace mla::server {
+#include "server/json.h"
 
-using json = nlohmann::json;
+namespace mla::server {
 
 // One call as the format reads it from the text so far.
 struct ParsedCall {

@@ -144,6 +144,15 @@ class DeepseekV31Format : public RawJsonFormat {
   DeepseekV31Format()
       : RawJsonFormat("deepseek_v31", {"<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>",
                                        "<｜tool▁call▁end｜>"}) {}
+  CallSyntax syntax() const override {
+    CallSyntax s;
+    s.section_begin = "<｜tool▁calls▁begin｜>";
+    s.section_end = "<｜tool▁calls▁end｜>";
+    s.call_begin = "<｜tool▁call▁begin｜>";
+    s.name_end = "<｜tool▁sep｜>";
+    s.call_end = "<｜tool▁call▁end｜>";
+    return s;
+  }
 
  protected:
   bool split(std::string_view body, std::string_view& header, std::string_view& args) const override {
@@ -162,6 +171,17 @@ class DeepseekV3Format : public RawJsonFormat {
   DeepseekV3Format()
       : RawJsonFormat("deepseek_v3", {"<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>",
                                       "<｜tool▁call▁end｜>"}) {}
+  // As DeepSeek-V3's template writes calls: newline-separated, the arguments in a json fence.
+  CallSyntax syntax() const override {
+    CallSyntax s;
+    s.section_begin = "<｜tool▁calls▁begin｜>";
+    s.section_end = "<｜tool▁calls▁end｜>";
+    s.separator = "\n";
+    s.call_begin = "<｜tool▁call▁begin｜>function<｜tool▁sep｜>";
+    s.name_end = "\n```json\n";
+    s.call_end = "\n```<｜tool▁call▁end｜>";
+    return s;
+  }
 
  protected:
   bool split(std::string_view body, std::string_view& header, std::string_view& args) const override {
@@ -190,6 +210,17 @@ class KimiK2Format : public RawJsonFormat {
   KimiK2Format()
       : RawJsonFormat("kimi_k2", {"<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
                                   "<|tool_call_end|>"}) {}
+  CallSyntax syntax() const override {
+    CallSyntax s;
+    s.section_begin = "<|tool_calls_section_begin|>";
+    s.section_end = "<|tool_calls_section_end|>";
+    s.call_begin = "<|tool_call_begin|>functions.";
+    s.name_end = ":";
+    s.index_pattern = "[0-9]{1,6}";
+    s.args_begin = "<|tool_call_argument_begin|>";
+    s.call_end = "<|tool_call_end|>";
+    return s;
+  }
 
  protected:
   bool split(std::string_view body, std::string_view& header, std::string_view& args) const override {
@@ -235,6 +266,17 @@ std::string args_prefix(const std::vector<ArgPair>& pairs, bool close) {
 class GlmFormat : public ScannedFormat {
  public:
   explicit GlmFormat(std::string_view name) : ScannedFormat(name, {"", "", "<tool_call>", "</tool_call>"}) {}
+  // GLM-4.5/4.6 put a newline after the name, between pairs and between calls; GLM-4.7/5 none.
+  CallSyntax syntax() const override {
+    CallSyntax s;
+    s.separator = "\n";
+    s.separator_optional = true;
+    s.call_begin = "<tool_call>";
+    s.call_end = "</tool_call>";
+    s.args_style = "glm_xml";
+    s.args_newline_optional = true;
+    return s;
+  }
 
  protected:
   void read_body(std::string_view body, bool closed, bool final, const json& tools, ParsedCall& c) const override {
@@ -278,6 +320,16 @@ class DeepseekV32Format : public ScannedFormat {
   DeepseekV32Format()
       : ScannedFormat("deepseek_v32", {"<｜DSML｜function_calls>", "</｜DSML｜function_calls>",
                                        "<｜DSML｜invoke name=\"", "</｜DSML｜invoke>"}) {}
+  CallSyntax syntax() const override {
+    CallSyntax s;
+    s.section_begin = "<｜DSML｜function_calls>\n";
+    s.section_end = "</｜DSML｜function_calls>";
+    s.call_begin = "<｜DSML｜invoke name=\"";
+    s.name_end = "\">\n";
+    s.call_end = "</｜DSML｜invoke>\n";
+    s.args_style = "deepseek_xml";
+    return s;
+  }
 
  protected:
   void read_body(std::string_view body, bool closed, bool final, const json& tools, ParsedCall& c) const override {
@@ -320,6 +372,16 @@ class DeepseekV32Format : public ScannedFormat {
 class HermesFormat : public ScannedFormat {
  public:
   explicit HermesFormat(std::string_view name) : ScannedFormat(name, {"", "", "<tool_call>", "</tool_call>"}) {}
+  // As Qwen3's template writes calls.
+  CallSyntax syntax() const override {
+    CallSyntax s;
+    s.separator = "\n";
+    s.call_begin = "<tool_call>\n{\"name\": \"";
+    s.name_end = "\", \"arguments\": ";
+    s.call_end = "}\n</tool_call>";
+    s.json_name = true;
+    return s;
+  }
   // A call that does not parse makes the whole output content, no calls (as vLLM).
   ParsedText parse(std::string_view text, bool final, const json& tools) const override {
     ParsedText p = ScannedFormat::parse(text, final, tools);

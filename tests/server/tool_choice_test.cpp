@@ -17,7 +17,10 @@ const json kTools = json::parse(R"([
    "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
                   "required": ["city"]}}},
   {"type": "function", "function": {"name": "search", "description": "Search the web",
-   "parameters": {"type": "object", "properties": {"query": {"type": "string"}}}}}])");
+   "parameters": {"type": "object", "properties": {"query": {"type": "string"}}}}},
+  {"type": "function", "function": {"name": "set_unit",
+   "parameters": {"type": "object", "properties": {"unit": {"type": "string", "enum": ["C", "F"]},
+                  "label": {"type": "string", "maxLength": 3}}, "required": ["unit"]}}}])");
 
 // Every single byte is a token (id 0 is the stop token): the grammar alone decides.
 GrammarCompiler& compiler() {
@@ -138,7 +141,21 @@ TEST(ToolChoice, ArgumentsFollowTheSchema) {
   EXPECT_FALSE(accepts(matcher("deepseek_v31", named("get_weather")), v31(R"({"city": 3})")));  // wrong type
   EXPECT_FALSE(accepts(matcher("deepseek_v31", named("get_weather")), v31(R"({"days": 3})")));  // no city
   EXPECT_FALSE(accepts(matcher("deepseek_v31", named("get_weather")), v31(R"({"city": "R", "days": 1.5})")));
-  // GLM writes integers bare and strings raw.
+  // GLM writes strings raw: nothing pads them (the parser would keep the padding).
+  auto glm_unit = [](const std::string& pairs) { return "<tool_call>set_unit" + pairs + "</tool_call>"; };
+  EXPECT_TRUE(
+      accepts(matcher("glm45", named("set_unit")), glm_unit("<arg_key>unit</arg_key><arg_value>C</arg_value>")));
+  EXPECT_FALSE(
+      accepts(matcher("glm45", named("set_unit")), glm_unit("<arg_key>unit</arg_key><arg_value> C</arg_value>")));
+  EXPECT_FALSE(accepts(matcher("glm45", named("set_unit")), glm_unit("<arg_key>label</arg_key><arg_value>ab"
+                                                                     "</arg_value>")));  // unit is required
+  EXPECT_TRUE(accepts(matcher("glm45", named("set_unit")),
+                      glm_unit("<arg_key>unit</arg_key><arg_value>F</arg_value><arg_key>label</arg_key>"
+                               "<arg_value>a b</arg_value>")));
+  EXPECT_FALSE(accepts(matcher("glm45", named("set_unit")),
+                       glm_unit("<arg_key>unit</arg_key><arg_value>F</arg_value><arg_key>label</arg_key>"
+                                "<arg_value>abcd</arg_value>")));
+  // GLM writes integers bare.
   EXPECT_FALSE(accepts(matcher("glm45", named("get_weather")),
                        "<tool_call>get_weather<arg_key>city</arg_key><arg_value>P</arg_value><arg_key>days</arg_key>"
                        "<arg_value>three</arg_value></tool_call>"));

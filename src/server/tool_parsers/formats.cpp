@@ -11,6 +11,18 @@ using tool_format::partial_marker_suffix;
 using tool_format::trim;
 using ojson = nlohmann::ordered_json;
 
+// The markers every CallSyntax has (the rest is set by the format that needs it).
+CallSyntax call_syntax(std::string_view section_begin, std::string_view section_end, std::string_view call_begin,
+                       std::string_view name_end, std::string_view call_end) {
+  CallSyntax s;
+  s.section_begin = section_begin;
+  s.section_end = section_end;
+  s.call_begin = call_begin;
+  s.name_end = name_end;
+  s.call_end = call_end;
+  return s;
+}
+
 // Markers; section_begin empty: calls stand alone in the content.
 struct Layout {
   std::string_view section_begin, section_end, call_begin, call_end;
@@ -145,13 +157,8 @@ class DeepseekV31Format : public RawJsonFormat {
       : RawJsonFormat("deepseek_v31", {"<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>",
                                        "<｜tool▁call▁end｜>"}) {}
   CallSyntax syntax() const override {
-    CallSyntax s;
-    s.section_begin = "<｜tool▁calls▁begin｜>";
-    s.section_end = "<｜tool▁calls▁end｜>";
-    s.call_begin = "<｜tool▁call▁begin｜>";
-    s.name_end = "<｜tool▁sep｜>";
-    s.call_end = "<｜tool▁call▁end｜>";
-    return s;
+    return call_syntax("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>",
+                       "<｜tool▁call▁end｜>");
   }
 
  protected:
@@ -173,13 +180,10 @@ class DeepseekV3Format : public RawJsonFormat {
                                       "<｜tool▁call▁end｜>"}) {}
   // As DeepSeek-V3's template writes calls: newline-separated, the arguments in a json fence.
   CallSyntax syntax() const override {
-    CallSyntax s;
-    s.section_begin = "<｜tool▁calls▁begin｜>";
-    s.section_end = "<｜tool▁calls▁end｜>";
+    CallSyntax s =
+        call_syntax("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>function<｜tool▁sep｜>",
+                    "\n```json\n", "\n```<｜tool▁call▁end｜>");
     s.separator = "\n";
-    s.call_begin = "<｜tool▁call▁begin｜>function<｜tool▁sep｜>";
-    s.name_end = "\n```json\n";
-    s.call_end = "\n```<｜tool▁call▁end｜>";
     return s;
   }
 
@@ -211,14 +215,10 @@ class KimiK2Format : public RawJsonFormat {
       : RawJsonFormat("kimi_k2", {"<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
                                   "<|tool_call_end|>"}) {}
   CallSyntax syntax() const override {
-    CallSyntax s;
-    s.section_begin = "<|tool_calls_section_begin|>";
-    s.section_end = "<|tool_calls_section_end|>";
-    s.call_begin = "<|tool_call_begin|>functions.";
-    s.name_end = ":";
+    CallSyntax s = call_syntax("<|tool_calls_section_begin|>", "<|tool_calls_section_end|>",
+                               "<|tool_call_begin|>functions.", ":", "<|tool_call_end|>");
     s.index_pattern = "[0-9]{1,6}";
     s.args_begin = "<|tool_call_argument_begin|>";
-    s.call_end = "<|tool_call_end|>";
     return s;
   }
 
@@ -268,11 +268,9 @@ class GlmFormat : public ScannedFormat {
   explicit GlmFormat(std::string_view name) : ScannedFormat(name, {"", "", "<tool_call>", "</tool_call>"}) {}
   // GLM-4.5/4.6 put a newline after the name, between pairs and between calls; GLM-4.7/5 none.
   CallSyntax syntax() const override {
-    CallSyntax s;
+    CallSyntax s = call_syntax("", "", "<tool_call>", "", "</tool_call>");
     s.separator = "\n";
     s.separator_optional = true;
-    s.call_begin = "<tool_call>";
-    s.call_end = "</tool_call>";
     s.args_style = "glm_xml";
     s.args_newline_optional = true;
     return s;
@@ -321,12 +319,8 @@ class DeepseekV32Format : public ScannedFormat {
       : ScannedFormat("deepseek_v32", {"<｜DSML｜function_calls>", "</｜DSML｜function_calls>",
                                        "<｜DSML｜invoke name=\"", "</｜DSML｜invoke>"}) {}
   CallSyntax syntax() const override {
-    CallSyntax s;
-    s.section_begin = "<｜DSML｜function_calls>\n";
-    s.section_end = "</｜DSML｜function_calls>";
-    s.call_begin = "<｜DSML｜invoke name=\"";
-    s.name_end = "\">\n";
-    s.call_end = "</｜DSML｜invoke>\n";
+    CallSyntax s = call_syntax("<｜DSML｜function_calls>\n", "</｜DSML｜function_calls>", "<｜DSML｜invoke name=\"",
+                               "\">\n", "</｜DSML｜invoke>\n");
     s.args_style = "deepseek_xml";
     return s;
   }
@@ -374,11 +368,8 @@ class HermesFormat : public ScannedFormat {
   explicit HermesFormat(std::string_view name) : ScannedFormat(name, {"", "", "<tool_call>", "</tool_call>"}) {}
   // As Qwen3's template writes calls.
   CallSyntax syntax() const override {
-    CallSyntax s;
+    CallSyntax s = call_syntax("", "", "<tool_call>\n{\"name\": \"", "\", \"arguments\": ", "}\n</tool_call>");
     s.separator = "\n";
-    s.call_begin = "<tool_call>\n{\"name\": \"";
-    s.name_end = "\", \"arguments\": ";
-    s.call_end = "}\n</tool_call>";
     s.json_name = true;
     return s;
   }

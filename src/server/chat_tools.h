@@ -37,7 +37,8 @@ ChatToolOptions parse_tool_options(const json& body, const json& tools);
 // when arguments are not a JSON object.
 void prepare_assistant_messages(json& messages);
 
-// What to parse out of this request's output. prompt: the rendered prompt.
+// What to parse out of this request's output. prompt: the rendered prompt. A request that must
+// call a tool is parsed in constrained_call_format() (the server's parser, else hermes).
 OutputParsing output_parsing(const ServerParsers& parsers, const json& tools, const ChatToolOptions& opts,
                              const json& chat_template_kwargs, std::string_view prompt);
 

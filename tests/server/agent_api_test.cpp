@@ -91,6 +91,25 @@ TEST(AgentApi, ToolOptionsValidated) {
       std::string::npos);
 }
 
+TEST(AgentApi, ARequiredCallIsParsedEvenWithoutAServerParser) {
+  const json tools = json::parse(R"([{"type": "function", "function": {"name": "f"}}])");
+  ServerParsers none;
+  EXPECT_EQ(output_parsing(none, tools, parse_tool_options(json::object(), tools), json::object(), "").tool_format,
+            nullptr);
+  const OutputParsing p =
+      output_parsing(none, tools, parse_tool_options({{"tool_choice", "required"}}, tools), json::object(), "");
+  ASSERT_NE(p.tool_format, nullptr);
+  EXPECT_EQ(p.tool_format->name(), "hermes");
+  ServerParsers glm;
+  glm.tool_format = make_tool_call_format("glm45");
+  EXPECT_EQ(output_parsing(glm, tools, parse_tool_options({{"tool_choice", "required"}}, tools), json::object(), "")
+                .tool_format->name(),
+            "glm45");
+  EXPECT_EQ(
+      output_parsing(glm, tools, parse_tool_options({{"tool_choice", "none"}}, tools), json::object(), "").tool_format,
+      nullptr);
+}
+
 TEST(AgentApi, ToolCallMessagesBecomeTemplateReady) {
   json msgs = json::parse(R"([{"role": "user", "content": "x"},
     {"role": "assistant", "content": null, "tool_calls": [

@@ -28,6 +28,7 @@
 #include "server/openai_api.h"
 #include "server/reasoning.h"
 #include "server/tokenizer_decoder.h"
+#include "server/tool_choice.h"
 #include "server/tool_parsers/tool_parser.h"
 #include "tokenizer/chat_template/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -261,14 +262,16 @@ void serve(ServeArgs& a) {
   const int n_threads = mo.n_threads;
   auto engine = std::make_unique<Engine>(std::move(runner), ec, std::make_shared<server::TokenizerDecoder>(*tokenizer));
   engine->start();
-  GrammarCompiler grammars(grammar_vocab(*tokenizer), engine->n_vocab(), eos_ids, std::min(n_threads, 4), 64,
-                           a.json_max_whitespace);
-
   server::ServedModel sm;
+  sm.parsers = choose_parsers(a, tmpl_src);
+  // The markers of constrained tool calls stay writable where the vocabulary has them as CONTROL
+  // tokens.
+  const auto markers = server::constrained_call_markers(server::constrained_call_format(sm.parsers));
+  GrammarCompiler grammars(grammar_vocab(*tokenizer, markers), engine->n_vocab(), eos_ids, std::min(n_threads, 4), 64,
+                           a.json_max_whitespace);
   sm.engine = engine.get();
   sm.tokenizer = tokenizer.get();
   if (tmpl) sm.render_chat = make_renderer(tmpl, *tokenizer);
-  sm.parsers = choose_parsers(a, tmpl_src);
   sm.grammars = &grammars;
   sm.max_model_len = engine->config().max_model_len;
   sm.n_vocab = engine->n_vocab();

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <list>
 #include <mutex>
 #include <regex>
@@ -113,6 +114,8 @@ bool GrammarMatcher::fill_mask(std::span<uint32_t> mask) {
 }
 
 bool GrammarMatcher::accept(int32_t token) { return impl_->matcher.AcceptToken(token); }
+bool GrammarMatcher::accept_text(std::string_view text) { return impl_->matcher.AcceptString(std::string(text)); }
+bool GrammarMatcher::can_end() const { return impl_->matcher.IsCompleted(); }
 bool GrammarMatcher::terminated() const { return impl_->matcher.IsTerminated(); }
 
 // ---------------------------------------------------------------------------------------------
@@ -132,12 +135,18 @@ std::string clean_xgrammar_message(std::string_view what) {
   return m;
 }
 
-std::vector<std::string> grammar_vocab(const Tokenizer& tok) {
+std::vector<std::string> grammar_vocab(const Tokenizer& tok, std::span<const std::string> markers) {
   std::vector<std::string> v(tok.n_tokens());
   for (size_t id = 0; id < v.size(); ++id) {
     const auto type = tok.vocab().types[id];
-    if (type == TokenType::NORMAL || type == TokenType::USER_DEFINED)
+    if (type == TokenType::NORMAL || type == TokenType::USER_DEFINED) {
       v[id] = std::string(tok.token_bytes(static_cast<TokenId>(id), /*render_special=*/false));
+    } else if (type == TokenType::CONTROL && !markers.empty()) {
+      std::string text(tok.token_bytes(static_cast<TokenId>(id), /*render_special=*/true));
+      const bool in_marker = std::any_of(markers.begin(), markers.end(),
+                                         [&](const std::string& m) { return m.find(text) != std::string::npos; });
+      if (text.size() >= 2 && in_marker) v[id] = std::move(text);
+    }
   }
   return v;
 }

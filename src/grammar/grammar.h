@@ -89,6 +89,11 @@ class GrammarMatcher {
   bool fill_mask(std::span<uint32_t> mask);
   // Advances by one sampled token; false (state unchanged) when the grammar does not allow it.
   bool accept(int32_t token);
+  // Advances by text, without token boundaries (for checking what a grammar accepts); false
+  // (state unchanged) when the grammar does not allow it.
+  bool accept_text(std::string_view text);
+  // Whether the text accepted so far is a complete match (a stop token would end it).
+  bool can_end() const;
   // The grammar has ended: a stop token was accepted after a complete match.
   bool terminated() const;
   const CompiledGrammar& grammar() const { return *grammar_; }
@@ -102,8 +107,10 @@ class GrammarMatcher {
 // The token bytes xgrammar matches against, per id (a RAW vocabulary): the bytes a token decodes
 // to; "" for tokens that never appear in constrained text (CONTROL, UNKNOWN, UNUSED, BYTE-type
 // placeholders), which xgrammar treats as special and never allows. Padding ids past the
-// vocabulary up to n_vocab are special too.
-std::vector<std::string> grammar_vocab(const Tokenizer& tok);
+// vocabulary up to n_vocab are special too. Except: a CONTROL token whose text occurs inside one
+// of `markers` keeps its text, so a grammar can write it (tool-call markers such as DeepSeek's
+// <｜tool▁calls▁begin｜> are CONTROL tokens; see server/tool_choice.h).
+std::vector<std::string> grammar_vocab(const Tokenizer& tok, std::span<const std::string> markers = {});
 
 // An xgrammar error message for a client: one line, without its time stamp, source location,
 // "Check failed: (...) is false:" and the echo of the input JSON.
@@ -128,6 +135,7 @@ class GrammarCompiler {
   std::shared_ptr<const CompiledGrammar> compile(const GrammarSpec& spec);
 
   int n_vocab() const { return n_vocab_; }
+  int json_max_whitespace() const { return json_max_whitespace_; }
   size_t n_cached() const;
   uint64_t n_cache_hits() const;
 

@@ -181,7 +181,13 @@ AnthropicRequest parse_anthropic_request(const json& body, const ModelLimits& li
     else
       bad_request(fmt::format("'tool_choice.type' must be auto, any, tool or none, got '{}'", type), "tool_choice");
   }
-  r.tool_options = parse_tool_options(json{{"tool_choice", openai_choice}}, r.tools);
+  json choice_body = {{"tool_choice", openai_choice}};
+  if (const json* tc = field(body, "tool_choice"); tc && tc->contains("disable_parallel_tool_use")) {
+    const json& d = (*tc)["disable_parallel_tool_use"];
+    if (!d.is_boolean()) wrong_type("tool_choice.disable_parallel_tool_use", "a boolean", d);
+    choice_body["parallel_tool_calls"] = !d.get<bool>();
+  }
+  r.tool_options = parse_tool_options(choice_body, r.tools);
   if (const json* th = field(body, "thinking")) {
     if (!th->is_object()) wrong_type("thinking", "an object", *th);
     // "adaptive" / "between_tools" leave the choice to the model: thinking on, as "enabled".
@@ -429,6 +435,7 @@ void OpenAiApi::handle_messages(const HttpRequest& req, const std::shared_ptr<Ht
   check_context_length(len, ar.params.max_tokens, model_.max_model_len);
   OutputParsing parsing = output_parsing(model_.parsers, ar.tools, ar.tool_options, ar.chat_template_kwargs, text);
   if (parsing.active()) ar.params.skip_special_tokens = false;
+  if (ar.tool_options.requires_call()) constrain_to_tool_calls(ar.params, parsing, ar.tools, ar.tool_options);
   auto job = std::make_shared<AnthropicJob>(*this, res, make_tool_call_id("msg_"), ar.stream, std::move(parsing), len);
   std::vector<std::vector<int32_t>> prompts;
   prompts.push_back(std::move(ids));

@@ -17,7 +17,7 @@ class ApiError : public std::runtime_error {
   int status() const { return status_; }
   const std::string& param() const { return param_; }
   const std::string& code() const { return code_; }
-  nlohmann::json to_json() const;
+  nlohmann::ordered_json to_json() const;
 
  private:
   int status_;

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "server/api_error.h"
+#include "server/tool_choice.h"
 
 namespace mla::server {
 
@@ -27,9 +28,7 @@ ChatToolOptions parse_tool_options(const json& body, const json& tools) {
   auto tc = body.find("tool_choice");
   if (tc == body.end() || tc->is_null()) {
     o.choice = have_tools ? ToolChoice::kAuto : ToolChoice::kNone;
-    return o;
-  }
-  if (tc->is_string()) {
+  } else if (tc->is_string()) {
     const std::string s = tc->get<std::string>();
     if (s == "auto")
       o.choice = ToolChoice::kAuto;
@@ -58,13 +57,14 @@ ChatToolOptions parse_tool_options(const json& body, const json& tools) {
   } else {
     bad_request(fmt::format("'tool_choice' must be a string or an object, got {}", tc->type_name()), "tool_choice");
   }
-  if (o.choice != ToolChoice::kNone && o.choice != ToolChoice::kAuto && !have_tools)
-    bad_request("'tool_choice' needs 'tools'", "tool_choice");
-  if (o.choice == ToolChoice::kRequired || o.choice == ToolChoice::kNamed)
-    throw ApiError(400,
-                   "'tool_choice' \"required\" or a named function is not supported yet (it needs "
-                   "constrained decoding); use \"auto\"",
-                   "tool_choice", "unsupported");
+  if (o.choice == ToolChoice::kRequired && !have_tools)
+    bad_request("'tool_choice' \"required\" needs a non-empty 'tools' list", "tool_choice");
+  if (auto p = body.find("parallel_tool_calls"); p != body.end() && !p->is_null()) {
+    if (!p->is_boolean())
+      bad_request(fmt::format("'parallel_tool_calls' must be a boolean, got {}", p->type_name()),
+                  "parallel_tool_calls");
+    o.parallel = p->get<bool>();
+  }
   return o;
 }
 
@@ -73,13 +73,17 @@ void prepare_assistant_messages(json& messages) {
     json& m = messages[i];
     if (m.value("role", "") != "assistant") continue;
     // vLLM's newer name for the reasoning; templates read reasoning_content.
-    if (m.contains("reasoning") && m["reasoning"].is_string() && !m.contains("reasoning_content"))
-      m["reasoning_content"] = m["reasoning"];
-    auto calls = m.find("tool_calls");
-    if (calls == m.end() || calls->is_null()) continue;
-    if (!calls->is_array()) bad_request(fmt::format("messages[{}].tool_calls must be a list", i), "messages");
+    // (json objects keep their keys in a vector: a reference into m dies when m gains a key, so
+    // values are copied before inserting and tool_calls is looked up after.)
+    if (m.contains("reasoning") && m["reasoning"].is_string() && !m.contains("reasoning_content")) {
+      json reasoning = m["reasoning"];
+      m["reasoning_content"] = std::move(reasoning);
+    }
+    if (!m.contains("tool_calls") || m["tool_calls"].is_null()) continue;
     // Templates test the content as text ('</think>' in content): null becomes "".
-    if (m["content"].is_null()) m["content"] = "";
+    if (!m.contains("content") || m["content"].is_null()) m["content"] = "";
+    auto calls = m.find("tool_calls");
+    if (!calls->is_array()) bad_request(fmt::format("messages[{}].tool_calls must be a list", i), "messages");
     for (size_t k = 0; k < calls->size(); ++k) {
       json& c = (*calls)[k];
       auto f = c.is_object() ? c.find("function") : c.end();
@@ -105,8 +109,10 @@ OutputParsing output_parsing(const ServerParsers& parsers, const json& tools, co
                              const json& kwargs, std::string_view prompt) {
   OutputParsing p;
   const bool have_tools = tools.is_array() && !tools.empty();
-  if (parsers.tool_format && have_tools && opts.choice != ToolChoice::kNone) {
-    p.tool_format = parsers.tool_format.get();
+  // A call that must be made is written (and read) in the fallback syntax when the server has
+  // no parser of its own.
+  if ((parsers.tool_format || opts.requires_call()) && have_tools && opts.choice != ToolChoice::kNone) {
+    p.tool_format = &constrained_call_format(parsers);
     p.tools = tools;
   }
   if (!parsers.reasoning_parser.empty()) {

@@ -20,13 +20,15 @@ enum class ToolChoice { kAuto, kNone, kRequired, kNamed };
 
 struct ChatToolOptions {
   ToolChoice choice = ToolChoice::kAuto;
-  std::string named;  // kNamed: the function
+  std::string named;     // kNamed: the function
+  bool parallel = true;  // parallel_tool_calls: kRequired may write more than one call
+  bool requires_call() const { return choice == ToolChoice::kRequired || choice == ToolChoice::kNamed; }
 };
 
 // Checks `tools` (a list of {"type": "function", "function": {"name", "parameters"?, ...}}) and
-// `tool_choice` ("auto" | "none" | "required" | {"type": "function", "function": {"name"}});
-// 400 naming the field otherwise. "required" and a named function need constrained decoding,
-// which this server does not have yet: they are refused with a 400 that says so.
+// `tool_choice` ("auto" | "none" | "required" | {"type": "function", "function": {"name"}}) and
+// `parallel_tool_calls` (a boolean); 400 naming the field otherwise. "required" and a named
+// function are enforced by constrained decoding (tool_choice.h).
 ChatToolOptions parse_tool_options(const json& body, const json& tools);
 
 // Assistant messages made template-ready: tool_calls[].function.arguments given as JSON text
@@ -35,7 +37,8 @@ ChatToolOptions parse_tool_options(const json& body, const json& tools);
 // when arguments are not a JSON object.
 void prepare_assistant_messages(json& messages);
 
-// What to parse out of this request's output. prompt: the rendered prompt.
+// What to parse out of this request's output. prompt: the rendered prompt. A request that must
+// call a tool is parsed in constrained_call_format() (the server's parser, else hermes).
 OutputParsing output_parsing(const ServerParsers& parsers, const json& tools, const ChatToolOptions& opts,
                              const json& chat_template_kwargs, std::string_view prompt);
 

@@ -150,7 +150,8 @@ void GenerationJob::stream_choice(size_t ci, const CompletionOutput& o, const st
         d.reasoning += rest.reasoning;
         d.content += rest.content;
         for (auto& t : rest.tool_calls) d.tool_calls.push_back(std::move(t));
-        if (c.parser->any_tool_call() && *o.finish_reason == FinishReason::kStop) finish = "tool_calls";
+        if (c.parser->any_tool_call() && *o.finish_reason == FinishReason::kStop && !opt_.named_tool_choice)
+          finish = "tool_calls";
       }
       if (!d.reasoning.empty()) {  // both names: DeepSeek's API and older vLLM, newer vLLM
         delta["reasoning"] = d.reasoning;
@@ -216,7 +217,7 @@ void GenerationJob::finish_all() {
           }
           if (!m.tool_calls.empty()) {
             msg["tool_calls"] = tool_calls_json(m.tool_calls);
-            if (c.finish == FinishReason::kStop) finish = "tool_calls";
+            if (c.finish == FinishReason::kStop && !opt_.named_tool_choice) finish = "tool_calls";
           }
           choice["message"] = std::move(msg);
         } else if (opt_.kind == Kind::kChat) {

@@ -51,6 +51,9 @@ class GenerationJob : public ApiJob {
     bool logprobs = false;
     bool echo = false;      // completions: the prompt text starts each choice
     OutputParsing parsing;  // chat: reasoning / tool calls split out of the text
+    // tool_choice named a function: the call is the answer, finish_reason stays "stop" (as
+    // OpenAI and vLLM); otherwise a parsed call makes a stopped choice "tool_calls".
+    bool named_tool_choice = false;
   };
 
   GenerationJob(OpenAiApi& api, std::shared_ptr<HttpResponder> res, Options opt, std::vector<std::string> prompt_texts,

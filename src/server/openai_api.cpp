@@ -10,6 +10,7 @@
 #include "server/auth.h"
 #include "server/generation_job.h"
 #include "server/sse.h"
+#include "server/tool_choice.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
 #include "util/error.h"
@@ -275,10 +276,7 @@ void OpenAiApi::handle_completions(const HttpRequest& req, const std::shared_ptr
   json body = parse_json_object(req.body);
   CompletionRequest cr = parse_completion_request(body, {model_.n_vocab, model_.max_model_len});
   check_model_name(cr.model);
-  if (cr.structured) {
-    restore_schema_order(*cr.structured, req.body);
-    cr.params.grammar = compile_grammar(cr.structured->spec, cr.structured->param);
-  }
+  if (cr.structured) cr.params.grammar = compile_grammar(cr.structured->spec, cr.structured->param);
   std::vector<std::vector<int32_t>> prompts;
   std::vector<std::string> texts;
   std::vector<int> lens;
@@ -307,10 +305,7 @@ void OpenAiApi::handle_chat(const HttpRequest& req, const std::shared_ptr<HttpRe
   check_model_name(cr.model);
   const ChatToolOptions tool_opts = parse_tool_options(body, cr.tools);
   prepare_assistant_messages(cr.messages);
-  if (cr.structured) {
-    restore_schema_order(*cr.structured, req.body);
-    cr.params.grammar = compile_grammar(cr.structured->spec, cr.structured->param);
-  }
+  if (cr.structured) cr.params.grammar = compile_grammar(cr.structured->spec, cr.structured->param);
   std::string text =
       render_chat(cr.messages, cr.tools, cr.chat_template_kwargs, cr.add_generation_prompt, cr.continue_final_message);
   std::vector<int32_t> ids = tokenize_chat(text);
@@ -334,6 +329,8 @@ void OpenAiApi::handle_chat(const HttpRequest& req, const std::shared_ptr<HttpRe
   opt.include_usage = cr.include_usage;
   opt.logprobs = cr.logprobs;
   opt.parsing = output_parsing(model_.parsers, cr.tools, tool_opts, cr.chat_template_kwargs, text);
+  opt.named_tool_choice = tool_opts.choice == ToolChoice::kNamed;
+  if (tool_opts.requires_call()) constrain_to_tool_calls(cr.params, opt.parsing, cr.tools, tool_opts);
   // The markers of calls and reasoning may be special tokens: keep them in the text to parse.
   if (opt.parsing.active() && !body.contains("skip_special_tokens")) cr.params.skip_special_tokens = false;
   auto job = std::make_shared<GenerationJob>(*this, res, std::move(opt), std::vector<std::string>{std::move(text)},
@@ -351,6 +348,19 @@ std::shared_ptr<const CompiledGrammar> OpenAiApi::compile_grammar(const GrammarS
   } catch (const Error& e) {
     bad_request(fmt::format("'{}': {}", param, e.what()), param);
   }
+}
+
+void OpenAiApi::constrain_to_tool_calls(SamplingParams& params, const OutputParsing& parsing, const json& tools,
+                                        const ChatToolOptions& opts) const {
+  if (params.grammar)
+    bad_request(
+        "'tool_choice' \"required\" or a named function cannot be combined with another output "
+        "constraint ('response_format', 'structured_outputs')",
+        "tool_choice");
+  const int max_ws = model_.grammars ? model_.grammars->json_max_whitespace() : 0;
+  params.grammar = compile_grammar(
+      tool_call_grammar(*parsing.tool_format, tools, opts, parsing.reasoning_open.value_or(false), max_ws),
+      "tool_choice");
 }
 
 void OpenAiApi::start_job(const std::shared_ptr<ApiJob>& job, std::vector<std::vector<int32_t>> prompts,

@@ -81,6 +81,11 @@ class OpenAiApi {
   // not compile is a 400 naming `param` and the problem.
   std::shared_ptr<const CompiledGrammar> compile_grammar(const GrammarSpec& spec, const std::string& param) const;
   void job_finished(const std::string& id);
+  // tool_choice "required" / a named function: params.grammar constrains the output to calls in
+  // the syntax of parsing.tool_format (tool_choice.h). 400 when the request is constrained
+  // otherwise already (response_format, structured_outputs).
+  void constrain_to_tool_calls(SamplingParams& params, const OutputParsing& parsing, const json& tools,
+                               const ChatToolOptions& opts) const;
 
  private:
   void route(HttpRequest& req, const std::shared_ptr<HttpResponder>& res);

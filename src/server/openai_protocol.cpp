@@ -401,27 +401,6 @@ std::optional<StructuredOutput> parse_structured_output(const json& body) {
 
 }  // namespace
 
-void restore_schema_order(StructuredOutput& so, std::string_view raw_body) {
-  if (so.spec.kind != GrammarSpec::Kind::kJsonSchema) return;
-  const auto body = nlohmann::ordered_json::parse(raw_body, nullptr, /*allow_exceptions=*/false);
-  if (!body.is_object()) return;
-  const nlohmann::ordered_json* schema = nullptr;
-  if (so.param == "response_format") {
-    auto rf = body.find("response_format");
-    if (rf != body.end() && rf->is_object()) {
-      auto js = rf->find("json_schema");
-      if (js != rf->end() && js->is_object() && js->contains("schema")) schema = &(*js)["schema"];
-    }
-  } else {
-    auto st = body.find("structured_outputs");
-    if (st != body.end() && st->is_object() && st->contains("json"))
-      schema = &(*st)["json"];
-    else if (body.contains("guided_json"))
-      schema = &body["guided_json"];
-  }
-  if (schema && (schema->is_object() || schema->is_boolean())) so.spec.source = schema->dump();
-}
-
 CompletionRequest parse_completion_request(const json& body, const ModelLimits& lim) {
   CompletionRequest r;
   r.model = get_string(body, "model").value_or("");

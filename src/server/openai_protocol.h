@@ -5,7 +5,6 @@
 //
 // Parsing rules (as vLLM): unknown fields are ignored; a null field means "not given"; a field of
 // the wrong type or out of range is a 400 ApiError naming the field.
-#include <nlohmann/json.hpp>
 
 #include <cstdint>
 #include <functional>
@@ -17,10 +16,9 @@
 #include "engine/engine.h"
 #include "grammar/grammar.h"
 #include "server/api_error.h"
+#include "server/json.h"
 
 namespace mla::server {
-
-using json = nlohmann::json;
 
 // What validation needs to know about the model.
 struct ModelLimits {
@@ -67,11 +65,6 @@ struct ChatRequest {
   bool include_usage = false;
   std::string user;
 };
-
-// nlohmann::json keeps object keys sorted, but a JSON schema's property order is the order the
-// output follows (OpenAI's strict mode, xgrammar): takes a kJsonSchema spec's schema again from
-// the raw body, parsed order-preserving. Other kinds, and bodies that do not parse, are left.
-void restore_schema_order(StructuredOutput& so, std::string_view raw_body);
 
 // Both throw ApiError (400). body must be a JSON object.
 CompletionRequest parse_completion_request(const json& body, const ModelLimits& limits);

@@ -9,11 +9,11 @@ namespace {
 constexpr std::string_view kThinkStart = "<think>";
 constexpr std::string_view kThinkEnd = "</think>";
 
-bool kwarg_false(const nlohmann::json& kw, const char* name) {
+bool kwarg_false(const nlohmann::ordered_json& kw, const char* name) {
   auto it = kw.find(name);
   return it != kw.end() && it->is_boolean() && !it->get<bool>();
 }
-bool kwarg_true(const nlohmann::json& kw, const char* name) {
+bool kwarg_true(const nlohmann::ordered_json& kw, const char* name) {
   auto it = kw.find(name);
   return it != kw.end() && it->is_boolean() && it->get<bool>();
 }
@@ -42,7 +42,8 @@ std::string detect_reasoning_parser(std::string_view src) {
   return "deepseek_r1";
 }
 
-std::optional<bool> reasoning_starts_open(std::string_view parser, const nlohmann::json& kw, std::string_view prompt) {
+std::optional<bool> reasoning_starts_open(std::string_view parser, const nlohmann::ordered_json& kw,
+                                          std::string_view prompt) {
   const bool off = kwarg_false(kw, "enable_thinking") || kwarg_false(kw, "thinking");
   bool on = true;  // whether this request thinks at all
   if (parser == "deepseek_v3")

@@ -27,7 +27,7 @@ std::string detect_reasoning_parser(std::string_view template_source);
 // Whether a tool-call marker inside the reasoning ends it (vLLM's glm45/glm47, kimi_k2, qwen3).
 bool reasoning_breaks_at_tool_calls(std::string_view parser);
 
-std::optional<bool> reasoning_starts_open(std::string_view parser, const nlohmann::json& chat_template_kwargs,
+std::optional<bool> reasoning_starts_open(std::string_view parser, const nlohmann::ordered_json& chat_template_kwargs,
                                           std::string_view prompt);
 
 class ReasoningStream {

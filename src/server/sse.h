@@ -12,8 +12,8 @@ namespace mla::server {
 inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
 
 // Compact JSON; invalid UTF-8 in strings becomes U+FFFD instead of an exception.
-std::string dump_json(const nlohmann::json& j);
+std::string dump_json(const nlohmann::ordered_json& j);
 // "data: " + dump_json(j) + "\n\n".
-std::string sse_event(const nlohmann::json& j);
+std::string sse_event(const nlohmann::ordered_json& j);
 
 }  // namespace mla::server

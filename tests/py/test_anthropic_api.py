@@ -127,9 +127,10 @@ def test_errors_have_anthropics_shape(client, server):
         client.messages.create(model="m", max_tokens=10, messages=[
             {"role": "user", "content": [{"type": "image", "source": {
                 "type": "base64", "media_type": "image/png", "data": "AAAA"}}]}])
-    with pytest.raises(anthropic.BadRequestError, match="not supported yet"):
+    with pytest.raises(anthropic.BadRequestError, match="'nope'") as e:
         client.messages.create(model="m", max_tokens=10, messages=WEATHER, tools=TOOLS,
-                               tool_choice={"type": "any"})
+                               tool_choice={"type": "tool", "name": "nope"})
+    assert e.value.body["error"]["type"] == "invalid_request_error"
     bad = anthropic.Anthropic(base_url=server.url, api_key="wrong", max_retries=0)
     with pytest.raises(anthropic.AuthenticationError) as e:
         bad.messages.create(model="m", max_tokens=10, messages=WEATHER)

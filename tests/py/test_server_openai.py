@@ -69,17 +69,14 @@ def test_chat_and_stream_agree(client):
 QWEN3_TEMPLATE = Path(__file__).resolve().parents[1] / "fixtures" / "chat-templates" / "Qwen-Qwen3-0.6B.jinja"
 
 
-@pytest.mark.parametrize("with_tools", [
-    False,
-    pytest.param(True, marks=pytest.mark.xfail(strict=True, reason=(
-        "known bug: the server parses requests into key-sorted JSON objects, so `tools | tojson` "
-        "lists each tool's keys sorted instead of in the request's order as transformers/vLLM do"))),
-])
+@pytest.mark.parametrize("with_tools", [False, True])
 def test_chat_with_parts_tool_messages_and_template_kwargs(with_tools):
     """The prompt a chat request is run on equals jinja2's rendering (configured as transformers
     configures it) of the same messages, tools and template kwargs, with text content parts
     joined into a string as vLLM does for templates that expect string content. A real template
-    that reads a kwarg (Qwen3's enable_thinking) and renders tool calls, tool results and tools."""
+    that reads a kwarg (Qwen3's enable_thinking) and renders tool calls, tool results and tools.
+    Objects keep the request's key order (each tool's keys and the call's arguments are not in
+    sorted order here), as jinja2's tojson prints them."""
     s = Server(synth_model(), "--max-model-len", "1024", "--chat-template", str(QWEN3_TEMPLATE))
     try:
         client = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0, timeout=60)
@@ -89,7 +86,7 @@ def test_chat_with_parts_tool_messages_and_template_kwargs(with_tools):
                                          {"type": "text", "text": "in Paris?"}]},
             {"role": "assistant", "content": "Let me check.", "tool_calls": [
                 {"id": "call_1", "type": "function",
-                 "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+                 "function": {"name": "get_weather", "arguments": '{"unit": "C", "city": "Paris"}'}}]},
             {"role": "tool", "content": "sunny", "tool_call_id": "call_1"},
             {"role": "user", "content": "Thanks"},
         ]
@@ -116,6 +113,9 @@ def test_chat_with_parts_tool_messages_and_template_kwargs(with_tools):
         want = reference_env().from_string(QWEN3_TEMPLATE.read_text(encoding="utf-8")).render(
             messages=ref_messages, tools=tools, add_generation_prompt=True, **kwargs)
         assert "<tool_response>\nsunny\n</tool_response>" in want and "<think>\n\n</think>" in want
+        assert '{"unit": "C", "city": "Paris"}' in want
+        if tools:
+            assert '{"type": "function", "function": {"name": "get_weather", "description"' in want
         # The template writes no BOS; the server adds DeepSeek-LLM's, as the vocabulary asks.
         assert got == "<｜begin▁of▁sentence｜>" + want
     finally:

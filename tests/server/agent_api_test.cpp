@@ -73,13 +73,41 @@ TEST(AgentApi, ToolOptionsValidated) {
     return std::string();
   };
   EXPECT_NE(status({{"tool_choice", "sometimes"}}, tools).find("\"sometimes\""), std::string::npos);
-  EXPECT_NE(status({{"tool_choice", "required"}}, tools).find("not supported yet"), std::string::npos);
+  EXPECT_EQ(parse_tool_options({{"tool_choice", "required"}}, tools).choice, ToolChoice::kRequired);
+  const ChatToolOptions named =
+      parse_tool_options({{"tool_choice", {{"type", "function"}, {"function", {{"name", "f"}}}}}}, tools);
+  EXPECT_EQ(named.choice, ToolChoice::kNamed);
+  EXPECT_EQ(named.named, "f");
+  EXPECT_TRUE(parse_tool_options({{"tool_choice", "required"}}, tools).parallel);
+  EXPECT_FALSE(parse_tool_options({{"tool_choice", "required"}, {"parallel_tool_calls", false}}, tools).parallel);
+  EXPECT_NE(status({{"parallel_tool_calls", "no"}}, tools).find("parallel_tool_calls"), std::string::npos);
+  EXPECT_NE(status({{"tool_choice", "required"}}, json::array()).find("non-empty 'tools'"), std::string::npos);
+  EXPECT_NE(status({{"tool_choice", "required"}}, nullptr).find("non-empty 'tools'"), std::string::npos);
   EXPECT_NE(status({{"tool_choice", {{"type", "function"}, {"function", {{"name", "g"}}}}}}, tools).find("'g'"),
             std::string::npos);
   EXPECT_NE(status(json::object(), json::parse(R"([{"type": "function"}])")).find("tools[0]"), std::string::npos);
   EXPECT_NE(
       status(json::object(), json::parse(R"([{"type": "retrieval", "function": {"name": "f"}}])")).find("tools[0]"),
       std::string::npos);
+}
+
+TEST(AgentApi, ARequiredCallIsParsedEvenWithoutAServerParser) {
+  const json tools = json::parse(R"([{"type": "function", "function": {"name": "f"}}])");
+  ServerParsers none;
+  EXPECT_EQ(output_parsing(none, tools, parse_tool_options(json::object(), tools), json::object(), "").tool_format,
+            nullptr);
+  const OutputParsing p =
+      output_parsing(none, tools, parse_tool_options({{"tool_choice", "required"}}, tools), json::object(), "");
+  ASSERT_NE(p.tool_format, nullptr);
+  EXPECT_EQ(p.tool_format->name(), "hermes");
+  ServerParsers glm;
+  glm.tool_format = make_tool_call_format("glm45");
+  EXPECT_EQ(output_parsing(glm, tools, parse_tool_options({{"tool_choice", "required"}}, tools), json::object(), "")
+                .tool_format->name(),
+            "glm45");
+  EXPECT_EQ(
+      output_parsing(glm, tools, parse_tool_options({{"tool_choice", "none"}}, tools), json::object(), "").tool_format,
+      nullptr);
 }
 
 TEST(AgentApi, ToolCallMessagesBecomeTemplateReady) {

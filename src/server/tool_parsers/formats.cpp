@@ -11,6 +11,18 @@ using tool_format::partial_marker_suffix;
 using tool_format::trim;
 using ojson = nlohmann::ordered_json;
 
+// The markers every CallSyntax has (the rest is set by the format that needs it).
+CallSyntax call_syntax(std::string_view section_begin, std::string_view section_end, std::string_view call_begin,
+                       std::string_view name_end, std::string_view call_end) {
+  CallSyntax s;
+  s.section_begin = section_begin;
+  s.section_end = section_end;
+  s.call_begin = call_begin;
+  s.name_end = name_end;
+  s.call_end = call_end;
+  return s;
+}
+
 // Markers; section_begin empty: calls stand alone in the content.
 struct Layout {
   std::string_view section_begin, section_end, call_begin, call_end;
@@ -144,6 +156,10 @@ class DeepseekV31Format : public RawJsonFormat {
   DeepseekV31Format()
       : RawJsonFormat("deepseek_v31", {"<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>",
                                        "<｜tool▁call▁end｜>"}) {}
+  CallSyntax syntax() const override {
+    return call_syntax("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>",
+                       "<｜tool▁call▁end｜>");
+  }
 
  protected:
   bool split(std::string_view body, std::string_view& header, std::string_view& args) const override {
@@ -162,6 +178,14 @@ class DeepseekV3Format : public RawJsonFormat {
   DeepseekV3Format()
       : RawJsonFormat("deepseek_v3", {"<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>",
                                       "<｜tool▁call▁end｜>"}) {}
+  // As DeepSeek-V3's template writes calls: newline-separated, the arguments in a json fence.
+  CallSyntax syntax() const override {
+    CallSyntax s =
+        call_syntax("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>function<｜tool▁sep｜>",
+                    "\n```json\n", "\n```<｜tool▁call▁end｜>");
+    s.separator = "\n";
+    return s;
+  }
 
  protected:
   bool split(std::string_view body, std::string_view& header, std::string_view& args) const override {
@@ -190,6 +214,13 @@ class KimiK2Format : public RawJsonFormat {
   KimiK2Format()
       : RawJsonFormat("kimi_k2", {"<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
                                   "<|tool_call_end|>"}) {}
+  CallSyntax syntax() const override {
+    CallSyntax s = call_syntax("<|tool_calls_section_begin|>", "<|tool_calls_section_end|>",
+                               "<|tool_call_begin|>functions.", ":", "<|tool_call_end|>");
+    s.index_pattern = "[0-9]{1,6}";
+    s.args_begin = "<|tool_call_argument_begin|>";
+    return s;
+  }
 
  protected:
   bool split(std::string_view body, std::string_view& header, std::string_view& args) const override {
@@ -235,6 +266,15 @@ std::string args_prefix(const std::vector<ArgPair>& pairs, bool close) {
 class GlmFormat : public ScannedFormat {
  public:
   explicit GlmFormat(std::string_view name) : ScannedFormat(name, {"", "", "<tool_call>", "</tool_call>"}) {}
+  // GLM-4.5/4.6 put a newline after the name, between pairs and between calls; GLM-4.7/5 none.
+  CallSyntax syntax() const override {
+    CallSyntax s = call_syntax("", "", "<tool_call>", "", "</tool_call>");
+    s.separator = "\n";
+    s.separator_optional = true;
+    s.args_style = "glm_xml";
+    s.args_newline_optional = true;
+    return s;
+  }
 
  protected:
   void read_body(std::string_view body, bool closed, bool final, const json& tools, ParsedCall& c) const override {
@@ -278,6 +318,12 @@ class DeepseekV32Format : public ScannedFormat {
   DeepseekV32Format()
       : ScannedFormat("deepseek_v32", {"<｜DSML｜function_calls>", "</｜DSML｜function_calls>",
                                        "<｜DSML｜invoke name=\"", "</｜DSML｜invoke>"}) {}
+  CallSyntax syntax() const override {
+    CallSyntax s = call_syntax("<｜DSML｜function_calls>\n", "</｜DSML｜function_calls>", "<｜DSML｜invoke name=\"",
+                               "\">\n", "</｜DSML｜invoke>\n");
+    s.args_style = "deepseek_xml";
+    return s;
+  }
 
  protected:
   void read_body(std::string_view body, bool closed, bool final, const json& tools, ParsedCall& c) const override {
@@ -320,6 +366,13 @@ class DeepseekV32Format : public ScannedFormat {
 class HermesFormat : public ScannedFormat {
  public:
   explicit HermesFormat(std::string_view name) : ScannedFormat(name, {"", "", "<tool_call>", "</tool_call>"}) {}
+  // As Qwen3's template writes calls.
+  CallSyntax syntax() const override {
+    CallSyntax s = call_syntax("", "", "<tool_call>\n{\"name\": \"", "\", \"arguments\": ", "}\n</tool_call>");
+    s.separator = "\n";
+    s.json_name = true;
+    return s;
+  }
   // A call that does not parse makes the whole output content, no calls (as vLLM).
   ParsedText parse(std::string_view text, bool final, const json& tools) const override {
     ParsedText p = ScannedFormat::parse(text, final, tools);

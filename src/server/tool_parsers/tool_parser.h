@@ -17,17 +17,15 @@
 //   kimi_k2         <|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:I
 //                   <|tool_call_argument_begin|>ARGS<|tool_call_end|>...<|tool_calls_section_end|>
 //   hermes          <tool_call>{"name": N, "arguments": {...}}</tool_call>   (Qwen3, Hermes)
-#include <nlohmann/json.hpp>
-
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
-namespace mla::server {
+#include "server/json.h"
 
-using json = nlohmann::json;
+namespace mla::server {
 
 // One call as the format reads it from the text so far.
 struct ParsedCall {
@@ -43,6 +41,21 @@ struct ParsedText {
   std::vector<ParsedCall> calls;
 };
 
+// How a format writes its calls, for constraining output to calls (tool_choice "required" or a
+// named function, server/tool_choice.h). The output is: section_begin, one or more calls joined
+// by separator, section_end. One call: call_begin, the function's name (JSON-escaped when
+// json_name), name_end, a call index matching index_pattern (when not ""), args_begin, the
+// arguments as JSON text or in xgrammar's XML style args_style, call_end.
+struct CallSyntax {
+  std::string section_begin, section_end;
+  std::string separator;
+  bool separator_optional = false;  // the separator may be left out (GLM-4.5/4.6 vs 4.7/5 layouts)
+  std::string call_begin, name_end, index_pattern, args_begin, call_end;
+  bool json_name = false;
+  std::string args_style = "json";     // "json", "glm_xml" (<arg_key>), "deepseek_xml" (DSML)
+  bool args_newline_optional = false;  // a newline may precede the arguments and call_end
+};
+
 class ToolCallFormat {
  public:
   virtual ~ToolCallFormat() = default;
@@ -53,6 +66,8 @@ class ToolCallFormat {
   virtual ParsedText parse(std::string_view text, bool final, const json& tools) const = 0;
   // The markers that open a call section; text without any of them holds no call.
   virtual std::vector<std::string_view> start_markers() const = 0;
+  // How the format writes calls (see CallSyntax).
+  virtual CallSyntax syntax() const = 0;
 };
 
 // The format for a --tool-call-parser name; nullptr when unknown.

@@ -2,6 +2,7 @@
 client disconnects (streaming or not) aborting their requests and freeing their KV blocks, 32
 concurrent streaming clients matching sequential runs, graceful shutdown."""
 import json
+import re
 import signal
 import socket
 import threading
@@ -58,9 +59,11 @@ def test_metrics_format_and_counters_move(server):
     assert delta("mla:e2e_request_latency_seconds_count") == 1
     assert delta("mla:time_per_output_token_seconds_count") == 4
     assert delta("mla:e2e_request_latency_seconds_sum") > 0
-    # The prefill went through MHA (query length > 1), the 4 decode steps through MQA.
-    assert delta("mla:attention_path_tokens_total", path="mha") == n_prompt
-    assert delta("mla:attention_path_tokens_total", path="mqa") == 4
+    # The prefill went down the path the server announced for prompt chunks (query length > 1),
+    # the 4 decode steps through MQA.
+    prefill = re.search(r"mla path auto: .* longer \(prefill chunks\) down (mha|mqa)", server.log).group(1)
+    assert delta("mla:attention_path_tokens_total", path="mha") == (n_prompt if prefill == "mha" else 0)
+    assert delta("mla:attention_path_tokens_total", path="mqa") == 4 + (n_prompt if prefill == "mqa" else 0)
     # Every prompt token is looked up; a prompt shorter than a block (16 tokens) cannot hit.
     assert delta("mla:prefix_cache_queries_total") == n_prompt
     assert delta("mla:prefix_cache_hits_total") == 0

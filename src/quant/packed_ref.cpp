@@ -1,0 +1,163 @@
+// Packed 16-row weight groups (see packed.h): the packers (run once at load), the activation
+// extras, the scalar reference GEMM (bit-identical to the AVX-512 kernels) and the dispatch.
+#include <cmath>
+#include <cstring>
+
+#include "quant/blocks.h"
+#include "quant/kernels.h"
+#include "quant/packed.h"
+#include "util/env.h"
+
+MLA_NO_FP_CONTRACT
+
+namespace mla {
+
+namespace {
+
+using namespace quant;
+
+void pack_q8_0(const uint8_t* src, int64_t row_bytes, int64_t n_cols, uint8_t* dst) {
+  for (int64_t b = 0; b < n_cols / kQK; ++b) {
+    uint8_t* out = dst + b * kQ8x16Bytes;
+    for (int r = 0; r < kPackedRows; ++r) {
+      const auto& blk = reinterpret_cast<const BlockQ8_0*>(src + r * row_bytes)[b];
+      std::memcpy(out + 2 * r, &blk.d, 2);
+      for (int k = 0; k < kQK; ++k)
+        out[kQ8x16Quants + (k / 4) * 64 + 4 * r + k % 4] = static_cast<uint8_t>(blk.qs[k] + 128);
+    }
+  }
+}
+
+void pack_q4_k(const uint8_t* src, int64_t row_bytes, int64_t n_cols, uint8_t* dst) {
+  for (int64_t b = 0; b < n_cols / kQK_K; ++b) {
+    uint8_t* out = dst + b * kQ4Kx16Bytes;
+    for (int r = 0; r < kPackedRows; ++r) {
+      const auto& blk = reinterpret_cast<const BlockQ4_K*>(src + r * row_bytes)[b];
+      std::memcpy(out + 2 * r, &blk.d, 2);
+      std::memcpy(out + kQ4Kx16Dmin + 2 * r, &blk.dmin, 2);
+      uint8_t sc[8], mn[8];
+      unpack_k4_scales(blk.scales, sc, mn);
+      for (int s = 0; s < 8; ++s) {
+        out[kQ4Kx16Scales + 16 * s + r] = sc[s];
+        out[kQ4Kx16Mins + 32 * (s / 2) + 2 * r + s % 2] = mn[s];
+      }
+      // Q4_K: qs[32c + l] holds column 64c + l (low nibble) and 64c + 32 + l (high nibble).
+      for (int c = 0; c < 4; ++c)
+        for (int l = 0; l < 32; ++l) out[kQ4Kx16Quants + 512 * c + 64 * (l / 4) + 4 * r + l % 4] = blk.qs[32 * c + l];
+    }
+  }
+}
+
+// Activation sums over the quants of a Q8_0 or Q8_K row.
+int32_t sum_i8(const int8_t* q, int n) {
+  int32_t s = 0;
+  for (int i = 0; i < n; ++i) s += q[i];
+  return s;
+}
+
+void gemm_q8_0_ref(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, int n_tok,
+                   float* out) {
+  const int64_t nb = n_cols / kQK;
+  for (int t = 0; t < n_tok; ++t) {
+    const auto* a = reinterpret_cast<const BlockQ8_0*>(act + t * act_stride);
+    for (int r = 0; r < kPackedRows; ++r) {
+      float acc = 0.0f;
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* blk = group + b * kQ8x16Bytes;
+        uint16_t dw;
+        std::memcpy(&dw, blk + 2 * r, 2);
+        int32_t isum = -128 * sum_i8(a[b].qs, kQK);
+        for (int k = 0; k < kQK; ++k) isum += blk[kQ8x16Quants + (k / 4) * 64 + 4 * r + k % 4] * a[b].qs[k];
+        acc = std::fma(fp16_to_fp32(dw) * fp16_to_fp32(a[b].d), static_cast<float>(isum), acc);
+      }
+      out[t * kPackedRows + r] = acc;
+    }
+  }
+}
+
+void gemm_q4_k_ref(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, int n_tok,
+                   float* out) {
+  const int64_t nb = n_cols / kQK_K;
+  for (int t = 0; t < n_tok; ++t) {
+    const auto* a = reinterpret_cast<const BlockQ8_K*>(act + t * act_stride);
+    for (int r = 0; r < kPackedRows; ++r) {
+      float acc = 0.0f;
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* blk = group + b * kQ4Kx16Bytes;
+        uint16_t d, dmin;
+        std::memcpy(&d, blk + 2 * r, 2);
+        std::memcpy(&dmin, blk + kQ4Kx16Dmin + 2 * r, 2);
+        int32_t tot = 0, msum = 0;
+        for (int s = 0; s < 8; ++s) {
+          int32_t isum = 0;
+          for (int k = 0; k < 32; ++k) {
+            const int col = 32 * s + k;  // chunk c = s / 2, high nibble when s is odd
+            const uint8_t byte = blk[kQ4Kx16Quants + 512 * (s / 2) + 64 * (k / 4) + 4 * r + k % 4];
+            isum += ((s % 2 ? byte >> 4 : byte) & 0x0F) * a[b].qs[col];
+          }
+          tot += blk[kQ4Kx16Scales + 16 * s + r] * isum;
+          msum += blk[kQ4Kx16Mins + 32 * (s / 2) + 2 * r + s % 2] * sum_i8(a[b].qs + 32 * s, 32);
+        }
+        const float da = a[b].d;
+        acc = std::fma(fp16_to_fp32(d) * da, static_cast<float>(tot), acc);
+        acc = std::fma(-(fp16_to_fp32(dmin) * da), static_cast<float>(msum), acc);
+      }
+      out[t * kPackedRows + r] = acc;
+    }
+  }
+}
+
+bool repack_enabled() {
+  static const bool on = [] {
+    const auto v = env_value("MLA_REPACK");
+    return !(v && *v == "0");
+  }();
+  return on;
+}
+
+}  // namespace
+
+bool packed_layout_exists(GgmlType t) { return t == GgmlType::Q8_0 || t == GgmlType::Q4_K; }
+
+int64_t packed_group_bytes(GgmlType t, int64_t n_cols) {
+  return t == GgmlType::Q8_0 ? n_cols / kQK * kQ8x16Bytes : n_cols / kQK_K * kQ4Kx16Bytes;
+}
+
+void pack_rows(GgmlType t, const uint8_t* src, int64_t row_bytes, int64_t n_cols, uint8_t* dst) {
+  if (t == GgmlType::Q8_0)
+    pack_q8_0(src, row_bytes, n_cols, dst);
+  else
+    pack_q4_k(src, row_bytes, n_cols, dst);
+}
+
+int64_t packed_act_extra_bytes(GgmlType act_type, int64_t n_cols) {
+  if (act_type == GgmlType::Q8_0) return n_cols / kQK * 4;
+  if (act_type == GgmlType::Q8_K) return n_cols / kQK_K * 16;
+  return 0;
+}
+
+void packed_act_extra(GgmlType act_type, const void* act_row, int64_t n_cols, void* extra) {
+  if (act_type == GgmlType::Q8_0) {
+    const auto* a = static_cast<const BlockQ8_0*>(act_row);
+    auto* out = static_cast<int32_t*>(extra);
+    for (int64_t b = 0; b < n_cols / kQK; ++b) out[b] = -128 * sum_i8(a[b].qs, kQK);
+  } else if (act_type == GgmlType::Q8_K) {
+    const auto* a = static_cast<const BlockQ8_K*>(act_row);
+    auto* out = static_cast<int16_t*>(extra);
+    for (int64_t b = 0; b < n_cols / kQK_K; ++b)
+      for (int s = 0; s < 8; ++s) out[8 * b + s] = static_cast<int16_t>(a[b].bsums[2 * s] + a[b].bsums[2 * s + 1]);
+  }
+}
+
+PackedGemmFn packed_gemm_ref_fn(GgmlType t) {
+  if (t == GgmlType::Q8_0) return gemm_q8_0_ref;
+  if (t == GgmlType::Q4_K) return gemm_q4_k_ref;
+  return nullptr;
+}
+
+PackedGemmFn packed_gemm_fn(GgmlType t) {
+  if (!repack_enabled() || !quant::cpu_has_avx512_vnni()) return nullptr;
+  return quant::packed_gemm_avx512_fn(t);
+}
+
+}  // namespace mla

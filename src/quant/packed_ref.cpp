@@ -22,8 +22,12 @@ void pack_q8_0(const uint8_t* src, int64_t row_bytes, int64_t n_cols, uint8_t* d
     for (int r = 0; r < kPackedRows; ++r) {
       const auto& blk = reinterpret_cast<const BlockQ8_0*>(src + r * row_bytes)[b];
       std::memcpy(out + 2 * r, &blk.d, 2);
-      for (int k = 0; k < kQK; ++k)
-        out[kQ8x16Quants + (k / 4) * 64 + 4 * r + k % 4] = static_cast<uint8_t>(blk.qs[k] + 128);
+      for (int g = 0; g < kQK / 4; ++g) {
+        uint32_t four;  // q + 128 for four bytes at once: flipping the sign bit of each
+        std::memcpy(&four, blk.qs + 4 * g, 4);
+        four ^= 0x80808080u;
+        std::memcpy(out + kQ8x16Quants + 64 * g + 4 * r, &four, 4);
+      }
     }
   }
 }
@@ -43,7 +47,7 @@ void pack_q4_k(const uint8_t* src, int64_t row_bytes, int64_t n_cols, uint8_t* d
       }
       // Q4_K: qs[32c + l] holds column 64c + l (low nibble) and 64c + 32 + l (high nibble).
       for (int c = 0; c < 4; ++c)
-        for (int l = 0; l < 32; ++l) out[kQ4Kx16Quants + 512 * c + 64 * (l / 4) + 4 * r + l % 4] = blk.qs[32 * c + l];
+        for (int g = 0; g < 8; ++g) std::memcpy(out + kQ4Kx16Quants + 512 * c + 64 * g + 4 * r, blk.qs + 32 * c + 4 * g, 4);
     }
   }
 }

@@ -164,8 +164,8 @@ void bm_gemm(benchmark::State& state, GgmlType t, bool packed, int n_tok) {
     matmul_rows(w, act, n_tok, y.data(), kRows, 0, kRows);
     benchmark::DoNotOptimize(y.data());
   }
-  state.counters["GMAC/s"] = benchmark::Counter(static_cast<double>(state.iterations()) * kRows * kGemmCols * n_tok / 1e9,
-                                                benchmark::Counter::kIsRate);
+  state.counters["GMAC/s"] = benchmark::Counter(
+      static_cast<double>(state.iterations()) * kRows * kGemmCols * n_tok / 1e9, benchmark::Counter::kIsRate);
 }
 
 // Cold buffers for the bandwidth probes, shared by all of them.
@@ -217,9 +217,11 @@ void bm_memcpy(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * c.bytes * 2);
 }
 
-const GgmlType kBenchTypes[] = {GgmlType::F32,    GgmlType::F16,    GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0,
-                                GgmlType::Q4_K,   GgmlType::Q5_K,   GgmlType::Q6_K, GgmlType::Q2_K, GgmlType::Q3_K,
-                                GgmlType::IQ4_XS, GgmlType::IQ4_NL, GgmlType::MXFP4};
+const GgmlType kBenchTypes[] = {GgmlType::F32,    GgmlType::F16,   GgmlType::BF16,    GgmlType::Q8_0,
+                                GgmlType::Q4_0,   GgmlType::Q4_K,  GgmlType::Q5_K,    GgmlType::Q6_K,
+                                GgmlType::Q2_K,   GgmlType::Q3_K,  GgmlType::IQ4_XS,  GgmlType::IQ4_NL,
+                                GgmlType::MXFP4,  GgmlType::IQ1_S, GgmlType::IQ1_M,   GgmlType::IQ2_XXS,
+                                GgmlType::IQ2_XS, GgmlType::IQ2_S, GgmlType::IQ3_XXS, GgmlType::IQ3_S};
 
 [[maybe_unused]] const bool registered = [] {
   for (GgmlType t : kBenchTypes) {
@@ -251,8 +253,8 @@ const GgmlType kBenchTypes[] = {GgmlType::F32,    GgmlType::F16,    GgmlType::BF
   for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K})
     for (bool packed : {false, true})
       for (int n_tok : {1, 8, 64}) {
-        const std::string name = std::string("gemm/") + std::string(ggml_type_name(t)) + (packed ? "/packed" : "/rows") +
-                                 "/t" + std::to_string(n_tok);
+        const std::string name = std::string("gemm/") + std::string(ggml_type_name(t)) +
+                                 (packed ? "/packed" : "/rows") + "/t" + std::to_string(n_tok);
         benchmark::RegisterBenchmark(name.c_str(), bm_gemm, t, packed, n_tok)->Unit(benchmark::kMicrosecond);
       }
   benchmark::RegisterBenchmark("membw/read_sum", bm_read_sum)->Unit(benchmark::kMillisecond)->ThreadRange(1, 2);

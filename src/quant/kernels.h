@@ -51,6 +51,9 @@ PackedGemmFn packed_gemm_avx512_fn(GgmlType t);
 float dot_q2_k_avx2(int64_t n, const void* w, const void* a);
 float dot_q3_k_avx2(int64_t n, const void* w, const void* a);
 
+// AVX2 dot products of the lattice i-quants (dot_iq_avx2.cpp); nullptr for any other type.
+VecDotFn vec_dot_iq_avx2_fn(GgmlType t);
+
 // The lattice i-quants (iquants.cpp): IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S;
 // nullptr for any other type.
 DequantizeFn dequantize_iq_ref_fn(GgmlType t);

@@ -80,9 +80,14 @@ uint8_t* PackedWeightStore::allocate(size_t bytes) {
   return p;
 }
 
+int64_t repacked_bytes(const WeightMatrix& w, int64_t slice_rows) {
+  if (w.packed || w.n_rows <= 0 || packed_gemm_fn(w.type) == nullptr) return 0;
+  if (slice_rows <= 0 || slice_rows % kPackedRows != 0 || w.n_rows % slice_rows != 0) return 0;
+  return packed_group_bytes(w.type, w.n_cols) * (w.n_rows / kPackedRows);
+}
+
 bool repack_weight(WeightMatrix& w, int64_t slice_rows, PackedWeightStore& store) {
-  if (w.packed || w.n_rows <= 0 || packed_gemm_fn(w.type) == nullptr) return false;
-  if (slice_rows <= 0 || slice_rows % kPackedRows != 0 || w.n_rows % slice_rows != 0) return false;
+  if (repacked_bytes(w, slice_rows) == 0) return false;
   const int64_t gb = packed_group_bytes(w.type, w.n_cols), n_groups = w.n_rows / kPackedRows;
   uint8_t* dst = store.allocate(static_cast<size_t>(gb * n_groups));
   for (int64_t g = 0; g < n_groups; ++g) pack_rows(w.type, w.row(g * kPackedRows), w.row_bytes, w.n_cols, dst + g * gb);

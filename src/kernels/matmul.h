@@ -60,6 +60,8 @@ class PackedWeightStore {
 // rows (an expert's rows of a 3-D tensor; n_rows for a 2-D one) is a whole number of groups.
 // Returns whether it did.
 bool repack_weight(WeightMatrix& w, int64_t slice_rows, PackedWeightStore& store);
+// The bytes repack_weight would allocate for w (0 when it would not repack it).
+int64_t repacked_bytes(const WeightMatrix& w, int64_t slice_rows);
 
 // Holds activations quantized for one matmul call. Grows on first use to the largest size
 // needed, so steady-state calls do not allocate.

@@ -1,10 +1,13 @@
 #include "model/weights.h"
 
 #include <fmt/format.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
 #include <unordered_set>
+#include <utility>
 
 #include "gguf/gguf.h"
 #include "quant/quant.h"
@@ -161,24 +164,42 @@ void bind_mla(Binder& b, const DeepseekConfig& c, int64_t il, const WeightLoadOp
 }
 
 // Every matmul weight but the embedding table (read a row at a time) repacked where possible;
-// expert tensors are packed per expert slice.
+// expert tensors are packed per expert slice. The copy lives in anonymous memory, so it is made
+// only when it takes at most half the machine's RAM (a model larger than memory keeps relying on
+// the file mapping's paging); each source range is then dropped from the mapping (MADV_DONTNEED
+// on a read-only private file mapping: a later read faults the file back in), so resident memory
+// stays about what it was.
 void repack_matrices(DeepseekWeights& w, const DeepseekConfig& c) {
-  auto store = std::make_shared<PackedWeightStore>();
-  auto pack = [&](WeightMatrix& m, int64_t slice_rows) {
-    if (m.data) repack_weight(m, slice_rows, *store);
-  };
-  if (!w.output_tied) pack(w.output, w.output.n_rows);
+  std::vector<std::pair<WeightMatrix*, int64_t>> todo;  // matrix, rows per slice
+  if (!w.output_tied) todo.emplace_back(&w.output, w.output.n_rows);
   for (LayerWeights& L : w.layers) {
     for (WeightMatrix* m :
          {&L.attn_q_a, &L.attn_q_b, &L.attn_q, &L.attn_kv_a_mqa, &L.attn_output, &L.idx_q_b, &L.idx_k, &L.idx_proj,
           &L.ffn_gate, &L.ffn_up, &L.ffn_down, &L.ffn_gate_inp, &L.ffn_gate_shexp, &L.ffn_up_shexp, &L.ffn_down_shexp})
-      pack(*m, m->n_rows);
-    pack(L.ffn_gate_exps, c.n_ff_exp);
-    pack(L.ffn_up_exps, c.n_ff_exp);
-    pack(L.ffn_gate_up_exps, 2 * c.n_ff_exp);
-    pack(L.ffn_down_exps, c.n_embd);
+      todo.emplace_back(m, m->n_rows);
+    todo.emplace_back(&L.ffn_gate_exps, c.n_ff_exp);
+    todo.emplace_back(&L.ffn_up_exps, c.n_ff_exp);
+    todo.emplace_back(&L.ffn_gate_up_exps, 2 * c.n_ff_exp);
+    todo.emplace_back(&L.ffn_down_exps, c.n_embd);
   }
-  if (store->bytes() == 0) return;
+  int64_t total = 0;
+  for (auto [m, slice] : todo) total += m->data ? repacked_bytes(*m, slice) : 0;
+  if (total == 0) return;
+  const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  if (static_cast<double>(total) > ram / 2) {
+    log().info("weights not repacked: the copy would take {:.1f} GiB of {:.1f} GiB RAM (row-major kernels used)",
+               static_cast<double>(total) / (1 << 30), ram / (1 << 30));
+    return;
+  }
+  auto store = std::make_shared<PackedWeightStore>();
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  for (auto [m, slice] : todo) {
+    if (!m->data || !repack_weight(*m, slice, *store)) continue;
+    const auto begin = (reinterpret_cast<uintptr_t>(m->data) + page - 1) / page * page;
+    const auto end =
+        (reinterpret_cast<uintptr_t>(m->data) + static_cast<uintptr_t>(m->n_rows * m->row_bytes)) / page * page;
+    if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+  }
   log().info("weights repacked into 16-row groups for the AVX-512 GEMM: {:.1f} MiB (MLA_REPACK=0: off)",
              static_cast<double>(store->bytes()) / (1 << 20));
   w.packed = std::move(store);

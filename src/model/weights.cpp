@@ -195,10 +195,12 @@ void repack_matrices(DeepseekWeights& w, const DeepseekConfig& c) {
   const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   for (auto [m, slice] : todo) {
     if (!m->data || !repack_weight(*m, slice, *store)) continue;
-    const auto begin = (reinterpret_cast<uintptr_t>(m->data) + page - 1) / page * page;
-    const auto end =
-        (reinterpret_cast<uintptr_t>(m->data) + static_cast<uintptr_t>(m->n_rows * m->row_bytes)) / page * page;
-    if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+    // The whole pages inside the tensor's bytes.
+    const auto addr = reinterpret_cast<uintptr_t>(m->data);
+    const auto bytes = static_cast<uintptr_t>(m->n_rows * m->row_bytes);
+    const uintptr_t lead = (page - addr % page) % page;
+    if (bytes > lead && (bytes - lead) / page > 0)
+      madvise(const_cast<uint8_t*>(m->data) + lead, (bytes - lead) / page * page, MADV_DONTNEED);
   }
   log().info("weights repacked into 16-row groups for the AVX-512 GEMM: {:.1f} MiB (MLA_REPACK=0: off)",
              static_cast<double>(store->bytes()) / (1 << 20));

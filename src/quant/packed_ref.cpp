@@ -47,7 +47,8 @@ void pack_q4_k(const uint8_t* src, int64_t row_bytes, int64_t n_cols, uint8_t* d
       }
       // Q4_K: qs[32c + l] holds column 64c + l (low nibble) and 64c + 32 + l (high nibble).
       for (int c = 0; c < 4; ++c)
-        for (int g = 0; g < 8; ++g) std::memcpy(out + kQ4Kx16Quants + 512 * c + 64 * g + 4 * r, blk.qs + 32 * c + 4 * g, 4);
+        for (int g = 0; g < 8; ++g)
+          std::memcpy(out + kQ4Kx16Quants + 512 * c + 64 * g + 4 * r, blk.qs + 32 * c + 4 * g, 4);
     }
   }
 }

@@ -128,6 +128,54 @@ void gemm_q4_k(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t
   for (int t = 0; t < NT; ++t) _mm512_storeu_ps(out + 16 * t, acc[t]);
 }
 
+// Q6_Kx16 · Q8_K: levels rebuilt from the nibble and 2-bit planes (unsigned, 0..63); each
+// 16-column sub-block's int32 sums start from the activation extra -32 * sum(a), so they end as
+// the exact sum of (level - 32) * a, then times the row's int8 scale (vpmulld).
+template <int NT>
+void gemm_q6_k(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, float* out) {
+  const int64_t nb = n_cols / kQK_K;
+  const BlockQ8_K* a[NT];
+  const int32_t* neg32[NT];
+  for (int t = 0; t < NT; ++t) {
+    a[t] = reinterpret_cast<const BlockQ8_K*>(act + t * act_stride);
+    neg32[t] = reinterpret_cast<const int32_t*>(act + t * act_stride + nb * static_cast<int64_t>(sizeof(BlockQ8_K)) +
+                                                nb * kQ8KExtraPairs);
+  }
+  const __m512i low = _mm512_set1_epi8(0x0F), top = _mm512_set1_epi8(0x30);
+  __m512 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = group + b * kQ6Kx16Bytes;
+    __m512i tot[NT];
+    for (int t = 0; t < NT; ++t) tot[t] = _mm512_setzero_si512();
+    for (int j = 0; j < 16; ++j) {
+      const __m512i sc =
+          _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kQ6Kx16Scales + 16 * j)));
+      __m512i is[NT];
+      for (int t = 0; t < NT; ++t) is[t] = _mm512_set1_epi32(neg32[t][16 * b + j]);
+      for (int i = 0; i < 4; ++i) {
+        const int k = 4 * j + i;
+        const __m512i nib = load512(blk + kQ6Kx16Nibbles + 64 * (k % 32));
+        const __m512i bits = load512(blk + kQ6Kx16Bits + 64 * (k % 16));
+        const __m512i lo = k < 32 ? _mm512_and_si512(nib, low) : _mm512_and_si512(_mm512_srli_epi16(nib, 4), low);
+        // Bits 2f..2f+1 of each byte (f = k / 16) moved to bits 4..5.
+        const int f = k / 16;
+        const __m512i shifted = f == 0   ? _mm512_slli_epi16(bits, 4)
+                                : f == 1 ? _mm512_slli_epi16(bits, 2)
+                                : f == 2 ? bits
+                                         : _mm512_srli_epi16(bits, 2);
+        const __m512i q = _mm512_or_si512(lo, _mm512_and_si512(shifted, top));
+        for (int t = 0; t < NT; ++t) is[t] = _mm512_dpbusd_epi32(is[t], q, bcast32(a[t][b].qs + 4 * k));
+      }
+      for (int t = 0; t < NT; ++t) tot[t] = _mm512_add_epi32(tot[t], _mm512_mullo_epi32(is[t], sc));
+    }
+    const __m512 dw = load_f16x16(blk);
+    for (int t = 0; t < NT; ++t)
+      acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(a[t][b].d)), _mm512_cvtepi32_ps(tot[t]), acc[t]);
+  }
+  for (int t = 0; t < NT; ++t) _mm512_storeu_ps(out + 16 * t, acc[t]);
+}
+
 template <template <int> class K>
 void by_count(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, int n_tok, float* out) {
   switch (n_tok) {
@@ -161,12 +209,18 @@ struct Q4_KKernel {
   static void run(int64_t n, const uint8_t* g, const uint8_t* a, int64_t s, float* o) { gemm_q4_k<NT>(n, g, a, s, o); }
 };
 
+template <int NT>
+struct Q6_KKernel {
+  static void run(int64_t n, const uint8_t* g, const uint8_t* a, int64_t s, float* o) { gemm_q6_k<NT>(n, g, a, s, o); }
+};
+
 }  // namespace
 
 PackedGemmFn packed_gemm_avx512_fn(GgmlType t) {
   static_assert(kPackedMaxTokens == 8, "by_count instantiates 1..8 tokens");
   if (t == GgmlType::Q8_0) return by_count<Q8_0Kernel>;
   if (t == GgmlType::Q4_K) return by_count<Q4_KKernel>;
+  if (t == GgmlType::Q6_K) return by_count<Q6_KKernel>;
   return nullptr;
 }
 

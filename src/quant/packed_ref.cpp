@@ -53,6 +53,35 @@ void pack_q4_k(const uint8_t* src, int64_t row_bytes, int64_t n_cols, uint8_t* d
   }
 }
 
+// The 256 unsigned 6-bit levels (q + 32) of a Q6_K block (ggml's element order).
+void q6_levels(const BlockQ6_K& b, uint8_t* q) {
+  for (int e = 0; e < kQK_K; ++e) {
+    const int h = e / 128, r = e % 128;
+    const int lo = (b.ql[64 * h + r % 64] >> (4 * (r / 64))) & 0x0F;
+    const int hi = (b.qh[32 * h + r % 32] >> (2 * (r / 32))) & 3;
+    q[e] = static_cast<uint8_t>(lo | hi << 4);
+  }
+}
+
+void pack_q6_k(const uint8_t* src, int64_t row_bytes, int64_t n_cols, uint8_t* dst) {
+  std::memset(dst, 0, static_cast<size_t>(n_cols / kQK_K * kQ6Kx16Bytes));
+  for (int64_t b = 0; b < n_cols / kQK_K; ++b) {
+    uint8_t* out = dst + b * kQ6Kx16Bytes;
+    for (int r = 0; r < kPackedRows; ++r) {
+      const auto& blk = reinterpret_cast<const BlockQ6_K*>(src + r * row_bytes)[b];
+      std::memcpy(out + 2 * r, &blk.d, 2);
+      for (int j = 0; j < 16; ++j) out[kQ6Kx16Scales + 16 * j + r] = static_cast<uint8_t>(blk.scales[j]);
+      uint8_t q[kQK_K];
+      q6_levels(blk, q);
+      for (int c = 0; c < kQK_K; ++c) {
+        const int k = c / 4, i = c % 4;
+        out[kQ6Kx16Nibbles + 64 * (k % 32) + 4 * r + i] |= static_cast<uint8_t>((q[c] & 0x0F) << (4 * (k / 32)));
+        out[kQ6Kx16Bits + 64 * (k % 16) + 4 * r + i] |= static_cast<uint8_t>((q[c] >> 4) << (2 * (k / 16)));
+      }
+    }
+  }
+}
+
 // Activation sums over the quants of a Q8_0 or Q8_K row.
 int32_t sum_i8(const int8_t* q, int n) {
   int32_t s = 0;
@@ -112,6 +141,35 @@ void gemm_q4_k_ref(int64_t n_cols, const uint8_t* group, const uint8_t* act, int
   }
 }
 
+void gemm_q6_k_ref(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, int n_tok,
+                   float* out) {
+  const int64_t nb = n_cols / kQK_K;
+  for (int t = 0; t < n_tok; ++t) {
+    const auto* a = reinterpret_cast<const BlockQ8_K*>(act + t * act_stride);
+    for (int r = 0; r < kPackedRows; ++r) {
+      float acc = 0.0f;
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* blk = group + b * kQ6Kx16Bytes;
+        uint16_t d;
+        std::memcpy(&d, blk + 2 * r, 2);
+        int32_t tot = 0;
+        for (int j = 0; j < 16; ++j) {  // 16 columns per scale
+          int32_t isum = -32 * sum_i8(a[b].qs + 16 * j, 16);
+          for (int c = 16 * j; c < 16 * j + 16; ++c) {
+            const int k = c / 4, i = c % 4;
+            const int lo = (blk[kQ6Kx16Nibbles + 64 * (k % 32) + 4 * r + i] >> (4 * (k / 32))) & 0x0F;
+            const int hi = (blk[kQ6Kx16Bits + 64 * (k % 16) + 4 * r + i] >> (2 * (k / 16))) & 3;
+            isum += (lo | hi << 4) * a[b].qs[c];
+          }
+          tot += static_cast<int8_t>(blk[kQ6Kx16Scales + 16 * j + r]) * isum;
+        }
+        acc = std::fma(fp16_to_fp32(d) * a[b].d, static_cast<float>(tot), acc);
+      }
+      out[t * kPackedRows + r] = acc;
+    }
+  }
+}
+
 bool repack_enabled() {
   static const bool on = [] {
     const auto v = env_value("MLA_REPACK");
@@ -122,22 +180,25 @@ bool repack_enabled() {
 
 }  // namespace
 
-bool packed_layout_exists(GgmlType t) { return t == GgmlType::Q8_0 || t == GgmlType::Q4_K; }
+bool packed_layout_exists(GgmlType t) { return t == GgmlType::Q8_0 || t == GgmlType::Q4_K || t == GgmlType::Q6_K; }
 
 int64_t packed_group_bytes(GgmlType t, int64_t n_cols) {
-  return t == GgmlType::Q8_0 ? n_cols / kQK * kQ8x16Bytes : n_cols / kQK_K * kQ4Kx16Bytes;
+  if (t == GgmlType::Q8_0) return n_cols / kQK * kQ8x16Bytes;
+  return n_cols / kQK_K * (t == GgmlType::Q4_K ? kQ4Kx16Bytes : kQ6Kx16Bytes);
 }
 
 void pack_rows(GgmlType t, const uint8_t* src, int64_t row_bytes, int64_t n_cols, uint8_t* dst) {
   if (t == GgmlType::Q8_0)
     pack_q8_0(src, row_bytes, n_cols, dst);
-  else
+  else if (t == GgmlType::Q4_K)
     pack_q4_k(src, row_bytes, n_cols, dst);
+  else
+    pack_q6_k(src, row_bytes, n_cols, dst);
 }
 
 int64_t packed_act_extra_bytes(GgmlType act_type, int64_t n_cols) {
   if (act_type == GgmlType::Q8_0) return n_cols / kQK * 4;
-  if (act_type == GgmlType::Q8_K) return n_cols / kQK_K * 16;
+  if (act_type == GgmlType::Q8_K) return n_cols / kQK_K * (kQ8KExtraPairs + kQ8KExtraNeg32);
   return 0;
 }
 
@@ -148,15 +209,20 @@ void packed_act_extra(GgmlType act_type, const void* act_row, int64_t n_cols, vo
     for (int64_t b = 0; b < n_cols / kQK; ++b) out[b] = -128 * sum_i8(a[b].qs, kQK);
   } else if (act_type == GgmlType::Q8_K) {
     const auto* a = static_cast<const BlockQ8_K*>(act_row);
-    auto* out = static_cast<int16_t*>(extra);
-    for (int64_t b = 0; b < n_cols / kQK_K; ++b)
-      for (int s = 0; s < 8; ++s) out[8 * b + s] = static_cast<int16_t>(a[b].bsums[2 * s] + a[b].bsums[2 * s + 1]);
+    const int64_t nb = n_cols / kQK_K;
+    auto* pairs = static_cast<int16_t*>(extra);
+    auto* neg32 = reinterpret_cast<int32_t*>(static_cast<uint8_t*>(extra) + nb * kQ8KExtraPairs);
+    for (int64_t b = 0; b < nb; ++b) {
+      for (int s = 0; s < 8; ++s) pairs[8 * b + s] = static_cast<int16_t>(a[b].bsums[2 * s] + a[b].bsums[2 * s + 1]);
+      for (int j = 0; j < 16; ++j) neg32[16 * b + j] = -32 * a[b].bsums[j];
+    }
   }
 }
 
 PackedGemmFn packed_gemm_ref_fn(GgmlType t) {
   if (t == GgmlType::Q8_0) return gemm_q8_0_ref;
   if (t == GgmlType::Q4_K) return gemm_q4_k_ref;
+  if (t == GgmlType::Q6_K) return gemm_q6_k_ref;
   return nullptr;
 }
 

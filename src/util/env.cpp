@@ -23,7 +23,7 @@ constexpr EnvVarInfo kEnvVars[] = {
      "load model files with every page mapped up front (default 1; 0 leaves paging to first use, "
      "for files larger than memory)"},
     {"MLA_REPACK", "0|1",
-     "repack Q8_0/Q4_K weights at load into 16-row groups for the AVX-512 VNNI GEMM (default 1 "
+     "repack Q8_0/Q4_K/Q6_K weights at load into 16-row groups for the AVX-512 VNNI GEMM (default 1 "
      "where the CPU has it; 0 keeps only the file's layout, saving the copy's memory)"},
     {"MLA_REFERENCE_DIR", "PATH",
      "tests: directory of the reference logits fixtures (default tests/fixtures/reference)"},

@@ -121,12 +121,12 @@ TEST(PackedMatmulTest, RepackNeedsWholeGroupsPerSlice) {
   auto w = make_weight(GgmlType::Q8_0, 40, 64, 3);
   PackedWeightStore store;
   EXPECT_FALSE(repack_weight(w.m, 40, store));  // 40 rows are not whole groups of 16
-  auto f = make_weight(GgmlType::Q6_K, 32, 256, 4);
+  auto f = make_weight(GgmlType::Q5_K, 32, 256, 4);
   EXPECT_FALSE(repack_weight(f.m, 32, store));  // no packed layout
   EXPECT_EQ(store.bytes(), 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, PackedMatmul, ::testing::Values(GgmlType::Q8_0, GgmlType::Q4_K),
+INSTANTIATE_TEST_SUITE_P(Types, PackedMatmul, ::testing::Values(GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K),
                          [](const auto& info) { return std::string(ggml_type_name(info.param)); });
 
 TEST(Matmul, F32IsExactDotProduct) {

@@ -122,18 +122,20 @@ TEST_P(PackedTest, SimdEqualsReferenceBitsForEveryTokenCount) {
 TEST(Packed, LayoutsAndExtras) {
   EXPECT_TRUE(packed_layout_exists(GgmlType::Q8_0));
   EXPECT_TRUE(packed_layout_exists(GgmlType::Q4_K));
-  EXPECT_FALSE(packed_layout_exists(GgmlType::Q6_K));
-  EXPECT_EQ(packed_gemm_ref_fn(GgmlType::Q6_K), nullptr);
-  EXPECT_EQ(packed_gemm_fn(GgmlType::Q6_K), nullptr);
+  EXPECT_TRUE(packed_layout_exists(GgmlType::Q6_K));
+  EXPECT_FALSE(packed_layout_exists(GgmlType::Q5_K));
+  EXPECT_EQ(packed_gemm_ref_fn(GgmlType::Q5_K), nullptr);
+  EXPECT_EQ(packed_gemm_fn(GgmlType::Q5_K), nullptr);
   // 16 rows of Q8_0 are 16 x 34 bytes per block; the packed group keeps that size.
   EXPECT_EQ(packed_group_bytes(GgmlType::Q8_0, 64), 2 * 16 * 34);
   EXPECT_EQ(packed_group_bytes(GgmlType::Q4_K, 512), 2 * (16 * 144 + 64));
+  EXPECT_EQ(packed_group_bytes(GgmlType::Q6_K, 512), 2 * 16 * 210);
   EXPECT_EQ(packed_act_extra_bytes(GgmlType::Q8_0, 64), 8);
-  EXPECT_EQ(packed_act_extra_bytes(GgmlType::Q8_K, 512), 32);
+  EXPECT_EQ(packed_act_extra_bytes(GgmlType::Q8_K, 512), 2 * (16 + 64));
   EXPECT_EQ(packed_act_extra_bytes(GgmlType::F16, 512), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Quant, PackedTest, ::testing::Values(GgmlType::Q8_0, GgmlType::Q4_K),
+INSTANTIATE_TEST_SUITE_P(Quant, PackedTest, ::testing::Values(GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K),
                          [](const auto& info) { return testing::type_label(info.param); });
 
 }  // namespace

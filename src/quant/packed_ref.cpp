@@ -89,85 +89,73 @@ int32_t sum_i8(const int8_t* q, int n) {
   return s;
 }
 
-void gemm_q8_0_ref(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, int n_tok,
-                   float* out) {
-  const int64_t nb = n_cols / kQK;
+// The loops every scalar twin shares: per token and row one float accumulator, carried through
+// step(block bytes, activation block, row, acc) over the blocks in order.
+template <typename ActBlock, int64_t kBlockElems, int64_t kBlockBytes, typename Step>
+void gemm_ref(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, int n_tok, float* out,
+              Step step) {
   for (int t = 0; t < n_tok; ++t) {
-    const auto* a = reinterpret_cast<const BlockQ8_0*>(act + t * act_stride);
+    const auto* a = reinterpret_cast<const ActBlock*>(act + t * act_stride);
     for (int r = 0; r < kPackedRows; ++r) {
       float acc = 0.0f;
-      for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t* blk = group + b * kQ8x16Bytes;
-        uint16_t dw;
-        std::memcpy(&dw, blk + 2 * r, 2);
-        int32_t isum = -128 * sum_i8(a[b].qs, kQK);
-        for (int k = 0; k < kQK; ++k) isum += blk[kQ8x16Quants + (k / 4) * 64 + 4 * r + k % 4] * a[b].qs[k];
-        acc = std::fma(fp16_to_fp32(dw) * fp16_to_fp32(a[b].d), static_cast<float>(isum), acc);
-      }
+      for (int64_t b = 0; b < n_cols / kBlockElems; ++b) acc = step(group + b * kBlockBytes, a[b], r, acc);
       out[t * kPackedRows + r] = acc;
     }
   }
+}
+
+inline float half_at(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return fp16_to_fp32(h);
+}
+
+void gemm_q8_0_ref(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, int n_tok,
+                   float* out) {
+  gemm_ref<BlockQ8_0, kQK, kQ8x16Bytes>(
+      n_cols, group, act, act_stride, n_tok, out, [](const uint8_t* blk, const BlockQ8_0& a, int r, float acc) {
+        int32_t isum = -128 * sum_i8(a.qs, kQK);
+        for (int k = 0; k < kQK; ++k) isum += blk[kQ8x16Quants + (k / 4) * 64 + 4 * r + k % 4] * a.qs[k];
+        return std::fma(half_at(blk + 2 * r) * fp16_to_fp32(a.d), static_cast<float>(isum), acc);
+      });
 }
 
 void gemm_q4_k_ref(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, int n_tok,
                    float* out) {
-  const int64_t nb = n_cols / kQK_K;
-  for (int t = 0; t < n_tok; ++t) {
-    const auto* a = reinterpret_cast<const BlockQ8_K*>(act + t * act_stride);
-    for (int r = 0; r < kPackedRows; ++r) {
-      float acc = 0.0f;
-      for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t* blk = group + b * kQ4Kx16Bytes;
-        uint16_t d, dmin;
-        std::memcpy(&d, blk + 2 * r, 2);
-        std::memcpy(&dmin, blk + kQ4Kx16Dmin + 2 * r, 2);
+  gemm_ref<BlockQ8_K, kQK_K, kQ4Kx16Bytes>(
+      n_cols, group, act, act_stride, n_tok, out, [](const uint8_t* blk, const BlockQ8_K& a, int r, float acc) {
         int32_t tot = 0, msum = 0;
         for (int s = 0; s < 8; ++s) {
           int32_t isum = 0;
-          for (int k = 0; k < 32; ++k) {
-            const int col = 32 * s + k;  // chunk c = s / 2, high nibble when s is odd
+          for (int k = 0; k < 32; ++k) {  // chunk s / 2, high nibble when s is odd
             const uint8_t byte = blk[kQ4Kx16Quants + 512 * (s / 2) + 64 * (k / 4) + 4 * r + k % 4];
-            isum += ((s % 2 ? byte >> 4 : byte) & 0x0F) * a[b].qs[col];
+            isum += ((s % 2 ? byte >> 4 : byte) & 0x0F) * a.qs[32 * s + k];
           }
           tot += blk[kQ4Kx16Scales + 16 * s + r] * isum;
-          msum += blk[kQ4Kx16Mins + 32 * (s / 2) + 2 * r + s % 2] * sum_i8(a[b].qs + 32 * s, 32);
+          msum += blk[kQ4Kx16Mins + 32 * (s / 2) + 2 * r + s % 2] * sum_i8(a.qs + 32 * s, 32);
         }
-        const float da = a[b].d;
-        acc = std::fma(fp16_to_fp32(d) * da, static_cast<float>(tot), acc);
-        acc = std::fma(-(fp16_to_fp32(dmin) * da), static_cast<float>(msum), acc);
-      }
-      out[t * kPackedRows + r] = acc;
-    }
-  }
+        acc = std::fma(half_at(blk + 2 * r) * a.d, static_cast<float>(tot), acc);
+        return std::fma(-(half_at(blk + kQ4Kx16Dmin + 2 * r) * a.d), static_cast<float>(msum), acc);
+      });
 }
 
 void gemm_q6_k_ref(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, int n_tok,
                    float* out) {
-  const int64_t nb = n_cols / kQK_K;
-  for (int t = 0; t < n_tok; ++t) {
-    const auto* a = reinterpret_cast<const BlockQ8_K*>(act + t * act_stride);
-    for (int r = 0; r < kPackedRows; ++r) {
-      float acc = 0.0f;
-      for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t* blk = group + b * kQ6Kx16Bytes;
-        uint16_t d;
-        std::memcpy(&d, blk + 2 * r, 2);
+  gemm_ref<BlockQ8_K, kQK_K, kQ6Kx16Bytes>(
+      n_cols, group, act, act_stride, n_tok, out, [](const uint8_t* blk, const BlockQ8_K& a, int r, float acc) {
         int32_t tot = 0;
         for (int j = 0; j < 16; ++j) {  // 16 columns per scale
-          int32_t isum = -32 * sum_i8(a[b].qs + 16 * j, 16);
+          int32_t isum = -32 * sum_i8(a.qs + 16 * j, 16);
           for (int c = 16 * j; c < 16 * j + 16; ++c) {
             const int k = c / 4, i = c % 4;
             const int lo = (blk[kQ6Kx16Nibbles + 64 * (k % 32) + 4 * r + i] >> (4 * (k / 32))) & 0x0F;
             const int hi = (blk[kQ6Kx16Bits + 64 * (k % 16) + 4 * r + i] >> (2 * (k / 16))) & 3;
-            isum += (lo | hi << 4) * a[b].qs[c];
+            isum += (lo | hi << 4) * a.qs[c];
           }
           tot += static_cast<int8_t>(blk[kQ6Kx16Scales + 16 * j + r]) * isum;
         }
-        acc = std::fma(fp16_to_fp32(d) * a[b].d, static_cast<float>(tot), acc);
-      }
-      out[t * kPackedRows + r] = acc;
-    }
-  }
+        return std::fma(half_at(blk + 2 * r) * a.d, static_cast<float>(tot), acc);
+      });
 }
 
 bool repack_enabled() {

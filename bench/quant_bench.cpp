@@ -7,6 +7,9 @@
 //                          compute-bound, so hot already says what they do)
 //   dequantize/<TYPE>/<isa>  the hot matrix to floats, GB/s of weight bytes
 //   quantize/<TYPE>/<isa>    one 4096-float activation row, GB/s of floats read
+//   gemm/<TYPE>/<layout>/tN  matmul_rows over the hot matrix (256 rows of 2048) with N tokens,
+//                          `packed` (16-row groups, AVX-512 VNNI) or `rows` (row-major vec_dot
+//                          / four-row kernels); counter GMAC/s of multiply-adds
 //   membw/read_sum         sum of a cold buffer of uint64 (read bandwidth), 1 and 2 threads
 //   membw/memcpy           memcpy between cold buffers (bytes counted once per direction)
 //
@@ -25,6 +28,7 @@
 #include <vector>
 
 #include "../tests/quant/quant_test_util.h"
+#include "kernels/matmul.h"
 #include "quant/quant.h"
 
 namespace mla {
@@ -136,6 +140,34 @@ void bm_dot(benchmark::State& state, GgmlType t, QuantIsa isa, size_t bytes) {
   state.counters["rows"] = static_cast<double>(m.n_rows);
 }
 
+// One matmul_rows call over a hot 256 x 2048 weight with n_tok activation rows.
+void bm_gemm(benchmark::State& state, GgmlType t, bool packed, int n_tok) {
+  constexpr int64_t kRows = 256, kGemmCols = 2048;
+  Matrix m;
+  m.type = t;
+  m.row_bytes = ggml_row_bytes(t, kGemmCols);
+  m.n_rows = kRows;
+  m.data.reset(new uint8_t[static_cast<size_t>(kRows * m.row_bytes)]);
+  fill(m);
+  WeightMatrix w{t, m.data.get(), kGemmCols, kRows, m.row_bytes};
+  PackedWeightStore store;
+  if (packed && !repack_weight(w, kRows, store)) {
+    state.SkipWithError("no packed kernel on this CPU");
+    return;
+  }
+  std::mt19937 rng(4);
+  const auto x = testing::random_floats(kGemmCols * n_tok, rng, 1.0f);
+  std::vector<uint8_t> buf;
+  const QuantizedActivations act = quantize_activations(t, x.data(), kGemmCols, n_tok, kGemmCols, nullptr, buf);
+  std::vector<float> y(static_cast<size_t>(kRows * n_tok));
+  for (auto _ : state) {
+    matmul_rows(w, act, n_tok, y.data(), kRows, 0, kRows);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GMAC/s"] = benchmark::Counter(
+      static_cast<double>(state.iterations()) * kRows * kGemmCols * n_tok / 1e9, benchmark::Counter::kIsRate);
+}
+
 // Cold buffers for the bandwidth probes, shared by all of them.
 struct ColdBuffers {
   size_t bytes;
@@ -185,9 +217,11 @@ void bm_memcpy(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * c.bytes * 2);
 }
 
-const GgmlType kBenchTypes[] = {GgmlType::F32,    GgmlType::F16,    GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0,
-                                GgmlType::Q4_K,   GgmlType::Q5_K,   GgmlType::Q6_K, GgmlType::Q2_K, GgmlType::Q3_K,
-                                GgmlType::IQ4_XS, GgmlType::IQ4_NL, GgmlType::MXFP4};
+const GgmlType kBenchTypes[] = {GgmlType::F32,    GgmlType::F16,   GgmlType::BF16,    GgmlType::Q8_0,
+                                GgmlType::Q4_0,   GgmlType::Q4_K,  GgmlType::Q5_K,    GgmlType::Q6_K,
+                                GgmlType::Q2_K,   GgmlType::Q3_K,  GgmlType::IQ4_XS,  GgmlType::IQ4_NL,
+                                GgmlType::MXFP4,  GgmlType::IQ1_S, GgmlType::IQ1_M,   GgmlType::IQ2_XXS,
+                                GgmlType::IQ2_XS, GgmlType::IQ2_S, GgmlType::IQ3_XXS, GgmlType::IQ3_S};
 
 [[maybe_unused]] const bool registered = [] {
   for (GgmlType t : kBenchTypes) {
@@ -216,6 +250,13 @@ const GgmlType kBenchTypes[] = {GgmlType::F32,    GgmlType::F16,    GgmlType::BF
       benchmark::RegisterBenchmark(name.c_str(), bm_quantize, t, isa)->Unit(benchmark::kMicrosecond);
     }
   }
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K})
+    for (bool packed : {false, true})
+      for (int n_tok : {1, 8, 64}) {
+        const std::string name = std::string("gemm/") + std::string(ggml_type_name(t)) +
+                                 (packed ? "/packed" : "/rows") + "/t" + std::to_string(n_tok);
+        benchmark::RegisterBenchmark(name.c_str(), bm_gemm, t, packed, n_tok)->Unit(benchmark::kMicrosecond);
+      }
   benchmark::RegisterBenchmark("membw/read_sum", bm_read_sum)->Unit(benchmark::kMillisecond)->ThreadRange(1, 2);
   benchmark::RegisterBenchmark("membw/memcpy", bm_memcpy)->Unit(benchmark::kMillisecond);
   return true;

@@ -2,11 +2,19 @@
 
 #include <algorithm>
 
+#include "quant/packed.h"
 #include "quant/quant.h"
 #include "util/error.h"
 
 namespace mla {
 namespace {
+
+// Bytes of packed-kernel sums appended to each activation row of act_type: only where this CPU
+// runs the packed kernels (they all come with the same ISA).
+int64_t act_extra_bytes(GgmlType act_type, int64_t n_cols) {
+  static const bool packing = packed_gemm_fn(GgmlType::Q8_0) != nullptr;
+  return packing ? packed_act_extra_bytes(act_type, n_cols) : 0;
+}
 
 // Quantizes n_tok activation rows to `act_type`, one row per token, row_bytes apart. F32 rows
 // are used in place (returns x); otherwise returns the scratch buffer.
@@ -16,13 +24,19 @@ const uint8_t* prepare_activations(GgmlType act_type, const float* x, int64_t x_
     act_row_bytes = x_stride * static_cast<int64_t>(sizeof(float));
     return reinterpret_cast<const uint8_t*>(x);
   }
-  act_row_bytes = ggml_row_bytes(act_type, n_cols);
+  const int64_t quant_bytes = ggml_row_bytes(act_type, n_cols);
+  const int64_t extra_bytes = act_extra_bytes(act_type, n_cols);
+  act_row_bytes = quant_bytes + extra_bytes;
   size_t need = static_cast<size_t>(act_row_bytes * n_tok);
   if (buf.size() < need) buf.resize(need);
   uint8_t* out = buf.data();
   QuantizeFn q = quantize_fn(act_type);
   auto body = [&](int64_t b, int64_t e, int) {
-    for (int64_t t = b; t < e; ++t) q(x + t * x_stride, out + t * act_row_bytes, n_cols);
+    for (int64_t t = b; t < e; ++t) {
+      uint8_t* row = out + t * act_row_bytes;
+      q(x + t * x_stride, row, n_cols);
+      if (extra_bytes > 0) packed_act_extra(act_type, row, n_cols, row + quant_bytes);
+    }
   };
   if (pool)
     pool->parallel_for(n_tok, body);
@@ -31,7 +45,56 @@ const uint8_t* prepare_activations(GgmlType act_type, const float* x, int64_t x_
   return out;
 }
 
+// matmul_rows over packed groups: rows [r0, r1) come from the groups that cover them (a group
+// cut by the range is computed whole and only its rows in range are stored).
+void matmul_rows_packed(const WeightMatrix& w, PackedGemmFn gemm, const QuantizedActivations& act, int64_t n_tok,
+                        float* y, int64_t y_stride, int64_t r0, int64_t r1) {
+  const int64_t g0 = r0 / kPackedRows, g1 = (r1 + kPackedRows - 1) / kPackedRows;
+  const int64_t gb = w.packed_group_bytes, rb = act.row_bytes;
+  // Groups in chunks that stay in L2 while every token tile passes over them.
+  const int64_t chunk = std::max<int64_t>(1, (192 * 1024) / gb);
+  alignas(64) float out[kPackedMaxTokens * kPackedRows];
+  for (int64_t c0 = g0; c0 < g1; c0 += chunk) {
+    const int64_t c1 = std::min(g1, c0 + chunk);
+    for (int64_t t0 = 0; t0 < n_tok; t0 += kPackedMaxTokens) {
+      const int nt = static_cast<int>(std::min<int64_t>(kPackedMaxTokens, n_tok - t0));
+      for (int64_t g = c0; g < c1; ++g) {
+        gemm(w.n_cols, w.packed + g * gb, act.data + t0 * rb, rb, nt, out);
+        const int64_t lo = std::max(r0, g * kPackedRows), hi = std::min(r1, (g + 1) * kPackedRows);
+        for (int t = 0; t < nt; ++t)
+          std::copy(out + t * kPackedRows + (lo - g * kPackedRows), out + t * kPackedRows + (hi - g * kPackedRows),
+                    y + (t0 + t) * y_stride + lo);
+      }
+    }
+  }
+}
+
 }  // namespace
+
+uint8_t* PackedWeightStore::allocate(size_t bytes) {
+  const size_t rounded = (bytes + 63) / 64 * 64;
+  auto* p = static_cast<uint8_t*>(std::aligned_alloc(64, rounded));
+  if (!p) fail("out of memory: repacking weights needs {} more bytes", rounded);
+  buffers_.emplace_back(p);
+  bytes_ += rounded;
+  return p;
+}
+
+int64_t repacked_bytes(const WeightMatrix& w, int64_t slice_rows) {
+  if (w.packed || w.n_rows <= 0 || packed_gemm_fn(w.type) == nullptr) return 0;
+  if (slice_rows <= 0 || slice_rows % kPackedRows != 0 || w.n_rows % slice_rows != 0) return 0;
+  return packed_group_bytes(w.type, w.n_cols) * (w.n_rows / kPackedRows);
+}
+
+bool repack_weight(WeightMatrix& w, int64_t slice_rows, PackedWeightStore& store) {
+  if (repacked_bytes(w, slice_rows) == 0) return false;
+  const int64_t gb = packed_group_bytes(w.type, w.n_cols), n_groups = w.n_rows / kPackedRows;
+  uint8_t* dst = store.allocate(static_cast<size_t>(gb * n_groups));
+  for (int64_t g = 0; g < n_groups; ++g) pack_rows(w.type, w.row(g * kPackedRows), w.row_bytes, w.n_cols, dst + g * gb);
+  w.packed = dst;
+  w.packed_group_bytes = gb;
+  return true;
+}
 
 bool matmul_supports(GgmlType t) {
   if (!can_dequantize(t)) return false;
@@ -52,6 +115,9 @@ QuantizedActivations quantize_activations(GgmlType weight_type, const float* x, 
 
 void matmul_rows(const WeightMatrix& w, const QuantizedActivations& act, int64_t n_tok, float* y, int64_t y_stride,
                  int64_t r0, int64_t r1) {
+  if (w.packed) {
+    if (PackedGemmFn gemm = packed_gemm_fn(w.type)) return matmul_rows_packed(w, gemm, act, n_tok, y, y_stride, r0, r1);
+  }
   const VecDotFn dot = vec_dot_fn(w.type);
   const VecDot4Fn dot4 = n_tok >= 4 ? vec_dot4_fn(w.type) : nullptr;  // same results, fewer weight loads
   const int64_t rb = act.row_bytes;
@@ -77,6 +143,12 @@ void matmul(const WeightMatrix& w, const float* x, int64_t x_stride, int64_t n_t
             ThreadPool& pool, MatmulScratch& scratch) {
   if (n_tok <= 0 || w.n_rows <= 0) return;
   const QuantizedActivations act = quantize_activations(w.type, x, x_stride, n_tok, w.n_cols, &pool, scratch.act);
+  if (w.packed) {  // whole groups per thread
+    pool.parallel_for((w.n_rows + kPackedRows - 1) / kPackedRows, [&](int64_t g0, int64_t g1, int) {
+      matmul_rows(w, act, n_tok, y, y_stride, g0 * kPackedRows, std::min(w.n_rows, g1 * kPackedRows));
+    });
+    return;
+  }
   pool.parallel_for(w.n_rows, [&](int64_t r0, int64_t r1, int) { matmul_rows(w, act, n_tok, y, y_stride, r0, r1); });
 }
 

@@ -6,6 +6,8 @@
 // Threads split the output rows statically; a single output is never split, so results are
 // bit-identical whatever the batch size or thread count (batch invariance).
 #include <cstdint>
+#include <cstdlib>
+#include <memory>
 #include <vector>
 
 #include "gguf/types.h"
@@ -21,16 +23,45 @@ struct WeightMatrix {
   int64_t n_rows = 0;
   int64_t row_bytes = 0;
   float scale = 1.0f;  // a per-tensor `<name>.scale` of shape {1}: the caller multiplies the outputs by it
+  // The same rows repacked into 16-row groups (quant/packed.h), or nullptr. When set, matmul
+  // computes every row from the groups, whatever the batch; data stays valid for row().
+  const uint8_t* packed = nullptr;
+  int64_t packed_group_bytes = 0;
 
   const uint8_t* row(int64_t r) const { return data + r * row_bytes; }
-  // Rows [first, first + n) as a matrix of their own (an expert's slice of a 3-D tensor).
+  // Rows [first, first + n) as a matrix of their own (an expert's slice of a 3-D tensor). The
+  // slice keeps the packed groups when it starts and ends on a group boundary.
   WeightMatrix rows(int64_t first, int64_t n) const {
     WeightMatrix m = *this;
     m.data = row(first);
     m.n_rows = n;
+    const bool aligned = first % 16 == 0 && n % 16 == 0;
+    m.packed = packed && aligned ? packed + first / 16 * packed_group_bytes : nullptr;
     return m;
   }
 };
+
+// Owns the repacked copies of weight matrices (64-byte aligned).
+class PackedWeightStore {
+ public:
+  uint8_t* allocate(size_t bytes);
+  size_t bytes() const { return bytes_; }
+
+ private:
+  struct Free {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  std::vector<std::unique_ptr<uint8_t, Free>> buffers_;
+  size_t bytes_ = 0;
+};
+
+// Repacks w into 16-row groups held by store when this CPU has a packed kernel for w.type
+// (quant/packed.h: AVX-512 VNNI, Q8_0 / Q4_K / Q6_K, MLA_REPACK not 0) and every slice of slice_rows
+// rows (an expert's rows of a 3-D tensor; n_rows for a 2-D one) is a whole number of groups.
+// Returns whether it did.
+bool repack_weight(WeightMatrix& w, int64_t slice_rows, PackedWeightStore& store);
+// The bytes repack_weight would allocate for w (0 when it would not repack it).
+int64_t repacked_bytes(const WeightMatrix& w, int64_t slice_rows);
 
 // Holds activations quantized for one matmul call. Grows on first use to the largest size
 // needed, so steady-state calls do not allocate.
@@ -47,7 +78,8 @@ void matmul(const WeightMatrix& w, const float* x, int64_t x_stride, int64_t n_t
 // expert's rows in one parallel region): activation rows quantized once for a weight type, then
 // any block of output rows computed on the calling thread. matmul() is exactly these two.
 struct QuantizedActivations {
-  const uint8_t* data = nullptr;  // n_tok rows of the weight type's vec_dot_type (F32: x itself)
+  const uint8_t* data = nullptr;  // n_tok rows of the weight type's vec_dot_type (F32: x itself),
+                                  // each followed by its packed_act_extra where packing is on
   int64_t row_bytes = 0;
 };
 QuantizedActivations quantize_activations(GgmlType weight_type, const float* x, int64_t x_stride, int64_t n_tok,

@@ -1,10 +1,13 @@
 #include "model/weights.h"
 
 #include <fmt/format.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
 #include <unordered_set>
+#include <utility>
 
 #include "gguf/gguf.h"
 #include "quant/quant.h"
@@ -160,6 +163,50 @@ void bind_mla(Binder& b, const DeepseekConfig& c, int64_t il, const WeightLoadOp
   if (opt.need_mha) L.w_uk_t = std::move(uk_t);
 }
 
+// Every matmul weight but the embedding table (read a row at a time) repacked where possible;
+// expert tensors are packed per expert slice. The copy lives in anonymous memory, so it is made
+// only when it takes at most half the machine's RAM (a model larger than memory keeps relying on
+// the file mapping's paging); each source range is then dropped from the mapping (MADV_DONTNEED
+// on a read-only private file mapping: a later read faults the file back in), so resident memory
+// stays about what it was.
+void repack_matrices(DeepseekWeights& w, const DeepseekConfig& c) {
+  std::vector<std::pair<WeightMatrix*, int64_t>> todo;  // matrix, rows per slice
+  if (!w.output_tied) todo.emplace_back(&w.output, w.output.n_rows);
+  for (LayerWeights& L : w.layers) {
+    for (WeightMatrix* m :
+         {&L.attn_q_a, &L.attn_q_b, &L.attn_q, &L.attn_kv_a_mqa, &L.attn_output, &L.idx_q_b, &L.idx_k, &L.idx_proj,
+          &L.ffn_gate, &L.ffn_up, &L.ffn_down, &L.ffn_gate_inp, &L.ffn_gate_shexp, &L.ffn_up_shexp, &L.ffn_down_shexp})
+      todo.emplace_back(m, m->n_rows);
+    todo.emplace_back(&L.ffn_gate_exps, c.n_ff_exp);
+    todo.emplace_back(&L.ffn_up_exps, c.n_ff_exp);
+    todo.emplace_back(&L.ffn_gate_up_exps, 2 * c.n_ff_exp);
+    todo.emplace_back(&L.ffn_down_exps, c.n_embd);
+  }
+  int64_t total = 0;
+  for (auto [m, slice] : todo) total += m->data ? repacked_bytes(*m, slice) : 0;
+  if (total == 0) return;
+  const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  if (static_cast<double>(total) > ram / 2) {
+    log().info("weights not repacked: the copy would take {:.1f} GiB of {:.1f} GiB RAM (row-major kernels used)",
+               static_cast<double>(total) / (1 << 30), ram / (1 << 30));
+    return;
+  }
+  auto store = std::make_shared<PackedWeightStore>();
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  for (auto [m, slice] : todo) {
+    if (!m->data || !repack_weight(*m, slice, *store)) continue;
+    // The whole pages inside the tensor's bytes.
+    const auto addr = reinterpret_cast<uintptr_t>(m->data);
+    const auto bytes = static_cast<uintptr_t>(m->n_rows * m->row_bytes);
+    const uintptr_t lead = (page - addr % page) % page;
+    if (bytes > lead && (bytes - lead) / page > 0)
+      madvise(const_cast<uint8_t*>(m->data) + lead, (bytes - lead) / page * page, MADV_DONTNEED);
+  }
+  log().info("weights repacked into 16-row groups for the AVX-512 GEMM: {:.1f} MiB (MLA_REPACK=0: off)",
+             static_cast<double>(store->bytes()) / (1 << 20));
+  w.packed = std::move(store);
+}
+
 }  // namespace
 
 std::vector<float> dequantize_tensor(const GgufFile& f, const std::string& name) {
@@ -236,6 +283,7 @@ DeepseekWeights bind_deepseek_weights(const GgufFile& f, const DeepseekConfig& c
     }
   }
   b.report_unbound(c.n_layer);
+  if (opt.repack) repack_matrices(w, c);
   return w;
 }
 

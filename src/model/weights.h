@@ -8,6 +8,7 @@
 // from it, a file carrying attn_k_b/attn_v_b gets the fused form's K rows when MHA needs them.
 // Quantized blocks are never transposed or split: dequantize first, then re-lay out.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -60,11 +61,13 @@ struct DeepseekWeights {
   bool output_tied = false;
   MlaLayout layout = MlaLayout::Split;  // the MLA layout the file carries
   std::vector<LayerWeights> layers;
+  std::shared_ptr<PackedWeightStore> packed;  // repacked copies of matrices (WeightMatrix::packed)
 };
 
 struct WeightLoadOptions {
   bool need_mha = true;  // derive W_UK in the decompression (attn_kv_b) form
   bool need_mqa = true;  // derive W_UK in the absorption (attn_k_b) form
+  bool repack = true;    // repack matmul weights into 16-row groups where the CPU has the kernels
 };
 
 // Binds every tensor of the trunk layers (MTP blocks past n_layer are left untouched). The

@@ -31,6 +31,17 @@ bool cpu_has_avx2_fma() {
 #endif
 }
 
+bool cpu_has_avx512_vnni() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
+                          cpu_has_avx2_fma();
+  return has;
+#else
+  return false;
+#endif
+}
+
 }  // namespace quant
 
 const char* quant_isa_name(QuantIsa isa) { return isa == QuantIsa::Ref ? "ref" : "avx2"; }

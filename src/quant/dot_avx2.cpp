@@ -332,7 +332,7 @@ VecDotFn vec_dot_avx2_fn(GgmlType t) {
     case GgmlType::IQ4_XS:
       return dot_iq4_xs;
     default:
-      return nullptr;
+      return vec_dot_iq_avx2_fn(t);
   }
 }
 

@@ -2,6 +2,7 @@
 // Internal: the per-type kernel tables behind quant.h. Each kernel file (dequant_ref.cpp,
 // quantize.cpp, dot_ref.cpp, *_avx2.cpp) exports one lookup from type to function; dispatch.cpp
 // chooses among them once per process.
+#include "quant/packed.h"
 #include "quant/quant.h"
 
 // Files whose results must match ggml / gguf-py bit for bit put this first: GCC contracts
@@ -30,10 +31,36 @@ VecDotFn vec_dot_avx2_fn(GgmlType t);
 VecDot4Fn vec_dot4_avx2_fn(GgmlType t);
 
 bool cpu_has_avx2_fma();
+// AVX-512 F, BW, VL and VNNI (the packed GEMM kernels of packed_avx512.cpp).
+bool cpu_has_avx512_vnni();
+
+// Offsets inside one packed block (Q8_0x16) or super-block (Q4_Kx16, Q6_Kx16) of a 16-row group; the
+// layouts are described in packed.h.
+inline constexpr int64_t kQ8x16Quants = 32;
+inline constexpr int64_t kQ8x16Bytes = 32 + 8 * 64;
+inline constexpr int64_t kQ4Kx16Dmin = 32;
+inline constexpr int64_t kQ4Kx16Scales = 64;
+inline constexpr int64_t kQ4Kx16Mins = 64 + 128;
+inline constexpr int64_t kQ4Kx16Quants = 64 + 128 + 128;
+inline constexpr int64_t kQ4Kx16Bytes = kQ4Kx16Quants + 4 * 8 * 64;
+inline constexpr int64_t kQ6Kx16Scales = 32;
+inline constexpr int64_t kQ6Kx16Nibbles = 32 + 256;
+inline constexpr int64_t kQ6Kx16Bits = 32 + 256 + 32 * 64;
+inline constexpr int64_t kQ6Kx16Bytes = kQ6Kx16Bits + 16 * 64;
+// Q8_K activation extras per super-block: 8 int16 sums of 32 quants (Q4_K mins), then after all
+// super-blocks' pairs, 16 int32 values -32 x the sum of 16 quants (Q6_K's level offset).
+inline constexpr int64_t kQ8KExtraPairs = 16;
+inline constexpr int64_t kQ8KExtraNeg32 = 64;
+// The AVX-512 packed GEMM kernels; nullptr for a type without a packed layout. Call only when
+// cpu_has_avx512_vnni().
+PackedGemmFn packed_gemm_avx512_fn(GgmlType t);
 
 // Q2_K / Q3_K AVX2 dot products (dot_q23k_avx2.cpp), exported for vec_dot_avx2_fn's table.
 float dot_q2_k_avx2(int64_t n, const void* w, const void* a);
 float dot_q3_k_avx2(int64_t n, const void* w, const void* a);
+
+// AVX2 dot products of the lattice i-quants (dot_iq_avx2.cpp); nullptr for any other type.
+VecDotFn vec_dot_iq_avx2_fn(GgmlType t);
 
 // The lattice i-quants (iquants.cpp): IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S;
 // nullptr for any other type.

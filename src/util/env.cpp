@@ -22,6 +22,9 @@ constexpr EnvVarInfo kEnvVars[] = {
     {"MLA_PREFAULT", "0|1",
      "load model files with every page mapped up front (default 1; 0 leaves paging to first use, "
      "for files larger than memory)"},
+    {"MLA_REPACK", "0|1",
+     "repack Q8_0/Q4_K/Q6_K weights at load into 16-row groups for the AVX-512 VNNI GEMM (default 1 "
+     "where the CPU has it; 0 keeps only the file's layout, saving the copy's memory)"},
     {"MLA_REFERENCE_DIR", "PATH",
      "tests: directory of the reference logits fixtures (default tests/fixtures/reference)"},
     {"MLA_BIN", "PATH", "tests: the mla binary the Python tests run (set by ctest)"},

@@ -81,6 +81,54 @@ INSTANTIATE_TEST_SUITE_P(Types, MatmulTypes,
                                            GgmlType::Q4_K, GgmlType::Q6_K),
                          [](const auto& info) { return std::string(ggml_type_name(info.param)); });
 
+// Weights repacked into 16-row groups (AVX-512 VNNI CPUs): the packed path against matmul_ref,
+// batch/thread invariance (the thread split and token tiles change, a row's bits must not), and
+// expert slices taken with rows().
+class PackedMatmul : public ::testing::TestWithParam<GgmlType> {};
+
+TEST_P(PackedMatmul, MatchesReferenceAndIsBatchInvariant) {
+  const GgmlType t = GetParam();
+  const int64_t cols = t == GgmlType::Q8_0 ? 32 * 19 : 256 * 3, rows = 80, n_tok = 21;
+  auto w = make_weight(t, rows, cols, 21);
+  PackedWeightStore store;
+  if (!repack_weight(w.m, 16, store)) GTEST_SKIP() << "no packed kernels on this CPU (or MLA_REPACK=0)";
+  ASSERT_NE(w.m.packed, nullptr);
+  auto x = randn(n_tok * cols, 22);
+  std::vector<float> y(n_tok * rows), yr(n_tok * rows), single(rows);
+  ThreadPool pool3(3), pool1(1);
+  MatmulScratch s3, s1;
+  matmul(w.m, x.data(), cols, n_tok, y.data(), rows, pool3, s3);
+  matmul_ref(w.m, x.data(), cols, n_tok, yr.data(), rows);
+  for (int64_t i = 0; i < n_tok * rows; ++i) EXPECT_NEAR(y[i], yr[i], 2e-5 * std::sqrt(cols)) << i;
+  for (int64_t tk = 0; tk < n_tok; ++tk) {
+    matmul(w.m, x.data() + tk * cols, cols, 1, single.data(), rows, pool1, s1);
+    EXPECT_EQ(0, std::memcmp(single.data(), y.data() + tk * rows, sizeof(float) * rows)) << "token " << tk;
+  }
+  // A slice of whole groups (an expert) keeps the packed rows; rows [16, 48) of it in two pieces.
+  const WeightMatrix slice = w.m.rows(32, 48);
+  ASSERT_NE(slice.packed, nullptr);
+  const QuantizedActivations act = quantize_activations(t, x.data(), cols, n_tok, cols, nullptr, s1.act);
+  std::vector<float> ys(n_tok * 48, -1.0f);
+  matmul_rows(slice, act, n_tok, ys.data(), 48, 16, 21);
+  matmul_rows(slice, act, n_tok, ys.data(), 48, 21, 48);
+  for (int64_t tk = 0; tk < n_tok; ++tk)
+    for (int64_t r = 16; r < 48; ++r) EXPECT_EQ(ys[tk * 48 + r], y[tk * rows + 32 + r]) << tk << " " << r;
+  EXPECT_EQ(ys[0], -1.0f);                     // rows outside the range are not written
+  EXPECT_EQ(w.m.rows(8, 16).packed, nullptr);  // not on a group boundary: the row-major path
+}
+
+TEST(PackedMatmulTest, RepackNeedsWholeGroupsPerSlice) {
+  auto w = make_weight(GgmlType::Q8_0, 40, 64, 3);
+  PackedWeightStore store;
+  EXPECT_FALSE(repack_weight(w.m, 40, store));  // 40 rows are not whole groups of 16
+  auto f = make_weight(GgmlType::Q5_K, 32, 256, 4);
+  EXPECT_FALSE(repack_weight(f.m, 32, store));  // no packed layout
+  EXPECT_EQ(store.bytes(), 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, PackedMatmul, ::testing::Values(GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K),
+                         [](const auto& info) { return std::string(ggml_type_name(info.param)); });
+
 TEST(Matmul, F32IsExactDotProduct) {
   // 2x3 weight, known values.
   float wv[6] = {1, 2, 3, -1, 0.5f, 4};

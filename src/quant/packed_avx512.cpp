@@ -1,0 +1,234 @@
+// AVX-512 VNNI GEMM over packed 16-row groups (layouts in packed.h). One zmm of weights holds 4
+// consecutive columns of 16 rows; vpdpbusd against the 4 matching activation bytes broadcast to
+// every lane adds them into the 16 rows' int32 sums. Each weight load serves NT tokens.
+//
+// Per (row, token) the float operations are those of packed_ref.cpp's twin, in the same order
+// (one accumulator, blocks in order), so results are bit-identical to it and independent of NT.
+// Integer sums are exact, so the kernels may split them into several chains for latency.
+#include <immintrin.h>
+// GCC 12 flags the deliberately undefined pass-through operand of its own AVX-512 intrinsics.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+#include <cstring>
+
+#include "quant/blocks.h"
+#include "quant/kernels.h"
+
+namespace mla::quant {
+namespace {
+
+inline __m512i bcast32(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+inline __m512i load512(const uint8_t* p) { return _mm512_loadu_si512(p); }
+
+inline __m512 load_f16x16(const uint8_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+// Q8_0x16 · Q8_0: weights stored as q + 128, so each block's int32 sums start from the
+// activation extra -128 * sum(a) and end as the exact sum of q * a.
+template <int NT>
+void gemm_q8_0(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, float* out) {
+  const int64_t nb = n_cols / kQK;
+  const BlockQ8_0* a[NT];
+  const int32_t* ex[NT];
+  for (int t = 0; t < NT; ++t) {
+    a[t] = reinterpret_cast<const BlockQ8_0*>(act + t * act_stride);
+    ex[t] = reinterpret_cast<const int32_t*>(act + t * act_stride + nb * static_cast<int64_t>(sizeof(BlockQ8_0)));
+  }
+  __m512 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = group + b * kQ8x16Bytes;
+    // Four blocks ahead (decode streams the groups from memory).
+    for (int l = 0; l < 9; ++l)
+      _mm_prefetch(reinterpret_cast<const char*>(blk + 4 * kQ8x16Bytes + 64 * l), _MM_HINT_T0);
+    const __m512 dw = load_f16x16(blk);
+    __m512i s0[NT], s1[NT];
+    for (int t = 0; t < NT; ++t) {
+      s0[t] = _mm512_set1_epi32(ex[t][b]);
+      s1[t] = _mm512_setzero_si512();
+    }
+    for (int g = 0; g < 8; g += 2) {
+      const __m512i w0 = load512(blk + kQ8x16Quants + 64 * g);
+      const __m512i w1 = load512(blk + kQ8x16Quants + 64 * g + 64);
+      for (int t = 0; t < NT; ++t) {
+        s0[t] = _mm512_dpbusd_epi32(s0[t], w0, bcast32(a[t][b].qs + 4 * g));
+        s1[t] = _mm512_dpbusd_epi32(s1[t], w1, bcast32(a[t][b].qs + 4 * g + 4));
+      }
+    }
+    for (int t = 0; t < NT; ++t) {
+      const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(_cvtsh_ss(a[t][b].d)));
+      acc[t] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(_mm512_add_epi32(s0[t], s1[t])), acc[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) _mm512_storeu_ps(out + 16 * t, acc[t]);
+}
+
+// Q4_Kx16 · Q8_K: per sub-block s the unsigned nibbles times the activations (vpdpbusd), times
+// the row's 6-bit scale (vpmulld); the mins times the activation sums of 32 (vpdpwssd on
+// (min 2j, min 2j+1) pairs against the extra's int16 pairs).
+template <int NT>
+void gemm_q4_k(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, float* out) {
+  constexpr bool kSplit = NT <= 4;  // two integer chains per token where registers allow
+  const int64_t nb = n_cols / kQK_K;
+  const BlockQ8_K* a[NT];
+  const uint8_t* ex[NT];
+  for (int t = 0; t < NT; ++t) {
+    a[t] = reinterpret_cast<const BlockQ8_K*>(act + t * act_stride);
+    ex[t] = act + t * act_stride + nb * static_cast<int64_t>(sizeof(BlockQ8_K));
+  }
+  const __m512i low = _mm512_set1_epi8(0x0F);
+  __m512 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = group + b * kQ4Kx16Bytes;
+    __m512i tot[NT];
+    for (int t = 0; t < NT; ++t) tot[t] = _mm512_setzero_si512();
+    for (int s = 0; s < 8; ++s) {
+      const __m512i sc =
+          _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kQ4Kx16Scales + 16 * s)));
+      const uint8_t* q = blk + kQ4Kx16Quants + 512 * (s / 2);
+      const int8_t* qa[NT];
+      for (int t = 0; t < NT; ++t) qa[t] = a[t][b].qs + 32 * s;
+      __m512i is0[NT], is1[NT];
+      for (int t = 0; t < NT; ++t) is0[t] = is1[t] = _mm512_setzero_si512();
+      for (int g = 0; g < 8; ++g) {
+        const __m512i raw = load512(q + 64 * g);
+        const __m512i v = (s & 1) ? _mm512_and_si512(_mm512_srli_epi16(raw, 4), low) : _mm512_and_si512(raw, low);
+        for (int t = 0; t < NT; ++t) {
+          if (kSplit && (g & 1))
+            is1[t] = _mm512_dpbusd_epi32(is1[t], v, bcast32(qa[t] + 4 * g));
+          else
+            is0[t] = _mm512_dpbusd_epi32(is0[t], v, bcast32(qa[t] + 4 * g));
+        }
+      }
+      for (int t = 0; t < NT; ++t) {
+        const __m512i is = kSplit ? _mm512_add_epi32(is0[t], is1[t]) : is0[t];
+        tot[t] = _mm512_add_epi32(tot[t], _mm512_mullo_epi32(is, sc));
+      }
+    }
+    __m512i msum[NT];
+    for (int t = 0; t < NT; ++t) msum[t] = _mm512_setzero_si512();
+    for (int j = 0; j < 4; ++j) {
+      const __m512i mp =
+          _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQ4Kx16Mins + 32 * j)));
+      for (int t = 0; t < NT; ++t) msum[t] = _mm512_dpwssd_epi32(msum[t], mp, bcast32(ex[t] + 16 * b + 4 * j));
+    }
+    const __m512 dw = load_f16x16(blk), dm = load_f16x16(blk + kQ4Kx16Dmin);
+    for (int t = 0; t < NT; ++t) {
+      const __m512 da = _mm512_set1_ps(a[t][b].d);
+      acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(tot[t]), acc[t]);
+      acc[t] = _mm512_fnmadd_ps(_mm512_mul_ps(dm, da), _mm512_cvtepi32_ps(msum[t]), acc[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) _mm512_storeu_ps(out + 16 * t, acc[t]);
+}
+
+// Q6_Kx16 · Q8_K: levels rebuilt from the nibble and 2-bit planes (unsigned, 0..63); each
+// 16-column sub-block's int32 sums start from the activation extra -32 * sum(a), so they end as
+// the exact sum of (level - 32) * a, then times the row's int8 scale (vpmulld).
+template <int NT>
+void gemm_q6_k(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, float* out) {
+  const int64_t nb = n_cols / kQK_K;
+  const BlockQ8_K* a[NT];
+  const int32_t* neg32[NT];
+  for (int t = 0; t < NT; ++t) {
+    a[t] = reinterpret_cast<const BlockQ8_K*>(act + t * act_stride);
+    neg32[t] = reinterpret_cast<const int32_t*>(act + t * act_stride + nb * static_cast<int64_t>(sizeof(BlockQ8_K)) +
+                                                nb * kQ8KExtraPairs);
+  }
+  const __m512i low = _mm512_set1_epi8(0x0F), top = _mm512_set1_epi8(0x30);
+  __m512 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = group + b * kQ6Kx16Bytes;
+    __m512i tot[NT];
+    for (int t = 0; t < NT; ++t) tot[t] = _mm512_setzero_si512();
+    for (int j = 0; j < 16; ++j) {
+      // The next super-block's 53 lines, 4 per sub-block: the planes are read out of order, which
+      // the hardware prefetchers follow poorly (decode ran at half the bandwidth without this).
+      for (int l = 0; l < 4; ++l)
+        _mm_prefetch(reinterpret_cast<const char*>(blk + kQ6Kx16Bytes + 64 * (4 * j + l)), _MM_HINT_T0);
+      const __m512i sc =
+          _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kQ6Kx16Scales + 16 * j)));
+      __m512i is[NT];
+      for (int t = 0; t < NT; ++t) is[t] = _mm512_set1_epi32(neg32[t][16 * b + j]);
+      for (int i = 0; i < 4; ++i) {
+        const int k = 4 * j + i;
+        const __m512i nib = load512(blk + kQ6Kx16Nibbles + 64 * (k % 32));
+        const __m512i bits = load512(blk + kQ6Kx16Bits + 64 * (k % 16));
+        const __m512i lo = k < 32 ? _mm512_and_si512(nib, low) : _mm512_and_si512(_mm512_srli_epi16(nib, 4), low);
+        // Bits 2f..2f+1 of each byte (f = k / 16) moved to bits 4..5.
+        const int f = k / 16;
+        const __m512i shifted = f == 0   ? _mm512_slli_epi16(bits, 4)
+                                : f == 1 ? _mm512_slli_epi16(bits, 2)
+                                : f == 2 ? bits
+                                         : _mm512_srli_epi16(bits, 2);
+        const __m512i q = _mm512_or_si512(lo, _mm512_and_si512(shifted, top));
+        for (int t = 0; t < NT; ++t) is[t] = _mm512_dpbusd_epi32(is[t], q, bcast32(a[t][b].qs + 4 * k));
+      }
+      for (int t = 0; t < NT; ++t) tot[t] = _mm512_add_epi32(tot[t], _mm512_mullo_epi32(is[t], sc));
+    }
+    const __m512 dw = load_f16x16(blk);
+    for (int t = 0; t < NT; ++t)
+      acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(a[t][b].d)), _mm512_cvtepi32_ps(tot[t]), acc[t]);
+  }
+  for (int t = 0; t < NT; ++t) _mm512_storeu_ps(out + 16 * t, acc[t]);
+}
+
+template <template <int> class K>
+void by_count(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, int n_tok, float* out) {
+  switch (n_tok) {
+    case 1:
+      return K<1>::run(n_cols, group, act, act_stride, out);
+    case 2:
+      return K<2>::run(n_cols, group, act, act_stride, out);
+    case 3:
+      return K<3>::run(n_cols, group, act, act_stride, out);
+    case 4:
+      return K<4>::run(n_cols, group, act, act_stride, out);
+    case 5:
+      return K<5>::run(n_cols, group, act, act_stride, out);
+    case 6:
+      return K<6>::run(n_cols, group, act, act_stride, out);
+    case 7:
+      return K<7>::run(n_cols, group, act, act_stride, out);
+    case 8:
+      return K<8>::run(n_cols, group, act, act_stride, out);
+    default:
+      return;
+  }
+}
+
+template <int NT>
+struct Q8_0Kernel {
+  static void run(int64_t n, const uint8_t* g, const uint8_t* a, int64_t s, float* o) { gemm_q8_0<NT>(n, g, a, s, o); }
+};
+template <int NT>
+struct Q4_KKernel {
+  static void run(int64_t n, const uint8_t* g, const uint8_t* a, int64_t s, float* o) { gemm_q4_k<NT>(n, g, a, s, o); }
+};
+
+template <int NT>
+struct Q6_KKernel {
+  static void run(int64_t n, const uint8_t* g, const uint8_t* a, int64_t s, float* o) { gemm_q6_k<NT>(n, g, a, s, o); }
+};
+
+}  // namespace
+
+PackedGemmFn packed_gemm_avx512_fn(GgmlType t) {
+  static_assert(kPackedMaxTokens == 8, "by_count instantiates 1..8 tokens");
+  if (t == GgmlType::Q8_0) return by_count<Q8_0Kernel>;
+  if (t == GgmlType::Q4_K) return by_count<Q4_KKernel>;
+  if (t == GgmlType::Q6_K) return by_count<Q6_KKernel>;
+  return nullptr;
+}
+
+}  // namespace mla::quant

@@ -1,0 +1,222 @@
+// Packed 16-row weight groups (see packed.h): the packers (run once at load), the activation
+// extras, the scalar reference GEMM (bit-identical to the AVX-512 kernels) and the dispatch.
+#include <cmath>
+#include <cstring>
+
+#include "quant/blocks.h"
+#include "quant/kernels.h"
+#include "quant/packed.h"
+#include "util/env.h"
+
+MLA_NO_FP_CONTRACT
+
+namespace mla {
+
+namespace {
+
+using namespace quant;
+
+void pack_q8_0(const uint8_t* src, int64_t row_bytes, int64_t n_cols, uint8_t* dst) {
+  for (int64_t b = 0; b < n_cols / kQK; ++b) {
+    uint8_t* out = dst + b * kQ8x16Bytes;
+    for (int r = 0; r < kPackedRows; ++r) {
+      const auto& blk = reinterpret_cast<const BlockQ8_0*>(src + r * row_bytes)[b];
+      std::memcpy(out + 2 * r, &blk.d, 2);
+      for (int g = 0; g < kQK / 4; ++g) {
+        uint32_t four;  // q + 128 for four bytes at once: flipping the sign bit of each
+        std::memcpy(&four, blk.qs + 4 * g, 4);
+        four ^= 0x80808080u;
+        std::memcpy(out + kQ8x16Quants + 64 * g + 4 * r, &four, 4);
+      }
+    }
+  }
+}
+
+void pack_q4_k(const uint8_t* src, int64_t row_bytes, int64_t n_cols, uint8_t* dst) {
+  for (int64_t b = 0; b < n_cols / kQK_K; ++b) {
+    uint8_t* out = dst + b * kQ4Kx16Bytes;
+    for (int r = 0; r < kPackedRows; ++r) {
+      const auto& blk = reinterpret_cast<const BlockQ4_K*>(src + r * row_bytes)[b];
+      std::memcpy(out + 2 * r, &blk.d, 2);
+      std::memcpy(out + kQ4Kx16Dmin + 2 * r, &blk.dmin, 2);
+      uint8_t sc[8], mn[8];
+      unpack_k4_scales(blk.scales, sc, mn);
+      for (int s = 0; s < 8; ++s) {
+        out[kQ4Kx16Scales + 16 * s + r] = sc[s];
+        out[kQ4Kx16Mins + 32 * (s / 2) + 2 * r + s % 2] = mn[s];
+      }
+      // Q4_K: qs[32c + l] holds column 64c + l (low nibble) and 64c + 32 + l (high nibble).
+      for (int c = 0; c < 4; ++c)
+        for (int g = 0; g < 8; ++g)
+          std::memcpy(out + kQ4Kx16Quants + 512 * c + 64 * g + 4 * r, blk.qs + 32 * c + 4 * g, 4);
+    }
+  }
+}
+
+// The 256 unsigned 6-bit levels (q + 32) of a Q6_K block (ggml's element order).
+void q6_levels(const BlockQ6_K& b, uint8_t* q) {
+  for (int e = 0; e < kQK_K; ++e) {
+    const int h = e / 128, r = e % 128;
+    const int lo = (b.ql[64 * h + r % 64] >> (4 * (r / 64))) & 0x0F;
+    const int hi = (b.qh[32 * h + r % 32] >> (2 * (r / 32))) & 3;
+    q[e] = static_cast<uint8_t>(lo | hi << 4);
+  }
+}
+
+void pack_q6_k(const uint8_t* src, int64_t row_bytes, int64_t n_cols, uint8_t* dst) {
+  std::memset(dst, 0, static_cast<size_t>(n_cols / kQK_K * kQ6Kx16Bytes));
+  for (int64_t b = 0; b < n_cols / kQK_K; ++b) {
+    uint8_t* out = dst + b * kQ6Kx16Bytes;
+    for (int r = 0; r < kPackedRows; ++r) {
+      const auto& blk = reinterpret_cast<const BlockQ6_K*>(src + r * row_bytes)[b];
+      std::memcpy(out + 2 * r, &blk.d, 2);
+      for (int j = 0; j < 16; ++j) out[kQ6Kx16Scales + 16 * j + r] = static_cast<uint8_t>(blk.scales[j]);
+      uint8_t q[kQK_K];
+      q6_levels(blk, q);
+      for (int c = 0; c < kQK_K; ++c) {
+        const int k = c / 4, i = c % 4;
+        out[kQ6Kx16Nibbles + 64 * (k % 32) + 4 * r + i] |= static_cast<uint8_t>((q[c] & 0x0F) << (4 * (k / 32)));
+        out[kQ6Kx16Bits + 64 * (k % 16) + 4 * r + i] |= static_cast<uint8_t>((q[c] >> 4) << (2 * (k / 16)));
+      }
+    }
+  }
+}
+
+// Activation sums over the quants of a Q8_0 or Q8_K row.
+int32_t sum_i8(const int8_t* q, int n) {
+  int32_t s = 0;
+  for (int i = 0; i < n; ++i) s += q[i];
+  return s;
+}
+
+// The loops every scalar twin shares: per token and row one float accumulator, carried through
+// step(block bytes, activation block, row, acc) over the blocks in order.
+template <typename ActBlock, int64_t kBlockElems, int64_t kBlockBytes, typename Step>
+void gemm_ref(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, int n_tok, float* out,
+              Step step) {
+  for (int t = 0; t < n_tok; ++t) {
+    const auto* a = reinterpret_cast<const ActBlock*>(act + t * act_stride);
+    for (int r = 0; r < kPackedRows; ++r) {
+      float acc = 0.0f;
+      for (int64_t b = 0; b < n_cols / kBlockElems; ++b) acc = step(group + b * kBlockBytes, a[b], r, acc);
+      out[t * kPackedRows + r] = acc;
+    }
+  }
+}
+
+inline float half_at(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return fp16_to_fp32(h);
+}
+
+void gemm_q8_0_ref(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, int n_tok,
+                   float* out) {
+  gemm_ref<BlockQ8_0, kQK, kQ8x16Bytes>(
+      n_cols, group, act, act_stride, n_tok, out, [](const uint8_t* blk, const BlockQ8_0& a, int r, float acc) {
+        int32_t isum = -128 * sum_i8(a.qs, kQK);
+        for (int k = 0; k < kQK; ++k) isum += blk[kQ8x16Quants + (k / 4) * 64 + 4 * r + k % 4] * a.qs[k];
+        return std::fma(half_at(blk + 2 * r) * fp16_to_fp32(a.d), static_cast<float>(isum), acc);
+      });
+}
+
+void gemm_q4_k_ref(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, int n_tok,
+                   float* out) {
+  gemm_ref<BlockQ8_K, kQK_K, kQ4Kx16Bytes>(
+      n_cols, group, act, act_stride, n_tok, out, [](const uint8_t* blk, const BlockQ8_K& a, int r, float acc) {
+        int32_t tot = 0, msum = 0;
+        for (int s = 0; s < 8; ++s) {
+          int32_t isum = 0;
+          for (int k = 0; k < 32; ++k) {  // chunk s / 2, high nibble when s is odd
+            const uint8_t byte = blk[kQ4Kx16Quants + 512 * (s / 2) + 64 * (k / 4) + 4 * r + k % 4];
+            isum += ((s % 2 ? byte >> 4 : byte) & 0x0F) * a.qs[32 * s + k];
+          }
+          tot += blk[kQ4Kx16Scales + 16 * s + r] * isum;
+          msum += blk[kQ4Kx16Mins + 32 * (s / 2) + 2 * r + s % 2] * sum_i8(a.qs + 32 * s, 32);
+        }
+        acc = std::fma(half_at(blk + 2 * r) * a.d, static_cast<float>(tot), acc);
+        return std::fma(-(half_at(blk + kQ4Kx16Dmin + 2 * r) * a.d), static_cast<float>(msum), acc);
+      });
+}
+
+void gemm_q6_k_ref(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, int n_tok,
+                   float* out) {
+  gemm_ref<BlockQ8_K, kQK_K, kQ6Kx16Bytes>(
+      n_cols, group, act, act_stride, n_tok, out, [](const uint8_t* blk, const BlockQ8_K& a, int r, float acc) {
+        int32_t tot = 0;
+        for (int j = 0; j < 16; ++j) {  // 16 columns per scale
+          int32_t isum = -32 * sum_i8(a.qs + 16 * j, 16);
+          for (int c = 16 * j; c < 16 * j + 16; ++c) {
+            const int k = c / 4, i = c % 4;
+            const int lo = (blk[kQ6Kx16Nibbles + 64 * (k % 32) + 4 * r + i] >> (4 * (k / 32))) & 0x0F;
+            const int hi = (blk[kQ6Kx16Bits + 64 * (k % 16) + 4 * r + i] >> (2 * (k / 16))) & 3;
+            isum += (lo | hi << 4) * a.qs[c];
+          }
+          tot += static_cast<int8_t>(blk[kQ6Kx16Scales + 16 * j + r]) * isum;
+        }
+        return std::fma(half_at(blk + 2 * r) * a.d, static_cast<float>(tot), acc);
+      });
+}
+
+bool repack_enabled() {
+  static const bool on = [] {
+    const auto v = env_value("MLA_REPACK");
+    return !(v && *v == "0");
+  }();
+  return on;
+}
+
+}  // namespace
+
+bool packed_layout_exists(GgmlType t) { return t == GgmlType::Q8_0 || t == GgmlType::Q4_K || t == GgmlType::Q6_K; }
+
+int64_t packed_group_bytes(GgmlType t, int64_t n_cols) {
+  if (t == GgmlType::Q8_0) return n_cols / kQK * kQ8x16Bytes;
+  return n_cols / kQK_K * (t == GgmlType::Q4_K ? kQ4Kx16Bytes : kQ6Kx16Bytes);
+}
+
+void pack_rows(GgmlType t, const uint8_t* src, int64_t row_bytes, int64_t n_cols, uint8_t* dst) {
+  if (t == GgmlType::Q8_0)
+    pack_q8_0(src, row_bytes, n_cols, dst);
+  else if (t == GgmlType::Q4_K)
+    pack_q4_k(src, row_bytes, n_cols, dst);
+  else
+    pack_q6_k(src, row_bytes, n_cols, dst);
+}
+
+int64_t packed_act_extra_bytes(GgmlType act_type, int64_t n_cols) {
+  if (act_type == GgmlType::Q8_0) return n_cols / kQK * 4;
+  if (act_type == GgmlType::Q8_K) return n_cols / kQK_K * (kQ8KExtraPairs + kQ8KExtraNeg32);
+  return 0;
+}
+
+void packed_act_extra(GgmlType act_type, const void* act_row, int64_t n_cols, void* extra) {
+  if (act_type == GgmlType::Q8_0) {
+    const auto* a = static_cast<const BlockQ8_0*>(act_row);
+    auto* out = static_cast<int32_t*>(extra);
+    for (int64_t b = 0; b < n_cols / kQK; ++b) out[b] = -128 * sum_i8(a[b].qs, kQK);
+  } else if (act_type == GgmlType::Q8_K) {
+    const auto* a = static_cast<const BlockQ8_K*>(act_row);
+    const int64_t nb = n_cols / kQK_K;
+    auto* pairs = static_cast<int16_t*>(extra);
+    auto* neg32 = reinterpret_cast<int32_t*>(static_cast<uint8_t*>(extra) + nb * kQ8KExtraPairs);
+    for (int64_t b = 0; b < nb; ++b) {
+      for (int s = 0; s < 8; ++s) pairs[8 * b + s] = static_cast<int16_t>(a[b].bsums[2 * s] + a[b].bsums[2 * s + 1]);
+      for (int j = 0; j < 16; ++j) neg32[16 * b + j] = -32 * a[b].bsums[j];
+    }
+  }
+}
+
+PackedGemmFn packed_gemm_ref_fn(GgmlType t) {
+  if (t == GgmlType::Q8_0) return gemm_q8_0_ref;
+  if (t == GgmlType::Q4_K) return gemm_q4_k_ref;
+  if (t == GgmlType::Q6_K) return gemm_q6_k_ref;
+  return nullptr;
+}
+
+PackedGemmFn packed_gemm_fn(GgmlType t) {
+  if (!repack_enabled() || !quant::cpu_has_avx512_vnni()) return nullptr;
+  return quant::packed_gemm_avx512_fn(t);
+}
+
+}  // namespace mla

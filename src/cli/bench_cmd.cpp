@@ -27,6 +27,7 @@
 #include "engine/engine.h"
 #include "gguf/gguf.h"
 #include "kernels/thread_pool.h"
+#include "parallel/dist_runner.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -264,7 +265,8 @@ void bench(const BenchArgs& a) {
   KvCacheOptions kvo;
   kvo.dtype = parse_cache_dtype(a.kv_dtype);
   kvo.tokens = (need_ctx + 255) / 256 * 256;
-  auto runner_owned = std::make_unique<Deepseek2Runner>(a.model, policy, mo, kvo);
+  auto runner_owned = open_runner(a.model, policy, mo, kvo);
+  if (!runner_owned) return;                      // a worker rank under mpirun: rank 0 has finished
   const Deepseek2Runner& runner = *runner_owned;  // lives inside the engine below
   if (runner.max_context() < need_ctx)
     fail("bench: the tests need {} tokens of context, the model allows {}", need_ctx, runner.max_context());

@@ -321,7 +321,7 @@ bool Engine::Impl::step() {
     return did;
   }
 
-  for (const auto& c : plan.copies) runner->cache().copy_block(c.src, c.dst);
+  for (const auto& c : plan.copies) runner->copy_block(c.src, c.dst);
   scheduled.clear();
   for (const auto& item : plan.items) {
     Sequence* s = item.seq;

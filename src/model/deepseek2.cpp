@@ -17,6 +17,12 @@
 #include "util/trace.h"
 
 namespace mla {
+namespace {
+
+int rank_of(const Comm* comm) { return comm ? comm->rank() : 0; }
+int n_ranks_of(const Comm* comm) { return comm ? comm->size() : 1; }
+
+}  // namespace
 
 Deepseek2Bundle::~Deepseek2Bundle() = default;
 
@@ -62,6 +68,13 @@ Deepseek2Model::Deepseek2Model(const DeepseekConfig& c, const DeepseekWeights& w
     iw_.resize(T * c.n_indexer_head);
     sel_.resize(T * c.indexer_top_k);
     sel_count_.resize(T);
+  }
+  experts_ = {0, c.n_expert};
+  if (n_ranks_of(opt_.comm) > 1 && c.n_layer_dense_lead < c.n_layer) {
+    if (opt_.comm->size() > c.n_expert)
+      fail("{} ranks but the model has {} routed experts: expert parallelism needs at most one rank per expert",
+           opt_.comm->size(), c.n_expert);
+    experts_ = shard_range(c.n_expert, opt_.comm->rank(), opt_.comm->size());
   }
   if (c.n_layer_dense_lead < c.n_layer) {
     router_.resize(T * c.n_expert);
@@ -172,6 +185,7 @@ void Deepseek2Model::forward(const BatchMeta& b, LatentCache& cache, float* logi
     for (int64_t t = 0; t < n_rows; ++t) add_inplace(x_.data() + t * E, proj_.data() + t * E, E);
   }
 
+  if (!logits) return;  // a worker rank: rank 0 computes the logits
   for (int64_t t = 0; t < n_rows; ++t)
     rmsnorm(x_.data() + t * E, w_.output_norm.data(), h_.data() + t * E, E, c_.rms_eps);
   mm(w_.output, h_.data(), E, n_rows, logits, c_.n_vocab);
@@ -434,8 +448,10 @@ std::array<QuantizedActivations, 2> Deepseek2Model::expert_inputs(std::initializ
     const int64_t rb = tok.row_bytes;
     std::vector<uint8_t>& rows = moe_pair_act_[i];
     if (rows.size() < static_cast<size_t>(n_pairs * rb)) rows.resize(static_cast<size_t>(n_pairs * rb));
-    pool_.parallel_for(n_pairs, [&](int64_t b0, int64_t b1, int) {
-      for (int64_t j = b0; j < b1; ++j)
+    // Only the pairs of this rank's experts (all of them in a single process).
+    const int64_t j0 = expert_offsets_[experts_.begin], j1 = expert_offsets_[experts_.end];
+    pool_.parallel_for(j1 - j0, [&](int64_t b0, int64_t b1, int) {
+      for (int64_t j = j0 + b0; j < j0 + b1; ++j)
         std::memcpy(rows.data() + j * rb, tok.data + (expert_rows_[j] / K - c0) * rb, rb);
     });
     out[i] = {rows.data(), rb};
@@ -444,7 +460,8 @@ std::array<QuantizedActivations, 2> Deepseek2Model::expert_inputs(std::initializ
 }
 
 void Deepseek2Model::expert_matmuls(std::initializer_list<const WeightMatrix*> ws, int64_t out_rows,
-                                    const std::array<QuantizedActivations, 2>& act, std::initializer_list<float*> ys) {
+                                    const std::array<QuantizedActivations, 2>& act, std::initializer_list<float*> ys,
+                                    int64_t act_row0) {
   const WeightMatrix* const* w = ws.begin();
   float* const* y = ys.begin();
   const int n_mat = static_cast<int>(ws.size());
@@ -452,7 +469,7 @@ void Deepseek2Model::expert_matmuls(std::initializer_list<const WeightMatrix*> w
   // experts' pair counts differ, so a static split would leave threads idle.
   constexpr int32_t kRows = 32;
   expert_pieces_.clear();
-  for (int32_t e = 0; e < static_cast<int32_t>(c_.n_expert); ++e)
+  for (auto e = static_cast<int32_t>(experts_.begin); e < static_cast<int32_t>(experts_.end); ++e)
     if (expert_offsets_[e + 1] > expert_offsets_[e])
       for (int32_t i = 0; i < n_mat; ++i)
         for (int32_t r0 = 0; r0 < out_rows; r0 += kRows) expert_pieces_.push_back({i, e, r0});
@@ -461,19 +478,21 @@ void Deepseek2Model::expert_matmuls(std::initializer_list<const WeightMatrix*> w
     for (size_t k; (k = next.fetch_add(1, std::memory_order_relaxed)) < expert_pieces_.size();) {
       const ExpertPiece& pc = expert_pieces_[k];
       const int32_t b0 = expert_offsets_[pc.expert], m = expert_offsets_[pc.expert + 1] - b0;
-      const QuantizedActivations a{act[pc.matrix].data + b0 * act[pc.matrix].row_bytes, act[pc.matrix].row_bytes};
+      const QuantizedActivations a{act[pc.matrix].data + (b0 - act_row0) * act[pc.matrix].row_bytes,
+                                   act[pc.matrix].row_bytes};
       matmul_rows(w[pc.matrix]->rows(pc.expert * out_rows, out_rows), a, m, y[pc.matrix] + b0 * out_rows, out_rows,
                   pc.row0, std::min<int64_t>(out_rows, pc.row0 + kRows));
     }
   });
-  const int64_t n_pairs = expert_offsets_[c_.n_expert];
+  const int64_t j0 = expert_offsets_[experts_.begin] * out_rows, j1 = expert_offsets_[experts_.end] * out_rows;
   for (int i = 0; i < n_mat; ++i)
     if (w[i]->scale != 1.0f)
-      for (int64_t j = 0; j < n_pairs * out_rows; ++j) y[i][j] *= w[i]->scale;
+      for (int64_t j = j0; j < j1; ++j) y[i][j] *= w[i]->scale;
 }
 
 void Deepseek2Model::moe_ffn(const LayerWeights& L, int64_t n) {
   const int64_t E = c_.n_embd, F = c_.n_ff_exp, X = c_.n_expert, K = c_.n_expert_used;
+  const int rank = rank_of(opt_.comm), n_ranks = n_ranks_of(opt_.comm);
   // Routing: {n_embd, n} -> {n_expert, n} logits -> k experts and weights per token.
   mm(L.ffn_gate_inp, h_.data(), E, n, router_.data(), X);
   MoeRouting r;
@@ -503,9 +522,11 @@ void Deepseek2Model::moe_ffn(const LayerWeights& L, int64_t n) {
     for (int64_t i = 0; i < P; ++i) expert_offsets_[sel_experts_[p0 + i] + 1]++;
     int64_t n_run = 0;
     for (int64_t e = 0; e < X; ++e) {
-      n_run += expert_offsets_[e + 1] > 0;
+      n_run += expert_offsets_[e + 1] > 0 && experts_.contains(e);
       expert_offsets_[e + 1] += expert_offsets_[e];
     }
+    // This rank's experts own the pairs [pa, pb) of the grouped order.
+    const int64_t pa = expert_offsets_[experts_.begin], pb = expert_offsets_[experts_.end];
     const int64_t expert_bytes = L.gate_up_merged ? 2 * F * L.ffn_gate_up_exps.row_bytes
                                                   : F * (L.ffn_gate_exps.row_bytes + L.ffn_up_exps.row_bytes);
     moe_counters_.experts_run.fetch_add(n_run, std::memory_order_relaxed);
@@ -520,36 +541,46 @@ void Deepseek2Model::moe_ffn(const LayerWeights& L, int64_t n) {
     if (L.gate_up_merged) {
       // {n_embd, m} -> {2 * n_ff_exp, m} per expert: gate rows then up rows, into up_.
       expert_matmuls({&L.ffn_gate_up_exps}, 2 * F, expert_inputs({&L.ffn_gate_up_exps}, c0, c1, P), {up_.data()});
-      pool_.parallel_for(P, [&](int64_t b0, int64_t b1, int) {
-        for (int64_t i = b0; i < b1; ++i)
+      pool_.parallel_for(pb - pa, [&](int64_t b0, int64_t b1, int) {
+        for (int64_t i = pa + b0; i < pa + b1; ++i)
           swiglu(up_.data() + i * 2 * F, up_.data() + i * 2 * F + F, gate_.data() + i * F, F);
       });
     } else {
       expert_matmuls({&L.ffn_gate_exps, &L.ffn_up_exps}, F,
                      expert_inputs({&L.ffn_gate_exps, &L.ffn_up_exps}, c0, c1, P), {gate_.data(), up_.data()});
-      pool_.parallel_for(P, [&](int64_t b0, int64_t b1, int) {
-        swiglu(gate_.data() + b0 * F, up_.data() + b0 * F, gate_.data() + b0 * F, (b1 - b0) * F);
+      pool_.parallel_for(pb - pa, [&](int64_t b0, int64_t b1, int) {
+        swiglu(gate_.data() + (pa + b0) * F, up_.data() + (pa + b0) * F, gate_.data() + (pa + b0) * F, (b1 - b0) * F);
       });
     }
     // The down projection's inputs are already one row per pair, in grouped order.
     const QuantizedActivations down_in =
-        quantize_activations(L.ffn_down_exps.type, gate_.data(), F, P, F, &pool_, moe_act_[0]);
-    expert_matmuls({&L.ffn_down_exps}, E, {down_in, down_in}, {ex_out_.data()});
+        quantize_activations(L.ffn_down_exps.type, gate_.data() + pa * F, F, pb - pa, F, &pool_, moe_act_[0]);
+    expert_matmuls({&L.ffn_down_exps}, E, {down_in, down_in}, {ex_out_.data()}, pa);
 
     // transformers' summation order: routed experts in expert order starting from zero (the
     // shared experts follow below), which is the order moe_route returns a token's experts in.
+    // With several ranks the experts are contiguous ranges in rank order, so the same order is
+    // a chain: rank r continues the sums rank r - 1 hands it (bit for bit the single-process
+    // sums), and the last rank's are broadcast below. The ranks computed their experts in
+    // parallel; only this addition waits on the previous rank.
+    const size_t chunk_bytes = sizeof(float) * (c1 - c0) * E;
+    if (rank > 0) opt_.comm->recv(acc + c0 * E, chunk_bytes, rank - 1);
     pool_.parallel_for(c1 - c0, [&](int64_t b0, int64_t b1, int) {
       for (int64_t t = c0 + b0; t < c0 + b1; ++t) {
         float* dst = acc + t * E;
-        std::fill(dst, dst + E, 0.0f);
+        if (rank == 0) std::fill(dst, dst + E, 0.0f);
         for (int64_t pair = t * K; pair < (t + 1) * K; ++pair) {
+          const int64_t at = pair_pos_[pair - p0];
+          if (at < pa || at >= pb) continue;  // another rank's expert
           const float wgt = sel_weights_[pair];
-          const float* src = ex_out_.data() + pair_pos_[pair - p0] * E;
+          const float* src = ex_out_.data() + at * E;
           for (int64_t j = 0; j < E; ++j) dst[j] += src[j] * wgt;
         }
       }
     });
+    if (rank < n_ranks - 1) opt_.comm->send(acc + c0 * E, chunk_bytes, rank + 1);
   }
+  if (n_ranks > 1) opt_.comm->broadcast(acc, sizeof(float) * n * E, n_ranks - 1);
   if (c_.n_expert_shared > 0) {
     const int64_t S = F * c_.n_expert_shared;
     mm(L.ffn_gate_shexp, h_.data(), E, n, gate_.data(), S);

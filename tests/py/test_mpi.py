@@ -1,0 +1,157 @@
+"""Several processes under mpirun (src/parallel/): `mpirun -np N mla run` must give the tokens and
+the logits of the single-process engine bit for bit, bring every rank's log lines to rank 0's log
+tagged with the rank, spread rank 0's MLA_* environment, and stop with one line naming the rank on
+bad input. The reference is the single-process `mla run` of the same file (whose own correctness
+against transformers and llama.cpp is tested elsewhere)."""
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+MLA = os.environ.get("MLA_BIN", str(ROOT / "build" / "mla"))
+TINY = ROOT / "models" / "tiny-q8_0.gguf"
+MPIRUN = shutil.which("mpirun")
+
+SMALL = ["--n-embd", "64", "--n-ff", "128", "--q-lora-rank", "32", "--kv-lora-rank", "64", "--qk-nope", "16",
+         "--qk-rope", "16", "--v-head", "16", "--n-ff-exp", "32", "--n-expert-used", "2", "--n-layer", "3",
+         "--n-layer-dense-lead", "1", "--n-expert-shared", "1"]
+
+
+def _mpi_build() -> bool:
+    out = subprocess.run([MLA, "version"], capture_output=True, text=True, check=True).stdout
+    return "multi-process: mpi" in out
+
+
+pytestmark = [
+    pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed (scripts/install-deps.sh installs Open MPI)"),
+    pytest.mark.skipif(MPIRUN is not None and not _mpi_build(), reason="mla built without MPI (-DMLA_MPI=OFF)"),
+]
+
+# Open MPI refuses root without --allow-run-as-root (CI runs as root) and more ranks than cores
+# without --oversubscribe; the rest keeps a small test quick and quiet.
+MPI_FLAGS = ["--oversubscribe", "--allow-run-as-root", "--bind-to", "none", "--mca", "btl", "self,vader",
+             "--mca", "btl_vader_single_copy_mechanism", "none"]
+
+
+def mla(*args, check=True, timeout=120):
+    r = subprocess.run([MLA, *map(str, args)], capture_output=True, check=False, text=True, timeout=timeout)
+    if check:
+        assert r.returncode == 0, r.stderr
+    return r
+
+
+def mpirun(n, *args, check=True, timeout=120):
+    r = subprocess.run([MPIRUN, *MPI_FLAGS, "-np", str(n), MLA, *map(str, args)], capture_output=True, check=False,
+                       text=True, timeout=timeout)
+    if check:
+        assert r.returncode == 0, r.stdout + r.stderr
+    return r
+
+
+def mpmd(*parts, timeout=120):
+    """mpirun A : B : ... (one rank per part), each part a list of arguments after -np 1."""
+    cmd = [MPIRUN, *MPI_FLAGS]
+    for i, p in enumerate(parts):
+        if i:
+            cmd.append(":")
+        cmd += ["-np", "1", *map(str, p)]
+    return subprocess.run(cmd, capture_output=True, check=False, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def synth(tmp_path_factory):
+    d = tmp_path_factory.mktemp("mpi")
+    path = d / "synth-moe.gguf"
+    mla("gguf", "synth", "-o", path, "--type", "q8_0", "--seed", "11", "--n-expert", "7", *SMALL)
+    return path
+
+
+@pytest.mark.parametrize("n_ranks", [2, 3])
+def test_tiny_model_tokens_and_logits_match_single_process(tmp_path, n_ranks):
+    args = ["run", "-m", TINY, "-p", "def fibonacci(n):", "-n", "16", "--json", "-t", "1"]
+    one = json.loads(mla(*args, "--dump-logits", tmp_path / "one.bin").stdout)
+    many = json.loads(mpirun(n_ranks, *args, "--dump-logits", tmp_path / "many.bin").stdout)
+    assert many["continuation"] == one["continuation"]
+    assert len(one["continuation"]) == 16
+    # Bit for bit: the routed experts are summed in the single-process order across the ranks.
+    assert (tmp_path / "many.bin").read_bytes() == (tmp_path / "one.bin").read_bytes()
+
+
+@pytest.mark.parametrize("n_ranks", [2, 3])
+@pytest.mark.parametrize("path", ["auto", "mqa", "mha"])
+def test_synth_batch_with_chunked_prefill_prefix_hits_and_forks_matches(tmp_path, synth, n_ranks, path):
+    # Seven experts over 2 or 3 ranks: uneven ranges (4+3, 3+2+2). Shared prompt prefixes (prefix
+    # cache hits), n = 2 forks (copy-on-write blocks, sampled on rank 0 with a seed), a token
+    # budget of 8 (chunked prefill) and small blocks.
+    batch = tmp_path / "batch.txt"
+    common = list(range(1, 21))
+    lines = [
+        {"tokens": common + [30, 31, 32], "max_tokens": 6},
+        {"tokens": common + [40], "max_tokens": 5},
+        {"tokens": [7, 8, 9], "max_tokens": 7},
+        {"tokens": common[:9], "max_tokens": 4, "n": 2, "temperature": 0.9, "seed": 3},
+    ]
+    batch.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    args = ["run", "-m", synth, "--batch", batch, "--json", "--ignore-eos", "-t", "1", "--max-num-batched-tokens",
+            "8", "--block-size", "4", "--mla-path", path]
+    one = json.loads(mla(*args).stdout)
+    many = json.loads(mpirun(n_ranks, *args).stdout)
+    assert [r["continuation"] for r in many["requests"]] == [r["continuation"] for r in one["requests"]]
+    assert sum(len(r["continuation"]) for r in one["requests"]) == 6 + 5 + 7 + 4 * 2
+    assert one["prefix_cache_hit_rate"] > 0
+
+
+def test_worker_logs_and_dispatch_trace_reach_rank_zero(synth):
+    r = mpirun(3, "run", "-m", synth, "--tokens", "1,2,3,4", "-n", "2", "-t", "1", "--trace", "dispatch:1")
+    log = r.stderr
+    for rank in (1, 2):
+        assert f"[rank {rank}] parallel: rank {rank} of 3" in log
+        assert f"[rank {rank}] dispatch layer=blk.0 " in log
+        assert f"[rank {rank}] dispatch layer=blk.2 " in log
+    # Rank 0's own lines carry no tag.
+    assert "parallel: rank 0 of 3" in log and "[rank 0]" not in log
+    # The line format is rank 0's: the workers wrote nothing to their own stderr except through it.
+    assert all("] [rank" in line for line in log.splitlines() if "[rank " in line)
+
+
+def test_worker_environment_is_rank_zeros_with_a_warning(synth):
+    run = [MLA, "run", "-m", synth, "--tokens", "1,2,3", "-n", "1", "-t", "1"]
+    r = mpmd(["env", "MLA_TRACE=dispatch:1", *run], ["env", "MLA_TRACE=dispatch:5", "MLA_PREFAULT=0", *run])
+    assert r.returncode == 0, r.stderr
+    assert "[rank 1] environment: MLA_TRACE is 'dispatch:5' here but 'dispatch:1' on rank 0" in r.stderr
+    assert "[rank 1] environment: MLA_PREFAULT is '0' here but unset on rank 0" in r.stderr
+    # Rank 1 traces as rank 0 asked: one call per layer (it would log prefill and decode with 5).
+    assert r.stderr.count("[rank 1] dispatch layer=blk.0 ") == 1
+
+
+def test_too_many_ranks_for_the_experts_is_one_line(tmp_path):
+    path = tmp_path / "two-experts.gguf"
+    mla("gguf", "synth", "-o", path, "--type", "f32", "--seed", "2", "--n-expert", "2", *SMALL)
+    r = mpirun(3, "run", "-m", path, "--tokens", "1,2", "-n", "1", "-t", "1", check=False)
+    assert r.returncode != 0
+    errors = [line for line in r.stderr.splitlines() if line.startswith("mla: error:")]
+    want = ("mla: error: all 3 ranks: 3 ranks but the model has 2 routed experts: expert parallelism needs at most "
+            "one rank per expert")
+    assert errors == [want]
+
+
+def test_rank_that_cannot_open_the_file_is_named(tmp_path, synth):
+    run = ["run", "--tokens", "1,2", "-n", "1", "-t", "1"]
+    r = mpmd([MLA, *run, "-m", synth], [MLA, *run, "-m", tmp_path / "missing.gguf"])
+    assert r.returncode != 0
+    errors = [line for line in r.stderr.splitlines() if line.startswith("mla: error:")]
+    assert len(errors) == 1 and errors[0].startswith("mla: error: rank 1: ") and "missing.gguf" in errors[0]
+
+
+def test_ranks_with_different_files_are_refused(tmp_path, synth):
+    other = tmp_path / "other.gguf"
+    mla("gguf", "synth", "-o", other, "--type", "q8_0", "--seed", "12", "--n-expert", "7", *SMALL)
+    run = ["run", "--tokens", "1,2", "-n", "1", "-t", "1"]
+    r = mpmd([MLA, *run, "-m", synth], [MLA, *run, "-m", synth], [MLA, *run, "-m", other])
+    assert r.returncode != 0
+    errors = [line for line in r.stderr.splitlines() if line.startswith("mla: error:")]
+    assert len(errors) == 1 and errors[0].startswith("mla: error: rank 2 opened a different model file than rank 0")

@@ -54,8 +54,10 @@ struct ModelOptions {
   bool dsa = true;                        // DeepSeek Sparse Attention where the model has an indexer (--dsa)
   AttentionObserver* observer = nullptr;  // see AttentionObservation; must outlive the model
   // Several processes (src/parallel/): this rank computes the routed experts of its
-  // shard_range(n_expert, rank, size) and the MoE outputs are summed across ranks in rank order.
-  // nullptr or size 1: the single-process forward. Must outlive the model.
+  // shard_range(n_expert, rank, size), summed across ranks in rank order (expert parallelism), and
+  // its shard_range(n_head, ...) attention heads and its share of the output rows of attn_output,
+  // the dense FFNs and the shared experts, exchanged whole (tensor parallelism): the results are
+  // the single-process forward's bit for bit. nullptr or size 1: one process. Must outlive the model.
   Comm* comm = nullptr;
 };
 
@@ -88,8 +90,9 @@ class Deepseek2Model {
   bool sparse() const { return opt_.dsa && c_.has_indexer; }
   const SparseCounters& sparse_counters() const { return sparse_counters_; }
   const MoeCounters& moe_counters() const { return moe_counters_; }
-  // The routed experts this rank computes (all of them in a single process).
+  // The routed experts and attention heads this rank computes (all of them in a single process).
   ShardRange expert_range() const { return experts_; }
+  ShardRange head_range() const { return heads_; }
   ThreadPool& pool() { return pool_; }
   // An F32 cache of n_slots rows with one-slot blocks (slot = position for
   // single_sequence_batch); the engine makes its own paged cache from latent_shape().
@@ -132,6 +135,12 @@ class Deepseek2Model {
                       const std::array<QuantizedActivations, 2>& act, std::initializer_list<float*> ys,
                       int64_t act_row0 = 0);
   void mm(const WeightMatrix& w, const float* x, int64_t x_stride, int64_t n, float* y, int64_t y_stride);
+  // mm of this rank's share of w's output rows, then exchanged: every rank has all of y.
+  void mm_split(const WeightMatrix& w, const float* x, int64_t x_stride, int64_t n, float* y, int64_t y_stride);
+  // A SwiGLU FFN (dense layer or shared experts), its n_ff columns split across the ranks:
+  // proj_ = down · swiglu(gate · h_, up · h_) for n rows.
+  void swiglu_ffn(const WeightMatrix& gate, const WeightMatrix& up, const WeightMatrix& down, int64_t n_ff, int64_t n,
+                  float* out);
 
   const DeepseekConfig& c_;
   const DeepseekWeights& w_;
@@ -186,6 +195,8 @@ class Deepseek2Model {
   };
   std::vector<ExpertPiece> expert_pieces_;  // expert_matmuls' work list
   ShardRange experts_;                      // this rank's routed experts
+  ShardRange heads_;                        // this rank's attention heads
+  std::vector<float> gather_scratch_;       // all_gather_columns' buffers
 };
 
 // An MLA-MoE file (deepseek2, deepseek32 or glm-dsa) with its config and bound weights.

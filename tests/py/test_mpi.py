@@ -70,7 +70,31 @@ def synth(tmp_path_factory):
     return path
 
 
-@pytest.mark.parametrize("n_ranks", [2, 3])
+# Other shapes of the family, each split over the ranks: no q LoRA with merged gate/up experts and
+# 5 heads; DSA (glm-dsa, an indexer with top_k 4 so that sparse selection starts early, one shared
+# indexer layer); the older fused attn_kv_b layout with K-quants.
+VARIANTS = {
+    "lite-merged": {"q_lora_rank": 0, "merged_gate_up": True, "n_head": 5, "n_expert": 6, "type": "q8_0"},
+    "glm-dsa": {"arch": "glm-dsa", "n_head": 4, "n_expert": 5, "indexer_top_k": 4, "n_indexer_head": 2,
+                "indexer_head_dim": 32, "indexer_types": "101", "type": "f16", "gating": "sigmoid"},
+    "fused-q4k": {"layout": "fused", "n_embd": 256, "n_ff": 256, "n_ff_exp": 256, "q_lora_rank": 256,
+                  "kv_lora_rank": 256, "n_expert": 4, "type": "q4_k"},
+}
+
+
+@pytest.fixture(scope="module")
+def variants(tmp_path_factory):
+    d = tmp_path_factory.mktemp("mpi-variants")
+    out = {}
+    small = {SMALL[i][2:].replace("-", "_"): int(SMALL[i + 1]) for i in range(0, len(SMALL), 2)}
+    for name, cfg in VARIANTS.items():
+        out[name] = d / f"{name}.gguf"
+        (d / f"{name}.json").write_text(json.dumps({**small, **cfg, "seed": 21}))
+        mla("gguf", "synth", "-o", out[name], "--config", d / f"{name}.json")
+    return out
+
+
+@pytest.mark.parametrize("n_ranks", [2, 3, 4])
 def test_tiny_model_tokens_and_logits_match_single_process(tmp_path, n_ranks):
     args = ["run", "-m", TINY, "-p", "def fibonacci(n):", "-n", "16", "--json", "-t", "1"]
     one = json.loads(mla(*args, "--dump-logits", tmp_path / "one.bin").stdout)
@@ -155,3 +179,14 @@ def test_ranks_with_different_files_are_refused(tmp_path, synth):
     assert r.returncode != 0
     errors = [line for line in r.stderr.splitlines() if line.startswith("mla: error:")]
     assert len(errors) == 1 and errors[0].startswith("mla: error: rank 2 opened a different model file than rank 0")
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_synth_variants_logits_match_single_process(tmp_path, variants, variant):
+    args = ["run", "-m", variants[variant], "--tokens", ",".join(str(i) for i in range(3, 15)), "-n", "10",
+            "--ignore-eos", "--json", "-t", "1", "--max-num-batched-tokens", "5"]
+    one = json.loads(mla(*args, "--dump-logits", tmp_path / "one.bin").stdout)
+    for n_ranks in (2, 3, 4):
+        many = json.loads(mpirun(n_ranks, *args, "--dump-logits", tmp_path / "many.bin").stdout)
+        assert many["continuation"] == one["continuation"], n_ranks
+        assert (tmp_path / "many.bin").read_bytes() == (tmp_path / "one.bin").read_bytes(), n_ranks

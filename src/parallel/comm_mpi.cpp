@@ -9,7 +9,11 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -22,8 +26,12 @@ namespace mla::mpi {
 namespace {
 
 constexpr int kTagCompute = 1;
-constexpr int kTagLog = 2;                     // a worker's log line: one level byte, then the text
-constexpr int kTagLogDone = 3;                 // a worker's last message on the log channel
+constexpr int kTagLog = 2;        // a worker's log line: one level byte, then the text
+constexpr int kTagLogDone = 3;    // a worker's last message on the log channel
+constexpr int kTagHeartbeat = 4;  // a worker is alive: every kHeartbeatMs, from its own thread
+constexpr int kHeartbeatMs = 100;
+// A worker not heard from for this long is gone (one on rank 0's host is also checked directly).
+constexpr double kMaxSilenceSeconds = 5.0;
 constexpr size_t kMaxChunk = size_t{1} << 30;  // MPI counts are int: large buffers go in pieces
 
 void check(int rc, const char* what) {
@@ -32,6 +40,18 @@ void check(int rc, const char* what) {
   int len = 0;
   MPI_Error_string(rc, text, &len);
   fail("MPI {} failed: {}", what, std::string(text, len));
+}
+
+// ---- failure: rank 0 declares a worker gone; every wait then throws ----
+
+std::atomic<bool> g_failed{false};
+std::mutex g_failure_mu;
+std::string g_failure;
+
+void throw_if_failed() {
+  if (!g_failed.load(std::memory_order_acquire)) return;
+  std::lock_guard lk(g_failure_mu);
+  throw UnavailableError(g_failure);
 }
 
 // Waits for a request: spins briefly (a step's exchange is usually microseconds away), then
@@ -43,6 +63,7 @@ void wait(MPI_Request& req, int max_sleep_us) {
   auto sleep_us = 1;
   const auto yield_until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
   while (!done) {
+    throw_if_failed();  // a dead peer never completes the request
     if (std::chrono::steady_clock::now() < yield_until) {
       std::this_thread::yield();
     } else {
@@ -130,6 +151,65 @@ class MpiComm final : public Comm {
 MPI_Comm g_log_comm = MPI_COMM_NULL;
 int g_rank = 0, g_size = 1;
 std::thread g_receiver;
+std::thread g_heartbeat;  // a worker's
+std::atomic<bool> g_heartbeat_stop{false};
+
+// Who each rank is, for naming a dead one and checking it directly when it shares our host.
+struct PeerId {
+  int32_t pid = 0;
+  char host[60] = {};
+};
+std::vector<PeerId> g_peers;
+std::vector<std::chrono::steady_clock::time_point> g_last_seen;  // by rank 0's receiver thread
+std::mutex g_seen_mu;
+
+// Same host and the process is gone or a zombie.
+bool process_gone(const PeerId& p) {
+  char host[60] = {};
+  gethostname(host, sizeof host - 1);
+  if (std::strcmp(host, p.host) != 0) return false;
+  std::ifstream stat("/proc/" + std::to_string(p.pid) + "/stat");
+  if (!stat) return true;
+  std::string line;
+  std::getline(stat, line);
+  const size_t paren = line.rfind(')');
+  return paren != std::string::npos && paren + 2 < line.size() && (line[paren + 2] == 'Z' || line[paren + 2] == 'X');
+}
+
+void declare_failed(int rank, const std::string& why) {
+  {
+    std::lock_guard lk(g_failure_mu);
+    if (g_failed.load()) return;
+    g_failure = fmt::format("rank {} (pid {} on {}) {}: the multi-process engine cannot continue", rank,
+                            g_peers[rank].pid, g_peers[rank].host, why);
+  }
+  g_failed.store(true, std::memory_order_release);
+  log().error("parallel: {}", g_failure);
+}
+
+void check_peers(double max_silence_s) {
+  const auto now = std::chrono::steady_clock::now();
+  for (int r = 1; r < g_size && !g_failed.load(); ++r) {
+    if (process_gone(g_peers[r])) {
+      declare_failed(r, "exited");
+      break;
+    }
+    double silent = 0;
+    {
+      std::lock_guard lk(g_seen_mu);
+      silent = std::chrono::duration<double>(now - g_last_seen[r]).count();
+    }
+    if (silent > max_silence_s) declare_failed(r, fmt::format("has not been heard from for {:.1f} s", silent));
+  }
+}
+
+void send_heartbeats() {
+  char none = 0;
+  while (!g_heartbeat_stop.load()) {
+    MPI_Send(&none, 0, MPI_CHAR, 0, kTagHeartbeat, g_log_comm);
+    std::this_thread::sleep_for(std::chrono::milliseconds(kHeartbeatMs));
+  }
+}
 std::vector<spdlog::sink_ptr> g_own_sinks;  // a worker's stderr sink, while its lines are forwarded
 std::atomic<bool> g_stopping{false};
 
@@ -148,10 +228,16 @@ void receive_logs() {
   int n_done = 0;
   auto deadline = std::chrono::steady_clock::time_point::max();
   int sleep_us = 1;
+  auto next_check = std::chrono::steady_clock::now();
   while (n_done < g_size - 1) {
+    const auto now = std::chrono::steady_clock::now();
     if (g_stopping.load() && deadline == std::chrono::steady_clock::time_point::max())
-      deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    if (std::chrono::steady_clock::now() > deadline) break;  // a worker that never said goodbye
+      deadline = now + std::chrono::seconds(g_failed.load() ? 0 : 5);
+    if (now > deadline) break;  // a worker that never said goodbye
+    if (now >= next_check && !g_stopping.load()) {
+      check_peers(kMaxSilenceSeconds);
+      next_check = now + std::chrono::milliseconds(kHeartbeatMs);
+    }
     int flag = 0;
     MPI_Status st;
     MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, g_log_comm, &flag, &st);
@@ -165,6 +251,11 @@ void receive_logs() {
     MPI_Get_count(&st, MPI_CHAR, &count);
     buf.resize(std::max(count, 1));
     MPI_Recv(buf.data(), count, MPI_CHAR, st.MPI_SOURCE, st.MPI_TAG, g_log_comm, MPI_STATUS_IGNORE);
+    {
+      std::lock_guard lk(g_seen_mu);
+      g_last_seen[st.MPI_SOURCE] = std::chrono::steady_clock::now();
+    }
+    if (st.MPI_TAG == kTagHeartbeat) continue;
     if (st.MPI_TAG == kTagLogDone) {
       ++n_done;
     } else if (count > 0) {
@@ -214,10 +305,17 @@ std::unique_ptr<Comm> start(int& argc, char**& argv) {
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   check(MPI_Comm_dup(MPI_COMM_WORLD, &g_log_comm), "comm_dup");
+  PeerId me;
+  me.pid = static_cast<int32_t>(getpid());
+  gethostname(me.host, sizeof me.host - 1);
+  g_peers.resize(static_cast<size_t>(g_size));
+  MPI_Allgather(&me, sizeof me, MPI_BYTE, g_peers.data(), sizeof me, MPI_BYTE, g_log_comm);
+  g_last_seen.assign(static_cast<size_t>(g_size), std::chrono::steady_clock::now());
   if (g_size > 1) {
     if (g_rank == 0) {
       g_receiver = std::thread(receive_logs);
     } else {
+      g_heartbeat = std::thread(send_heartbeats);
       auto& l = log();
       g_own_sinks = l.sinks();
       l.sinks().clear();
@@ -228,12 +326,29 @@ std::unique_ptr<Comm> start(int& argc, char**& argv) {
   return std::make_unique<MpiComm>();
 }
 
+std::optional<std::string> failure() {
+  if (!g_failed.load()) return std::nullopt;
+  std::lock_guard lk(g_failure_mu);
+  return g_failure;
+}
+
+void check_workers(double max_silence_s) {
+  if (g_rank == 0 && g_size > 1) check_peers(max_silence_s);
+}
+
 void stop() {
   if (g_size > 1) {
     if (g_rank == 0) {
       g_stopping.store(true);
       if (g_receiver.joinable()) g_receiver.join();
+      if (g_failed.load()) {
+        // A rank is gone: MPI_Finalize could wait for it forever. End the whole job instead.
+        std::fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+      }
     } else {
+      g_heartbeat_stop.store(true);
+      if (g_heartbeat.joinable()) g_heartbeat.join();
       char none = 0;
       MPI_Send(&none, 0, MPI_CHAR, 0, kTagLogDone, g_log_comm);
       log().sinks() = g_own_sinks;

@@ -1,5 +1,8 @@
 #include "parallel/world.h"
 
+#include <pthread.h>
+#include <signal.h>  // NOLINT(modernize-deprecated-headers): POSIX pthread_sigmask
+
 #include <cstring>
 #include <memory>
 
@@ -34,7 +37,16 @@ bool g_mpi_started = false;
 World::World(int& argc, char**& argv) {
 #ifdef MLA_HAVE_MPI
   if (mpi::launched_by_mpi()) {
+    // The threads MPI and the log forwarding start must not take SIGINT/SIGTERM (whose default
+    // action ends the process): they keep them blocked, and the commands' own handling (mla
+    // serve's graceful stop) sees them on the main thread as in a single process.
+    sigset_t stop_signals, old;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, &old);
     world_comm() = mpi::start(argc, argv);
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
     g_mpi_started = true;
   }
 #else
@@ -55,6 +67,21 @@ World::~World() {
 
 Comm& world() { return *world_comm(); }
 bool is_worker() { return world().rank() > 0; }
+
+std::optional<std::string> world_failure() {
+#ifdef MLA_HAVE_MPI
+  if (g_mpi_started) return mpi::failure();
+#endif
+  return std::nullopt;
+}
+
+void check_workers(double max_silence_s) {
+#ifdef MLA_HAVE_MPI
+  if (g_mpi_started) mpi::check_workers(max_silence_s);
+#else
+  (void)max_silence_s;
+#endif
+}
 
 std::string mpi_build_info() {
 #ifdef MLA_HAVE_MPI

@@ -3,6 +3,7 @@
 // mpirun, a World joins the MPI job: rank 0 sends its MLA_* environment to the workers (a worker
 // whose own environment disagrees logs a warning) and every worker's log lines go to rank 0's
 // log sink, tagged `[rank N]`. Anything else is one process, rank 0 of 1.
+#include <optional>
 #include <string>
 
 #include "parallel/comm.h"
@@ -22,6 +23,14 @@ class World {
 // This process's communicator (a one-rank one without MPI). Valid for the World's lifetime.
 Comm& world();
 bool is_worker();  // rank > 0
+
+// Rank 0 of a multi-process run: set once a worker rank was found gone (its process exited, or
+// it stopped sending its heartbeat), naming the rank; from then on every communication throws
+// UnavailableError with this text, so the engine fails its requests with 503. nullopt otherwise.
+std::optional<std::string> world_failure();
+// Rank 0: checks the workers at once, counting one silent for longer than max_silence_s as gone
+// (mla serve does this on SIGTERM, which mpirun sends when a rank died).
+void check_workers(double max_silence_s);
 
 // Thrown on a worker rank to leave main() with `code` without printing anything: the reason was
 // already reported once, by rank 0.

@@ -5,11 +5,17 @@ bad input. The reference is the single-process `mla run` of the same file (whose
 against transformers and llama.cpp is tested elsewhere)."""
 import json
 import os
+import re
 import shutil
+import signal
+import socket
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 import pytest
+import requests
 
 ROOT = Path(__file__).resolve().parents[2]
 MLA = os.environ.get("MLA_BIN", str(ROOT / "build" / "mla"))
@@ -190,3 +196,127 @@ def test_synth_variants_logits_match_single_process(tmp_path, variants, variant)
         many = json.loads(mpirun(n_ranks, *args, "--dump-logits", tmp_path / "many.bin").stdout)
         assert many["continuation"] == one["continuation"], n_ranks
         assert (tmp_path / "many.bin").read_bytes() == (tmp_path / "one.bin").read_bytes(), n_ranks
+
+
+# ---- mla serve under mpirun ----
+
+VOCAB = ROOT / "tests" / "fixtures" / "vocab" / "ggml-vocab-deepseek-llm.gguf"
+CHAT_TEMPLATE = ROOT / "tests" / "fixtures" / "synth" / "chat_template.jinja"
+
+
+@pytest.fixture(scope="module")
+def served_model(tmp_path_factory):
+    """A synth MoE with a real vocabulary (text in, text out), 4 heads and 6 experts: up to 4 ranks."""
+    d = tmp_path_factory.mktemp("mpi-serve")
+    small = {SMALL[i][2:].replace("-", "_"): int(SMALL[i + 1]) for i in range(0, len(SMALL), 2)}
+    cfg = {**small, "n_head": 4, "n_expert": 6, "n_ctx_train": 65536, "type": "q8_0", "seed": 9,
+           "vocab": str(VOCAB), "chat_template": str(CHAT_TEMPLATE)}
+    (d / "cfg.json").write_text(json.dumps(cfg))
+    path = d / "served.gguf"
+    mla("gguf", "synth", "-o", path, "--config", d / "cfg.json")
+    return path
+
+
+class MpiServer:
+    """`mpirun -np N mla serve` (N = 0: plain `mla serve`) with its combined output collected."""
+
+    def __init__(self, n_ranks, model, *extra):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.n_ranks = n_ranks
+        serve = [MLA, "serve", "-m", str(model), "--port", str(self.port), "-t", "1", "--kv-cache-tokens", "70000", "--served-model-name", "served",
+                 *extra]
+        cmd = serve if n_ranks == 0 else [MPIRUN, *MPI_FLAGS, "-np", str(n_ranks), *serve]
+        env = {k: v for k, v in os.environ.items() if k != "MLA_API_KEY"}
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        self.lines = []
+        self.reader = threading.Thread(target=lambda: self.lines.extend(self.proc.stdout), daemon=True)
+        self.reader.start()
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            assert self.proc.poll() is None, f"server exited {self.proc.returncode}:\n{self.log}"
+            try:
+                if requests.get(self.url + "/health", timeout=1).status_code == 200:
+                    return
+            except requests.ConnectionError:
+                pass
+            time.sleep(0.05)
+        self.close()
+        raise AssertionError(f"server not ready:\n{self.log}")
+
+    @property
+    def log(self):
+        return "".join(self.lines)
+
+    def complete(self, prompt, max_tokens, **kw):
+        return requests.post(self.url + "/v1/completions", json={"model": "served", "prompt": prompt, "max_tokens": max_tokens,
+                                                                 "temperature": 0, **kw}, timeout=60)
+
+    def rank_pid(self, rank):
+        m = re.search(rf"parallel: rank {rank} of \d+ \(pid (\d+) on ", self.log)
+        assert m, self.log
+        return int(m.group(1))
+
+    def close(self, timeout=30):
+        """A graceful stop: SIGTERM to rank 0, which drains and stops the workers. (mpirun itself
+        answers SIGTERM by killing the whole job.)"""
+        if self.proc.poll() is None:
+            os.kill(self.rank_pid(0) if self.n_ranks else self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise AssertionError(f"server did not stop within {timeout} s:\n{self.log}") from None
+        self.reader.join(5)
+        return self.proc.returncode
+
+
+def test_serve_under_mpirun_answers_like_one_process(served_model):
+    prompts = ["The quick brown fox", "def main():\n    ", "1, 2, 3, 5, 8,"]
+    one = MpiServer(0, served_model)
+    try:
+        want = [one.complete(p, 12, logprobs=1).json()["choices"][0] for p in prompts]
+    finally:
+        assert one.close() == 0
+    many = MpiServer(3, served_model)
+    try:
+        got = [many.complete(p, 12, logprobs=1).json()["choices"][0] for p in prompts]
+    finally:
+        rc = many.close()
+    assert rc == 0, many.log
+    assert [g["text"] for g in got] == [w["text"] for w in want]
+    assert [g["logprobs"]["token_logprobs"] for g in got] == [w["logprobs"]["token_logprobs"] for w in want]
+    assert all(len(w["logprobs"]["tokens"]) == 12 for w in want)
+    assert "[rank 2] parallel: rank 2 of 3" in many.log
+
+
+def test_killed_worker_fails_requests_with_503_and_the_job_exits(served_model):
+    server = MpiServer(3, served_model)
+    try:
+        worker = server.rank_pid(2)
+        results = []
+
+        def long_request():
+            results.append(server.complete("Once upon a time", 60000, ignore_eos=True))
+
+        threads = [threading.Thread(target=long_request) for _ in range(2)]
+        for t in threads:
+            t.start()
+        time.sleep(1.0)  # both are decoding
+        assert all(t.is_alive() for t in threads), "the requests ended before the worker was killed"
+        t_kill = time.time()
+        os.kill(worker, signal.SIGKILL)
+        for t in threads:
+            t.join(30)
+        assert [r.status_code for r in results] == [503, 503], [r.text for r in results]
+        assert all("rank 2" in r.json()["error"]["message"] for r in results)
+        server.proc.wait(30)  # no hang: the job ends
+        assert time.time() - t_kill < 30
+    finally:
+        server.close()
+    assert server.proc.returncode != 0
+    assert re.search(rf"parallel: rank 2 \(pid {worker} on \S+\) exited: the multi-process engine cannot continue",
+                     server.log), server.log

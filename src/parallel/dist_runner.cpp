@@ -5,10 +5,13 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "gguf/gguf.h"
+#include "parallel/shard_pages.h"
 #include "parallel/world.h"
+#include "util/env.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -70,6 +73,36 @@ void DistributedRunner::forward(const BatchMeta& meta, float* logits) {
   Deepseek2Runner::forward(meta, logits);
 }
 
+RankStats own_rank_stats(const Deepseek2Runner& runner, const Comm& comm) {
+  RankStats s;
+  read_resident_memory(s, std::filesystem::canonical(runner.file().path()).string());
+  s.comm_sent_bytes = comm.counters().bytes_sent.load();
+  s.comm_received_bytes = comm.counters().bytes_received.load();
+  s.comm_messages = comm.counters().messages.load();
+  s.expert_bytes = runner.moe_counters().expert_bytes.load();
+  const ShardBytes mapped = map_rank_shard(runner.config(), runner.weights(), comm.rank(), comm.size(), false);
+  s.shard_bytes = mapped.sharded + mapped.replicated;
+  s.shard_split_bytes = mapped.sharded;
+  const DeepseekConfig& c = runner.config();
+  const ShardRange ex = shard_range(c.n_expert, comm.rank(), comm.size());
+  const ShardRange hd = shard_range(c.n_head, comm.rank(), comm.size());
+  s.expert_begin = ex.begin;
+  s.expert_end = ex.end;
+  s.head_begin = hd.begin;
+  s.head_end = hd.end;
+  return s;
+}
+
+std::vector<RankStats> DistributedRunner::rank_stats() {
+  StepHeader h;
+  h.command = static_cast<int32_t>(StepCommand::Stats);
+  comm_.broadcast(&h, sizeof h, 0);
+  const RankStats mine = own_rank_stats(*this, comm_);
+  std::vector<RankStats> all(static_cast<size_t>(comm_.size()));
+  comm_.all_gather(&mine, sizeof mine, all.data());
+  return all;
+}
+
 void serve_worker_steps(Comm& comm, Deepseek2Runner& runner) {
   StepHeader h;
   std::vector<int32_t> payload;
@@ -78,6 +111,12 @@ void serve_worker_steps(Comm& comm, Deepseek2Runner& runner) {
   for (;;) {
     comm.broadcast_idle(&h, sizeof h, 0);
     if (h.command == static_cast<int32_t>(StepCommand::Stop)) return;
+    if (h.command == static_cast<int32_t>(StepCommand::Stats)) {
+      const RankStats mine = own_rank_stats(runner, comm);
+      std::vector<RankStats> all(static_cast<size_t>(comm.size()));
+      comm.all_gather(&mine, sizeof mine, all.data());
+      continue;
+    }
     payload.resize(static_cast<size_t>(std::max(h.payload_ints, 0)));
     comm.broadcast(payload.data(), payload.size() * sizeof(int32_t), 0);
     decode_step(h, payload, meta, copies);
@@ -133,9 +172,16 @@ std::unique_ptr<Deepseek2Runner> open_runner(const std::string& path, MlaPathPol
 
   char host[256] = {};
   gethostname(host, sizeof host - 1);
-  const ShardRange ex = shard_range(runner->config().n_expert, comm.rank(), comm.size());
-  log().info("parallel: rank {} of {} (pid {} on {}): routed experts [{}, {})", comm.rank(), comm.size(), getpid(),
-             host, ex.begin, ex.end);
+  const DeepseekConfig& c = runner->config();
+  const ShardRange ex = shard_range(c.n_expert, comm.rank(), comm.size());
+  const ShardRange hd = shard_range(c.n_head, comm.rank(), comm.size());
+  const ShardBytes mapped =
+      map_rank_shard(c, runner->weights(), comm.rank(), comm.size(), env_value("MLA_PREFAULT").value_or("1") != "0");
+  log().info(
+      "parallel: rank {} of {} (pid {} on {}): routed experts [{}, {}), heads [{}, {}); reads {:.1f} MiB of the model "
+      "file ({:.1f} MiB its share, {:.1f} MiB every rank's)",
+      comm.rank(), comm.size(), getpid(), host, ex.begin, ex.end, hd.begin, hd.end,
+      (mapped.sharded + mapped.replicated) / 1048576.0, mapped.sharded / 1048576.0, mapped.replicated / 1048576.0);
   if (comm.rank() == 0) {
     static_cast<DistributedRunner&>(*runner).set_workers_started();
     return runner;

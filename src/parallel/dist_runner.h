@@ -11,6 +11,7 @@
 
 #include "engine/deepseek2_runner.h"
 #include "parallel/comm.h"
+#include "parallel/rank_stats.h"
 #include "parallel/step_wire.h"
 
 namespace mla {
@@ -27,6 +28,8 @@ class DistributedRunner final : public Deepseek2Runner {
 
   void forward(const BatchMeta& meta, float* logits) override;
   void copy_block(int32_t src, int32_t dst) override;
+  // Every rank's memory, communication and shard (index = rank), rank 0's own included.
+  std::vector<RankStats> rank_stats();
   // After the start-up check: from now on the workers wait for steps.
   void set_workers_started() { workers_started_ = true; }
 
@@ -36,6 +39,9 @@ class DistributedRunner final : public Deepseek2Runner {
   std::vector<int32_t> payload_;
   bool workers_started_ = false;
 };
+
+// This rank's RankStats (any runner: one process is rank 0 of 1).
+RankStats own_rank_stats(const Deepseek2Runner& runner, const Comm& comm);
 
 // A worker rank's loop: each step's copies and forward as rank 0 sends them, until Stop.
 void serve_worker_steps(Comm& comm, Deepseek2Runner& runner);

@@ -11,7 +11,8 @@
 
 namespace mla {
 
-enum class StepCommand : int32_t { Forward = 1, Stop = 2 };
+// Forward: one engine step. Stats: every rank's RankStats gathered (mla bench). Stop: workers return.
+enum class StepCommand : int32_t { Forward = 1, Stop = 2, Stats = 3 };
 
 struct StepHeader {
   int32_t command = 0;  // StepCommand

@@ -320,3 +320,49 @@ def test_killed_worker_fails_requests_with_503_and_the_job_exits(served_model):
     assert server.proc.returncode != 0
     assert re.search(rf"parallel: rank 2 \(pid {worker} on \S+\) exited: the multi-process engine cannot continue",
                      server.log), server.log
+
+
+# ---- what each rank holds and moves: mla bench under mpirun ----
+
+BIG = {"n_layer": 4, "n_layer_dense_lead": 1, "n_embd": 512, "n_ff": 2048, "n_head": 8, "q_lora_rank": 256,
+       "kv_lora_rank": 128, "qk_nope": 32, "qk_rope": 32, "v_head": 32, "n_expert": 12, "n_expert_used": 2,
+       "n_expert_shared": 1, "n_ff_exp": 1024, "type": "q8_0", "seed": 3}
+# Tensors the ranks split (by experts, heads, FFN columns or output rows); the rest every rank
+# reads whole, but token_embd (rows by use) and output (rank 0 only).
+SPLIT = ("_exps.", "attn_q_b.", "attn_output.", "ffn_gate.", "ffn_up.", "ffn_down.", "_shexp.")
+
+
+def test_each_rank_reads_its_share_of_the_file(tmp_path):
+    from gguf import GGUFReader
+
+    path = tmp_path / "big.gguf"
+    (tmp_path / "big.json").write_text(json.dumps(BIG))
+    mla("gguf", "synth", "-o", path, "--config", tmp_path / "big.json")
+    sizes = {t.name: int(t.n_bytes) for t in GGUFReader(str(path)).tensors}
+    split = sum(n for name, n in sizes.items() if any(s in name for s in SPLIT))
+    # Norms, the router bias and attn_k_b/attn_v_b are read once at load into F32 copies.
+    at_load = ("norm", "exp_probs_b", "attn_k_b", "attn_v_b")
+    every = sum(n for name, n in sizes.items() if not any(s in name for s in SPLIT + at_load)
+                and name not in ("token_embd.weight", "output.weight"))
+    bench = ["bench", "-m", path, "-p", "16", "-n", "8", "-r", "1", "-t", "1", "--membw-size", "8M", "--json"]
+    one = json.loads(mla(*bench).stdout)[-1]["ranks"]
+    assert len(one) == 1 and one[0]["shard_bytes"] == split + every + sizes["output.weight"]
+    whole = one[0]["model_rss_bytes"]
+    assert whole >= 0.95 * path.stat().st_size  # one process touches every weight (all experts are routed to)
+    for n_ranks in (2, 3):
+        rows = json.loads(mpirun(n_ranks, *bench).stdout)
+        ranks = rows[-1]["ranks"]
+        assert rows[-1]["n_ranks"] == n_ranks and rows[-1]["comm_bytes_per_token"] > 0
+        # The engine's accounting against gguf-py's tensor sizes: the split tensors' bytes divide
+        # among the ranks (at most one expert's worth apart), the rest is every rank's.
+        assert sum(r["shard_split_bytes"] for r in ranks) == split
+        one_expert = sum(n for name, n in sizes.items() if "_exps." in name) / BIG["n_expert"]
+        for r in ranks:
+            assert abs(r["shard_split_bytes"] - split / n_ranks) <= one_expert
+            assert r["shard_bytes"] - r["shard_split_bytes"] == every + (sizes["output.weight"] if r["rank"] == 0 else 0)
+        # Measured: the pages of the file mapped into each rank. Linux maps a page-cache folio
+        # (up to 2 MiB here) whole, so a rank holds a little beside each boundary of its share.
+        for r in ranks:
+            assert r["model_rss_bytes"] >= 0.9 * r["shard_split_bytes"]
+            assert r["model_rss_bytes"] <= (0.8 if n_ranks == 2 else 0.7) * whole, (n_ranks, r)
+        assert sum(r["model_rss_bytes"] for r in ranks) >= 0.95 * whole

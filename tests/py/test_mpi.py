@@ -23,7 +23,7 @@ TINY = ROOT / "models" / "tiny-q8_0.gguf"
 MPIRUN = shutil.which("mpirun")
 
 SMALL = ["--n-embd", "64", "--n-ff", "128", "--q-lora-rank", "32", "--kv-lora-rank", "64", "--qk-nope", "16",
-         "--qk-rope", "16", "--v-head", "16", "--n-ff-exp", "32", "--n-expert-used", "2", "--n-layer", "3",
+         "--qk-rope", "16", "--v-head", "16", "--n-ff-exp", "32", "--n-expert-used", "3", "--n-layer", "3",
          "--n-layer-dense-lead", "1", "--n-expert-shared", "1"]
 
 

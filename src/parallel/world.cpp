@@ -30,7 +30,9 @@ std::unique_ptr<Comm>& world_comm() {
   static std::unique_ptr<Comm> comm = std::make_unique<LocalComm>();
   return comm;
 }
+#ifdef MLA_HAVE_MPI
 bool g_mpi_started = false;
+#endif
 
 }  // namespace
 

@@ -219,9 +219,10 @@ void serve(ServeArgs& a) {
     for (;;) {
       int sig = 0;
       if (sigwait(&stop_signals, &sig) != 0) continue;
-      // mpirun sends SIGTERM when a rank died: look at the workers before a graceful stop.
+      // mpirun sends SIGTERM when a rank died: look at the workers before a graceful stop (a
+      // process gone from this host is seen at once; a remote one by its silent heartbeat).
       if (distributed) {
-        check_workers(0.5);
+        check_workers(5.0);
         if (world_failure()) return;  // the main loop below takes the failure path
       }
       const int n = ++n_signals;
@@ -302,15 +303,19 @@ void serve(ServeArgs& a) {
 
   // Serve until a signal, or until a worker rank is gone.
   while (n_signals.load() == 0 && !world_failure()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  // Until the answers of finished requests have reached their clients (or `limit` passed).
+  auto flush_responses = [&](std::chrono::milliseconds limit) {
+    const auto flush_end = std::chrono::steady_clock::now() + limit;
+    while ((api.n_active() > 0 || http.n_busy_connections() > 0) && std::chrono::steady_clock::now() < flush_end)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  };
   if (auto failure = world_failure()) {
     // The requests in flight failed with 503 (their forward threw); new ones get 503 too. Let
     // the answers reach their clients, then leave with an error (mpirun ends the other ranks).
     log().error("serve: stopping: {}", *failure);
     api.begin_shutdown();
     http.drain();
-    const auto flush_end = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-    while ((api.n_active() > 0 || http.n_busy_connections() > 0) && std::chrono::steady_clock::now() < flush_end)
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    flush_responses(std::chrono::seconds(2));
     http.stop();
     engine->stop();
     exit_code() = 1;
@@ -330,9 +335,7 @@ void serve(ServeArgs& a) {
     api.abort_all();
   }
   // Let the aborted requests' last chunks reach their clients.
-  const auto flush_end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while ((api.n_active() > 0 || http.n_busy_connections() > 0) && std::chrono::steady_clock::now() < flush_end)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  flush_responses(std::chrono::seconds(5));
   http.stop();
   engine->stop();
   log().info("stopped");

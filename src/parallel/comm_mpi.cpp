@@ -89,26 +89,16 @@ class MpiComm final : public Comm {
   void broadcast_idle(void* data, size_t bytes, int root) override { bcast(data, bytes, root, kIdleSleepUs); }
 
   void send(const void* data, size_t bytes, int dest) override {
-    const auto* p = static_cast<const char*>(data);
-    for (size_t at = 0; at < bytes || at == 0; at += kMaxChunk) {
-      const int n = static_cast<int>(std::min(kMaxChunk, bytes - at));
-      MPI_Request req;
-      check(MPI_Isend(p + at, n, MPI_BYTE, dest, kTagCompute, comm_, &req), "isend");
-      wait(req, kComputeSleepUs);
-      if (bytes == 0) break;
-    }
+    in_pieces(bytes, [&](size_t at, int n, MPI_Request* req) {
+      return MPI_Isend(static_cast<const char*>(data) + at, n, MPI_BYTE, dest, kTagCompute, comm_, req);
+    });
     counters_.bytes_sent.fetch_add(static_cast<int64_t>(bytes), std::memory_order_relaxed);
     counters_.messages.fetch_add(1, std::memory_order_relaxed);
   }
   void recv(void* data, size_t bytes, int src) override {
-    auto* p = static_cast<char*>(data);
-    for (size_t at = 0; at < bytes || at == 0; at += kMaxChunk) {
-      const int n = static_cast<int>(std::min(kMaxChunk, bytes - at));
-      MPI_Request req;
-      check(MPI_Irecv(p + at, n, MPI_BYTE, src, kTagCompute, comm_, &req), "irecv");
-      wait(req, kComputeSleepUs);
-      if (bytes == 0) break;
-    }
+    in_pieces(bytes, [&](size_t at, int n, MPI_Request* req) {
+      return MPI_Irecv(static_cast<char*>(data) + at, n, MPI_BYTE, src, kTagCompute, comm_, req);
+    });
     counters_.bytes_received.fetch_add(static_cast<int64_t>(bytes), std::memory_order_relaxed);
   }
   void all_gather(const void* mine, size_t bytes, void* all) override {
@@ -125,6 +115,20 @@ class MpiComm final : public Comm {
  private:
   static constexpr int kComputeSleepUs = 50;
   static constexpr int kIdleSleepUs = 2000;
+
+  // One nonblocking call per piece of at most kMaxChunk bytes (one empty message for 0 bytes),
+  // each waited for: start(offset, count, request) -> MPI error code.
+  template <typename Start>
+  void in_pieces(size_t bytes, Start start) {
+    size_t at = 0;
+    do {
+      const int n = static_cast<int>(std::min(kMaxChunk, bytes - at));
+      MPI_Request req;
+      check(start(at, n, &req), "point-to-point");
+      wait(req, kComputeSleepUs);
+      at += static_cast<size_t>(n);
+    } while (at < bytes);
+  }
 
   void bcast(void* data, size_t bytes, int root, int max_sleep_us) {
     auto* p = static_cast<char*>(data);

@@ -29,7 +29,8 @@ bool is_worker();  // rank > 0
 // UnavailableError with this text, so the engine fails its requests with 503. nullopt otherwise.
 std::optional<std::string> world_failure();
 // Rank 0: checks the workers at once, counting one silent for longer than max_silence_s as gone
-// (mla serve does this on SIGTERM, which mpirun sends when a rank died).
+// (mla serve does this on SIGTERM, which mpirun sends when a rank died; a short silence is no
+// proof of death on a loaded machine, so it passes the usual 5 s).
 void check_workers(double max_silence_s);
 
 // Thrown on a worker rank to leave main() with `code` without printing anything: the reason was

@@ -8,7 +8,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -16,6 +15,8 @@ from pathlib import Path
 
 import pytest
 import requests
+
+from server_util import MODEL_NAME, Server
 
 ROOT = Path(__file__).resolve().parents[2]
 MLA = os.environ.get("MLA_BIN", str(ROOT / "build" / "mla"))
@@ -159,12 +160,12 @@ def test_worker_environment_is_rank_zeros_with_a_warning(synth):
 
 
 def test_too_many_ranks_for_the_experts_is_one_line(tmp_path):
-    path = tmp_path / "two-experts.gguf"
-    mla("gguf", "synth", "-o", path, "--type", "f32", "--seed", "2", "--n-expert", "2", *SMALL)
-    r = mpirun(3, "run", "-m", path, "--tokens", "1,2", "-n", "1", "-t", "1", check=False)
+    path = tmp_path / "three-experts.gguf"
+    mla("gguf", "synth", "-o", path, "--type", "f32", "--seed", "2", "--n-expert", "3", *SMALL)
+    r = mpirun(4, "run", "-m", path, "--tokens", "1,2", "-n", "1", "-t", "1", check=False)
     assert r.returncode != 0
     errors = [line for line in r.stderr.splitlines() if line.startswith("mla: error:")]
-    want = ("mla: error: all 3 ranks: 3 ranks but the model has 2 routed experts: expert parallelism needs at most "
+    want = ("mla: error: all 4 ranks: 4 ranks but the model has 3 routed experts: expert parallelism needs at most "
             "one rank per expert")
     assert errors == [want]
 
@@ -217,42 +218,17 @@ def served_model(tmp_path_factory):
     return path
 
 
-class MpiServer:
-    """`mpirun -np N mla serve` (N = 0: plain `mla serve`) with its combined output collected."""
+class MpiServer(Server):
+    """`mpirun -np N mla serve` (N = 0: plain `mla serve`) on the served model."""
 
     def __init__(self, n_ranks, model, *extra):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
         self.n_ranks = n_ranks
-        serve = [MLA, "serve", "-m", str(model), "--port", str(self.port), "-t", "1", "--kv-cache-tokens", "70000", "--served-model-name", "served",
-                 *extra]
-        cmd = serve if n_ranks == 0 else [MPIRUN, *MPI_FLAGS, "-np", str(n_ranks), *serve]
-        env = {k: v for k, v in os.environ.items() if k != "MLA_API_KEY"}
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-        self.lines = []
-        self.reader = threading.Thread(target=lambda: self.lines.extend(self.proc.stdout), daemon=True)
-        self.reader.start()
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            assert self.proc.poll() is None, f"server exited {self.proc.returncode}:\n{self.log}"
-            try:
-                if requests.get(self.url + "/health", timeout=1).status_code == 200:
-                    return
-            except requests.ConnectionError:
-                pass
-            time.sleep(0.05)
-        self.close()
-        raise AssertionError(f"server not ready:\n{self.log}")
-
-    @property
-    def log(self):
-        return "".join(self.lines)
+        launcher = (MPIRUN, *MPI_FLAGS, "-np", str(n_ranks)) if n_ranks else ()
+        super().__init__(model, "--kv-cache-tokens", "70000", *extra, launcher=launcher)
 
     def complete(self, prompt, max_tokens, **kw):
-        return requests.post(self.url + "/v1/completions", json={"model": "served", "prompt": prompt, "max_tokens": max_tokens,
-                                                                 "temperature": 0, **kw}, timeout=60)
+        body = {"model": MODEL_NAME, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, **kw}
+        return requests.post(self.url + "/v1/completions", json=body, timeout=60)
 
     def rank_pid(self, rank):
         m = re.search(rf"parallel: rank {rank} of \d+ \(pid (\d+) on ", self.log)
@@ -262,16 +238,13 @@ class MpiServer:
     def close(self, timeout=30):
         """A graceful stop: SIGTERM to rank 0, which drains and stops the workers. (mpirun itself
         answers SIGTERM by killing the whole job.)"""
-        if self.proc.poll() is None:
-            os.kill(self.rank_pid(0) if self.n_ranks else self.proc.pid, signal.SIGTERM)
+        if self.n_ranks and self.proc.poll() is None:
+            os.kill(self.rank_pid(0), signal.SIGTERM)
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-                raise AssertionError(f"server did not stop within {timeout} s:\n{self.log}") from None
-        self.reader.join(5)
-        return self.proc.returncode
+                pass  # stop() below kills it and says so
+        return self.stop(timeout=timeout)
 
 
 def test_serve_under_mpirun_answers_like_one_process(served_model):

@@ -9,6 +9,7 @@ PKGS=(
   libboost-dev libboost-system-dev
   nlohmann-json3-dev libpcre2-dev libspdlog-dev libfmt-dev libcli11-dev libxxhash-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  openmpi-bin libopenmpi-dev
   clang libclang-rt-14-dev clang-format clang-tidy
   python3 python3-venv python3-pip
   curl

@@ -10,6 +10,7 @@
 // and the routed experts, plus the routed experts' rows the forward counted) and the GB/s that
 // makes, as a share of `mla bench --membw` (a read-bandwidth probe over all threads).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <chrono>
@@ -27,6 +28,8 @@
 #include "engine/engine.h"
 #include "gguf/gguf.h"
 #include "kernels/thread_pool.h"
+#include "parallel/dist_runner.h"
+#include "parallel/world.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -148,6 +151,7 @@ struct Test {
 struct Sample {
   double tps = 0;
   double weight_bytes_per_token = 0;  // decode tests
+  double comm_bytes_per_token = 0;    // rank 0's bytes sent + received per token (several ranks)
 };
 
 class Bencher {
@@ -174,12 +178,18 @@ class Bencher {
       }
       if (!out.error.empty()) error = out.error;
     });
+    // Rank 0 takes part in every exchange of a step: its volume is the step's.
+    const CommCounters& cc = world().counters();
+    auto comm_bytes = [&cc] { return cc.bytes_sent.load() + cc.bytes_received.load(); };
     const auto t0 = Clock::now();
-    int64_t bytes0 = 0;
+    int64_t bytes0 = 0, comm0 = comm_bytes(), comm_first = 0;
     while (engine_.has_unfinished()) {
       const bool had_first = first.has_value();
       engine_.step();
-      if (!had_first && first) bytes0 = runner_.moe_counters().expert_bytes.load();
+      if (!had_first && first) {
+        bytes0 = runner_.moe_counters().expert_bytes.load();
+        comm_first = comm_bytes();
+      }
     }
     const auto t_end = Clock::now();
     if (!error.empty()) fail("bench: {}: {}", t.name(), error);
@@ -187,12 +197,14 @@ class Bencher {
     Sample s;
     if (t.n_prompt > 0) {
       s.tps = t.n_prompt / std::max(seconds(t0, *first), 1e-9);
+      s.comm_bytes_per_token = static_cast<double>(comm_first - comm0) / t.n_prompt;
     } else {
       const int64_t decoded = got - 1;
       if (decoded != t.n_gen) fail("bench: {}: decoded {} tokens, expected {}", t.name(), decoded, t.n_gen);
       s.tps = decoded / std::max(seconds(*first, t_end), 1e-9);
       const int64_t routed = runner_.moe_counters().expert_bytes.load() - bytes0;
       s.weight_bytes_per_token = static_cast<double>(dense_bytes_) + static_cast<double>(routed) / decoded;
+      s.comm_bytes_per_token = static_cast<double>(comm_bytes() - comm_first) / decoded;
     }
     return s;
   }
@@ -264,8 +276,13 @@ void bench(const BenchArgs& a) {
   KvCacheOptions kvo;
   kvo.dtype = parse_cache_dtype(a.kv_dtype);
   kvo.tokens = (need_ctx + 255) / 256 * 256;
-  auto runner_owned = std::make_unique<Deepseek2Runner>(a.model, policy, mo, kvo);
+  auto runner_owned = open_runner(a.model, policy, mo, kvo);
+  if (!runner_owned) return;                      // a worker rank under mpirun: rank 0 has finished
   const Deepseek2Runner& runner = *runner_owned;  // lives inside the engine below
+  auto* dist = dynamic_cast<DistributedRunner*>(runner_owned.get());
+  const int n_ranks = world().size();
+  // Every rank's resident memory and communication so far (one process: this one), between tests.
+  auto rank_stats = [&] { return dist ? dist->rank_stats() : std::vector<RankStats>{own_rank_stats(runner, world())}; };
   if (runner.max_context() < need_ctx)
     fail("bench: the tests need {} tokens of context, the model allows {}", need_ctx, runner.max_context());
   const ModelFacts facts = describe(runner.file());
@@ -291,15 +308,19 @@ void bench(const BenchArgs& a) {
                any_decode ? " weights/token | GB/s | of membw |" : "");
     fmt::print("| --- | ---: | ---: | ---: | ---: | ---: |{}\n", any_decode ? " ---: | ---: | ---: |" : "");
   }
+  std::vector<std::string> comm_notes;
+  std::vector<RankStats> last_ranks;
   for (const Test& t : tests) {
     bencher.run(t);  // warm-up: cold caches, first-touch faults, scratch growth
-    std::vector<double> tps, bpt;
+    std::vector<double> tps, bpt, cpt;
     for (int r = 0; r < a.reps; ++r) {
       const Sample s = bencher.run(t);
       tps.push_back(s.tps);
       bpt.push_back(s.weight_bytes_per_token);
+      cpt.push_back(s.comm_bytes_per_token);
     }
-    const double m = mean_of(tps), sd = sd_of(tps), bytes = mean_of(bpt);
+    const double m = mean_of(tps), sd = sd_of(tps), bytes = mean_of(bpt), comm = mean_of(cpt);
+    const std::vector<RankStats> ranks = rank_stats();
     const double gbps = t.n_gen > 0 ? bytes * m / 1e9 : 0.0;
     if (a.json) {
       nlohmann::json j = {{"model_filename", a.model},
@@ -314,6 +335,22 @@ void bench(const BenchArgs& a) {
                           {"avg_ts", m},
                           {"stddev_ts", sd},
                           {"samples_ts", tps}};
+      j["n_ranks"] = n_ranks;
+      j["comm_bytes_per_token"] = comm;
+      j["ranks"] = nlohmann::json::array();
+      for (size_t r = 0; r < ranks.size(); ++r)
+        j["ranks"].push_back({{"rank", r},
+                              {"experts", {ranks[r].expert_begin, ranks[r].expert_end}},
+                              {"heads", {ranks[r].head_begin, ranks[r].head_end}},
+                              {"rss_bytes", ranks[r].rss_bytes},
+                              {"rss_file_bytes", ranks[r].rss_file_bytes},
+                              {"rss_anon_bytes", ranks[r].rss_anon_bytes},
+                              {"model_rss_bytes", ranks[r].model_rss_bytes},
+                              {"shard_bytes", ranks[r].shard_bytes},
+                              {"shard_split_bytes", ranks[r].shard_split_bytes},
+                              {"comm_sent_bytes", ranks[r].comm_sent_bytes},
+                              {"comm_received_bytes", ranks[r].comm_received_bytes},
+                              {"expert_bytes", ranks[r].expert_bytes}});
       if (t.n_gen > 0) {
         j["weight_bytes_per_token"] = bytes;
         j["gbps"] = gbps;
@@ -333,8 +370,24 @@ void bench(const BenchArgs& a) {
                human_bytes(static_cast<double>(facts.size_bytes)), human_params(static_cast<double>(facts.n_params)),
                n_threads, t.name(), m, sd, extra);
     std::fflush(stdout);
+    comm_notes.push_back(fmt::format("{} {:.1f} KB", t.name(), comm / 1e3));
+    last_ranks = ranks;
   }
-  if (a.json) fmt::print("{}\n", out.dump(1));
+  if (a.json) {
+    fmt::print("{}\n", out.dump(1));
+    return;
+  }
+  fmt::print("\nranks: {}; communication per token (rank 0, sent + received): {}\n", n_ranks,
+             fmt::join(comm_notes, ", "));
+  fmt::print("| rank | experts | heads | RSS | of it model file | sent | received |\n");
+  fmt::print("| ---: | --- | --- | ---: | ---: | ---: | ---: |\n");
+  for (size_t r = 0; r < last_ranks.size(); ++r) {
+    const RankStats& x = last_ranks[r];
+    fmt::print("| {} | [{}, {}) | [{}, {}) | {} | {} | {} | {} |\n", r, x.expert_begin, x.expert_end, x.head_begin,
+               x.head_end, human_bytes(static_cast<double>(x.rss_bytes)),
+               human_bytes(static_cast<double>(x.model_rss_bytes)), human_bytes(static_cast<double>(x.comm_sent_bytes)),
+               human_bytes(static_cast<double>(x.comm_received_bytes)));
+  }
 }
 
 }  // namespace

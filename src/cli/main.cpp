@@ -6,10 +6,13 @@
 #include <exception>
 
 #include "cli/commands.h"
+#include "parallel/world.h"
 #include "util/error.h"
 
 // NOLINTNEXTLINE(bugprone-exception-escape): a throw while registering options is a bug; terminate
 int main(int argc, char** argv) {
+  // Under mpirun: joins the MPI job (environment from rank 0, logs to rank 0); else nothing.
+  const mla::World world(argc, argv);
   CLI::App app{"mla.cpp: inference server for Multi-head Latent Attention MoE models"};
   app.require_subcommand(1);
   mla::cli::register_version(app);
@@ -25,8 +28,13 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  } catch (const mla::WorkerExit& e) {
+    return e.code;  // rank 0 reported why
   } catch (const mla::Error& e) {
-    std::fprintf(stderr, "mla: error: %s\n", e.what());
+    if (mla::is_worker())
+      std::fprintf(stderr, "mla: error: [rank %d] %s\n", mla::world().rank(), e.what());
+    else
+      std::fprintf(stderr, "mla: error: %s\n", e.what());
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mla: internal error: %s\n", e.what());

@@ -19,6 +19,7 @@
 #include "gguf/gguf.h"
 #include "grammar/grammar.h"
 #include "kv/kv_manager.h"
+#include "parallel/dist_runner.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -190,7 +191,8 @@ void run(const RunArgs& a) {
   if (kvo.tokens > 0 && kvo.memory_bytes > 0) fail("run: give --kv-cache-tokens or --kv-cache-memory, not both");
 
   const auto t_load = Clock::now();
-  auto runner = std::make_unique<Deepseek2Runner>(a.model, policy, mo, kvo);
+  auto runner = open_runner(a.model, policy, mo, kvo);
+  if (!runner) return;  // a worker rank under mpirun: rank 0 has finished
   const DeepseekConfig& c = runner->config();
   log().info("loaded {} in {:.2f} s: {} layers, {} heads, kv_lora_rank {}, {} experts (top {}), vocab {}, {} threads",
              a.model, seconds(t_load, Clock::now()), c.n_layer, c.n_head, c.kv_lora_rank, c.n_expert, c.n_expert_used,

@@ -24,6 +24,8 @@
 #include "engine/scripted_runner.h"
 #include "gguf/gguf.h"
 #include "grammar/grammar.h"
+#include "parallel/dist_runner.h"
+#include "parallel/world.h"
 #include "server/http_server.h"
 #include "server/openai_api.h"
 #include "server/reasoning.h"
@@ -176,6 +178,24 @@ void serve(ServeArgs& a) {
   const std::string name =
       a.served_model_name.empty() ? std::filesystem::path(a.model).filename().string() : a.served_model_name;
   const MlaPathPolicy policy = parse_mla_path_policy(a.mla_path);
+  ModelOptions mo;
+  mo.n_threads = a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  mo.max_batch_tokens = a.max_num_batched_tokens;
+  mo.dsa = dsa_enabled(a.common);
+  KvCacheOptions kv;
+  auto kv_type = ggml_type_from_name(a.kv_cache_dtype);
+  if (!kv_type) fail("serve: --kv-cache-dtype '{}' is not a type name (f16, bf16, f32, q8_0)", a.kv_cache_dtype);
+  kv.dtype = *kv_type;
+  kv.tokens = a.kv_cache_tokens;
+  if (!a.kv_cache_memory.empty()) kv.memory_bytes = parse_byte_size(a.kv_cache_memory, "--kv-cache-memory");
+  // Under mpirun: rank 0 serves HTTP; a worker computes its share of rank 0's steps until rank 0
+  // stops (mpirun forwards SIGINT/SIGTERM, which stay blocked here: rank 0 ends the workers).
+  const bool distributed = world().size() > 1;
+  if (distributed && !a.scripted_output.empty()) fail("serve: --scripted-output runs in a single process only");
+  if (is_worker()) {
+    open_runner(a.model, policy, mo, kv);
+    return;
+  }
 
   server::OpenAiApi api({name, a.model, a.api_key});
   server::HttpServerConfig hc;
@@ -196,10 +216,16 @@ void serve(ServeArgs& a) {
   // Static: the detached thread may outlive this function (a signal during exit).
   static std::atomic<int> n_signals{0};
   static std::atomic<bool> loaded{false};
-  std::thread signal_thread([stop_signals] {
+  std::thread signal_thread([stop_signals, distributed] {
     for (;;) {
       int sig = 0;
       if (sigwait(&stop_signals, &sig) != 0) continue;
+      // mpirun sends SIGTERM when a rank died: look at the workers before a graceful stop (a
+      // process gone from this host is seen at once; a remote one by its silent heartbeat).
+      if (distributed) {
+        check_workers(5.0);
+        if (world_failure()) return;  // the main loop below takes the failure path
+      }
       const int n = ++n_signals;
       log().info("received {} ({})", sig == SIGINT ? "SIGINT" : "SIGTERM",
                  n == 1 ? "shutting down" : "aborting running requests");
@@ -214,24 +240,20 @@ void serve(ServeArgs& a) {
 
   // Load.
   const auto t0 = std::chrono::steady_clock::now();
-  prefetch_file(a.model, fmt::format("loading {}", std::filesystem::path(a.model).filename().string()));
-  ModelOptions mo;
-  mo.n_threads = a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  mo.max_batch_tokens = a.max_num_batched_tokens;
-  mo.dsa = dsa_enabled(a.common);
-  KvCacheOptions kv;
-  auto kv_type = ggml_type_from_name(a.kv_cache_dtype);
-  if (!kv_type) fail("serve: --kv-cache-dtype '{}' is not a type name (f16, bf16, f32, q8_0)", a.kv_cache_dtype);
-  kv.dtype = *kv_type;
-  kv.tokens = a.kv_cache_tokens;
-  if (!a.kv_cache_memory.empty()) kv.memory_bytes = parse_byte_size(a.kv_cache_memory, "--kv-cache-memory");
+  // Several ranks: each one pages in its own shard only, so nothing reads the whole file here.
+  if (!distributed)
+    prefetch_file(a.model, fmt::format("loading {}", std::filesystem::path(a.model).filename().string()));
   std::unique_ptr<ModelRunner> runner;
   std::unique_ptr<Tokenizer> tokenizer;
   std::vector<int32_t> eos_ids;
   std::unique_ptr<GgufFile> vocab_file;  // scripted: the file is read for its vocabulary only
   if (a.scripted_output.empty()) {
-    self_check(a.self_check, a.model, mo.n_threads, kv.dtype);
-    auto rn = std::make_unique<Deepseek2Runner>(a.model, policy, mo, kv);
+    // The self-check runs the whole model in this process: not under mpirun, where no rank holds it all.
+    if (!distributed)
+      self_check(a.self_check, a.model, mo.n_threads, kv.dtype);
+    else if (a.self_check != "off")
+      log().info("--self-check: skipped under mpirun (it runs the whole model in one process; use mla doctor)");
+    auto rn = open_runner(a.model, policy, mo, kv);
     tokenizer = Tokenizer::from_gguf(rn->file());
     eos_ids = rn->eos_token_ids();
     runner = std::move(rn);
@@ -282,8 +304,26 @@ void serve(ServeArgs& a) {
              engine->config().max_model_len, n_threads, a.mla_path);
   log().info("ready: {}/v1 (served model name '{}'{})", url, name, a.api_key.empty() ? "" : ", API key required");
 
-  // Serve until a signal.
-  while (n_signals.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // Serve until a signal, or until a worker rank is gone.
+  while (n_signals.load() == 0 && !world_failure()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  // Until the answers of finished requests have reached their clients (or `limit` passed).
+  auto flush_responses = [&](std::chrono::milliseconds limit) {
+    const auto flush_end = std::chrono::steady_clock::now() + limit;
+    while ((api.n_active() > 0 || http.n_busy_connections() > 0) && std::chrono::steady_clock::now() < flush_end)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  };
+  if (auto failure = world_failure()) {
+    // The requests in flight failed with 503 (their forward threw); new ones get 503 too. Let
+    // the answers reach their clients, then leave with an error (mpirun ends the other ranks).
+    log().error("serve: stopping: {}", *failure);
+    api.begin_shutdown();
+    http.drain();
+    flush_responses(std::chrono::seconds(2));
+    http.stop();
+    engine->stop();
+    exit_code() = 1;
+    return;
+  }
 
   api.begin_shutdown();
   http.drain();
@@ -298,9 +338,7 @@ void serve(ServeArgs& a) {
     api.abort_all();
   }
   // Let the aborted requests' last chunks reach their clients.
-  const auto flush_end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while ((api.n_active() > 0 || http.n_busy_connections() > 0) && std::chrono::steady_clock::now() < flush_end)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  flush_responses(std::chrono::seconds(5));
   http.stop();
   engine->stop();
   log().info("stopped");

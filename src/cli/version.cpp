@@ -1,6 +1,7 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "parallel/world.h"
 
 namespace mla::cli {
 
@@ -18,6 +19,7 @@ void register_version(CLI::App& app) {
 #else
     std::printf("build: portable (SIMD kernels chosen at run time)\n");
 #endif
+    std::printf("multi-process: %s\n", mpi_build_info().c_str());
   });
 }
 

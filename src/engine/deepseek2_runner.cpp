@@ -10,7 +10,12 @@ namespace mla {
 
 Deepseek2Runner::Deepseek2Runner(const std::string& path, MlaPathPolicy policy, const ModelOptions& model,
                                  const KvCacheOptions& kv) {
-  bundle_ = load_deepseek2(path, weight_options_for(policy, model.verify_paths));
+  WeightLoadOptions wo = weight_options_for(policy, model.verify_paths);
+  wo.prefault = !model.comm || model.comm->size() == 1;  // several ranks: each maps its own shard (parallel/)
+  // Repacking copies every matrix (reading all of the file), which would undo a rank's shard
+  // mapping: several ranks keep the row-major kernels until packing learns the shard ranges.
+  if (!wo.prefault) wo.repack = false;
+  bundle_ = load_deepseek2(path, wo);
   model_ = std::make_unique<Deepseek2Model>(bundle_->config, bundle_->weights, model);
   const LatentShape shape = model_->latent_shape();
   int64_t tokens = kv.tokens;

@@ -43,6 +43,7 @@ class Deepseek2Runner : public ModelRunner {
   }
 
   const DeepseekConfig& config() const { return bundle_->config; }
+  const DeepseekWeights& weights() const { return bundle_->weights; }
   const MoeCounters& moe_counters() const { return model_->moe_counters(); }
   const GgufFile& file() const { return *bundle_->file; }
   // tokenizer.ggml.eos_token_id (and eot) when the file has them.

@@ -257,6 +257,7 @@ void Engine::Impl::emit(std::vector<Request*>& touched) {
     out.n_prompt_tokens = static_cast<int>(r->prompt.size());
     out.n_cached_tokens = std::max(0, r->n_cached_tokens);
     out.error = r->error;
+    out.error_status = r->error_status;
     for (auto& s : r->seqs)
       if (s->output.has_delta()) out.outputs.push_back(s->output.take_delta(s->index, s->n_generated()));
     std::sort(out.outputs.begin(), out.outputs.end(),
@@ -324,7 +325,7 @@ bool Engine::Impl::step() {
     return did;
   }
 
-  for (const auto& c : plan.copies) runner->cache().copy_block(c.src, c.dst);
+  for (const auto& c : plan.copies) runner->copy_block(c.src, c.dst);
   scheduled.clear();
   for (const auto& item : plan.items) {
     Sequence* s = item.seq;
@@ -411,10 +412,12 @@ void Engine::Impl::run_loop() {
     } catch (const std::exception& e) {
       // A failing forward leaves the step's state unknown: end every request with the error.
       log().error("engine step failed: {}", e.what());
+      const bool unavailable = dynamic_cast<const UnavailableError*>(&e) != nullptr;
       std::vector<Request*> touched;
       for (auto& [id, r] : requests) {
         if (r->aborted) continue;
         finish_request(*r, FinishReason::kError, fmt::format("engine error: {}", e.what()));
+        if (unavailable) r->error_status = 503;
         touched.push_back(r.get());
       }
       emit(touched);

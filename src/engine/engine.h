@@ -102,6 +102,7 @@ struct RequestOutput {
   int n_prompt_tokens = 0;
   int n_cached_tokens = 0;  // prompt tokens served from the prefix cache
   std::string error;        // set with finish_reason kError
+  int error_status = 500;   // 503: the engine became unavailable (a worker rank is gone), not this request's fault
 };
 
 // A request's outputs as a blocking queue (the alternative to a callback).

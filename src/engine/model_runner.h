@@ -18,6 +18,9 @@ class ModelRunner {
   // Longest sequence the model supports (n_ctx_train), tokens.
   virtual int max_context() const = 0;
   virtual LatentCache& cache() = 0;
+  // Copy-on-write of a shared block before a step (the engine's only cache write besides the
+  // forward). A multi-process runner repeats it on every rank.
+  virtual void copy_block(int32_t src, int32_t dst) { cache().copy_block(src, dst); }
 
   // Computes the step: writes the latent row of every batch token at its slot (every layer),
   // attends each sequence over its context rows, and stores the logits of each row in

@@ -51,6 +51,7 @@ struct Request {
   int n_cached_tokens = -1;  // prefix-cache hit of the first admission
   bool aborted = false;
   std::string error;
+  int error_status = 500;  // HTTP status of the error: 503 when the engine itself became unavailable
 };
 
 }  // namespace mla

@@ -10,6 +10,7 @@
 #include "kernels/moe.h"
 #include "kernels/ops.h"
 #include "kernels/rope.h"
+#include "parallel/gather.h"
 #include "quant/quant.h"
 #include "util/env.h"
 #include "util/error.h"
@@ -17,6 +18,12 @@
 #include "util/trace.h"
 
 namespace mla {
+namespace {
+
+int rank_of(const Comm* comm) { return comm ? comm->rank() : 0; }
+int n_ranks_of(const Comm* comm) { return comm ? comm->size() : 1; }
+
+}  // namespace
 
 Deepseek2Bundle::~Deepseek2Bundle() = default;
 
@@ -29,7 +36,7 @@ WeightLoadOptions weight_options_for(MlaPathPolicy policy, bool verify_paths) {
 
 std::unique_ptr<Deepseek2Bundle> load_deepseek2(const std::string& path, const WeightLoadOptions& opt) {
   auto b = std::make_unique<Deepseek2Bundle>();
-  b->file = GgufFile::open(path, /*prefault=*/env_value("MLA_PREFAULT").value_or("1") != "0");
+  b->file = GgufFile::open(path, /*prefault=*/opt.prefault && env_value("MLA_PREFAULT").value_or("1") != "0");
   b->config = load_deepseek_config(*b->file);
   b->weights = bind_deepseek_weights(*b->file, b->config, opt);
   return b;
@@ -63,6 +70,21 @@ Deepseek2Model::Deepseek2Model(const DeepseekConfig& c, const DeepseekWeights& w
     sel_.resize(T * c.indexer_top_k);
     sel_count_.resize(T);
   }
+  experts_ = {0, c.n_expert};
+  heads_ = {0, c.n_head};
+  if (n_ranks_of(opt_.comm) > 1) {
+    if (opt_.comm->size() > c.n_head)
+      fail("{} ranks but the model has {} attention heads: tensor parallelism needs at most one rank per head",
+           opt_.comm->size(), c.n_head);
+    heads_ = shard_range(c.n_head, opt_.comm->rank(), opt_.comm->size());
+    if (opt_.observer) fail("model: the attention observer (mla doctor) works in a single process only");
+  }
+  if (n_ranks_of(opt_.comm) > 1 && c.n_layer_dense_lead < c.n_layer) {
+    if (opt_.comm->size() > c.n_expert)
+      fail("{} ranks but the model has {} routed experts: expert parallelism needs at most one rank per expert",
+           opt_.comm->size(), c.n_expert);
+    experts_ = shard_range(c.n_expert, opt_.comm->rank(), opt_.comm->size());
+  }
   if (c.n_layer_dense_lead < c.n_layer) {
     router_.resize(T * c.n_expert);
     sel_experts_.resize(T * c.n_expert_used);
@@ -82,6 +104,28 @@ void Deepseek2Model::mm(const WeightMatrix& w, const float* x, int64_t x_stride,
   if (w.scale != 1.0f)
     for (int64_t t = 0; t < n; ++t)
       for (int64_t r = 0; r < w.n_rows; ++r) y[t * y_stride + r] *= w.scale;
+}
+
+void Deepseek2Model::mm_split(const WeightMatrix& w, const float* x, int64_t x_stride, int64_t n, float* y,
+                              int64_t y_stride) {
+  if (n_ranks_of(opt_.comm) == 1) return mm(w, x, x_stride, n, y, y_stride);
+  const ShardRange rows = shard_range(w.n_rows, opt_.comm->rank(), opt_.comm->size());
+  mm(w.rows(rows.begin, rows.size()), x, x_stride, n, y + rows.begin, y_stride);
+  all_gather_columns(*opt_.comm, y, y_stride, n, w.n_rows, 1, gather_scratch_);
+}
+
+void Deepseek2Model::swiglu_ffn(const WeightMatrix& gate, const WeightMatrix& up, const WeightMatrix& down,
+                                int64_t n_ff, int64_t n, float* out) {
+  const int64_t E = c_.n_embd;
+  // {n_embd, n} -> {n_ff, n}: this rank's columns [f.begin, f.end) of gate_ and up_ (all in one process).
+  const ShardRange f = shard_range(n_ff, rank_of(opt_.comm), n_ranks_of(opt_.comm));
+  mm(gate.rows(f.begin, f.size()), h_.data(), E, n, gate_.data() + f.begin, n_ff);
+  mm(up.rows(f.begin, f.size()), h_.data(), E, n, up_.data() + f.begin, n_ff);
+  for (int64_t t = 0; t < n; ++t)
+    swiglu(gate_.data() + t * n_ff + f.begin, up_.data() + t * n_ff + f.begin, gate_.data() + t * n_ff + f.begin,
+           f.size());
+  if (n_ranks_of(opt_.comm) > 1) all_gather_columns(*opt_.comm, gate_.data(), n_ff, n, n_ff, 1, gather_scratch_);
+  mm_split(down, gate_.data(), n_ff, n, out, E);
 }
 
 void Deepseek2Model::validate(const BatchMeta& b, const LatentCache& cache) const {
@@ -153,7 +197,7 @@ void Deepseek2Model::forward(const BatchMeta& b, LatentCache& cache, float* logi
     for (int64_t t = 0; t < T; ++t) rmsnorm(x_.data() + t * E, L.attn_norm.data(), h_.data() + t * E, E, c_.rms_eps);
     attention(il, b, cache);
     // {n_head * v_head, T} -> {n_embd, T}, added to the residual.
-    mm(L.attn_output, attn_.data(), c_.n_head * c_.v_head, T, proj_.data(), E);
+    mm_split(L.attn_output, attn_.data(), c_.n_head * c_.v_head, T, proj_.data(), E);
     for (int64_t t = 0; t < T; ++t) add_inplace(x_.data() + t * E, proj_.data() + t * E, E);
 
     if (il == c_.n_layer - 1) {
@@ -172,6 +216,7 @@ void Deepseek2Model::forward(const BatchMeta& b, LatentCache& cache, float* logi
     for (int64_t t = 0; t < n_rows; ++t) add_inplace(x_.data() + t * E, proj_.data() + t * E, E);
   }
 
+  if (!logits) return;  // a worker rank: rank 0 computes the logits
   for (int64_t t = 0; t < n_rows; ++t)
     rmsnorm(x_.data() + t * E, w_.output_norm.data(), h_.data() + t * E, E, c_.rms_eps);
   mm(w_.output, h_.data(), E, n_rows, logits, c_.n_vocab);
@@ -181,16 +226,21 @@ void Deepseek2Model::attention(int64_t il, const BatchMeta& b, LatentCache& cach
   const LayerWeights& L = w_.layers[il];
   const int64_t T = b.n_tokens(), E = c_.n_embd, R = c_.kv_lora_rank, half = c_.qk_rope / 2;
   const int64_t q_width = c_.n_head * c_.qk_head;
+  // This rank's heads [heads_.begin, heads_.end): their query columns of q_, their attention
+  // outputs in attn_ (every head in a single process). The latent is every head's: all ranks
+  // compute and cache all of it.
+  const int64_t h0 = heads_.begin, n_own = heads_.size();
+  const WeightMatrix q_rows = (c_.is_lite ? L.attn_q : L.attn_q_b).rows(h0 * c_.qk_head, n_own * c_.qk_head);
 
   // Query: {n_embd, T} -> {n_head * qk_head, T} directly (lite) or through the q LoRA.
   if (c_.is_lite) {
-    mm(L.attn_q, h_.data(), E, T, q_.data(), q_width);
+    mm(q_rows, h_.data(), E, T, q_.data() + h0 * c_.qk_head, q_width);
   } else {
     mm(L.attn_q_a, h_.data(), E, T, q_a_.data(), c_.q_lora_rank);
     for (int64_t t = 0; t < T; ++t)
       rmsnorm(q_a_.data() + t * c_.q_lora_rank, L.attn_q_a_norm.data(), q_a_.data() + t * c_.q_lora_rank,
               c_.q_lora_rank, c_.rms_eps);
-    mm(L.attn_q_b, q_a_.data(), c_.q_lora_rank, T, q_.data(), q_width);
+    mm(q_rows, q_a_.data(), c_.q_lora_rank, T, q_.data() + h0 * c_.qk_head, q_width);
   }
   // Latent: {n_embd, T} -> {kv_lora_rank + qk_rope, T}; norm c_kv, rope k_pe, store in the cache.
   mm(L.attn_kv_a_mqa, h_.data(), E, T, kv_.data(), c_.latent_dim);
@@ -203,7 +253,8 @@ void Deepseek2Model::attention(int64_t il, const BatchMeta& b, LatentCache& cach
       rope_apply(kv + R, 1, 0, static_cast<int>(c_.qk_rope), cs, sn);
       cache.write_row(static_cast<int>(il), b.slot_mapping[t], kv);
       // q_pe of every head: {qk_rope} at offset qk_nope of each {qk_head}.
-      rope_apply(q_.data() + t * q_width + c_.qk_nope, c_.n_head, c_.qk_head, static_cast<int>(c_.qk_rope), cs, sn);
+      rope_apply(q_.data() + t * q_width + h0 * c_.qk_head + c_.qk_nope, n_own, c_.qk_head,
+                 static_cast<int>(c_.qk_rope), cs, sn);
     }
   });
 
@@ -239,18 +290,19 @@ void Deepseek2Model::attention(int64_t il, const BatchMeta& b, LatentCache& cach
 
   if (opt_.verify_paths) {
     double max_abs = 0, max_ref = 0;
-    for (const auto& s : b.seqs) {
-      const float* alt = attn_alt_.data() + s.query_start * out_width;
-      const float* a = attn_.data() + s.query_start * out_width;
-      for (int64_t i = 0; i < s.query_len * out_width; ++i) {
-        max_abs = std::max(max_abs, static_cast<double>(std::fabs(a[i] - alt[i])));
-        max_ref = std::max(max_ref, static_cast<double>(std::fabs(a[i])));
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t i = h0 * c_.v_head; i < heads_.end * c_.v_head; ++i) {  // this rank's heads
+        const float a = attn_[t * out_width + i], alt = attn_alt_[t * out_width + i];
+        max_abs = std::max(max_abs, static_cast<double>(std::fabs(a - alt)));
+        max_ref = std::max(max_ref, static_cast<double>(std::fabs(a)));
       }
-    }
     log().info(
         "verify-paths layer=blk.{} is_sparse={} max_abs_diff={:.3e} max_rel_diff={:.3e} (mha vs mqa attention output)",
         il, sparse ? 1 : 0, max_abs, max_ref > 0 ? max_abs / max_ref : max_abs);
   }
+  // Every rank gets every head's output (the input of attn_output's rows).
+  if (n_ranks_of(opt_.comm) > 1)
+    all_gather_columns(*opt_.comm, attn_.data(), out_width, T, c_.n_head, c_.v_head, gather_scratch_);
   // Observation hook (mla doctor): nothing when no observer is set.
   if (opt_.observer) opt_.observer->on_attention({il, &b, q_.data(), kv_.data(), attn_.data(), &cache});
 }
@@ -318,7 +370,9 @@ void Deepseek2Model::run_mla_path(int64_t il, const SeqMeta& s, MlaPath path, co
                                   const int32_t* ctx_slots, bool sparse, float* out) {
   const LayerWeights& L = w_.layers[il];
   MlaAttnParams p;
-  p.n_head = c_.n_head;
+  // This rank's heads: their query columns, W_UK/W_UV slices and output columns.
+  const int64_t h0 = heads_.begin;
+  p.n_head = heads_.size();
   p.qk_nope = c_.qk_nope;
   p.qk_rope = c_.qk_rope;
   p.kv_lora = c_.kv_lora_rank;
@@ -326,16 +380,17 @@ void Deepseek2Model::run_mla_path(int64_t il, const SeqMeta& s, MlaPath path, co
   p.kq_scale = c_.kq_scale;
   p.n_q = s.query_len;
   p.q_stride = c_.n_head * c_.qk_head;
-  p.q = q_.data() + s.query_start * p.q_stride;
+  p.q = q_.data() + s.query_start * p.q_stride + h0 * c_.qk_head;
   p.n_ctx = s.context_len;
   p.cache = cache.row_data(static_cast<int>(il), 0);
   p.cache_type = cache.dtype();
   p.cache_row_bytes = cache.row_bytes();
   p.slots = ctx_slots;
-  p.w_uk = L.w_uk.empty() ? nullptr : L.w_uk.data();
-  p.w_uk_t = L.w_uk_t.empty() ? nullptr : L.w_uk_t.data();
-  p.w_uv = L.w_uv.data();
-  p.out = out;
+  const int64_t w_head = c_.kv_lora_rank * c_.qk_nope, v_head = c_.kv_lora_rank * c_.v_head;
+  p.w_uk = L.w_uk.empty() ? nullptr : L.w_uk.data() + h0 * w_head;
+  p.w_uk_t = L.w_uk_t.empty() ? nullptr : L.w_uk_t.data() + h0 * w_head;
+  p.w_uv = L.w_uv.data() + h0 * v_head;
+  p.out = out + h0 * c_.v_head;
   p.out_stride = c_.n_head * c_.v_head;
   // A sequence whose every query selected its whole visible context attends densely: the same
   // rows, and the dense kernel's tiling, so DSA below top_k is bit for bit dense MLA.
@@ -357,11 +412,7 @@ void Deepseek2Model::run_mla_path(int64_t il, const SeqMeta& s, MlaPath path, co
 }
 
 void Deepseek2Model::dense_ffn(const LayerWeights& L, int64_t n) {
-  const int64_t E = c_.n_embd, F = c_.n_ff;
-  mm(L.ffn_gate, h_.data(), E, n, gate_.data(), F);
-  mm(L.ffn_up, h_.data(), E, n, up_.data(), F);
-  swiglu(gate_.data(), up_.data(), gate_.data(), n * F);
-  mm(L.ffn_down, gate_.data(), F, n, proj_.data(), E);
+  swiglu_ffn(L.ffn_gate, L.ffn_up, L.ffn_down, c_.n_ff, n, proj_.data());
 }
 
 std::array<QuantizedActivations, 2> Deepseek2Model::expert_inputs(std::initializer_list<const WeightMatrix*> ws,
@@ -380,8 +431,10 @@ std::array<QuantizedActivations, 2> Deepseek2Model::expert_inputs(std::initializ
     const int64_t rb = tok.row_bytes;
     std::vector<uint8_t>& rows = moe_pair_act_[i];
     if (rows.size() < static_cast<size_t>(n_pairs * rb)) rows.resize(static_cast<size_t>(n_pairs * rb));
-    pool_.parallel_for(n_pairs, [&](int64_t b0, int64_t b1, int) {
-      for (int64_t j = b0; j < b1; ++j)
+    // Only the pairs of this rank's experts (all of them in a single process).
+    const int64_t j0 = expert_offsets_[experts_.begin], j1 = expert_offsets_[experts_.end];
+    pool_.parallel_for(j1 - j0, [&](int64_t b0, int64_t b1, int) {
+      for (int64_t j = j0 + b0; j < j0 + b1; ++j)
         std::memcpy(rows.data() + j * rb, tok.data + (expert_rows_[j] / K - c0) * rb, rb);
     });
     out[i] = {rows.data(), rb};
@@ -390,7 +443,8 @@ std::array<QuantizedActivations, 2> Deepseek2Model::expert_inputs(std::initializ
 }
 
 void Deepseek2Model::expert_matmuls(std::initializer_list<const WeightMatrix*> ws, int64_t out_rows,
-                                    const std::array<QuantizedActivations, 2>& act, std::initializer_list<float*> ys) {
+                                    const std::array<QuantizedActivations, 2>& act, std::initializer_list<float*> ys,
+                                    int64_t act_row0) {
   const WeightMatrix* const* w = ws.begin();
   float* const* y = ys.begin();
   const int n_mat = static_cast<int>(ws.size());
@@ -398,7 +452,7 @@ void Deepseek2Model::expert_matmuls(std::initializer_list<const WeightMatrix*> w
   // experts' pair counts differ, so a static split would leave threads idle.
   constexpr int32_t kRows = 32;
   expert_pieces_.clear();
-  for (int32_t e = 0; e < static_cast<int32_t>(c_.n_expert); ++e)
+  for (auto e = static_cast<int32_t>(experts_.begin); e < static_cast<int32_t>(experts_.end); ++e)
     if (expert_offsets_[e + 1] > expert_offsets_[e])
       for (int32_t i = 0; i < n_mat; ++i)
         for (int32_t r0 = 0; r0 < out_rows; r0 += kRows) expert_pieces_.push_back({i, e, r0});
@@ -407,19 +461,21 @@ void Deepseek2Model::expert_matmuls(std::initializer_list<const WeightMatrix*> w
     for (size_t k; (k = next.fetch_add(1, std::memory_order_relaxed)) < expert_pieces_.size();) {
       const ExpertPiece& pc = expert_pieces_[k];
       const int32_t b0 = expert_offsets_[pc.expert], m = expert_offsets_[pc.expert + 1] - b0;
-      const QuantizedActivations a{act[pc.matrix].data + b0 * act[pc.matrix].row_bytes, act[pc.matrix].row_bytes};
+      const QuantizedActivations a{act[pc.matrix].data + (b0 - act_row0) * act[pc.matrix].row_bytes,
+                                   act[pc.matrix].row_bytes};
       matmul_rows(w[pc.matrix]->rows(pc.expert * out_rows, out_rows), a, m, y[pc.matrix] + b0 * out_rows, out_rows,
                   pc.row0, std::min<int64_t>(out_rows, pc.row0 + kRows));
     }
   });
-  const int64_t n_pairs = expert_offsets_[c_.n_expert];
+  const int64_t j0 = expert_offsets_[experts_.begin] * out_rows, j1 = expert_offsets_[experts_.end] * out_rows;
   for (int i = 0; i < n_mat; ++i)
     if (w[i]->scale != 1.0f)
-      for (int64_t j = 0; j < n_pairs * out_rows; ++j) y[i][j] *= w[i]->scale;
+      for (int64_t j = j0; j < j1; ++j) y[i][j] *= w[i]->scale;
 }
 
 void Deepseek2Model::moe_ffn(const LayerWeights& L, int64_t n) {
   const int64_t E = c_.n_embd, F = c_.n_ff_exp, X = c_.n_expert, K = c_.n_expert_used;
+  const int rank = rank_of(opt_.comm), n_ranks = n_ranks_of(opt_.comm);
   // Routing: {n_embd, n} -> {n_expert, n} logits -> k experts and weights per token.
   mm(L.ffn_gate_inp, h_.data(), E, n, router_.data(), X);
   MoeRouting r;
@@ -449,9 +505,11 @@ void Deepseek2Model::moe_ffn(const LayerWeights& L, int64_t n) {
     for (int64_t i = 0; i < P; ++i) expert_offsets_[sel_experts_[p0 + i] + 1]++;
     int64_t n_run = 0;
     for (int64_t e = 0; e < X; ++e) {
-      n_run += expert_offsets_[e + 1] > 0;
+      n_run += expert_offsets_[e + 1] > 0 && experts_.contains(e);
       expert_offsets_[e + 1] += expert_offsets_[e];
     }
+    // This rank's experts own the pairs [pa, pb) of the grouped order.
+    const int64_t pa = expert_offsets_[experts_.begin], pb = expert_offsets_[experts_.end];
     const int64_t expert_bytes = L.gate_up_merged ? 2 * F * L.ffn_gate_up_exps.row_bytes
                                                   : F * (L.ffn_gate_exps.row_bytes + L.ffn_up_exps.row_bytes);
     moe_counters_.experts_run.fetch_add(n_run, std::memory_order_relaxed);
@@ -466,44 +524,52 @@ void Deepseek2Model::moe_ffn(const LayerWeights& L, int64_t n) {
     if (L.gate_up_merged) {
       // {n_embd, m} -> {2 * n_ff_exp, m} per expert: gate rows then up rows, into up_.
       expert_matmuls({&L.ffn_gate_up_exps}, 2 * F, expert_inputs({&L.ffn_gate_up_exps}, c0, c1, P), {up_.data()});
-      pool_.parallel_for(P, [&](int64_t b0, int64_t b1, int) {
-        for (int64_t i = b0; i < b1; ++i)
+      pool_.parallel_for(pb - pa, [&](int64_t b0, int64_t b1, int) {
+        for (int64_t i = pa + b0; i < pa + b1; ++i)
           swiglu(up_.data() + i * 2 * F, up_.data() + i * 2 * F + F, gate_.data() + i * F, F);
       });
     } else {
       expert_matmuls({&L.ffn_gate_exps, &L.ffn_up_exps}, F,
                      expert_inputs({&L.ffn_gate_exps, &L.ffn_up_exps}, c0, c1, P), {gate_.data(), up_.data()});
-      pool_.parallel_for(P, [&](int64_t b0, int64_t b1, int) {
-        swiglu(gate_.data() + b0 * F, up_.data() + b0 * F, gate_.data() + b0 * F, (b1 - b0) * F);
+      pool_.parallel_for(pb - pa, [&](int64_t b0, int64_t b1, int) {
+        swiglu(gate_.data() + (pa + b0) * F, up_.data() + (pa + b0) * F, gate_.data() + (pa + b0) * F, (b1 - b0) * F);
       });
     }
     // The down projection's inputs are already one row per pair, in grouped order.
     const QuantizedActivations down_in =
-        quantize_activations(L.ffn_down_exps.type, gate_.data(), F, P, F, &pool_, moe_act_[0]);
-    expert_matmuls({&L.ffn_down_exps}, E, {down_in, down_in}, {ex_out_.data()});
+        quantize_activations(L.ffn_down_exps.type, gate_.data() + pa * F, F, pb - pa, F, &pool_, moe_act_[0]);
+    expert_matmuls({&L.ffn_down_exps}, E, {down_in, down_in}, {ex_out_.data()}, pa);
 
     // transformers' summation order: routed experts in expert order starting from zero (the
     // shared experts follow below), which is the order moe_route returns a token's experts in.
+    // With several ranks the experts are contiguous ranges in rank order, so the same order is
+    // a chain: rank r continues the sums rank r - 1 hands it (bit for bit the single-process
+    // sums), and the last rank's are broadcast below. The ranks computed their experts in
+    // parallel; only this addition waits on the previous rank.
+    const size_t chunk_bytes = sizeof(float) * (c1 - c0) * E;
+    if (rank > 0) opt_.comm->recv(acc + c0 * E, chunk_bytes, rank - 1);
     pool_.parallel_for(c1 - c0, [&](int64_t b0, int64_t b1, int) {
       for (int64_t t = c0 + b0; t < c0 + b1; ++t) {
         float* dst = acc + t * E;
-        std::fill(dst, dst + E, 0.0f);
+        if (rank == 0) std::fill(dst, dst + E, 0.0f);
         for (int64_t pair = t * K; pair < (t + 1) * K; ++pair) {
+          const int64_t at = pair_pos_[pair - p0];
+          if (at < pa || at >= pb) continue;  // another rank's expert
           const float wgt = sel_weights_[pair];
-          const float* src = ex_out_.data() + pair_pos_[pair - p0] * E;
+          const float* src = ex_out_.data() + at * E;
           for (int64_t j = 0; j < E; ++j) dst[j] += src[j] * wgt;
         }
       }
     });
+    if (rank < n_ranks - 1) opt_.comm->send(acc + c0 * E, chunk_bytes, rank + 1);
   }
+  // The shared experts come last in the sum: the last rank, which holds the routed sums, adds them.
   if (c_.n_expert_shared > 0) {
-    const int64_t S = F * c_.n_expert_shared;
-    mm(L.ffn_gate_shexp, h_.data(), E, n, gate_.data(), S);
-    mm(L.ffn_up_shexp, h_.data(), E, n, up_.data(), S);
-    swiglu(gate_.data(), up_.data(), gate_.data(), n * S);
-    mm(L.ffn_down_shexp, gate_.data(), S, n, ex_out_.data(), E);
-    for (int64_t t = 0; t < n; ++t) add_inplace(acc + t * E, ex_out_.data() + t * E, E);
+    swiglu_ffn(L.ffn_gate_shexp, L.ffn_up_shexp, L.ffn_down_shexp, F * c_.n_expert_shared, n, ex_out_.data());
+    if (rank == n_ranks - 1)
+      for (int64_t t = 0; t < n; ++t) add_inplace(acc + t * E, ex_out_.data() + t * E, E);
   }
+  if (n_ranks > 1) opt_.comm->broadcast(acc, sizeof(float) * n * E, n_ranks - 1);
 }
 
 }  // namespace mla

@@ -23,6 +23,7 @@
 #include "model/batch.h"
 #include "model/config.h"
 #include "model/weights.h"
+#include "parallel/comm.h"
 
 namespace mla {
 
@@ -52,6 +53,12 @@ struct ModelOptions {
   bool verify_paths = false;              // run both MLA paths per layer and log their largest difference
   bool dsa = true;                        // DeepSeek Sparse Attention where the model has an indexer (--dsa)
   AttentionObserver* observer = nullptr;  // see AttentionObservation; must outlive the model
+  // Several processes (src/parallel/): this rank computes the routed experts of its
+  // shard_range(n_expert, rank, size), summed across ranks in rank order (expert parallelism), and
+  // its shard_range(n_head, ...) attention heads and its share of the output rows of attn_output,
+  // the dense FFNs and the shared experts, exchanged whole (tensor parallelism): the results are
+  // the single-process forward's bit for bit. nullptr or size 1: one process. Must outlive the model.
+  Comm* comm = nullptr;
 };
 
 // Tokens that went through sparse (DSA) layers, summed over layers, and the context rows they
@@ -74,7 +81,8 @@ class Deepseek2Model {
   Deepseek2Model(const DeepseekConfig& c, const DeepseekWeights& w, const ModelOptions& opt);
 
   // Writes every batch token's latent row into `cache` (slot_mapping) and, for each row listed
-  // in b.logits_rows, n_vocab logits into logits (row-major, in logits_rows order).
+  // in b.logits_rows, n_vocab logits into logits (row-major, in logits_rows order). logits may
+  // be nullptr (a worker rank: rank 0 samples), then the lm_head is skipped.
   // Throws mla::Error when the batch is inconsistent or does not fit the cache or the buffers.
   void forward(const BatchMeta& b, LatentCache& cache, float* logits);
 
@@ -82,6 +90,9 @@ class Deepseek2Model {
   bool sparse() const { return opt_.dsa && c_.has_indexer; }
   const SparseCounters& sparse_counters() const { return sparse_counters_; }
   const MoeCounters& moe_counters() const { return moe_counters_; }
+  // The routed experts and attention heads this rank computes (all of them in a single process).
+  ShardRange expert_range() const { return experts_; }
+  ShardRange head_range() const { return heads_; }
   ThreadPool& pool() { return pool_; }
   // An F32 cache of n_slots rows with one-slot blocks (slot = position for
   // single_sequence_batch); the engine makes its own paged cache from latent_shape().
@@ -117,9 +128,17 @@ class Deepseek2Model {
   // For every routed expert e that has pairs (rows [expert_offsets_[e], expert_offsets_[e + 1]) of
   // act[i]): ys[i] rows = ws[i][e] · act[i] rows, out_rows outputs per row (ws[i] holds out_rows
   // rows per expert). One parallel region for all experts and matrices.
+  // act[i] row 0 is pair act_row0 (pairs below it are not this rank's). Only this rank's experts.
   void expert_matmuls(std::initializer_list<const WeightMatrix*> ws, int64_t out_rows,
-                      const std::array<QuantizedActivations, 2>& act, std::initializer_list<float*> ys);
+                      const std::array<QuantizedActivations, 2>& act, std::initializer_list<float*> ys,
+                      int64_t act_row0 = 0);
   void mm(const WeightMatrix& w, const float* x, int64_t x_stride, int64_t n, float* y, int64_t y_stride);
+  // mm of this rank's share of w's output rows, then exchanged: every rank has all of y.
+  void mm_split(const WeightMatrix& w, const float* x, int64_t x_stride, int64_t n, float* y, int64_t y_stride);
+  // A SwiGLU FFN (dense layer or shared experts), its n_ff columns split across the ranks:
+  // proj_ = down · swiglu(gate · h_, up · h_) for n rows.
+  void swiglu_ffn(const WeightMatrix& gate, const WeightMatrix& up, const WeightMatrix& down, int64_t n_ff, int64_t n,
+                  float* out);
 
   const DeepseekConfig& c_;
   const DeepseekWeights& w_;
@@ -166,6 +185,9 @@ class Deepseek2Model {
     int32_t matrix, expert, row0;
   };
   std::vector<ExpertPiece> expert_pieces_;  // expert_matmuls' work list
+  ShardRange experts_;                      // this rank's routed experts
+  ShardRange heads_;                        // this rank's attention heads
+  std::vector<float> gather_scratch_;       // all_gather_columns' buffers
 };
 
 // An MLA-MoE file (deepseek2, deepseek32 or glm-dsa) with its config and bound weights.

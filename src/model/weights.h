@@ -68,6 +68,7 @@ struct WeightLoadOptions {
   bool need_mha = true;  // derive W_UK in the decompression (attn_kv_b) form
   bool need_mqa = true;  // derive W_UK in the absorption (attn_k_b) form
   bool repack = true;    // repack matmul weights into 16-row groups where the CPU has the kernels
+  bool prefault = true;  // map every page at open (MLA_PREFAULT=0 turns it off); several ranks map their shard instead
 };
 
 // Binds every tensor of the trunk layers (MTP blocks past n_layer are left untouched). The

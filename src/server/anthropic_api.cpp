@@ -347,7 +347,7 @@ void AnthropicJob::on_output(size_t, RequestOutput&& out) {
   if (!out.finished) return;
   done_ = true;
   if (!out.error.empty()) {
-    const ApiError err(500, "generation failed: " + out.error, "", "engine_error");
+    const ApiError err(out.error_status, "generation failed: " + out.error, "", "engine_error");
     if (stream_) {
       emit("error", anthropic_error_json(err));
       if (begun_)
@@ -355,7 +355,7 @@ void AnthropicJob::on_output(size_t, RequestOutput&& out) {
       else
         pending_end_ = true;
     } else {
-      res_->send(500, "application/json", dump_json(anthropic_error_json(err)));
+      res_->send(err.status(), "application/json", dump_json(anthropic_error_json(err)));
     }
   } else {
     finish(o ? *o : CompletionOutput{});

@@ -112,7 +112,10 @@ void GenerationJob::on_output(size_t p, RequestOutput&& out) {
     }
     c.started = true;
   }
-  if (!out.error.empty() && error_.empty()) error_ = out.error;
+  if (!out.error.empty() && error_.empty()) {
+    error_ = out.error;
+    error_status_ = out.error_status;
+  }
   observe(p, out, now);
   if (out.finished) {
     prompts_[p].finished = true;
@@ -189,7 +192,7 @@ void GenerationJob::finish_all() {
   if (!failed_) {
     if (opt_.stream) {
       if (!error_.empty()) {
-        emit(sse_event(ApiError(500, "generation failed: " + error_, "", "engine_error").to_json()));
+        emit(sse_event(ApiError(error_status_, "generation failed: " + error_, "", "engine_error").to_json()));
       } else if (opt_.include_usage) {
         json u = chunk_base();
         u["choices"] = json::array();
@@ -199,7 +202,7 @@ void GenerationJob::finish_all() {
       emit(std::string(kSseDone));
       emit_end();
     } else if (!error_.empty()) {
-      send_error(500, "generation failed: " + error_);
+      send_error(error_status_, "generation failed: " + error_);
     } else {
       json body = chunk_base();
       json choices = json::array();

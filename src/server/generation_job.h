@@ -115,6 +115,7 @@ class GenerationJob : public ApiJob {
   size_t n_finished_ = 0;
   bool failed_ = false;  // an error was sent: ignore everything else
   std::string error_;    // the first engine error
+  int error_status_ = 500;
   bool done_ = false;
   bool begun_ = false;
   std::vector<std::string> pending_;

@@ -12,6 +12,13 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& msg) : std::runtime_error(msg) {}
 };
 
+// The engine can no longer compute anything (a worker rank of a multi-process run is gone): the
+// requests it fails are answered 503, not 500.
+class UnavailableError : public Error {
+ public:
+  using Error::Error;
+};
+
 template <typename... Args>
 [[noreturn]] inline void fail(fmt::format_string<Args...> f, Args&&... args) {
   throw Error(fmt::format(f, std::forward<Args>(args)...));

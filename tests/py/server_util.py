@@ -98,10 +98,12 @@ def free_port() -> int:
 class Server:
     """A live `mla serve` process. The log (stderr) is collected on a thread."""
 
-    def __init__(self, model: Path, *extra: str, env: dict | None = None, wait: bool = True):
+    def __init__(self, model: Path, *extra: str, env: dict | None = None, wait: bool = True,
+                 launcher: tuple = ()):
+        """launcher: what runs the server command (e.g. mpirun and its options)."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        args = [mla_bin(), "serve", "-m", str(model), "--port", str(self.port),
+        args = [*launcher, mla_bin(), "serve", "-m", str(model), "--port", str(self.port),
                 "--served-model-name", MODEL_NAME, "--threads", "1", *extra]
         full_env = dict(os.environ)
         full_env.pop("MLA_API_KEY", None)

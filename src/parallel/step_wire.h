@@ -1,0 +1,32 @@
+#pragma once
+// What rank 0 sends the workers each engine step: the step's BatchMeta (rank 0's block table and
+// slot lists included, so the workers' caches mirror rank 0's layout without a scheduler of
+// their own) and the copy-on-write block copies to apply before it. Two broadcasts: a fixed
+// header, then the int32 payload.
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "model/batch.h"
+
+namespace mla {
+
+// Forward: one engine step. Stats: every rank's RankStats gathered (mla bench). Stop: workers return.
+enum class StepCommand : int32_t { Forward = 1, Stop = 2, Stats = 3 };
+
+struct StepHeader {
+  int32_t command = 0;  // StepCommand
+  int32_t n_tokens = 0, n_seqs = 0, n_context_slots = 0, n_logits_rows = 0;
+  int32_t block_size = 0, n_block_table = 0, policy = 0, n_copies = 0;
+  int32_t payload_ints = 0;  // int32 values in the payload that follows
+};
+
+// (src, dst) block pairs.
+using BlockCopies = std::vector<std::pair<int32_t, int32_t>>;
+
+// The header and payload of a Forward step.
+StepHeader encode_step(const BatchMeta& meta, const BlockCopies& copies, std::vector<int32_t>& payload);
+// The inverse. Throws mla::Error when the payload does not match the header.
+void decode_step(const StepHeader& h, const std::vector<int32_t>& payload, BatchMeta& meta, BlockCopies& copies);
+
+}  // namespace mla

@@ -90,7 +90,7 @@ server::ChatRenderer make_renderer(const std::shared_ptr<ChatTemplate>& tmpl, co
     if (in.continue_final_message) {
       // End the prompt right after the final (assistant) message's text, so the model
       // continues it instead of starting a new turn.
-      const std::string last = in.messages.back().value("content", "");
+      const std::string last = server::string_or_empty(in.messages.back(), "content");
       const size_t at = last.empty() ? std::string::npos : text.rfind(last);
       if (at == std::string::npos)
         fail("continue_final_message: the final message's text is not in the rendered prompt");

@@ -12,7 +12,7 @@ ChatToolOptions parse_tool_options(const json& body, const json& tools) {
   if (tools.is_array()) {
     for (size_t i = 0; i < tools.size(); ++i) {
       const json& t = tools[i];
-      if (!t.is_object() || t.value("type", "function") != "function")
+      if (!t.is_object() || (t.contains("type") && string_or_empty(t, "type") != "function"))
         bad_request(fmt::format("tools[{}] must be an object with \"type\": \"function\"", i), "tools");
       auto f = t.find("function");
       if (f == t.end() || !f->is_object() || !f->contains("name") || !(*f)["name"].is_string() ||
@@ -44,7 +44,7 @@ ChatToolOptions parse_tool_options(const json& body, const json& tools) {
                   "tool_choice");
   } else if (tc->is_object()) {
     auto f = tc->find("function");
-    if (tc->value("type", "") != "function" || f == tc->end() || !f->is_object() || !f->contains("name") ||
+    if (string_or_empty(*tc, "type") != "function" || f == tc->end() || !f->is_object() || !f->contains("name") ||
         !(*f)["name"].is_string())
       bad_request(
           "'tool_choice' as an object must be {\"type\": \"function\", \"function\": "
@@ -71,7 +71,7 @@ ChatToolOptions parse_tool_options(const json& body, const json& tools) {
 void prepare_assistant_messages(json& messages) {
   for (size_t i = 0; i < messages.size(); ++i) {
     json& m = messages[i];
-    if (m.value("role", "") != "assistant") continue;
+    if (string_or_empty(m, "role") != "assistant") continue;
     // vLLM's newer name for the reasoning; templates read reasoning_content.
     if (m.contains("reasoning") && m["reasoning"].is_string() && !m.contains("reasoning_content"))
       m["reasoning_content"] = m["reasoning"];

@@ -44,7 +44,7 @@ json parse_json_object(std::string_view body) {
   json j;
   try {
     j = json::parse(body);
-  } catch (const json::parse_error& e) {  // the message gives the byte position
+  } catch (const json::exception& e) {  // a syntax error (with its byte position) or a number overflow
     bad_request(fmt::format("request body is not valid JSON: {}", e.what()), "", "invalid_json");
   }
   if (!j.is_object())

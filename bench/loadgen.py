@@ -157,7 +157,8 @@ async def client(cid: int, args, stats: Stats, deadline: float, host: str, port:
             continue
         chat = rng.random() < 0.5
         stream = rng.random() < args.stream_share
-        n_words = rng.choice(args.prompt_words)
+        # A word is one or two tokens: keep the prompt and the output inside the context.
+        n_words = min(rng.choice(args.prompt_words), max(1, (max_len - 64 - args.min_tokens) // 2))
         max_tokens = rng.randint(args.min_tokens, args.max_tokens)
         max_tokens = max(1, min(max_tokens, max_len - 2 * n_words - 64))
         req: dict = {"max_tokens": max_tokens, "temperature": rng.choice([0.0, 0.7, 1.0]),

@@ -16,20 +16,10 @@ from pathlib import Path
 
 import requests
 
-from server_util import MODEL_NAME, Server, metric, sse_events, synth_model
+from server_util import MODEL_NAME, Server, metric, sse_events, synth_model, wait_idle
 
 REPO = Path(__file__).resolve().parents[2]
 CTX = 1024
-
-
-def wait_idle(server, timeout=30.0) -> dict:
-    deadline = time.time() + timeout
-    while True:
-        m = server.metrics()
-        if metric(m, "mla:num_requests_running") == 0 and metric(m, "mla:num_requests_waiting") == 0:
-            return m
-        assert time.time() < deadline, "requests still running"
-        time.sleep(0.02)
 
 
 def completion(url: str, prompt: str, max_tokens: int, timeout: float = 120, **extra) -> requests.Response:

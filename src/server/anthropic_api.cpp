@@ -390,7 +390,7 @@ void AnthropicJob::finish(const CompletionOutput& o) {
   if (!m.content.empty() || (m.tool_calls.empty() && content.empty()))
     content.push_back({{"type", "text"}, {"text", m.content}});
   for (const auto& c : m.tool_calls) {
-    json input = json::parse(c.arguments, nullptr, false);
+    json input = json_depth_ok(c.arguments) ? json::parse(c.arguments, nullptr, false) : json::object();
     if (input.is_discarded() || !input.is_object()) input = json::object();
     content.push_back({{"type", "tool_use"}, {"id", c.id}, {"name", c.name}, {"input", input}});
   }

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "server/api_error.h"
+#include "server/json_limits.h"
 
 namespace mla::server {
 
@@ -89,7 +90,8 @@ void prepare_assistant_messages(json& messages) {
       if (a == f->end() || a->is_null() || (a->is_string() && a->get<std::string>().empty())) {
         (*f)["arguments"] = json::object();
       } else if (a->is_string()) {
-        json parsed = json::parse(a->get<std::string>(), nullptr, false);
+        const std::string& text = a->get_ref<const std::string&>();
+        json parsed = json_depth_ok(text) ? json::parse(text, nullptr, false) : json(json::value_t::discarded);
         if (parsed.is_discarded() || !parsed.is_object())
           bad_request(fmt::format("messages[{}].tool_calls[{}].function.arguments is not a JSON "
                                   "object",

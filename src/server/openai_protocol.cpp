@@ -41,6 +41,9 @@ json ApiError::to_json() const {
 }
 
 json parse_json_object(std::string_view body) {
+  if (!json_depth_ok(body))
+    bad_request(fmt::format("request body nests arrays and objects deeper than {} levels", kMaxJsonDepth), "",
+                "invalid_json");
   json j;
   try {
     j = json::parse(body);

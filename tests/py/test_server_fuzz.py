@@ -264,6 +264,33 @@ def still_serving(server):
     assert r.json()["usage"]["completion_tokens"] == 1
 
 
+def test_deep_nesting_is_refused_and_the_server_survives(server):
+    """30,000 nested arrays (60 KB, under the body limit) where a chat template or the SSE writer
+    would copy or print them: the JSON library recurses per level there, so before the depth bound
+    this overflowed an HTTP thread's stack and killed the server."""
+    deep = b"[" * 30000 + b"]" * 30000
+    bodies = [
+        ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": {"a": '
+         + deep + b"}}"),
+        ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "x"}, ' + deep + b"]}"),
+        ("/v1/messages", b'{"max_tokens": 4, "messages": [{"role": "user", "content": "x"}], "tools": ' + deep + b"}"),
+        ("/tokenize", b'{"messages": [{"role": "user", "content": "x"}], "tools": ' + deep + b"}"),
+    ]
+    for path, body in bodies:
+        raw = request_bytes(path, body, content_length=len(body))
+        assert check_response(send_raw(server.port, raw, half_close=False), path, False) == 400
+        assert server.proc.poll() is None, server.log[-3000:]
+    # Deeply nested JSON text inside a string (assistant tool-call arguments) is refused too.
+    args = json.dumps({"a": json.loads("[" * 100 + "]" * 100)})[:-1] + "," + '"b": ' + "[" * 3000 + "]" * 3000 + "}"
+    r = requests.post(server.url + "/v1/chat/completions", timeout=60, json={"max_tokens": 1, "messages": [
+        {"role": "user", "content": "x"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": args}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"}]})
+    assert r.status_code == 400, r.text
+    still_serving(server)
+
+
 def test_mutated_requests_get_one_line_4xx_and_the_server_keeps_serving(server):
     rng = random.Random(SEED)
     seeds = load_seeds()

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "server/api_error.h"
+#include "server/json_limits.h"
 #include "server/tool_parsers/formats.h"
 
 namespace mla::server {
@@ -177,6 +178,7 @@ bool finite_json(const ojson& v) {
 }
 
 std::optional<ojson> parse_json_value(const std::string& s) {
+  if (!json_depth_ok(s)) return std::nullopt;
   ojson v = ojson::parse(s, nullptr, /*allow_exceptions=*/false);
   if (v.is_discarded() || !finite_json(v)) return std::nullopt;
   return v;

@@ -199,13 +199,17 @@ void serve(ServeArgs& a) {
     for (;;) {
       int sig = 0;
       if (sigwait(&stop_signals, &sig) != 0) continue;
-      const int n = ++n_signals;
+      // Counted only once the line is logged: the main thread starts shutting down as soon as it
+      // sees the count and may exit, destroying the logger under a line still being written
+      // (ThreadSanitizer found that race).
+      const int n = n_signals.load() + 1;
       log().info("received {} ({})", sig == SIGINT ? "SIGINT" : "SIGTERM",
                  n == 1 ? "shutting down" : "aborting running requests");
       if (!loaded) {
         log().info("interrupted while loading the model; exiting");
         std::_Exit(0);
       }
+      n_signals.store(n);
       if (n >= 2) return;
     }
   });

@@ -31,7 +31,7 @@ PATHS = {"c": "/v1/completions", "h": "/v1/chat/completions", "m": "/v1/messages
          "n": "/v1/messages/count_tokens", "t": "/tokenize", "d": "/detokenize"}
 CASES = int(os.environ.get("MLA_FUZZ_CASES", "400"))
 SEED = int(os.environ.get("MLA_FUZZ_SEED", "20261201"))
-CTX = 256
+CTX = 128
 MAX_BODY = 65536
 PROBE = {"model": MODEL_NAME, "prompt": "Hello", "max_tokens": 1, "temperature": 0}
 
@@ -183,7 +183,7 @@ def http_case(rng: random.Random, path: str, body: bytes) -> tuple[str, bytes, b
 
 
 def send_raw(port: int, raw: bytes, half_close: bool) -> bytes:
-    with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
+    with socket.create_connection(("127.0.0.1", port), timeout=600) as s:
         try:
             s.sendall(raw)
             if half_close:

@@ -8,7 +8,7 @@ FUZZ_RUNS ?= 10000000
 HOST ?= 127.0.0.1
 PORT ?= 8080
 
-.PHONY: all deps build test serve bench fuzz format lint clean
+.PHONY: all deps build test test-asan test-tsan serve bench fuzz format lint clean
 
 all: build
 
@@ -23,6 +23,14 @@ build: deps $(BUILD)/build.ninja
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900
+
+# The GoogleTest suite and the live-server tests under ASan+UBSan / TSan, in build-asan/ and
+# build-tsan/ (scripts/test-sanitizer.sh); any sanitizer report fails the run.
+test-asan: deps
+	./scripts/test-sanitizer.sh asan $(JOBS)
+
+test-tsan: deps
+	./scripts/test-sanitizer.sh tsan $(JOBS)
 
 serve: build
 	./scripts/serve-default.sh $(BUILD)/mla $(HOST) $(PORT)
@@ -45,4 +53,4 @@ lint: deps $(BUILD)/build.ninja
 	./scripts/lint.sh $(BUILD) $(JOBS)
 
 clean:
-	rm -rf $(BUILD) $(FUZZ_BUILD)
+	rm -rf $(BUILD) $(FUZZ_BUILD) build-asan build-tsan

@@ -6,7 +6,7 @@ set -euo pipefail
 BUILD=${1:-build-fuzz}
 RUNS=${2:-10000000}
 cd "$(dirname "$0")/.."
-mkdir -p fuzz/corpus-work/gguf fuzz/corpus-work/tokenizer
+mkdir -p fuzz/corpus-work/gguf fuzz/corpus-work/tokenizer fuzz/corpus-work/request
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 export ASAN_OPTIONS=detect_leaks=1
 "$BUILD/fuzz/fuzz_gguf" -runs="$RUNS" -max_len=65536 -print_final_stats=1 \
@@ -14,3 +14,6 @@ export ASAN_OPTIONS=detect_leaks=1
 # The tokenizer target does much more per input (pre-tokenizer, BPE, detokenizer): fewer runs.
 "$BUILD/fuzz/fuzz_tokenizer" -runs="$(( RUNS / 50 ))" -max_len=4096 -print_final_stats=1 \
   -artifact_prefix=fuzz/corpus-work/ fuzz/corpus-work/tokenizer tests/fixtures/tokenizer-seeds
+# The request side of the API (fuzz/request_harness.h): parsers, chat template, SSE writer.
+"$BUILD/fuzz/fuzz_request" -runs="$RUNS" -max_len=8192 -print_final_stats=1 \
+  -artifact_prefix=fuzz/corpus-work/ fuzz/corpus-work/request tests/fixtures/request-seeds

@@ -93,7 +93,7 @@ server::ChatRenderer make_renderer(const std::shared_ptr<ChatTemplate>& tmpl, co
     if (in.continue_final_message) {
       // End the prompt right after the final (assistant) message's text, so the model
       // continues it instead of starting a new turn.
-      const std::string last = in.messages.back().value("content", "");
+      const std::string last = server::string_or_empty(in.messages.back(), "content");
       const size_t at = last.empty() ? std::string::npos : text.rfind(last);
       if (at == std::string::npos)
         fail("continue_final_message: the final message's text is not in the rendered prompt");
@@ -226,13 +226,17 @@ void serve(ServeArgs& a) {
         check_workers(5.0);
         if (world_failure()) return;  // the main loop below takes the failure path
       }
-      const int n = ++n_signals;
+      // Counted only once the line is logged: the main thread starts shutting down as soon as it
+      // sees the count and may exit, destroying the logger under a line still being written
+      // (ThreadSanitizer found that race).
+      const int n = n_signals.load() + 1;
       log().info("received {} ({})", sig == SIGINT ? "SIGINT" : "SIGTERM",
                  n == 1 ? "shutting down" : "aborting running requests");
       if (!loaded) {
         log().info("interrupted while loading the model; exiting");
         std::_Exit(0);
       }
+      n_signals.store(n);
       if (n >= 2) return;
     }
   });

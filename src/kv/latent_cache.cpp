@@ -92,6 +92,9 @@ LatentCache::LatentCache(const LatentShape& shape, GgmlType dtype, int block_siz
     auto* p = static_cast<uint8_t*>(std::aligned_alloc(64, padded));
     if (!p)
       fail("kv cache: cannot allocate {} bytes for layer {} ({} layers, {})", padded, l, shape.n_layer, describe());
+    // Touched once here: the cache is resident from the start (a server's memory stays flat as the
+    // block pool cycles through blocks), and no page faults land on the serving path.
+    std::memset(p, 0, padded);
     arenas_.emplace_back(p);
   }
   if (!shape.index_key_dims.empty() && static_cast<int>(shape.index_key_dims.size()) != shape.n_layer)
@@ -104,6 +107,7 @@ LatentCache::LatentCache(const LatentShape& shape, GgmlType dtype, int block_siz
     const size_t bytes = (static_cast<size_t>(index_row_bytes_[l]) * n_slots() + 63) / 64 * 64;
     auto* p = static_cast<uint8_t*>(std::aligned_alloc(64, bytes));
     if (!p) fail("kv cache: cannot allocate {} bytes of indexer keys for layer {}", bytes, l);
+    std::memset(p, 0, bytes);
     index_arenas_[l].reset(p);
   }
 }

@@ -50,7 +50,7 @@ std::string text_of(const json& content, const std::string& where) {
   std::string out;
   for (size_t i = 0; i < content.size(); ++i) {
     const json& b = content[i];
-    if (!b.is_object() || b.value("type", "") != "text" || !b.contains("text") || !b["text"].is_string())
+    if (string_or_empty(b, "type") != "text" || !b.contains("text") || !b["text"].is_string())
       bad_request(fmt::format("{}[{}] must be a text block (other block types are not supported "
                               "here)",
                               where, i),
@@ -65,7 +65,8 @@ std::string text_of(const json& content, const std::string& where) {
 void convert_message(const json& m, size_t i, json& out) {
   const std::string where = fmt::format("messages[{}]", i);
   if (!m.is_object()) wrong_type(where, "an object", m);
-  const std::string role = m.value("role", "");
+  if (const json* r = field(m, "role"); r && !r->is_string()) wrong_type(where + ".role", "a string", *r);
+  const std::string role = string_or_empty(m, "role");
   if (role != "user" && role != "assistant")
     bad_request(fmt::format("{}.role must be \"user\" or \"assistant\", got \"{}\"", where, role), "messages");
   const json* content = field(m, "content");
@@ -112,7 +113,7 @@ void convert_message(const json& m, size_t i, json& out) {
     }
   }
   if (role == "user") {
-    if (!text.empty() || out.empty() || out.back().value("role", "") != "tool")
+    if (!text.empty() || out.empty() || string_or_empty(out.back(), "role") != "tool")
       out.push_back({{"role", "user"}, {"content", text}});
     return;
   }
@@ -164,7 +165,7 @@ AnthropicRequest parse_anthropic_request(const json& body, const ModelLimits& li
   if (!msgs->is_array()) wrong_type("messages", "a list of messages", *msgs);
   if (msgs->empty()) bad_request("'messages' must not be empty", "messages");
   for (size_t i = 0; i < msgs->size(); ++i) convert_message((*msgs)[i], i, r.messages);
-  r.continue_final_message = msgs->back().value("role", "") == "assistant";
+  r.continue_final_message = string_or_empty(msgs->back(), "role") == "assistant";
   if (const json* t = field(body, "tools")) r.tools = convert_tools(*t);
   // tool_choice: {"type": "auto" | "any" | "tool" | "none", "name"?}
   json openai_choice;
@@ -176,9 +177,10 @@ AnthropicRequest parse_anthropic_request(const json& body, const ModelLimits& li
       openai_choice = type;
     else if (type == "any")
       openai_choice = "required";
-    else if (type == "tool")
-      openai_choice = {{"type", "function"}, {"function", {{"name", tc->value("name", "")}}}};
-    else
+    else if (type == "tool") {
+      if (const json* n = field(*tc, "name"); n && !n->is_string()) wrong_type("tool_choice.name", "a string", *n);
+      openai_choice = {{"type", "function"}, {"function", {{"name", string_or_empty(*tc, "name")}}}};
+    } else
       bad_request(fmt::format("'tool_choice.type' must be auto, any, tool or none, got '{}'", type), "tool_choice");
   }
   json choice_body = {{"tool_choice", openai_choice}};
@@ -192,7 +194,7 @@ AnthropicRequest parse_anthropic_request(const json& body, const ModelLimits& li
     if (!th->is_object()) wrong_type("thinking", "an object", *th);
     // "adaptive" / "between_tools" leave the choice to the model: thinking on, as "enabled".
     // budget_tokens is checked but not enforced (the model stops thinking when it does).
-    const std::string type = th->value("type", "");
+    const std::string type = string_or_empty(*th, "type");
     if (type != "enabled" && type != "disabled" && type != "adaptive" && type != "between_tools")
       bad_request(
           "'thinking.type' must be \"enabled\", \"disabled\", \"adaptive\" or "
@@ -394,7 +396,7 @@ void AnthropicJob::finish(const CompletionOutput& o) {
   if (!m.content.empty() || (m.tool_calls.empty() && content.empty()))
     content.push_back({{"type", "text"}, {"text", m.content}});
   for (const auto& c : m.tool_calls) {
-    json input = json::parse(c.arguments, nullptr, false);
+    json input = json_depth_ok(c.arguments) ? json::parse(c.arguments, nullptr, false) : json::object();
     if (input.is_discarded() || !input.is_object()) input = json::object();
     content.push_back({{"type", "tool_use"}, {"id", c.id}, {"name", c.name}, {"input", input}});
   }

@@ -24,6 +24,15 @@ class ApiError : public std::runtime_error {
   std::string param_, code_;
 };
 
+// obj[name] when it is a string, else "" (absent, null, another type, or obj not an object): for
+// comparisons whose mismatch is already answered with a 400. json::value(name, "") would throw a
+// type_error on a non-string, which the router answers with a 500.
+inline std::string string_or_empty(const nlohmann::json& obj, const char* name) {
+  if (!obj.is_object()) return {};
+  auto it = obj.find(name);
+  return it != obj.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
 // "invalid_request_error", "authentication_error", ... for a status.
 const char* error_type_for_status(int status);
 

@@ -5,6 +5,7 @@
 
 #include "server/api_error.h"
 #include "server/tool_choice.h"
+#include "server/json_limits.h"
 
 namespace mla::server {
 
@@ -13,7 +14,7 @@ ChatToolOptions parse_tool_options(const json& body, const json& tools) {
   if (tools.is_array()) {
     for (size_t i = 0; i < tools.size(); ++i) {
       const json& t = tools[i];
-      if (!t.is_object() || t.value("type", "function") != "function")
+      if (!t.is_object() || (t.contains("type") && string_or_empty(t, "type") != "function"))
         bad_request(fmt::format("tools[{}] must be an object with \"type\": \"function\"", i), "tools");
       auto f = t.find("function");
       if (f == t.end() || !f->is_object() || !f->contains("name") || !(*f)["name"].is_string() ||
@@ -43,7 +44,7 @@ ChatToolOptions parse_tool_options(const json& body, const json& tools) {
                   "tool_choice");
   } else if (tc->is_object()) {
     auto f = tc->find("function");
-    if (tc->value("type", "") != "function" || f == tc->end() || !f->is_object() || !f->contains("name") ||
+    if (string_or_empty(*tc, "type") != "function" || f == tc->end() || !f->is_object() || !f->contains("name") ||
         !(*f)["name"].is_string())
       bad_request(
           "'tool_choice' as an object must be {\"type\": \"function\", \"function\": "
@@ -71,7 +72,7 @@ ChatToolOptions parse_tool_options(const json& body, const json& tools) {
 void prepare_assistant_messages(json& messages) {
   for (size_t i = 0; i < messages.size(); ++i) {
     json& m = messages[i];
-    if (m.value("role", "") != "assistant") continue;
+    if (string_or_empty(m, "role") != "assistant") continue;
     // vLLM's newer name for the reasoning; templates read reasoning_content.
     // (json objects keep their keys in a vector: a reference into m dies when m gains a key, so
     // values are copied before inserting and tool_calls is looked up after.)
@@ -93,7 +94,8 @@ void prepare_assistant_messages(json& messages) {
       if (a == f->end() || a->is_null() || (a->is_string() && a->get<std::string>().empty())) {
         (*f)["arguments"] = json::object();
       } else if (a->is_string()) {
-        json parsed = json::parse(a->get<std::string>(), nullptr, false);
+        const std::string& text = a->get_ref<const std::string&>();
+        json parsed = json_depth_ok(text) ? json::parse(text, nullptr, false) : json(json::value_t::discarded);
         if (parsed.is_discarded() || !parsed.is_object())
           bad_request(fmt::format("messages[{}].tool_calls[{}].function.arguments is not a JSON "
                                   "object",

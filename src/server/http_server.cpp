@@ -122,13 +122,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void close_if_idle() {
     if (!responder_) close();
   }
-  void close() {
-    if (closed_) return;
-    closed_ = true;
-    beast::error_code ec;
-    stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
-    stream_.close();
-  }
+  void close();
 
   // Called (on the strand) by the Responder.
   void respond_full(const Responder* r, int status, const std::string& content_type, std::string body,
@@ -246,6 +240,21 @@ class Responder : public HttpResponder {
   bool gone_ = false;
   std::function<void()> on_gone_;
 };
+
+void Session::close() {
+  if (closed_) return;
+  closed_ = true;
+  beast::error_code ec;
+  stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
+  stream_.close();
+  // A request still in progress (the server is stopping): to it the client is gone. This also
+  // breaks the Session <-> Responder reference cycle, which would otherwise keep both alive once
+  // the socket's handlers have returned (LeakSanitizer found it).
+  if (auto r = std::move(responder_)) {
+    shared_->n_busy.fetch_sub(1);
+    r->mark_gone();
+  }
+}
 
 void Session::do_read() {
   if (closed_) return;

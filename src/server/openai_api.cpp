@@ -241,7 +241,7 @@ std::string OpenAiApi::render_chat(const json& messages, const json& tools, cons
                                    bool add_generation_prompt, bool continue_final_message) const {
   if (!model_.render_chat)
     bad_request("this model has no chat template; use /v1/completions", "messages", "no_chat_template");
-  if (continue_final_message && messages.back().value("role", "") != "assistant")
+  if (continue_final_message && string_or_empty(messages.back(), "role") != "assistant")
     bad_request("'continue_final_message' needs the last message to be from the assistant", "continue_final_message");
   try {
     return model_.render_chat(ChatPromptInput{messages, tools, kwargs, add_generation_prompt, continue_final_message});

@@ -41,10 +41,13 @@ json ApiError::to_json() const {
 }
 
 json parse_json_object(std::string_view body) {
+  if (!json_depth_ok(body))
+    bad_request(fmt::format("request body nests arrays and objects deeper than {} levels", kMaxJsonDepth), "",
+                "invalid_json");
   json j;
   try {
     j = json::parse(body);
-  } catch (const json::parse_error& e) {  // the message gives the byte position
+  } catch (const json::exception& e) {  // a syntax error (with its byte position) or a number overflow
     bad_request(fmt::format("request body is not valid JSON: {}", e.what()), "", "invalid_json");
   }
   if (!j.is_object())

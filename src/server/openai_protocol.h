@@ -17,6 +17,7 @@
 #include "grammar/grammar.h"
 #include "server/api_error.h"
 #include "server/json.h"
+#include "server/json_limits.h"
 
 namespace mla::server {
 
@@ -90,7 +91,8 @@ std::vector<int32_t> parse_detokenize_request(const json& body, const ModelLimit
 // both numbers. max_tokens nullopt: only the prompt is checked.
 void check_context_length(int prompt_len, std::optional<int> max_tokens, int max_model_len);
 
-// Parses a JSON body; 400 (code "invalid_json") on a syntax error or when it is not an object.
+// Parses a JSON body; 400 (code "invalid_json") on a syntax error, a nesting deeper than
+// kMaxJsonDepth, or when it is not an object.
 json parse_json_object(std::string_view body);
 
 // ---------------------------------------------------------------------------------------------

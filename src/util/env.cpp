@@ -29,6 +29,11 @@ constexpr EnvVarInfo kEnvVars[] = {
      "tests: directory of the reference logits fixtures (default tests/fixtures/reference)"},
     {"MLA_BIN", "PATH", "tests: the mla binary the Python tests run (set by ctest)"},
     {"MLA_BUILD_DIR", "PATH", "tests: the build directory (set by ctest)"},
+    {"MLA_REQUEST_MUTATIONS", "N", "tests: mutations of the request seeds in mla_tests RequestCorpus (default 3000)"},
+    {"MLA_FUZZ_CASES", "N", "tests: cases of the live-server request fuzzer, test_server_fuzz.py (default 400)"},
+    {"MLA_FUZZ_SEED", "N", "tests: the seed of test_server_fuzz.py's mutations"},
+    {"MLA_SOAK_CLIENTS", "N", "tests: clients of the short soak in test_server_faults.py (default 64)"},
+    {"MLA_SOAK_SECONDS", "S", "tests: seconds of the short soak in test_server_faults.py (default 20)"},
 };
 
 size_t edit_distance(std::string_view a, std::string_view b) {

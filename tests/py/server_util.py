@@ -156,6 +156,17 @@ class Server:
         return parse_prometheus(r.text)
 
 
+def wait_idle(server: Server, timeout: float = 20.0) -> dict:
+    """The server's metrics once nothing runs or waits."""
+    deadline = time.time() + timeout
+    while True:
+        m = server.metrics()
+        if metric(m, "mla:num_requests_running") == 0 and metric(m, "mla:num_requests_waiting") == 0:
+            return m
+        assert time.time() < deadline, f"requests still running: {m}"
+        time.sleep(0.02)
+
+
 def sse_events(response: requests.Response) -> list:
     """The JSON payloads of an SSE stream, checking the framing: every event is one `data:` line
     followed by a blank line, and the stream ends with `data: [DONE]`."""

@@ -11,7 +11,7 @@ import time
 import pytest
 import requests
 
-from server_util import MODEL_NAME, Server, metric, sse_events, synth_model
+from server_util import MODEL_NAME, Server, metric, sse_events, synth_model, wait_idle
 
 CTX = 4096
 
@@ -21,17 +21,6 @@ def server():
     s = Server(synth_model(), "--max-model-len", str(CTX))
     yield s
     assert s.stop() == 0, s.log
-
-
-def wait_idle(server, timeout=20.0) -> dict:
-    """Metrics once nothing runs or waits."""
-    deadline = time.time() + timeout
-    while True:
-        m = server.metrics()
-        if metric(m, "mla:num_requests_running") == 0 and metric(m, "mla:num_requests_waiting") == 0:
-            return m
-        assert time.time() < deadline, f"requests still running: {m}"
-        time.sleep(0.02)
 
 
 def test_metrics_format_and_counters_move(server):

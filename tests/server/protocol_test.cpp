@@ -223,6 +223,36 @@ TEST(ServerProtocol, InvalidJsonIs400) {
   }
 }
 
+// A number past double range is the parser's out_of_range, not a syntax error: still a 400.
+TEST(ServerProtocol, NumberOverflowIs400) {
+  try {
+    parse_json_object(R"({"prompt": "x", "max_tokens": 1e999})");
+    ADD_FAILURE() << "accepted 1e999";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status(), 400);
+    EXPECT_EQ(e.code(), "invalid_json");
+  }
+}
+
+// Nesting is bounded before parsing (the JSON library recurses per level when it copies or
+// prints); brackets inside strings do not count.
+TEST(ServerProtocol, NestingDeeperThanTheLimitIs400) {
+  auto nested = [](int depth) { return "{\"a\": " + std::string(depth - 1, '[') + std::string(depth - 1, ']') + "}"; };
+  EXPECT_EQ(json_nesting_depth(nested(kMaxJsonDepth)), kMaxJsonDepth);
+  EXPECT_EQ(json_nesting_depth(R"({"a": "[[[[{{\"[[", "b": [{}]})"), 3);
+  EXPECT_NO_THROW(parse_json_object(nested(kMaxJsonDepth)));
+  for (int depth : {kMaxJsonDepth + 1, 30000}) {
+    try {
+      parse_json_object(nested(depth));
+      ADD_FAILURE() << "accepted depth " << depth;
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status(), 400);
+      EXPECT_EQ(e.code(), "invalid_json");
+      EXPECT_NE(std::string(e.what()).find(std::to_string(kMaxJsonDepth)), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(ServerProtocol, ErrorObjectHasTheOpenAiShape) {
   json j = ApiError(404, "no such model", "model", "model_not_found").to_json();
   ASSERT_TRUE(j.contains("error"));

@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "server/json_limits.h"
+
 namespace mla::server {
 namespace {
 
@@ -351,7 +353,7 @@ class DeepseekV32Format : public ScannedFormat {
         v = value;
       } else {
         const json* schema = props && props->contains(key) ? &(*props)[key] : nullptr;
-        ojson parsed = ojson::parse(value, nullptr, false);
+        ojson parsed = json_depth_ok(value) ? ojson::parse(value, nullptr, false) : ojson(ojson::value_t::discarded);
         v = parsed.is_discarded() ? tool_format::coerce_to_schema(value, schema) : parsed;
       }
       pairs.push_back({std::move(key), std::move(v)});
@@ -385,6 +387,7 @@ class HermesFormat : public ScannedFormat {
  protected:
   void read_body(std::string_view body, bool closed, bool final, const json&, ParsedCall& c) const override {
     if (!closed && !final) return;
+    if (!json_depth_ok(body)) return;
     ojson j = ojson::parse(trim(body), nullptr, false);
     if (j.is_discarded() || !j.is_object()) return;
     auto n = j.find("name");

@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <random>
 
+#include "server/api_error.h"
+#include "server/json_limits.h"
 #include "server/tool_parsers/formats.h"
 
 namespace mla::server {
@@ -137,7 +139,7 @@ const json* tool_properties(const json& tools, std::string_view name) {
   for (const auto& t : tools) {
     if (!t.is_object()) continue;
     const json* f = t.contains("function") ? &t["function"] : &t;
-    if (!f->is_object() || f->value("name", "") != name) continue;
+    if (!f->is_object() || string_or_empty(*f, "name") != name) continue;
     auto p = f->find("parameters");
     if (p == f->end() || !p->is_object()) return nullptr;
     auto props = p->find("properties");
@@ -151,7 +153,7 @@ bool tool_known(const json& tools, std::string_view name) {
   for (const auto& t : tools) {
     if (!t.is_object()) continue;
     const json* f = t.contains("function") ? &t["function"] : &t;
-    if (f->is_object() && f->value("name", "") == name) return true;
+    if (f->is_object() && string_or_empty(*f, "name") == name) return true;
   }
   return false;
 }
@@ -176,6 +178,7 @@ bool finite_json(const ojson& v) {
 }
 
 std::optional<ojson> parse_json_value(const std::string& s) {
+  if (!json_depth_ok(s)) return std::nullopt;
   ojson v = ojson::parse(s, nullptr, /*allow_exceptions=*/false);
   if (v.is_discarded() || !finite_json(v)) return std::nullopt;
   return v;

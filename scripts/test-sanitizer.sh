@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# `make test-asan` / `make test-tsan`: the GoogleTest suite and the live-server tests under a
+# sanitizer, in their own build tree (build-asan: AddressSanitizer + UndefinedBehaviorSanitizer;
+# build-tsan: ThreadSanitizer), -O1 with line tables. Every report fails the run: the runtimes
+# write them to BUILD/sanitizer-reports/ (the server tests' `mla serve` processes included), and
+# the run fails if anything is there at the end, or if a test fails.
+# Usage: scripts/test-sanitizer.sh asan|tsan [JOBS]. Suppressions (third-party code only, each
+# with its reason): scripts/sanitizer-suppressions/.
+set -euo pipefail
+KIND=${1:?usage: scripts/test-sanitizer.sh asan|tsan [JOBS]}
+JOBS=${2:-$(nproc)}
+cd "$(dirname "$0")/.."
+case "$KIND" in
+  asan) SAN=address ;;
+  tsan) SAN=thread ;;
+  *) echo "test-sanitizer: unknown kind '$KIND' (asan or tsan)" >&2; exit 2 ;;
+esac
+BUILD=build-$KIND
+LAUNCHER=()
+if command -v ccache > /dev/null; then
+  LAUNCHER=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+fi
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1" \
+  "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1" -DMLA_SANITIZE="$SAN" -DMLA_BUILD_BENCH=OFF "${LAUNCHER[@]}" > /dev/null
+cmake --build "$BUILD" -j "$JOBS" --target mla mla_tests
+
+REPORTS=$PWD/$BUILD/sanitizer-reports
+SUPP=$PWD/scripts/sanitizer-suppressions
+rm -rf "$REPORTS"
+mkdir -p "$REPORTS"
+export ASAN_OPTIONS="log_path=$REPORTS/asan:detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1"
+export LSAN_OPTIONS="suppressions=$SUPP/lsan.supp:print_suppressions=0"
+export UBSAN_OPTIONS="log_path=$REPORTS/ubsan:print_stacktrace=1:halt_on_error=1"
+export TSAN_OPTIONS="log_path=$REPORTS/tsan:suppressions=$SUPP/tsan.supp:second_deadlock_stack=1:history_size=4"
+
+status=0
+echo "test-$KIND: GoogleTest suite"
+"$BUILD/tests/mla_tests" --gtest_brief=1 || status=1
+echo "test-$KIND: live-server tests"
+# The server tests (errors, fuzzing, lifecycle, faults with a short soak, the openai and anthropic
+# clients) and mla run, each spawning the sanitized binary.
+MLA_BIN=$PWD/$BUILD/mla MLA_BUILD_DIR=$PWD/$BUILD MLA_SOAK_SECONDS=${MLA_SOAK_SECONDS:-15} \
+  .venv/bin/python -m pytest -q -p no:cacheprovider tests/py/test_server_*.py tests/py/test_anthropic_api.py \
+  tests/py/test_engine_run.py || status=1
+
+if compgen -G "$REPORTS/*" > /dev/null; then
+  echo "test-$KIND: sanitizer reports:" >&2
+  for f in "$REPORTS"/*; do
+    echo "== $f" >&2
+    head -60 "$f" >&2
+  done
+  status=1
+fi
+[ "$status" = 0 ] && echo "test-$KIND: clean"
+exit "$status"

@@ -4,8 +4,8 @@
 #include <fmt/format.h>
 
 #include "server/api_error.h"
-#include "server/tool_choice.h"
 #include "server/json_limits.h"
+#include "server/tool_choice.h"
 
 namespace mla::server {
 

@@ -44,8 +44,14 @@ MPI_FLAGS = ["--oversubscribe", "--allow-run-as-root", "--bind-to", "none", "--m
              "--mca", "btl_vader_single_copy_mechanism", "none"]
 
 
+# Several ranks run the row-major matmul kernels (repacking would copy every rank's shard), so the
+# single-process reference runs them too: MLA_REPACK=0. The packed kernels round differently.
+SINGLE_ENV = dict(os.environ, MLA_REPACK="0")
+
+
 def mla(*args, check=True, timeout=120):
-    r = subprocess.run([MLA, *map(str, args)], capture_output=True, check=False, text=True, timeout=timeout)
+    r = subprocess.run([MLA, *map(str, args)], capture_output=True, check=False, text=True, timeout=timeout,
+                       env=SINGLE_ENV)
     if check:
         assert r.returncode == 0, r.stderr
     return r
@@ -224,7 +230,8 @@ class MpiServer(Server):
     def __init__(self, n_ranks, model, *extra):
         self.n_ranks = n_ranks
         launcher = (MPIRUN, *MPI_FLAGS, "-np", str(n_ranks)) if n_ranks else ()
-        super().__init__(model, "--kv-cache-tokens", "70000", *extra, launcher=launcher)
+        super().__init__(model, "--kv-cache-tokens", "70000", *extra, launcher=launcher,
+                         env=None if n_ranks else {"MLA_REPACK": "0"})
 
     def complete(self, prompt, max_tokens, **kw):
         body = {"model": MODEL_NAME, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, **kw}

@@ -25,6 +25,12 @@ inline __m512i bcast32(const void* p) {
   return _mm512_set1_epi32(v);
 }
 
+inline int32_t load_i32(const uint8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
 inline __m512i load512(const uint8_t* p) { return _mm512_loadu_si512(p); }
 
 inline __m512 load_f16x16(const uint8_t* p) {
@@ -37,10 +43,10 @@ template <int NT>
 void gemm_q8_0(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, float* out) {
   const int64_t nb = n_cols / kQK;
   const BlockQ8_0* a[NT];
-  const int32_t* ex[NT];
+  const uint8_t* ex[NT];  // the activation extras: int32 per block, unaligned
   for (int t = 0; t < NT; ++t) {
     a[t] = reinterpret_cast<const BlockQ8_0*>(act + t * act_stride);
-    ex[t] = reinterpret_cast<const int32_t*>(act + t * act_stride + nb * static_cast<int64_t>(sizeof(BlockQ8_0)));
+    ex[t] = act + t * act_stride + nb * static_cast<int64_t>(sizeof(BlockQ8_0));
   }
   __m512 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
@@ -52,7 +58,7 @@ void gemm_q8_0(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t
     const __m512 dw = load_f16x16(blk);
     __m512i s0[NT], s1[NT];
     for (int t = 0; t < NT; ++t) {
-      s0[t] = _mm512_set1_epi32(ex[t][b]);
+      s0[t] = _mm512_set1_epi32(load_i32(ex[t] + 4 * b));
       s1[t] = _mm512_setzero_si512();
     }
     for (int g = 0; g < 8; g += 2) {
@@ -138,11 +144,10 @@ template <int NT>
 void gemm_q6_k(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, float* out) {
   const int64_t nb = n_cols / kQK_K;
   const BlockQ8_K* a[NT];
-  const int32_t* neg32[NT];
+  const uint8_t* neg32[NT];
   for (int t = 0; t < NT; ++t) {
     a[t] = reinterpret_cast<const BlockQ8_K*>(act + t * act_stride);
-    neg32[t] = reinterpret_cast<const int32_t*>(act + t * act_stride + nb * static_cast<int64_t>(sizeof(BlockQ8_K)) +
-                                                nb * kQ8KExtraPairs);
+    neg32[t] = act + t * act_stride + nb * static_cast<int64_t>(sizeof(BlockQ8_K)) + nb * kQ8KExtraPairs;
   }
   const __m512i low = _mm512_set1_epi8(0x0F), top = _mm512_set1_epi8(0x30);
   __m512 acc[NT];
@@ -159,7 +164,7 @@ void gemm_q6_k(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t
       const __m512i sc =
           _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kQ6Kx16Scales + 16 * j)));
       __m512i is[NT];
-      for (int t = 0; t < NT; ++t) is[t] = _mm512_set1_epi32(neg32[t][16 * b + j]);
+      for (int t = 0; t < NT; ++t) is[t] = _mm512_set1_epi32(load_i32(neg32[t] + 4 * (16 * b + j)));
       for (int i = 0; i < 4; ++i) {
         const int k = 4 * j + i;
         const __m512i nib = load512(blk + kQ6Kx16Nibbles + 64 * (k % 32));

@@ -193,16 +193,26 @@ int64_t packed_act_extra_bytes(GgmlType act_type, int64_t n_cols) {
 void packed_act_extra(GgmlType act_type, const void* act_row, int64_t n_cols, void* extra) {
   if (act_type == GgmlType::Q8_0) {
     const auto* a = static_cast<const BlockQ8_0*>(act_row);
-    auto* out = static_cast<int32_t*>(extra);
-    for (int64_t b = 0; b < n_cols / kQK; ++b) out[b] = -128 * sum_i8(a[b].qs, kQK);
+    // The extras follow the quantized row and may be unaligned: stored byte-wise.
+    auto* out = static_cast<uint8_t*>(extra);
+    for (int64_t b = 0; b < n_cols / kQK; ++b) {
+      const int32_t v = -128 * sum_i8(a[b].qs, kQK);
+      std::memcpy(out + 4 * b, &v, sizeof v);
+    }
   } else if (act_type == GgmlType::Q8_K) {
     const auto* a = static_cast<const BlockQ8_K*>(act_row);
     const int64_t nb = n_cols / kQK_K;
-    auto* pairs = static_cast<int16_t*>(extra);
-    auto* neg32 = reinterpret_cast<int32_t*>(static_cast<uint8_t*>(extra) + nb * kQ8KExtraPairs);
+    auto* pairs = static_cast<uint8_t*>(extra);
+    uint8_t* neg32 = pairs + nb * kQ8KExtraPairs;
     for (int64_t b = 0; b < nb; ++b) {
-      for (int s = 0; s < 8; ++s) pairs[8 * b + s] = static_cast<int16_t>(a[b].bsums[2 * s] + a[b].bsums[2 * s + 1]);
-      for (int j = 0; j < 16; ++j) neg32[16 * b + j] = -32 * a[b].bsums[j];
+      for (int s = 0; s < 8; ++s) {
+        const auto v = static_cast<int16_t>(a[b].bsums[2 * s] + a[b].bsums[2 * s + 1]);
+        std::memcpy(pairs + 2 * (8 * b + s), &v, sizeof v);
+      }
+      for (int j = 0; j < 16; ++j) {
+        const int32_t v = -32 * a[b].bsums[j];
+        std::memcpy(neg32 + 4 * (16 * b + j), &v, sizeof v);
+      }
     }
   }
 }

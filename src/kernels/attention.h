@@ -65,7 +65,7 @@ struct AttnScratch {
   std::vector<float> ctx;       // MHA: the context converted to F32
   std::vector<int32_t> iota;    // MHA: identity slots over ctx
   std::vector<float> q_t;       // MQA: absorbed, scaled queries, transposed to [row elem][head]
-  std::vector<float> partials;  // MQA: per query and 4096-row part: max, sum, output per head
+  std::vector<float> partials;  // MQA: per query and 1024-row part: max, sum, output per head
 };
 
 void mla_attention_mha(const MlaAttnParams& p, ThreadPool& pool, AttnScratch& scratch);

@@ -5,7 +5,7 @@
 // every cached row, converted to F32 once into a tile, serves all heads of a group while it is in
 // cache. A query's rows (its visible context, or its DSA selection) are cut into splits of kSplit
 // rows: per split, scores, the split's max and exp-sums, and Σ p_j c_kv_j; the splits of a
-// 4096-row part are folded in order into the part's (max, sum, output) by one thread, and the parts
+// 1024-row part are folded in order into the part's (max, sum, output) by one thread, and the parts
 // are folded in order at the end (flash-decoding). Threads take (query, part, head group) units;
 // a head group only changes which lanes a thread computes, never the arithmetic of a lane, so the
 // output bits depend on the query's rows alone: not on the thread count, nor on other queries.
@@ -22,8 +22,8 @@ namespace {
 
 using simd::f32x16;
 
-constexpr int64_t kSplit = 256;         // rows scored and summed per pass (one F32 tile)
-constexpr int64_t kSplitsPerPart = 16;  // splits folded in order into one partial result
+constexpr int64_t kSplit = 256;        // rows scored and summed per pass (one F32 tile)
+constexpr int64_t kSplitsPerPart = 4;  // splits folded in order into one partial result (1024 rows)
 constexpr int64_t kPartRows = kSplit * kSplitsPerPart;
 constexpr int64_t kQueryBlock = 16;  // queries absorbed and attended per round (bounds the buffers)
 

@@ -150,9 +150,36 @@ inline void weighted_rows_tile(const float* w, int64_t ldw, const float* x, int6
     for (int c = 0; c < CB; ++c) store16(out + h * ldo + c * 16, acc[h][c]);
 }
 
+template <int CB>
+inline void weighted_rows_h(int64_t nh, const float* w, int64_t ldw, const float* x, int64_t ldx, int64_t m, float* out,
+                            int64_t ldo) {
+  switch (nh) {
+    case 6:
+      weighted_rows_tile<6, CB>(w, ldw, x, ldx, m, out, ldo);
+      break;
+    case 5:
+      weighted_rows_tile<5, CB>(w, ldw, x, ldx, m, out, ldo);
+      break;
+    case 4:
+      weighted_rows_tile<4, CB>(w, ldw, x, ldx, m, out, ldo);
+      break;
+    case 3:
+      weighted_rows_tile<3, CB>(w, ldw, x, ldx, m, out, ldo);
+      break;
+    case 2:
+      weighted_rows_tile<2, CB>(w, ldw, x, ldx, m, out, ldo);
+      break;
+    default:
+      weighted_rows_tile<1, CB>(w, ldw, x, ldx, m, out, ldo);
+      break;
+  }
+}
+
+// All of out[h][0 .. 16 n_cvec) for h < n_h, in tiles of up to 6 heads x 4 vectors (every output
+// is the same chain whatever tile computed it).
 inline void weighted_rows(const float* w, int64_t ldw, int64_t n_h, const float* x, int64_t ldx, int64_t n_cvec,
                           int64_t m, float* out, int64_t ldo) {
-  constexpr int HB = 6, CB = 4;
+  constexpr int64_t HB = 6, CB = 4;
   for (int64_t c = 0; c < n_cvec; c += CB) {
     const int64_t nc = n_cvec - c < CB ? n_cvec - c : CB;
     for (int64_t h = 0; h < n_h; h += HB) {
@@ -160,13 +187,20 @@ inline void weighted_rows(const float* w, int64_t ldw, int64_t n_h, const float*
       const float* wp = w + h;
       const float* xp = x + c * 16;
       float* op = out + h * ldo + c * 16;
-      if (nh == HB && nc == CB) {
-        weighted_rows_tile<HB, CB>(wp, ldw, xp, ldx, m, op, ldo);
-        continue;
+      switch (nc) {
+        case 4:
+          weighted_rows_h<4>(nh, wp, ldw, xp, ldx, m, op, ldo);
+          break;
+        case 3:
+          weighted_rows_h<3>(nh, wp, ldw, xp, ldx, m, op, ldo);
+          break;
+        case 2:
+          weighted_rows_h<2>(nh, wp, ldw, xp, ldx, m, op, ldo);
+          break;
+        default:
+          weighted_rows_h<1>(nh, wp, ldw, xp, ldx, m, op, ldo);
+          break;
       }
-      for (int64_t hh = 0; hh < nh; ++hh)
-        for (int64_t cc = 0; cc < nc; ++cc)
-          weighted_rows_tile<1, 1>(wp + hh, ldw, xp + cc * 16, ldx, m, op + hh * ldo + cc * 16, ldo);
     }
   }
 }

@@ -16,6 +16,7 @@
 #include <random>
 #include <vector>
 
+#include "../tests/support/random.h"
 #include "kernels/attention.h"
 #include "kernels/indexer.h"
 #include "quant/quant.h"
@@ -26,14 +27,6 @@ namespace {
 constexpr int64_t kHead = 64, kNope = 192, kRope = 64, kLora = 512, kV = 256;
 constexpr int64_t kIdxHead = 32, kIdxDim = 128, kTopK = 2048;
 constexpr int64_t kChunk = 512;
-
-std::vector<float> randn(size_t n, uint32_t seed, float sd = 1.0f) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.0f, sd);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(g);
-  return v;
-}
 
 // The latent rows of ctx tokens as an F16 cache (slots in order) and the weights.
 struct AttnData {

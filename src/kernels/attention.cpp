@@ -30,9 +30,8 @@ std::vector<float> ref_row(const MlaAttnParams& p, int64_t j) {
 
 }  // namespace
 
-void mla_attention_mha(const MlaAttnParams& p_in, ThreadPool& pool, AttnScratch& scratch) {
+void mla_attention_mha(const MlaAttnParams& p, ThreadPool& pool, AttnScratch& scratch) {
   // The context as F32 rows: the cache itself when it is F32, else converted once here.
-  MlaAttnParams p = p_in;
   const int64_t row_len = p.kv_lora + p.qk_rope;
   const float* ctx_base = static_cast<const float*>(p.cache);
   int64_t ctx_stride = p.cache_row_bytes / static_cast<int64_t>(sizeof(float));
@@ -52,7 +51,7 @@ void mla_attention_mha(const MlaAttnParams& p_in, ThreadPool& pool, AttnScratch&
     ctx_stride = row_len;
     ctx_slots = scratch.iota.data();
   }
-  auto ctx_row = [&](const MlaAttnParams&, int64_t j) { return ctx_base + ctx_slots[j] * ctx_stride; };
+  auto ctx_row = [&](int64_t j) { return ctx_base + ctx_slots[j] * ctx_stride; };
   const int64_t qk_head = p.qk_nope + p.qk_rope;
   // Grow every thread's buffer up front: resizing inside the parallel region would race on
   // the outer vector.
@@ -62,18 +61,18 @@ void mla_attention_mha(const MlaAttnParams& p_in, ThreadPool& pool, AttnScratch&
     float* k = scratch.per_thread[t].data();  // [n_ctx][qk_nope | qk_rope]
     float* v = k + p.n_ctx * qk_head;         // [n_ctx][v_dim]
     float* scores = v + p.n_ctx * p.v_dim;    // [2][n_ctx]
-    auto ctx = [&](int64_t j) { return ctx_row(p, j); };
+
     auto key = [&](int64_t j) -> const float* { return k + j * qk_head; };
     for (int64_t h = h0; h < h1; ++h) {
       const float* wk = p.w_uk_t + h * p.qk_nope * p.kv_lora;
       const float* wv = p.w_uv + h * p.v_dim * p.kv_lora;
       // Decompress the context for this head: k_nope_j = W_UK_h c_j, v_j = W_UV_h c_j; k_pe as is.
       dot_block_f32(
-          p.n_ctx, p.qk_nope, p.kv_lora, ctx, [&](int64_t d) { return wk + d * p.kv_lora; }, k, qk_head);
+          p.n_ctx, p.qk_nope, p.kv_lora, ctx_row, [&](int64_t d) { return wk + d * p.kv_lora; }, k, qk_head);
       dot_block_f32(
-          p.n_ctx, p.v_dim, p.kv_lora, ctx, [&](int64_t e) { return wv + e * p.kv_lora; }, v, p.v_dim);
+          p.n_ctx, p.v_dim, p.kv_lora, ctx_row, [&](int64_t e) { return wv + e * p.kv_lora; }, v, p.v_dim);
       for (int64_t j = 0; j < p.n_ctx; ++j)
-        std::memcpy(k + j * qk_head + p.qk_nope, ctx_row(p, j) + p.kv_lora, sizeof(float) * p.qk_rope);
+        std::memcpy(k + j * qk_head + p.qk_nope, ctx_row(j) + p.kv_lora, sizeof(float) * p.qk_rope);
       if (p.sel) {
         // Sparse: each query over its own selected keys.
         for (int64_t i = 0; i < p.n_q; ++i) {

@@ -7,6 +7,7 @@
 #include <numeric>
 #include <random>
 
+#include "../support/random.h"
 #include "kernels/attention.h"
 #include "kernels/indexer.h"
 #include "kernels/ops.h"
@@ -15,14 +16,6 @@
 
 namespace mla {
 namespace {
-
-std::vector<float> randn(size_t n, uint32_t seed, float sd = 1.0f) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.0f, sd);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(g);
-  return v;
-}
 
 struct IndexerCase {
   int64_t H = 4, D = 32, n_q = 5, n_ctx = 40, top_k = 8;

@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "../support/random.h"
 #include "kernels/matmul.h"
 #include "quant/quant.h"
 
@@ -32,14 +33,6 @@ Quantized make_weight(GgmlType t, int64_t rows, int64_t cols, uint32_t seed) {
   for (int64_t r = 0; r < rows; ++r) quantize_row(t, f.data() + r * cols, q.bytes.data() + r * q.m.row_bytes, cols);
   q.m.data = q.bytes.data();
   return q;
-}
-
-std::vector<float> randn(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0, 1);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
 }
 
 class MatmulTypes : public ::testing::TestWithParam<GgmlType> {};

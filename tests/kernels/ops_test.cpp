@@ -8,19 +8,12 @@
 #include <random>
 #include <vector>
 
+#include "../support/random.h"
 #include "kernels/ops.h"
 #include "kernels/rope.h"
 
 namespace mla {
 namespace {
-
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
 
 TEST(Ops, RmsNormMatchesReference) {
   for (int64_t n : {1, 7, 64, 513, 7168}) {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds llama.cpp's own llama-perplexity (plus llama-completion, llama-quantize, llama-bench and
-# llama-gguf-split, for comparisons)
+# Builds llama.cpp's own llama-perplexity (plus llama-completion, llama-quantize, llama-bench,
+# llama-gguf-split and llama-server, for comparisons)
 # from the llama.cpp sources vendored in the llama-cpp-python sdist on PyPI, into a cache directory
 # OUTSIDE the repository. Nothing of llama.cpp is committed; this is a peer for comparisons only.
 #   bash tools/llama-cpp/build-perplexity.sh        -> prints the path of llama-perplexity
@@ -19,8 +19,9 @@ JOBS="${JOBS:-2}"
 
 if [ ! -f "$BUILD/build.ninja" ]; then
     cmake -S "$SRC" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
-        -DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
+        -DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON \
         -DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TOOLS=ON >&2
 fi
-cmake --build "$BUILD" -j "$JOBS" --target llama-perplexity llama-completion llama-quantize llama-bench llama-gguf-split >&2
+cmake --build "$BUILD" -j "$JOBS" --target llama-perplexity llama-completion llama-quantize llama-bench llama-gguf-split \
+    llama-server >&2
 echo "$BUILD/bin/llama-perplexity"

@@ -101,10 +101,12 @@ def write_gguf(path: Path, key_src, parts: list[tuple[str, object]], gguf, n_lay
 
 def mtp_order(names: list[str], layer: int, template_layer: int, template: list[str]) -> list[str]:
     """The MTP block's tensor names: nextn.* first, then in the order of the template layer's."""
-    p = f"blk.{layer}."
-    order = [p + n for n in ("nextn.eh_proj.weight", "nextn.enorm.weight", "nextn.hnorm.weight",
-                             "nextn.shared_head_norm.weight")]
-    order += [p + n[len(f"blk.{template_layer}."):] for n in template if n.startswith(f"blk.{template_layer}.")]
+    gguf = import_gguf()
+    own = [gguf.MODEL_TENSOR.NEXTN_EH_PROJ, gguf.MODEL_TENSOR.NEXTN_ENORM, gguf.MODEL_TENSOR.NEXTN_HNORM,
+           gguf.MODEL_TENSOR.NEXTN_SHARED_HEAD_NORM]
+    assert all(t in gguf.MODEL_TENSORS[gguf.MODEL_ARCH.DEEPSEEK2] for t in own), "gguf-py: no nextn in deepseek2"
+    order = [gguf.TENSOR_NAMES[t].format(bid=layer) + ".weight" for t in own]  # llama.cpp's names
+    order += [f"blk.{layer}." + n[len(f"blk.{template_layer}."):] for n in template if n.startswith(f"blk.{template_layer}.")]
     assert sorted(order) == sorted(names), sorted(set(order) ^ set(names))
     return order
 
@@ -138,6 +140,7 @@ def main() -> None:
     out = RUNS / args.run / "mtp-export"
     out.mkdir(parents=True, exist_ok=True)
     ck = torch.load(RUNS / args.run / "mtp.pt", weights_only=False)
+    print(f"export_mtp: runs/{args.run}/mtp.pt at step {ck['step']}", flush=True)
     keys, tensors = load_gguf(files["q8_0"])
     cfg = Config(keys)
     layer = cfg.n_layer

@@ -132,7 +132,7 @@ def cmd_eval(args) -> None:
     t0 = time.time()
     _, _, trunk, mtp = load_model(args.model)
     test = encode_split(load_tokenizer(), "test")
-    res = {"model": args.model.name, "teacher_forced": evaluate(trunk, mtp, windows_of(test))}
+    res = {"model": args.model.name, "teacher_forced": evaluate(trunk, mtp, windows_of(test, args.windows))}
     print(json.dumps(res), flush=True)
     step = (len(test) - args.prompt_len) // args.prompts
     prompts = torch.from_numpy(np.stack([np.concatenate([[BOS_ID], test[i * step:i * step + args.prompt_len - 1]])
@@ -213,6 +213,7 @@ def main() -> None:
     a = sub.add_parser("eval")
     a.add_argument("model", type=Path)
     a.add_argument("--json", type=Path)
+    a.add_argument("--windows", type=int, help="test windows of 256 tokens (default: the whole split)")
     a.add_argument("--prompts", type=int, default=24)
     a.add_argument("--prompt-len", type=int, default=32)
     a.add_argument("--gen", type=int, default=64)

@@ -128,8 +128,8 @@ def main() -> None:
     for p in trunk.parameters():
         p.requires_grad_(False)
     cfg = trunk.cfg
-    if cfg.n_nextn != 0:
-        raise SystemExit(f"train_mtp: {args.trunk} already has {cfg.n_nextn} nextn layer(s); train on the trunk-only file")
+    # A file that already has an MTP block gives the same trunk (its first n_layer blocks); the block
+    # itself is not used: training starts from trunk layer n_layer-1 as always.
 
     tok = load_tokenizer()
     stream, chats = encode_split(tok, "train"), encode_chats(tok, "train")

@@ -1,6 +1,9 @@
 #include "kernels/matmul.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <cstdint>
 
 #include "quant/packed.h"
 #include "quant/quant.h"
@@ -71,13 +74,43 @@ void matmul_rows_packed(const WeightMatrix& w, PackedGemmFn gemm, const Quantize
 
 }  // namespace
 
+PackedWeightStore::~PackedWeightStore() {
+  for (const Mapping& m : mappings_) munmap(m.base, m.bytes);
+}
+
+uint8_t* PackedWeightStore::map(size_t bytes) {
+  constexpr size_t kHuge = size_t{2} << 20;
+  const size_t rounded = (bytes + kHuge - 1) / kHuge * kHuge;
+  // Over-map by one huge page, then trim to a 2 MiB aligned start.
+  void* raw = mmap(nullptr, rounded + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) fail("out of memory: repacking weights needs {} more bytes", rounded);
+  const auto addr = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t start = (addr + kHuge - 1) / kHuge * kHuge;
+  if (start > addr) munmap(raw, start - addr);
+  if (const uintptr_t tail = addr + rounded + kHuge - (start + rounded); tail > 0)
+    munmap(reinterpret_cast<void*>(start + rounded), tail);
+  auto* p = reinterpret_cast<uint8_t*>(start);
+  madvise(p, rounded, MADV_HUGEPAGE);  // advice only: without THP the mapping works the same
+  mappings_.push_back({p, rounded});
+  return p;
+}
+
+void PackedWeightStore::reserve(size_t bytes) {
+  if (bytes == 0) return;
+  arena_ = map(bytes);
+  arena_left_ = (bytes + (size_t{2} << 20) - 1) / (size_t{2} << 20) * (size_t{2} << 20);
+}
+
 uint8_t* PackedWeightStore::allocate(size_t bytes) {
   const size_t rounded = (bytes + 63) / 64 * 64;
-  auto* p = static_cast<uint8_t*>(std::aligned_alloc(64, rounded));
-  if (!p) fail("out of memory: repacking weights needs {} more bytes", rounded);
-  buffers_.emplace_back(p);
   bytes_ += rounded;
-  return p;
+  if (rounded <= arena_left_) {
+    uint8_t* p = arena_;
+    arena_ += rounded;
+    arena_left_ -= rounded;
+    return p;
+  }
+  return map(rounded);
 }
 
 int64_t repacked_bytes(const WeightMatrix& w, int64_t slice_rows) {

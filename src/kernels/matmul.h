@@ -41,17 +41,30 @@ struct WeightMatrix {
   }
 };
 
-// Owns the repacked copies of weight matrices (64-byte aligned).
+// Owns the repacked copies of weight matrices (64-byte aligned). reserve(n) maps one arena
+// of n bytes, 2 MiB aligned and advised for transparent huge pages (a decode step streams the
+// whole copy; with 4 KiB pages that is a TLB miss every 4 KiB), which later allocate() calls are
+// carved from; an allocation that does not fit gets a mapping of its own.
 class PackedWeightStore {
  public:
+  PackedWeightStore() = default;
+  PackedWeightStore(const PackedWeightStore&) = delete;
+  PackedWeightStore& operator=(const PackedWeightStore&) = delete;
+  ~PackedWeightStore();
+
+  void reserve(size_t bytes);
   uint8_t* allocate(size_t bytes);
   size_t bytes() const { return bytes_; }
 
  private:
-  struct Free {
-    void operator()(uint8_t* p) const { std::free(p); }
+  struct Mapping {
+    void* base;
+    size_t bytes;
   };
-  std::vector<std::unique_ptr<uint8_t, Free>> buffers_;
+  uint8_t* map(size_t bytes);
+  std::vector<Mapping> mappings_;
+  uint8_t* arena_ = nullptr;
+  size_t arena_left_ = 0;
   size_t bytes_ = 0;
 };
 

@@ -87,12 +87,11 @@ uint8_t* PackedWeightStore::map(size_t bytes) {
   // Over-map by one huge page, then trim to a 2 MiB aligned start.
   void* raw = mmap(nullptr, rounded + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (raw == MAP_FAILED) fail("out of memory: repacking weights needs {} more bytes", rounded);
-  const auto addr = reinterpret_cast<uintptr_t>(raw);
-  const uintptr_t start = (addr + kHuge - 1) / kHuge * kHuge;
-  if (start > addr) munmap(raw, start - addr);
-  if (const uintptr_t tail = addr + rounded + kHuge - (start + rounded); tail > 0)
-    munmap(reinterpret_cast<void*>(start + rounded), tail);
-  auto* p = reinterpret_cast<uint8_t*>(start);
+  auto* base = static_cast<uint8_t*>(raw);
+  const size_t lead = (kHuge - reinterpret_cast<uintptr_t>(raw) % kHuge) % kHuge;
+  uint8_t* p = base + lead;
+  if (lead > 0) munmap(base, lead);
+  if (const size_t tail = kHuge - lead; tail > 0) munmap(p + rounded, tail);
   madvise(p, rounded, MADV_HUGEPAGE);  // advice only: without THP the mapping works the same
   mappings_.push_back({p, rounded});
   return p;

@@ -10,6 +10,10 @@
 //   gemm/<TYPE>/<layout>/tN  matmul_rows over the hot matrix (256 rows of 2048) with N tokens,
 //                          `packed` (16-row groups, AVX-512 VNNI) or `rows` (row-major vec_dot
 //                          / four-row kernels); counter GMAC/s of multiply-adds
+//   gemv/<TYPE>/packed/cold  the decode step's GEMV: one token against a cold packed matrix of
+//                          MLA_BENCH_COLD_MIB (lm_head-like rows of 2048), 1 and 2 threads
+//                          (matmul's thread split); GB/s of packed weight bytes per wall second
+//                          and per CPU second (a memory-bound kernel's stalls count as CPU time)
 //   membw/read_sum         sum of a cold buffer of uint64 (read bandwidth), 1 and 2 threads
 //   membw/memcpy           memcpy between cold buffers (bytes counted once per direction)
 //
@@ -22,6 +26,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <memory>
 #include <random>
 #include <string>
@@ -168,6 +173,43 @@ void bm_gemm(benchmark::State& state, GgmlType t, bool packed, int n_tok) {
       static_cast<double>(state.iterations()) * kRows * kGemmCols * n_tok / 1e9, benchmark::Counter::kIsRate);
 }
 
+// One decode-shaped matmul (one token) over a cold packed matrix of about cold_bytes(), with
+// matmul's own thread pool and split.
+void bm_gemv_cold(benchmark::State& state, GgmlType t, int n_threads) {
+  constexpr int64_t kGemvCols = 2048;
+  const int64_t row_bytes = ggml_row_bytes(t, kGemvCols);
+  const int64_t n_rows = std::max<int64_t>(16, static_cast<int64_t>(cold_bytes()) / row_bytes / 16 * 16);
+  Matrix m;
+  m.type = t;
+  m.row_bytes = row_bytes;
+  m.n_rows = n_rows;
+  m.data.reset(new uint8_t[static_cast<size_t>(n_rows * row_bytes)]);
+  fill(m);
+  WeightMatrix w{t, m.data.get(), kGemvCols, n_rows, row_bytes};
+  PackedWeightStore store;
+  if (!repack_weight(w, n_rows, store)) {
+    state.SkipWithError("no packed kernel on this CPU");
+    return;
+  }
+  m.data.reset();  // only the groups are read
+  w.data = nullptr;
+  std::mt19937 rng(5);
+  const auto x = testing::random_floats(kGemvCols, rng, 1.0f);
+  std::vector<float> y(static_cast<size_t>(n_rows));
+  ThreadPool pool(n_threads);
+  MatmulScratch scratch;
+  const auto cpu0 = std::clock();
+  for (auto _ : state) {
+    matmul(w, x.data(), kGemvCols, 1, y.data(), n_rows, pool, scratch);
+    benchmark::DoNotOptimize(y.data());
+  }
+  const double cpu_s = static_cast<double>(std::clock() - cpu0) / CLOCKS_PER_SEC;
+  const double bytes = static_cast<double>(state.iterations()) * static_cast<double>(store.bytes());
+  state.counters["GB/s_wall"] = benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsRate);
+  state.counters["GB/s_cpu"] = cpu_s > 0 ? bytes / 1e9 / cpu_s * n_threads : 0.0;
+  state.counters["MB"] = static_cast<double>(store.bytes()) / 1e6;
+}
+
 // Cold buffers for the bandwidth probes, shared by all of them.
 struct ColdBuffers {
   size_t bytes;
@@ -257,6 +299,14 @@ const GgmlType kBenchTypes[] = {GgmlType::F32,    GgmlType::F16,   GgmlType::BF1
                                  (packed ? "/packed" : "/rows") + "/t" + std::to_string(n_tok);
         benchmark::RegisterBenchmark(name.c_str(), bm_gemm, t, packed, n_tok)->Unit(benchmark::kMicrosecond);
       }
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K})
+    for (int n_threads : {1, 2}) {
+      const std::string name =
+          std::string("gemv/") + std::string(ggml_type_name(t)) + "/packed/cold/threads:" + std::to_string(n_threads);
+      benchmark::RegisterBenchmark(name.c_str(), bm_gemv_cold, t, n_threads)
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
+    }
   benchmark::RegisterBenchmark("membw/read_sum", bm_read_sum)->Unit(benchmark::kMillisecond)->ThreadRange(1, 2);
   benchmark::RegisterBenchmark("membw/memcpy", bm_memcpy)->Unit(benchmark::kMillisecond);
   return true;

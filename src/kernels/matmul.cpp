@@ -1,6 +1,9 @@
 #include "kernels/matmul.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <cstdint>
 
 #include "quant/packed.h"
 #include "quant/quant.h"
@@ -15,6 +18,8 @@ int64_t act_extra_bytes(GgmlType act_type, int64_t n_cols) {
   static const bool packing = packed_gemm_fn(GgmlType::Q8_0) != nullptr;
   return packing ? packed_act_extra_bytes(act_type, n_cols) : 0;
 }
+
+constexpr int64_t kInlineQuantizeElems = 16 * 1024;
 
 // Quantizes n_tok activation rows to `act_type`, one row per token, row_bytes apart. F32 rows
 // are used in place (returns x); otherwise returns the scratch buffer.
@@ -38,7 +43,8 @@ const uint8_t* prepare_activations(GgmlType act_type, const float* x, int64_t x_
       if (extra_bytes > 0) packed_act_extra(act_type, row, n_cols, row + quant_bytes);
     }
   };
-  if (pool)
+  // A few rows (a decode step's expert inputs) cost less than a hand-off.
+  if (pool && n_tok * n_cols > kInlineQuantizeElems)
     pool->parallel_for(n_tok, body);
   else
     body(0, n_tok, 0);
@@ -71,13 +77,42 @@ void matmul_rows_packed(const WeightMatrix& w, PackedGemmFn gemm, const Quantize
 
 }  // namespace
 
+PackedWeightStore::~PackedWeightStore() {
+  for (const Mapping& m : mappings_) munmap(m.base, m.bytes);
+}
+
+uint8_t* PackedWeightStore::map(size_t bytes) {
+  constexpr size_t kHuge = size_t{2} << 20;
+  const size_t rounded = (bytes + kHuge - 1) / kHuge * kHuge;
+  // Over-map by one huge page, then trim to a 2 MiB aligned start.
+  void* raw = mmap(nullptr, rounded + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) fail("out of memory: repacking weights needs {} more bytes", rounded);
+  auto* base = static_cast<uint8_t*>(raw);
+  const size_t lead = (kHuge - reinterpret_cast<uintptr_t>(raw) % kHuge) % kHuge;
+  uint8_t* p = base + lead;
+  if (lead > 0) munmap(base, lead);
+  if (const size_t tail = kHuge - lead; tail > 0) munmap(p + rounded, tail);
+  madvise(p, rounded, MADV_HUGEPAGE);  // advice only: without THP the mapping works the same
+  mappings_.push_back({p, rounded});
+  return p;
+}
+
+void PackedWeightStore::reserve(size_t bytes) {
+  if (bytes == 0) return;
+  arena_ = map(bytes);
+  arena_left_ = (bytes + (size_t{2} << 20) - 1) / (size_t{2} << 20) * (size_t{2} << 20);
+}
+
 uint8_t* PackedWeightStore::allocate(size_t bytes) {
   const size_t rounded = (bytes + 63) / 64 * 64;
-  auto* p = static_cast<uint8_t*>(std::aligned_alloc(64, rounded));
-  if (!p) fail("out of memory: repacking weights needs {} more bytes", rounded);
-  buffers_.emplace_back(p);
   bytes_ += rounded;
-  return p;
+  if (rounded <= arena_left_) {
+    uint8_t* p = arena_;
+    arena_ += rounded;
+    arena_left_ -= rounded;
+    return p;
+  }
+  return map(rounded);
 }
 
 int64_t repacked_bytes(const WeightMatrix& w, int64_t slice_rows) {
@@ -141,15 +176,77 @@ void matmul_rows(const WeightMatrix& w, const QuantizedActivations& act, int64_t
 
 void matmul(const WeightMatrix& w, const float* x, int64_t x_stride, int64_t n_tok, float* y, int64_t y_stride,
             ThreadPool& pool, MatmulScratch& scratch) {
-  if (n_tok <= 0 || w.n_rows <= 0) return;
-  const QuantizedActivations act = quantize_activations(w.type, x, x_stride, n_tok, w.n_cols, &pool, scratch.act);
-  if (w.packed) {  // whole groups per thread
-    pool.parallel_for((w.n_rows + kPackedRows - 1) / kPackedRows, [&](int64_t g0, int64_t g1, int) {
-      matmul_rows(w, act, n_tok, y, y_stride, g0 * kPackedRows, std::min(w.n_rows, g1 * kPackedRows));
-    });
+  matmul_multi({{&w, y, y_stride}}, x, x_stride, n_tok, w.n_cols, pool, scratch);
+}
+
+void matmul_multi(std::initializer_list<MatmulOut> outs, const float* x, int64_t x_stride, int64_t n_tok,
+                  int64_t n_cols, ThreadPool& pool, MatmulScratch& scratch) {
+  constexpr int kMaxOuts = 4;
+  if (n_tok <= 0) return;
+  // One quantized input per distinct activation type (two at most).
+  GgmlType types[2]{};
+  int n_types = 0;
+  bool one_by_one = outs.size() > kMaxOuts;
+  for (const MatmulOut& o : outs) {
+    const GgmlType a = vec_dot_type(o.w->type);
+    int k = 0;
+    while (k < n_types && types[k] != a) ++k;
+    if (k < n_types) continue;
+    if (n_types == 2) {
+      one_by_one = true;
+      break;
+    }
+    types[n_types++] = a;
+  }
+  if (one_by_one) {
+    for (const MatmulOut& o : outs) matmul_multi({o}, x, x_stride, n_tok, n_cols, pool, scratch);
     return;
   }
-  pool.parallel_for(w.n_rows, [&](int64_t r0, int64_t r1, int) { matmul_rows(w, act, n_tok, y, y_stride, r0, r1); });
+  QuantizedActivations acts[2];
+  for (int i = 0; i < n_types; ++i)
+    acts[i].data = prepare_activations(types[i], x, x_stride, n_tok, n_cols, acts[i].row_bytes, &pool,
+                                       i == 0 ? scratch.act : scratch.act2);
+  // Work units: a matrix's 16-row groups when packed (a thread always runs whole groups), else
+  // its rows; unit u of matrix i starts at byte start[i] + u * unit_bytes[i] of all the weights.
+  struct Part {
+    const MatmulOut* o;
+    const QuantizedActivations* act;
+    int64_t unit_rows, unit_bytes, n_units, start;
+  };
+  Part parts[kMaxOuts];
+  int n_parts = 0;
+  int64_t total = 0;
+  for (const MatmulOut& o : outs) {
+    const WeightMatrix& w = *o.w;
+    if (w.n_rows <= 0) continue;
+    Part& p = parts[n_parts++];
+    p.o = &o;
+    p.act = &acts[vec_dot_type(w.type) == types[0] ? 0 : 1];
+    p.unit_rows = w.packed ? kPackedRows : 1;
+    p.unit_bytes = w.packed ? w.packed_group_bytes : w.row_bytes;
+    p.n_units = (w.n_rows + p.unit_rows - 1) / p.unit_rows;
+    p.start = total;
+    total += p.unit_bytes * p.n_units;
+  }
+  // Bytes [b0, b1) of the weights: the units that start in it.
+  auto run_bytes = [&](int64_t b0, int64_t b1) {
+    for (int i = 0; i < n_parts; ++i) {
+      const Part& p = parts[i];
+      auto first_unit = [&](int64_t b) {
+        return std::clamp<int64_t>((b - p.start + p.unit_bytes - 1) / p.unit_bytes, 0, p.n_units);
+      };
+      const int64_t u0 = b0 <= p.start ? 0 : first_unit(b0), u1 = b1 <= p.start ? 0 : first_unit(b1);
+      if (u0 < u1)
+        matmul_rows(*p.o->w, *p.act, n_tok, p.o->y, p.o->y_stride, u0 * p.unit_rows,
+                    std::min(p.o->w->n_rows, u1 * p.unit_rows));
+    }
+  };
+  if (total == 0) return;
+  if (pool.n_threads() == 1 || total * n_tok < kMatmulInlineBytes) return run_bytes(0, total);
+  pool.run([&](int t) {
+    const auto [b0, b1] = static_chunk(total, pool.n_threads(), t);
+    run_bytes(b0, b1);
+  });
 }
 
 void matmul_ref(const WeightMatrix& w, const float* x, int64_t x_stride, int64_t n_tok, float* y, int64_t y_stride) {

@@ -7,6 +7,7 @@
 // bit-identical whatever the batch size or thread count (batch invariance).
 #include <cstdint>
 #include <cstdlib>
+#include <initializer_list>
 #include <memory>
 #include <vector>
 
@@ -41,17 +42,30 @@ struct WeightMatrix {
   }
 };
 
-// Owns the repacked copies of weight matrices (64-byte aligned).
+// Owns the repacked copies of weight matrices (64-byte aligned). reserve(n) maps one arena
+// of n bytes, 2 MiB aligned and advised for transparent huge pages (a decode step streams the
+// whole copy; with 4 KiB pages that is a TLB miss every 4 KiB), which later allocate() calls are
+// carved from; an allocation that does not fit gets a mapping of its own.
 class PackedWeightStore {
  public:
+  PackedWeightStore() = default;
+  PackedWeightStore(const PackedWeightStore&) = delete;
+  PackedWeightStore& operator=(const PackedWeightStore&) = delete;
+  ~PackedWeightStore();
+
+  void reserve(size_t bytes);
   uint8_t* allocate(size_t bytes);
   size_t bytes() const { return bytes_; }
 
  private:
-  struct Free {
-    void operator()(uint8_t* p) const { std::free(p); }
+  struct Mapping {
+    void* base;
+    size_t bytes;
   };
-  std::vector<std::unique_ptr<uint8_t, Free>> buffers_;
+  uint8_t* map(size_t bytes);
+  std::vector<Mapping> mappings_;
+  uint8_t* arena_ = nullptr;
+  size_t arena_left_ = 0;
   size_t bytes_ = 0;
 };
 
@@ -67,12 +81,28 @@ int64_t repacked_bytes(const WeightMatrix& w, int64_t slice_rows);
 // needed, so steady-state calls do not allocate.
 struct MatmulScratch {
   std::vector<uint8_t> act;
+  std::vector<uint8_t> act2;  // matmul_multi's second activation type
 };
 
 // y[t * y_stride + r] = sum_k W[r][k] * x[t * x_stride + k] for t < n_tok, r < w.n_rows.
 // x rows hold w.n_cols floats. Throws mla::Error if the weight type has no dot kernel.
 void matmul(const WeightMatrix& w, const float* x, int64_t x_stride, int64_t n_tok, float* y, int64_t y_stride,
             ThreadPool& pool, MatmulScratch& scratch);
+
+// Several matrices over the same input rows (each with w.n_cols == n_cols) in one parallel
+// region: the input quantized once per activation type (at most two types; more fall back to
+// one matmul each), the threads' shares cut by weight bytes across all of them, and a small
+// product (under kMatmulInlineBytes of weights times tokens) run on the calling thread, where a
+// hand-off would cost more than the work. Every output row is computed exactly as matmul
+// computes it, whatever the split.
+struct MatmulOut {
+  const WeightMatrix* w;
+  float* y;
+  int64_t y_stride;
+};
+inline constexpr int64_t kMatmulInlineBytes = 64 * 1024;
+void matmul_multi(std::initializer_list<MatmulOut> outs, const float* x, int64_t x_stride, int64_t n_tok,
+                  int64_t n_cols, ThreadPool& pool, MatmulScratch& scratch);
 
 // matmul in two halves, for callers that schedule the work themselves (the MoE layer runs every
 // expert's rows in one parallel region): activation rows quantized once for a weight type, then

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <tuple>
 
 #include "gguf/gguf.h"
 #include "kernels/moe.h"
@@ -19,6 +20,18 @@
 
 namespace mla {
 namespace {
+
+// Element-wise work below this many values runs on the calling thread: a decode step's few
+// (token, expert) pairs cost less than a hand-off to the pool. The results do not depend on it.
+constexpr int64_t kInlineElems = 16 * 1024;
+
+template <typename F>
+void parallel_for_large(ThreadPool& pool, int64_t n, int64_t elems, F&& fn) {
+  if (elems <= kInlineElems)
+    fn(int64_t{0}, n, 0);
+  else
+    pool.parallel_for(n, fn);
+}
 
 int rank_of(const Comm* comm) { return comm ? comm->rank() : 0; }
 int n_ranks_of(const Comm* comm) { return comm ? comm->size() : 1; }
@@ -106,6 +119,15 @@ void Deepseek2Model::mm(const WeightMatrix& w, const float* x, int64_t x_stride,
       for (int64_t r = 0; r < w.n_rows; ++r) y[t * y_stride + r] *= w.scale;
 }
 
+void Deepseek2Model::mm2(const WeightMatrix& w1, float* y1, int64_t y1_stride, const WeightMatrix& w2, float* y2,
+                         int64_t y2_stride, const float* x, int64_t x_stride, int64_t n) {
+  matmul_multi({{&w1, y1, y1_stride}, {&w2, y2, y2_stride}}, x, x_stride, n, w1.n_cols, pool_, mm_scratch_);
+  for (auto [w, y, stride] : {std::tuple{&w1, y1, y1_stride}, std::tuple{&w2, y2, y2_stride}})
+    if (w->scale != 1.0f)
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t r = 0; r < w->n_rows; ++r) y[t * stride + r] *= w->scale;
+}
+
 void Deepseek2Model::mm_split(const WeightMatrix& w, const float* x, int64_t x_stride, int64_t n, float* y,
                               int64_t y_stride) {
   if (n_ranks_of(opt_.comm) == 1) return mm(w, x, x_stride, n, y, y_stride);
@@ -119,8 +141,8 @@ void Deepseek2Model::swiglu_ffn(const WeightMatrix& gate, const WeightMatrix& up
   const int64_t E = c_.n_embd;
   // {n_embd, n} -> {n_ff, n}: this rank's columns [f.begin, f.end) of gate_ and up_ (all in one process).
   const ShardRange f = shard_range(n_ff, rank_of(opt_.comm), n_ranks_of(opt_.comm));
-  mm(gate.rows(f.begin, f.size()), h_.data(), E, n, gate_.data() + f.begin, n_ff);
-  mm(up.rows(f.begin, f.size()), h_.data(), E, n, up_.data() + f.begin, n_ff);
+  mm2(gate.rows(f.begin, f.size()), gate_.data() + f.begin, n_ff, up.rows(f.begin, f.size()), up_.data() + f.begin,
+      n_ff, h_.data(), E, n);
   for (int64_t t = 0; t < n; ++t)
     swiglu(gate_.data() + t * n_ff + f.begin, up_.data() + t * n_ff + f.begin, gate_.data() + t * n_ff + f.begin,
            f.size());
@@ -236,14 +258,16 @@ void Deepseek2Model::attention(int64_t il, const BatchMeta& b, LatentCache& cach
   if (c_.is_lite) {
     mm(q_rows, h_.data(), E, T, q_.data() + h0 * c_.qk_head, q_width);
   } else {
-    mm(L.attn_q_a, h_.data(), E, T, q_a_.data(), c_.q_lora_rank);
+    // The q LoRA's first half and the latent share their input: one region for both.
+    mm2(L.attn_q_a, q_a_.data(), c_.q_lora_rank, L.attn_kv_a_mqa, kv_.data(), c_.latent_dim, h_.data(), E, T);
     for (int64_t t = 0; t < T; ++t)
       rmsnorm(q_a_.data() + t * c_.q_lora_rank, L.attn_q_a_norm.data(), q_a_.data() + t * c_.q_lora_rank,
               c_.q_lora_rank, c_.rms_eps);
     mm(q_rows, q_a_.data(), c_.q_lora_rank, T, q_.data() + h0 * c_.qk_head, q_width);
   }
-  // Latent: {n_embd, T} -> {kv_lora_rank + qk_rope, T}; norm c_kv, rope k_pe, store in the cache.
-  mm(L.attn_kv_a_mqa, h_.data(), E, T, kv_.data(), c_.latent_dim);
+  // Latent: {n_embd, T} -> {kv_lora_rank + qk_rope, T} (with q_a above when there is a q LoRA);
+  // norm c_kv, rope k_pe, store in the cache.
+  if (c_.is_lite) mm(L.attn_kv_a_mqa, h_.data(), E, T, kv_.data(), c_.latent_dim);
   pool_.parallel_for(T, [&](int64_t t0, int64_t t1, int) {
     for (int64_t t = t0; t < t1; ++t) {
       const float* cs = cos_.data() + t * half;
@@ -433,7 +457,7 @@ std::array<QuantizedActivations, 2> Deepseek2Model::expert_inputs(std::initializ
     if (rows.size() < static_cast<size_t>(n_pairs * rb)) rows.resize(static_cast<size_t>(n_pairs * rb));
     // Only the pairs of this rank's experts (all of them in a single process).
     const int64_t j0 = expert_offsets_[experts_.begin], j1 = expert_offsets_[experts_.end];
-    pool_.parallel_for(j1 - j0, [&](int64_t b0, int64_t b1, int) {
+    parallel_for_large(pool_, j1 - j0, (j1 - j0) * rb / 4, [&](int64_t b0, int64_t b1, int) {
       for (int64_t j = j0 + b0; j < j0 + b1; ++j)
         std::memcpy(rows.data() + j * rb, tok.data + (expert_rows_[j] / K - c0) * rb, rb);
     });
@@ -524,14 +548,14 @@ void Deepseek2Model::moe_ffn(const LayerWeights& L, int64_t n) {
     if (L.gate_up_merged) {
       // {n_embd, m} -> {2 * n_ff_exp, m} per expert: gate rows then up rows, into up_.
       expert_matmuls({&L.ffn_gate_up_exps}, 2 * F, expert_inputs({&L.ffn_gate_up_exps}, c0, c1, P), {up_.data()});
-      pool_.parallel_for(pb - pa, [&](int64_t b0, int64_t b1, int) {
+      parallel_for_large(pool_, pb - pa, (pb - pa) * F, [&](int64_t b0, int64_t b1, int) {
         for (int64_t i = pa + b0; i < pa + b1; ++i)
           swiglu(up_.data() + i * 2 * F, up_.data() + i * 2 * F + F, gate_.data() + i * F, F);
       });
     } else {
       expert_matmuls({&L.ffn_gate_exps, &L.ffn_up_exps}, F,
                      expert_inputs({&L.ffn_gate_exps, &L.ffn_up_exps}, c0, c1, P), {gate_.data(), up_.data()});
-      pool_.parallel_for(pb - pa, [&](int64_t b0, int64_t b1, int) {
+      parallel_for_large(pool_, pb - pa, (pb - pa) * F, [&](int64_t b0, int64_t b1, int) {
         swiglu(gate_.data() + (pa + b0) * F, up_.data() + (pa + b0) * F, gate_.data() + (pa + b0) * F, (b1 - b0) * F);
       });
     }

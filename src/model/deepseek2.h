@@ -133,6 +133,9 @@ class Deepseek2Model {
                       const std::array<QuantizedActivations, 2>& act, std::initializer_list<float*> ys,
                       int64_t act_row0 = 0);
   void mm(const WeightMatrix& w, const float* x, int64_t x_stride, int64_t n, float* y, int64_t y_stride);
+  // mm of two matrices over the same input in one parallel region (matmul_multi).
+  void mm2(const WeightMatrix& w1, float* y1, int64_t y1_stride, const WeightMatrix& w2, float* y2, int64_t y2_stride,
+           const float* x, int64_t x_stride, int64_t n);
   // mm of this rank's share of w's output rows, then exchanged: every rank has all of y.
   void mm_split(const WeightMatrix& w, const float* x, int64_t x_stride, int64_t n, float* y, int64_t y_stride);
   // A SwiGLU FFN (dense layer or shared experts), its n_ff columns split across the ranks:

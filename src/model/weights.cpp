@@ -192,6 +192,8 @@ void repack_matrices(DeepseekWeights& w, const DeepseekConfig& c) {
     return;
   }
   auto store = std::make_shared<PackedWeightStore>();
+  // One huge-page arena for all the copies (decode streams them all every step).
+  store->reserve(static_cast<size_t>(total));
   const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   for (auto [m, slice] : todo) {
     if (!m->data || !repack_weight(*m, slice, *store)) continue;

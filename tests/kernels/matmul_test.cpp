@@ -122,6 +122,52 @@ TEST(PackedMatmulTest, RepackNeedsWholeGroupsPerSlice) {
 INSTANTIATE_TEST_SUITE_P(Types, PackedMatmul, ::testing::Values(GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K),
                          [](const auto& info) { return std::string(ggml_type_name(info.param)); });
 
+// matmul_multi: several matrices over one input in one region, split by bytes across threads,
+// give every row the bits matmul gives it alone (and stay within float error of matmul_ref):
+// two activation types (Q8_K for Q4_K, Q8_0 for Q8_0), packed groups next to row-major rows
+// (40 rows are not whole groups), and a third type, which falls back to one matmul each.
+TEST(MatmulMulti, EachMatrixGetsTheBitsOfItsOwnMatmul) {
+  const int64_t cols = 1024;
+  auto a = make_weight(GgmlType::Q4_K, 64, cols, 31);
+  auto b = make_weight(GgmlType::Q8_0, 40, cols, 32);
+  auto c = make_weight(GgmlType::F16, 24, cols, 33);
+  PackedWeightStore store;
+  repack_weight(a.m, 64, store);  // where this CPU has the packed kernels
+  for (int64_t n_tok : {1, 5}) {
+    auto x = randn(n_tok * cols, 34 + static_cast<uint32_t>(n_tok));
+    const WeightMatrix* ws[3] = {&a.m, &b.m, &c.m};
+    std::vector<float> alone[3], ref[3];
+    ThreadPool pool1(1);
+    MatmulScratch s1;
+    for (int i = 0; i < 3; ++i) {
+      alone[i].resize(n_tok * ws[i]->n_rows);
+      ref[i].resize(alone[i].size());
+      matmul(*ws[i], x.data(), cols, n_tok, alone[i].data(), ws[i]->n_rows, pool1, s1);
+      matmul_ref(*ws[i], x.data(), cols, n_tok, ref[i].data(), ws[i]->n_rows);
+      for (size_t k = 0; k < ref[i].size(); ++k) EXPECT_NEAR(alone[i][k], ref[i][k], 2e-5 * std::sqrt(cols)) << i;
+    }
+    for (int threads : {1, 2, 3}) {
+      ThreadPool pool(threads);
+      MatmulScratch s;
+      std::vector<float> y[3];
+      for (int i = 0; i < 3; ++i) y[i].assign(alone[i].size(), NAN);
+      matmul_multi({{ws[0], y[0].data(), ws[0]->n_rows}, {ws[1], y[1].data(), ws[1]->n_rows}}, x.data(), cols, n_tok,
+                   cols, pool, s);
+      for (int i = 0; i < 2; ++i)
+        EXPECT_EQ(0, std::memcmp(y[i].data(), alone[i].data(), sizeof(float) * y[i].size()))
+            << "matrix " << i << ", " << threads << " threads, " << n_tok << " tokens";
+      for (int i = 0; i < 3; ++i) y[i].assign(alone[i].size(), NAN);
+      matmul_multi({{ws[0], y[0].data(), ws[0]->n_rows},
+                    {ws[1], y[1].data(), ws[1]->n_rows},
+                    {ws[2], y[2].data(), ws[2]->n_rows}},
+                   x.data(), cols, n_tok, cols, pool, s);
+      for (int i = 0; i < 3; ++i)
+        EXPECT_EQ(0, std::memcmp(y[i].data(), alone[i].data(), sizeof(float) * y[i].size()))
+            << "three types: matrix " << i << ", " << threads << " threads, " << n_tok << " tokens";
+    }
+  }
+}
+
 TEST(Matmul, F32IsExactDotProduct) {
   // 2x3 weight, known values.
   float wv[6] = {1, 2, 3, -1, 0.5f, 4};

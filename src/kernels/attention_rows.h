@@ -34,4 +34,12 @@ inline void load_row(const MlaAttnParams& p, DequantizeFn dq, int64_t j, float* 
     dq(raw_row(p, j), out, n);
 }
 
+// Grows every thread's head buffer (AttnScratch::heads) to n floats; before a parallel region,
+// where resizing the outer vector would race.
+inline void reserve_head_buffers(AttnScratch& s, int n_threads, size_t n) {
+  if (static_cast<int>(s.heads.size()) < n_threads) s.heads.resize(n_threads);
+  for (auto& v : s.heads)
+    if (v.size() < n) v.resize(n);
+}
+
 }  // namespace mla::attn

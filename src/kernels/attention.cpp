@@ -21,10 +21,10 @@ float* thread_buffer(AttnScratch& s, int n_threads, int t, size_t n_floats) {
 using attn::QueryRows;
 using attn::rows_of;
 
-// A row of the context for the reference kernels, in double-friendly F32.
+// A row of the context for the reference kernels, by the quant library's dequantization.
 std::vector<float> ref_row(const MlaAttnParams& p, int64_t j) {
   std::vector<float> r(p.kv_lora + p.qk_rope);
-  attn::load_row(p, p.cache_type == GgmlType::F32 ? nullptr : dequantize_fn(p.cache_type), j, r.data());
+  dequantize_row(p.cache_type, attn::raw_row(p, j), r.data(), p.kv_lora + p.qk_rope);
   return r;
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/attention.h"
+#include "kernels/simd16.h"
 #include "quant/quant.h"
 
 namespace mla {
@@ -226,6 +227,17 @@ TEST(MlaAttention, StoredDtypesAcrossSplitsAndParts) {
       }
     }
   }
+}
+
+// The kernels' F16 row conversion gives the quant library's reference bits for every F16 value
+// (NaN payloads and signs included), in 16-value groups and in a tail.
+TEST(MlaAttention, F16RowConversionIsTheReferenceForEveryValue) {
+  std::vector<uint16_t> all(65536 + 7);
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint16_t>(i * 40503u);  // odd: a permutation
+  std::vector<float> want(all.size()), got(all.size());
+  dequantize_row_ref(GgmlType::F16, all.data(), want.data(), static_cast<int64_t>(all.size()));
+  simd::f16_to_f32(all.data(), got.data(), static_cast<int64_t>(all.size()), dequantize_fn(GgmlType::F16));
+  EXPECT_EQ(0, std::memcmp(want.data(), got.data(), sizeof(float) * want.size()));
 }
 
 // W_UK / W_UV given as rows in a file type (read in place, converted a head at a time) give the

@@ -5,6 +5,10 @@
 // attended, plus MQA's absorb/un-absorb or MHA's decompression), and ms per call.
 //
 //   attn/mqa_decode/<ctx>/<threads>      one query over ctx cached rows (absorbed path)
+//   attn/mqa_decode_q8w/<ctx>/<threads>  the same with W_UK / W_UV read as Q8_0 rows (as a Q4_K_M
+//                                        file stores attn_k_b), converted a head at a time
+//   attn/v2lite_decode/<ctx>/<threads>   one query at DeepSeek-V2-Lite's widths (16 heads, nope 128,
+//                                        v 128), Q8_0 W_UK / W_UV: the issue-9 model's depth cost
 //   attn/mqa_chunk/<ctx>/<threads>       a 512-token prefill chunk ending at ctx (causal), MQA
 //   attn/mha_chunk/<ctx>/<threads>       the same chunk down the decompressed (MHA) path
 //   indexer/decode/<ctx>/<threads>       one query's indexer scores and top-2048 over ctx keys
@@ -12,6 +16,7 @@
 //   build/bench/mla_bench --benchmark_filter='attn|indexer'
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -24,38 +29,60 @@
 namespace mla {
 namespace {
 
-constexpr int64_t kHead = 64, kNope = 192, kRope = 64, kLora = 512, kV = 256;
+constexpr int64_t kRope = 64, kLora = 512;
+struct Widths {
+  int64_t head, nope, v;
+};
+constexpr Widths kGlm5{64, 192, 256}, kV2Lite{16, 128, 128};
+constexpr int64_t kHead = kGlm5.head, kNope = kGlm5.nope, kV = kGlm5.v;
 constexpr int64_t kIdxHead = 32, kIdxDim = 128, kTopK = 2048;
 constexpr int64_t kChunk = 512;
 
-// The latent rows of ctx tokens as an F16 cache (slots in order) and the weights.
+// The latent rows of ctx tokens as an F16 cache (slots in order) and the weights (F32, and W_UK
+// / W_UV also as Q8_0 rows).
 struct AttnData {
   int64_t ctx, n_q;
+  Widths w;
   std::vector<uint16_t> cache;
   std::vector<float> q, w_uk, w_uk_t, w_uv, out;
+  std::vector<uint8_t> w_uk_q8, w_uv_q8;
   std::vector<int32_t> slots;
-  AttnData(int64_t ctx_, int64_t n_q_) : ctx(ctx_), n_q(n_q_) {
+  AttnData(int64_t ctx_, int64_t n_q_, Widths w_ = kGlm5) : ctx(ctx_), n_q(n_q_), w(w_) {
+    const int64_t H = w.head, N = w.nope, V = w.v;
     const int64_t row = kLora + kRope;
     const auto rows = randn(ctx * row, 1);
     cache.resize(ctx * row);
     for (int64_t j = 0; j < ctx; ++j) quantize_row(GgmlType::F16, rows.data() + j * row, cache.data() + j * row, row);
-    q = randn(n_q * kHead * (kNope + kRope), 2, 0.3f);
-    w_uk = randn(kHead * kLora * kNope, 3, 1.0f / std::sqrt(float(kLora)));
-    w_uk_t = randn(kHead * kNope * kLora, 4, 1.0f / std::sqrt(float(kLora)));
-    w_uv = randn(kHead * kV * kLora, 5, 1.0f / std::sqrt(float(kLora)));
-    out.resize(n_q * kHead * kV);
+    q = randn(n_q * H * (N + kRope), 2, 0.3f);
+    w_uk = randn(H * kLora * N, 3, 1.0f / std::sqrt(float(kLora)));
+    w_uk_t = randn(H * N * kLora, 4, 1.0f / std::sqrt(float(kLora)));
+    w_uv = randn(H * V * kLora, 5, 1.0f / std::sqrt(float(kLora)));
+    w_uk_q8 = q8_rows(w_uk, N);
+    w_uv_q8 = q8_rows(w_uv, kLora);
+    out.resize(n_q * H * V);
     slots.resize(ctx);
     for (int64_t j = 0; j < ctx; ++j) slots[j] = static_cast<int32_t>(j);
   }
-  MlaAttnParams params() {
+  static std::vector<uint8_t> q8_rows(const std::vector<float>& x, int64_t cols) {
+    const int64_t rb = ggml_row_bytes(GgmlType::Q8_0, cols), rows = static_cast<int64_t>(x.size()) / cols;
+    std::vector<uint8_t> q(rows * rb);
+    for (int64_t r = 0; r < rows; ++r) quantize_row(GgmlType::Q8_0, x.data() + r * cols, q.data() + r * rb, cols);
+    return q;
+  }
+  MlaAttnParams params(bool q8_weights = false) {
+    const int64_t H = w.head, N = w.nope, V = w.v;
     MlaAttnParams p;
-    p.n_head = kHead, p.qk_nope = kNope, p.qk_rope = kRope, p.kv_lora = kLora, p.v_dim = kV;
-    p.kq_scale = 1.0f / std::sqrt(float(kNope + kRope));
-    p.n_q = n_q, p.q = q.data(), p.q_stride = kHead * (kNope + kRope);
+    p.n_head = H, p.qk_nope = N, p.qk_rope = kRope, p.kv_lora = kLora, p.v_dim = V;
+    p.kq_scale = 1.0f / std::sqrt(float(N + kRope));
+    p.n_q = n_q, p.q = q.data(), p.q_stride = H * (N + kRope);
     p.n_ctx = ctx, p.cache = cache.data(), p.cache_type = GgmlType::F16;
     p.cache_row_bytes = static_cast<int64_t>(sizeof(uint16_t)) * (kLora + kRope), p.slots = slots.data();
     p.w_uk = w_uk.data(), p.w_uk_t = w_uk_t.data(), p.w_uv = w_uv.data();
-    p.out = out.data(), p.out_stride = kHead * kV;
+    if (q8_weights) {
+      p.w_uk = MlaProj(w_uk_q8.data(), GgmlType::Q8_0, ggml_row_bytes(GgmlType::Q8_0, N), 0);
+      p.w_uv = MlaProj(w_uv_q8.data(), GgmlType::Q8_0, ggml_row_bytes(GgmlType::Q8_0, kLora), 0);
+    }
+    p.out = out.data(), p.out_stride = H * V;
     return p;
   }
   // Query-row pairs the chunk attends (causal).
@@ -75,6 +102,18 @@ void BM_MqaDecode(benchmark::State& state) {
   const auto p = d.params();
   for (auto _ : state) mla_attention_mqa(p, pool, scratch);
   report(state, kHead * ((kNope + kV) * kLora + d.pairs() * (2 * kLora + kRope)));
+}
+
+// One decode query with Q8_0 projections, at GLM-5's or V2-Lite's widths.
+template <int kWidths>
+void BM_MqaDecodeQ8w(benchmark::State& state) {
+  const Widths w = kWidths == 0 ? kGlm5 : kV2Lite;
+  AttnData d(std::max<int64_t>(1, state.range(0)), 1, w);
+  ThreadPool pool(static_cast<int>(state.range(1)));
+  AttnScratch scratch;
+  const auto p = d.params(true);
+  for (auto _ : state) mla_attention_mqa(p, pool, scratch);
+  report(state, w.head * ((w.nope + w.v) * kLora + d.pairs() * (2 * kLora + kRope)));
 }
 
 void BM_MqaChunk(benchmark::State& state) {
@@ -123,6 +162,8 @@ void depth_args(benchmark::internal::Benchmark* b, std::initializer_list<int64_t
 }
 
 BENCHMARK(BM_MqaDecode)->Name("attn/mqa_decode")->Apply([](auto* b) { depth_args(b, {2048, 8192, 32768}); });
+BENCHMARK(BM_MqaDecodeQ8w<0>)->Name("attn/mqa_decode_q8w")->Apply([](auto* b) { depth_args(b, {1, 8192}); });
+BENCHMARK(BM_MqaDecodeQ8w<1>)->Name("attn/v2lite_decode")->Apply([](auto* b) { depth_args(b, {1, 4096}); });
 BENCHMARK(BM_MqaChunk)->Name("attn/mqa_chunk")->Apply([](auto* b) { depth_args(b, {2048, 8192}); });
 BENCHMARK(BM_MhaChunk)->Name("attn/mha_chunk")->Apply([](auto* b) { depth_args(b, {2048, 8192}); });
 BENCHMARK(BM_IndexerDecode)->Name("indexer/decode")->Apply([](auto* b) { depth_args(b, {8192, 32768}); });

@@ -132,7 +132,8 @@ void NumericsProbe::on_attention(const AttentionObservation& o) {
   const int64_t H = c_.n_head, R = c_.kv_lora_rank, N = c_.qk_nope, P = c_.qk_rope, D = c_.latent_dim;
   const int64_t q_stride = H * c_.qk_head, out_w = H * c_.v_head;
   const LayerWeights& L = w_.layers[o.layer];
-  if (L.w_uk.empty()) fail("doctor: the numerics probe needs W_UK in the absorbed form");
+  if (!L.w_uk) fail("doctor: the numerics probe needs W_UK in the absorbed form");
+  uk_.resize(R * N);
   LayerNumerics& n = layers_[o.layer];
   const BatchMeta& b = *o.batch;
   const double inf = std::numeric_limits<double>::infinity();
@@ -158,8 +159,8 @@ void NumericsProbe::on_attention(const AttentionObservation& o) {
       const int64_t t = s.query_start + k;
       const int64_t last = s.context_len - s.query_len + k;  // causal: rows 0..last
       for (int64_t h = 0; h < H; ++h) {
-        const float* q = o.q + t * q_stride + h * c_.qk_head;  // [q_nope | q_pe]
-        const float* uk = L.w_uk.data() + h * R * N;           // [R][N]
+        const float* q = o.q + t * q_stride + h * c_.qk_head;          // [q_nope | q_pe]
+        const float* uk = mla_proj_head(L.w_uk, h, R, N, uk_.data());  // [R][N]
         for (int64_t r = 0; r < R; ++r) {
           double acc = 0;
           for (int64_t d = 0; d < N; ++d) acc += static_cast<double>(uk[r * N + d]) * q[d];
@@ -204,7 +205,7 @@ void NumericsProbe::pair_energies(int64_t il, int64_t h, const float* q_nope, in
   }
   pair_q_.resize(R);
   for (int64_t g : gs) {
-    const float* uk = L.w_uk.data() + g * R * N;
+    const float* uk = mla_proj_head(L.w_uk, g, R, N, uk_.data());
     for (int64_t r = 0; r < R; ++r) {
       double acc = 0;
       for (int64_t d = 0; d < N; ++d) acc += static_cast<double>(uk[r * N + d]) * q_nope[d];

@@ -57,8 +57,8 @@ class NumericsProbe : public AttentionObserver {
   const DeepseekConfig& c_;
   const DeepseekWeights& w_;
   std::vector<LayerNumerics> layers_;
-  std::vector<std::vector<double>> energy_;  // [layer][h * n_head + g]; NaN where not computed
-  std::vector<float> ctx_, q_lat_, row_;
+  std::vector<std::vector<double>> energy_;    // [layer][h * n_head + g]; NaN where not computed
+  std::vector<float> ctx_, q_lat_, row_, uk_;  // uk_: one head of W_UK as F32
   std::vector<double> pair_q_;
   void pair_energies(int64_t il, int64_t h, const float* q_nope, int64_t last);
 };

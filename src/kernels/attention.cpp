@@ -21,14 +21,30 @@ float* thread_buffer(AttnScratch& s, int n_threads, int t, size_t n_floats) {
 using attn::QueryRows;
 using attn::rows_of;
 
-// A row of the context for the reference kernels, in double-friendly F32.
+// A row of the context for the reference kernels, by the quant library's dequantization.
 std::vector<float> ref_row(const MlaAttnParams& p, int64_t j) {
   std::vector<float> r(p.kv_lora + p.qk_rope);
-  attn::load_row(p, p.cache_type == GgmlType::F32 ? nullptr : dequantize_fn(p.cache_type), j, r.data());
+  dequantize_row(p.cache_type, attn::raw_row(p, j), r.data(), p.kv_lora + p.qk_rope);
   return r;
 }
 
 }  // namespace
+
+const float* mla_proj_head(const MlaProj& w, int64_t h, int64_t rows, int64_t cols, float* buf) {
+  const int64_t f32_row = cols * static_cast<int64_t>(sizeof(float));
+  const int64_t rb = w.row_bytes ? w.row_bytes : f32_row;
+  const int64_t hr = w.head_rows ? w.head_rows : rows;
+  const uint8_t* base = static_cast<const uint8_t*>(w.data) + h * hr * rb;
+  if (w.type == GgmlType::F32 && rb == f32_row) return reinterpret_cast<const float*>(base);
+  const DequantizeFn dq = w.type == GgmlType::F32 ? nullptr : dequantize_fn(w.type);
+  for (int64_t r = 0; r < rows; ++r) {
+    if (dq)
+      dq(base + r * rb, buf + r * cols, cols);
+    else
+      std::memcpy(buf + r * cols, base + r * rb, f32_row);
+  }
+  return buf;
+}
 
 void mla_attention_mha(const MlaAttnParams& p, ThreadPool& pool, AttnScratch& scratch) {
   // The context as F32 rows: the cache itself when it is F32, else converted once here.
@@ -57,15 +73,19 @@ void mla_attention_mha(const MlaAttnParams& p, ThreadPool& pool, AttnScratch& sc
   // the outer vector.
   const size_t need = static_cast<size_t>(p.n_ctx * (qk_head + p.v_dim + 2));
   for (int t = 0; t < pool.n_threads(); ++t) thread_buffer(scratch, pool.n_threads(), t, need);
+  // One head's W_UK and W_UV rows as F32 when the projections are not F32 already.
+  const size_t head_floats = static_cast<size_t>((p.qk_nope + p.v_dim) * p.kv_lora);
+  attn::reserve_head_buffers(scratch, pool.n_threads(), head_floats);
   pool.parallel_for(p.n_head, [&](int64_t h0, int64_t h1, int t) {
     float* k = scratch.per_thread[t].data();  // [n_ctx][qk_nope | qk_rope]
     float* v = k + p.n_ctx * qk_head;         // [n_ctx][v_dim]
     float* scores = v + p.n_ctx * p.v_dim;    // [2][n_ctx]
 
     auto key = [&](int64_t j) -> const float* { return k + j * qk_head; };
+    float* wbuf = scratch.heads[t].data();
     for (int64_t h = h0; h < h1; ++h) {
-      const float* wk = p.w_uk_t + h * p.qk_nope * p.kv_lora;
-      const float* wv = p.w_uv + h * p.v_dim * p.kv_lora;
+      const float* wk = mla_proj_head(p.w_uk_t, h, p.qk_nope, p.kv_lora, wbuf);
+      const float* wv = mla_proj_head(p.w_uv, h, p.v_dim, p.kv_lora, wbuf + p.qk_nope * p.kv_lora);
       // Decompress the context for this head: k_nope_j = W_UK_h c_j, v_j = W_UV_h c_j; k_pe as is.
       dot_block_f32(
           p.n_ctx, p.qk_nope, p.kv_lora, ctx_row, [&](int64_t d) { return wk + d * p.kv_lora; }, k, qk_head);
@@ -115,15 +135,16 @@ void mla_attention_mha(const MlaAttnParams& p, ThreadPool& pool, AttnScratch& sc
 void mla_attention_mha_ref(const MlaAttnParams& p) {
   const int64_t qk_head = p.qk_nope + p.qk_rope;
   std::vector<double> k(p.n_ctx * qk_head), v(p.n_ctx * p.v_dim), w(p.n_ctx);
+  std::vector<float> uk_buf(p.qk_nope * p.kv_lora), uv_buf(p.v_dim * p.kv_lora);
   for (int64_t h = 0; h < p.n_head; ++h) {
+    const float* uk = mla_proj_head(p.w_uk_t, h, p.qk_nope, p.kv_lora, uk_buf.data());  // [qk_nope][kv_lora]
+    const float* uv = mla_proj_head(p.w_uv, h, p.v_dim, p.kv_lora, uv_buf.data());      // [v_dim][kv_lora]
     for (int64_t j = 0; j < p.n_ctx; ++j) {
       const std::vector<float> row = ref_row(p, j);
       const float* c = row.data();
-      for (int64_t d = 0; d < p.qk_nope; ++d)
-        k[j * qk_head + d] = dot_f64(p.w_uk_t + (h * p.qk_nope + d) * p.kv_lora, c, p.kv_lora);
+      for (int64_t d = 0; d < p.qk_nope; ++d) k[j * qk_head + d] = dot_f64(uk + d * p.kv_lora, c, p.kv_lora);
       for (int64_t d = 0; d < p.qk_rope; ++d) k[j * qk_head + p.qk_nope + d] = c[p.kv_lora + d];
-      for (int64_t e = 0; e < p.v_dim; ++e)
-        v[j * p.v_dim + e] = dot_f64(p.w_uv + (h * p.v_dim + e) * p.kv_lora, c, p.kv_lora);
+      for (int64_t e = 0; e < p.v_dim; ++e) v[j * p.v_dim + e] = dot_f64(uv + e * p.kv_lora, c, p.kv_lora);
     }
     for (int64_t i = 0; i < p.n_q; ++i) {
       const QueryRows rows = rows_of(p, i);
@@ -149,13 +170,15 @@ void mla_attention_mha_ref(const MlaAttnParams& p) {
 void mla_attention_mqa_ref(const MlaAttnParams& p) {
   const int64_t qk_head = p.qk_nope + p.qk_rope;
   std::vector<double> q_lat(p.kv_lora), o_lat(p.kv_lora), w(p.n_ctx);
+  std::vector<float> uk_buf(p.kv_lora * p.qk_nope), uv_buf(p.v_dim * p.kv_lora);
   for (int64_t h = 0; h < p.n_head; ++h) {
+    const float* uk = mla_proj_head(p.w_uk, h, p.kv_lora, p.qk_nope, uk_buf.data());  // [kv_lora][qk_nope]
+    const float* uv = mla_proj_head(p.w_uv, h, p.v_dim, p.kv_lora, uv_buf.data());    // [v_dim][kv_lora]
     for (int64_t i = 0; i < p.n_q; ++i) {
       const QueryRows rows = rows_of(p, i);
       const int64_t n_vis = rows.n;
       const float* qh = p.q + i * p.q_stride + h * qk_head;
-      for (int64_t c = 0; c < p.kv_lora; ++c)
-        q_lat[c] = dot_f64(p.w_uk + (h * p.kv_lora + c) * p.qk_nope, qh, p.qk_nope);
+      for (int64_t c = 0; c < p.kv_lora; ++c) q_lat[c] = dot_f64(uk + c * p.qk_nope, qh, p.qk_nope);
       double mx = -INFINITY, sum = 0;
       for (int64_t j = 0; j < n_vis; ++j) {
         const std::vector<float> row = ref_row(p, rows[j]);
@@ -173,7 +196,7 @@ void mla_attention_mqa_ref(const MlaAttnParams& p) {
       }
       float* o = p.out + i * p.out_stride + h * p.v_dim;
       for (int64_t e = 0; e < p.v_dim; ++e) {
-        const float* wv = p.w_uv + (h * p.v_dim + e) * p.kv_lora;
+        const float* wv = uv + e * p.kv_lora;
         double acc = 0;
         for (int64_t c = 0; c < p.kv_lora; ++c) acc += wv[c] * o_lat[c];
         o[e] = static_cast<float>(acc);

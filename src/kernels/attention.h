@@ -26,6 +26,32 @@
 
 namespace mla {
 
+// One MLA projection [n_head][rows][cols]: rows of `cols` elements of one dtype, head h's rows
+// starting head_rows rows after head h-1's. A plain float pointer is the packed F32 array (row_bytes
+// 0: cols floats per row, head_rows 0: rows per head). The kernels convert a quantized, F16 or BF16
+// head's rows with the same dequantization the load-time F32 copy used, so the values, and every
+// result, are bit for bit those of the F32 copy.
+struct MlaProj {
+  const void* data = nullptr;
+  GgmlType type = GgmlType::F32;
+  int64_t row_bytes = 0;  // 0: packed F32 rows
+  int64_t head_rows = 0;  // 0: packed heads
+  MlaProj() = default;
+  MlaProj(const float* f32) : data(f32) {}  // NOLINT: implicit on purpose (the F32 form)
+  MlaProj(const void* d, GgmlType t, int64_t rb, int64_t hr) : data(d), type(t), row_bytes(rb), head_rows(hr) {}
+  explicit operator bool() const { return data != nullptr; }
+  // The projection from head h0 on (heads of `rows` rows of `cols` elements); empty stays empty.
+  MlaProj from_head(int64_t h0, int64_t rows, int64_t cols) const {
+    if (!data) return {};
+    const int64_t rb = row_bytes ? row_bytes : cols * static_cast<int64_t>(sizeof(float));
+    return {static_cast<const uint8_t*>(data) + h0 * (head_rows ? head_rows : rows) * rb, type, row_bytes, head_rows};
+  }
+};
+
+// Head h's rows [0, rows) of w as F32 rows of cols floats: w's own memory when it holds packed F32
+// rows, else converted into buf (rows * cols floats), which is then returned.
+const float* mla_proj_head(const MlaProj& w, int64_t h, int64_t rows, int64_t cols, float* buf);
+
 struct MlaAttnParams {
   int64_t n_head = 0;
   int64_t qk_nope = 0;  // qk_nope_head_dim
@@ -44,10 +70,10 @@ struct MlaAttnParams {
   int64_t cache_row_bytes = 0;          // bytes between consecutive slots
   const int32_t* slots = nullptr;       // [n_ctx]: the slot of context row j
 
-  // F32 projections (dequantized at load):
-  const float* w_uk = nullptr;    // MQA: [n_head][kv_lora][qk_nope] (GGUF attn_k_b); may be nullptr for MHA
-  const float* w_uk_t = nullptr;  // MHA: [n_head][qk_nope][kv_lora] (attn_kv_b K rows); may be nullptr for MQA
-  const float* w_uv = nullptr;    // [n_head][v_dim][kv_lora] (attn_v_b)
+  // The projections, F32 or rows of the file in its type (converted a head at a time in the kernel):
+  MlaProj w_uk;    // MQA: [n_head][kv_lora][qk_nope] (GGUF attn_k_b); may be empty for MHA
+  MlaProj w_uk_t;  // MHA: [n_head][qk_nope][kv_lora] (attn_kv_b K rows); may be empty for MQA
+  MlaProj w_uv;    // [n_head][v_dim][kv_lora] (attn_v_b, or attn_kv_b V rows)
 
   // Sparse attention (DSA): query i attends to context rows sel[i * sel_stride + k] for
   // k < sel_count[i], ascending and visible to it. nullptr: every visible row (dense).
@@ -62,10 +88,11 @@ struct MlaAttnParams {
 // Work buffers; grown on first use to the largest sizes seen.
 struct AttnScratch {
   std::vector<std::vector<float>> per_thread;
-  std::vector<float> ctx;       // MHA: the context converted to F32
-  std::vector<int32_t> iota;    // MHA: identity slots over ctx
-  std::vector<float> q_t;       // MQA: absorbed, scaled queries, transposed to [row elem][head]
-  std::vector<float> partials;  // MQA: per query and 1024-row part: max, sum, output per head
+  std::vector<float> ctx;                 // MHA: the context converted to F32
+  std::vector<int32_t> iota;              // MHA: identity slots over ctx
+  std::vector<float> q_t;                 // MQA: absorbed, scaled queries, transposed to [row elem][head]
+  std::vector<float> partials;            // MQA: per query and 1024-row part: max, sum, output per head
+  std::vector<std::vector<float>> heads;  // per thread: one head's projection rows converted to F32
 };
 
 void mla_attention_mha(const MlaAttnParams& p, ThreadPool& pool, AttnScratch& scratch);

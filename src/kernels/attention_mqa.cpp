@@ -100,6 +100,8 @@ void mla_attention_mqa(const MlaAttnParams& p, ThreadPool& pool, AttnScratch& sc
     return tb;
   };
   auto absorb_tmp = [&](int t) { return buffers(t).o + 16 * max_group_vecs * L.kvp; };
+  // One head's W_UK or W_UV rows as F32 when the projection is not F32 already.
+  attn::reserve_head_buffers(scratch, nt, static_cast<size_t>(std::max(p.qk_nope, p.v_dim) * p.kv_lora));
 
   for (int64_t qb = 0; qb < p.n_q; qb += kQueryBlock) {
     const int64_t nq = std::min(kQueryBlock, p.n_q - qb);
@@ -120,7 +122,7 @@ void mla_attention_mqa(const MlaAttnParams& p, ThreadPool& pool, AttnScratch& sc
     pool.parallel_for(p.n_head, [&](int64_t h0, int64_t h1, int t) {
       float* tmp = absorb_tmp(t);
       for (int64_t h = h0; h < h1; ++h) {
-        const float* wk = p.w_uk + h * p.kv_lora * p.qk_nope;
+        const float* wk = mla_proj_head(p.w_uk, h, p.kv_lora, p.qk_nope, scratch.heads[t].data());
         dot_block_f32(
             nq, p.kv_lora, p.qk_nope, [&](int64_t i) { return p.q + (qb + i) * p.q_stride + h * qk_head; },
             [&](int64_t c) { return wk + c * p.qk_nope; }, tmp, p.kv_lora);
@@ -202,9 +204,9 @@ void mla_attention_mqa(const MlaAttnParams& p, ThreadPool& pool, AttnScratch& sc
         }
       }
     });
-    pool.parallel_for(p.n_head, [&](int64_t h0, int64_t h1, int) {
+    pool.parallel_for(p.n_head, [&](int64_t h0, int64_t h1, int t) {
       for (int64_t h = h0; h < h1; ++h) {
-        const float* wv = p.w_uv + h * p.v_dim * p.kv_lora;
+        const float* wv = mla_proj_head(p.w_uv, h, p.v_dim, p.kv_lora, scratch.heads[t].data());
         dot_block_f32(
             nq, p.v_dim, p.kv_lora,
             [&](int64_t i) { return parts + part_base[i] * L.part_floats + 2 * L.hp + h * L.kvp; },

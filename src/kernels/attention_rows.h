@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "kernels/attention.h"
+#include "kernels/simd16.h"
 #include "quant/quant.h"
 
 namespace mla::attn {
@@ -25,13 +26,23 @@ inline const uint8_t* raw_row(const MlaAttnParams& p, int64_t j) {
   return static_cast<const uint8_t*>(p.cache) + p.slots[j] * p.cache_row_bytes;
 }
 
-// Context row j as F32 (kv_lora + qk_rope floats) into out.
+// Context row j as F32 (kv_lora + qk_rope floats) into out; dq is the cache type's dequantization.
 inline void load_row(const MlaAttnParams& p, DequantizeFn dq, int64_t j, float* out) {
   const int64_t n = p.kv_lora + p.qk_rope;
   if (p.cache_type == GgmlType::F32)
     std::memcpy(out, raw_row(p, j), sizeof(float) * n);
+  else if (p.cache_type == GgmlType::F16)
+    simd::f16_to_f32(reinterpret_cast<const uint16_t*>(raw_row(p, j)), out, n, dq);
   else
     dq(raw_row(p, j), out, n);
+}
+
+// Grows every thread's head buffer (AttnScratch::heads) to n floats; before a parallel region,
+// where resizing the outer vector would race.
+inline void reserve_head_buffers(AttnScratch& s, int n_threads, size_t n) {
+  if (static_cast<int>(s.heads.size()) < n_threads) s.heads.resize(n_threads);
+  for (auto& v : s.heads)
+    if (v.size() < n) v.resize(n);
 }
 
 }  // namespace mla::attn

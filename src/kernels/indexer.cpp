@@ -30,6 +30,8 @@ const uint8_t* key_of(const IndexerParams& p, int64_t j) {
 void load_key(const IndexerParams& p, DequantizeFn dq, int64_t j, float* out) {
   if (p.key_type == GgmlType::F32)
     std::memcpy(out, key_of(p, j), sizeof(float) * p.head_dim);
+  else if (p.key_type == GgmlType::F16)
+    simd::f16_to_f32(reinterpret_cast<const uint16_t*>(key_of(p, j)), out, p.head_dim, dq);
   else
     dq(key_of(p, j), out, p.head_dim);
 }
@@ -132,7 +134,7 @@ void indexer_scores_ref(const IndexerParams& p, int64_t i, std::vector<double>& 
   scores.assign(n, 0.0);
   std::vector<float> k(p.head_dim);
   for (int64_t j = 0; j < n; ++j) {
-    load_key(p, p.key_type == GgmlType::F32 ? nullptr : dequantize_fn(p.key_type), j, k.data());
+    dequantize_row(p.key_type, key_of(p, j), k.data(), p.head_dim);
     for (int64_t h = 0; h < p.n_head; ++h) {
       const double d = dot_f64(p.q + i * p.q_stride + h * p.head_dim, k.data(), p.head_dim);
       scores[j] += static_cast<double>(p.w[i * p.w_stride + h]) * std::max(d, 0.0);

@@ -75,6 +75,27 @@ inline f32x16 exp16_nonpos(f32x16 x) {
   return under ? f32x16{} : y;
 }
 
+// n F16 values to F32, bit for bit what `fallback` (the quant library's F16 dequantization) gives:
+// 16 at a time by the hardware conversion where none of the 16 is an Inf or a NaN (the hardware
+// quiets a signalling NaN, the library keeps its payload bits), by fallback for such a group and
+// for the tail. Finite F16 values convert exactly either way.
+inline void f16_to_f32(const uint16_t* x, float* y, int64_t n, void (*fallback)(const void*, float*, int64_t)) {
+  int64_t i = 0;
+#if defined(__AVX512F__) && defined(__AVX2__)
+  const __m256i exp_mask = _mm256_set1_epi16(0x7C00);
+  for (; i + 16 <= n; i += 16) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i));
+    const __m256i special = _mm256_cmpeq_epi16(_mm256_and_si256(h, exp_mask), exp_mask);
+    if (!_mm256_testz_si256(special, special)) {
+      fallback(x + i, y + i, 16);
+      continue;
+    }
+    _mm512_storeu_ps(y + i, _mm512_cvtph_ps(h));
+  }
+#endif
+  if (i < n) fallback(x + i, y + i, n - i);
+}
+
 // Σ lanes in a fixed pairwise order.
 inline float hsum16(f32x16 v) {
   float s[8];

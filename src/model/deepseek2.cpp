@@ -410,10 +410,10 @@ void Deepseek2Model::run_mla_path(int64_t il, const SeqMeta& s, MlaPath path, co
   p.cache_type = cache.dtype();
   p.cache_row_bytes = cache.row_bytes();
   p.slots = ctx_slots;
-  const int64_t w_head = c_.kv_lora_rank * c_.qk_nope, v_head = c_.kv_lora_rank * c_.v_head;
-  p.w_uk = L.w_uk.empty() ? nullptr : L.w_uk.data() + h0 * w_head;
-  p.w_uk_t = L.w_uk_t.empty() ? nullptr : L.w_uk_t.data() + h0 * w_head;
-  p.w_uv = L.w_uv.data() + h0 * v_head;
+  const int64_t R = c_.kv_lora_rank, N = c_.qk_nope;
+  p.w_uk = L.w_uk.from_head(h0, R, N);
+  p.w_uk_t = L.w_uk_t.from_head(h0, N, R);
+  p.w_uv = L.w_uv.from_head(h0, c_.v_head, R);
   p.out = out + h0 * c_.v_head;
   p.out_stride = c_.n_head * c_.v_head;
   // A sequence whose every query selected its whole visible context attends densely: the same

@@ -82,10 +82,14 @@ class Binder {
   // A small vector (norm weights, biases) converted to F32.
   std::vector<float> vec(const std::string& name, int64_t n) { return to_f32(require(name, {n})); }
 
-  std::vector<float> to_f32(const GgufTensorInfo& t) const {
+  void check_dequantizable(const GgufTensorInfo& t) const {
     if (!can_dequantize(t.type))
       fail("{}: {}: tensor '{}' has type {}, which cannot be dequantized", arch_, f_.path(), t.name,
            ggml_type_name(t.type));
+  }
+
+  std::vector<float> to_f32(const GgufTensorInfo& t) const {
+    check_dequantizable(t);
     std::vector<float> out(static_cast<size_t>(t.n_elements));
     const int64_t row_bytes = ggml_row_bytes(t.type, t.ne[0]);
     for (int64_t r = 0; r < t.n_rows(); ++r)
@@ -124,43 +128,46 @@ std::string blk(int64_t il, const char* name, const char* suffix = "weight") {
   return fmt::format("blk.{}.{}.{}", il, name, suffix);
 }
 
-// Fills w_uk / w_uk_t / w_uv of one layer from whichever MLA tensors the file carries.
+// Fills w_uk / w_uk_t / w_uv of one layer from whichever MLA tensors the file carries: views of
+// the file's rows where the form is the file's, an F32 transpose where it is not.
 void bind_mla(Binder& b, const DeepseekConfig& c, int64_t il, const WeightLoadOptions& opt, LayerWeights& L,
               MlaLayout& layout) {
   const int64_t H = c.n_head, R = c.kv_lora_rank, N = c.qk_nope, V = c.v_head;
   const bool split = b.has(blk(il, "attn_k_b")) || b.has(blk(il, "attn_v_b"));
-  std::vector<float> uk;    // [H][R][N] (absorption form)
-  std::vector<float> uk_t;  // [H][N][R] (decompression form)
+  // The rows of t from `first_row` on, head_rows rows per head, in t's type.
+  auto view = [&](const GgufTensorInfo& t, int64_t first_row, int64_t head_rows) {
+    b.check_dequantizable(t);
+    const int64_t row_bytes = ggml_row_bytes(t.type, t.ne[0]);
+    return MlaProj(t.data + first_row * row_bytes, t.type, row_bytes, head_rows);
+  };
+  // dst[h][j][i] = src[h][i][j] for src's head rows of `cols` elements, n_rows rows a head.
+  auto transposed = [&](const MlaProj& src, int64_t n_rows, int64_t cols) {
+    auto out = std::make_shared<std::vector<float>>(static_cast<size_t>(H * n_rows * cols));
+    std::vector<float> buf(static_cast<size_t>(n_rows * cols));
+    for (int64_t h = 0; h < H; ++h) {
+      const float* s = mla_proj_head(src, h, n_rows, cols, buf.data());
+      float* d = out->data() + h * n_rows * cols;
+      for (int64_t i = 0; i < n_rows; ++i)
+        for (int64_t j = 0; j < cols; ++j) d[j * n_rows + i] = s[i * cols + j];
+    }
+    L.mla_f32.push_back(out);
+    return MlaProj(out->data());
+  };
   if (split) {
     layout = MlaLayout::Split;
-    uk = b.to_f32(b.require(blk(il, "attn_k_b"), {N, R, H}));
-    L.w_uv = b.to_f32(b.require(blk(il, "attn_v_b"), {R, V, H}));
-    if (opt.need_mha) {
-      uk_t.resize(uk.size());
-      for (int64_t h = 0; h < H; ++h)
-        for (int64_t r = 0; r < R; ++r)
-          for (int64_t n = 0; n < N; ++n) uk_t[(h * N + n) * R + r] = uk[(h * R + r) * N + n];
-    }
+    const MlaProj uk = view(b.require(blk(il, "attn_k_b"), {N, R, H}), 0, R);  // [H][R][N]
+    L.w_uv = view(b.require(blk(il, "attn_v_b"), {R, V, H}), 0, V);            // [H][V][R]
+    if (opt.need_mqa) L.w_uk = uk;
+    if (opt.need_mha) L.w_uk_t = transposed(uk, R, N);
   } else {
     layout = MlaLayout::Fused;
+    // Rows h*(N+V) + d: K rows d < N, then V rows.
     const GgufTensorInfo& t = b.require(blk(il, "attn_kv_b"), {R, H * (N + V)});
-    std::vector<float> kv = b.to_f32(t);  // rows h*(N+V) + d: K rows d < N, then V rows
-    uk_t.resize(H * N * R);
-    L.w_uv.resize(H * V * R);
-    for (int64_t h = 0; h < H; ++h) {
-      const float* base = kv.data() + h * (N + V) * R;
-      std::copy(base, base + N * R, uk_t.data() + h * N * R);
-      std::copy(base + N * R, base + (N + V) * R, L.w_uv.data() + h * V * R);
-    }
-    if (opt.need_mqa) {
-      uk.resize(uk_t.size());
-      for (int64_t h = 0; h < H; ++h)
-        for (int64_t n = 0; n < N; ++n)
-          for (int64_t r = 0; r < R; ++r) uk[(h * R + r) * N + n] = uk_t[(h * N + n) * R + r];
-    }
+    const MlaProj uk_t = view(t, 0, N + V);  // [H][N][R], heads N + V rows apart
+    L.w_uv = view(t, N, N + V);
+    if (opt.need_mha) L.w_uk_t = uk_t;
+    if (opt.need_mqa) L.w_uk = transposed(uk_t, N, R);
   }
-  if (opt.need_mqa) L.w_uk = std::move(uk);
-  if (opt.need_mha) L.w_uk_t = std::move(uk_t);
 }
 
 // Every matmul weight but the embedding table (read a row at a time) repacked where possible;

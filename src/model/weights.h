@@ -3,15 +3,17 @@
 // against the config (a mismatch names the tensor, the expected and the actual shape or type).
 //
 // Matmul weights stay in the file's mapping, in the file's type. Norm vectors are converted to
-// F32. The MLA projections W_UK / W_UV are dequantized to F32 at load and laid out for the paths
-// that will run: a file carrying the fused attn_kv_b gets W_UK (attn_k_b form) and W_UV derived
-// from it, a file carrying attn_k_b/attn_v_b gets the fused form's K rows when MHA needs them.
-// Quantized blocks are never transposed or split: dequantize first, then re-lay out.
+// F32. The MLA projections W_UK / W_UV are read in place, in the file's type, wherever the file
+// has the form a path reads (attn_k_b for MQA's W_UK, attn_kv_b's K rows for MHA's, attn_v_b or
+// attn_kv_b's V rows for W_UV); the attention kernels convert a head's rows as they use them. The
+// other form of W_UK is the transpose of the file's, and quantized blocks run along the rows, so
+// it is dequantized to F32 and transposed at load, only when the path that reads it can run.
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "kernels/attention.h"
 #include "kernels/matmul.h"
 #include "model/config.h"
 
@@ -29,11 +31,14 @@ struct LayerWeights {
   WeightMatrix attn_q;                // {n_embd, n_head * qk_head}         (lite only)
   WeightMatrix attn_kv_a_mqa;         // {n_embd, kv_lora_rank + qk_rope}
   std::vector<float> attn_kv_a_norm;  // [kv_lora_rank]
-  std::vector<float> w_uk;            // MQA: [n_head][kv_lora_rank][qk_nope] F32; empty when not needed
-  std::vector<float> w_uk_t;          // MHA: [n_head][qk_nope][kv_lora_rank] F32; empty when not needed
-  std::vector<float> w_uv;            // [n_head][v_head][kv_lora_rank] F32
-  WeightMatrix attn_output;           // {n_head * v_head, n_embd}
-  std::vector<float> ffn_norm;        // [n_embd]
+  // The MLA projections (kernels/attention.h), empty when the path that reads them will not run:
+  //   w_uk   MQA: [n_head][kv_lora_rank][qk_nope]: attn_k_b in place; F32 transpose for fused files
+  //   w_uk_t MHA: [n_head][qk_nope][kv_lora_rank]: attn_kv_b's K rows in place; F32 for split files
+  //   w_uv   [n_head][v_head][kv_lora_rank]: attn_v_b, or attn_kv_b's V rows, in place
+  MlaProj w_uk, w_uk_t, w_uv;
+  std::vector<std::shared_ptr<const std::vector<float>>> mla_f32;  // the F32 forms derived at load
+  WeightMatrix attn_output;                                        // {n_head * v_head, n_embd}
+  std::vector<float> ffn_norm;                                     // [n_embd]
 
   // DSA lightning indexer (layers that run their own; n_rows 0 elsewhere).
   WeightMatrix idx_q_b;                         // {q_lora_rank, n_indexer_head * indexer_head_dim}

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <memory>
 #include <string>
 
 #include "doctor/doctor.h"
@@ -51,11 +52,16 @@ TEST(Doctor, DisagreeingMqaWeightsFailThePathCheck) {
   // Layer 1's absorbed-form W_UK ([n_head][kv_lora_rank][qk_nope]) with its heads reversed; the
   // decompressed form (MHA) keeps the file's order.
   const DeepseekConfig& c = b->config;
-  std::vector<float>& uk = b->weights.layers[1].w_uk;
-  const size_t per_head = static_cast<size_t>(c.kv_lora_rank * c.qk_nope);
-  for (int64_t h = 0; h < c.n_head / 2; ++h)
-    std::swap_ranges(uk.begin() + h * per_head, uk.begin() + (h + 1) * per_head,
-                     uk.begin() + (c.n_head - 1 - h) * per_head);
+  LayerWeights& L = b->weights.layers[1];
+  const int64_t per_head = c.kv_lora_rank * c.qk_nope;
+  auto uk = std::make_shared<std::vector<float>>(c.n_head * per_head);
+  std::vector<float> head(per_head);
+  for (int64_t h = 0; h < c.n_head; ++h) {
+    const float* src = mla_proj_head(L.w_uk, c.n_head - 1 - h, c.kv_lora_rank, c.qk_nope, head.data());
+    std::copy_n(src, per_head, uk->data() + h * per_head);
+  }
+  L.mla_f32.push_back(uk);
+  L.w_uk = uk->data();
   const DoctorReport r = run_path_self_check(*b, tok.get(), small_options());
   EXPECT_EQ(r.verdict, "FAIL");
   EXPECT_NE(r.verdict_line.find("paths:"), std::string::npos) << r.verdict_line;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/attention.h"
+#include "kernels/simd16.h"
 #include "quant/quant.h"
 
 namespace mla {
@@ -225,6 +226,99 @@ TEST(MlaAttention, StoredDtypesAcrossSplitsAndParts) {
         EXPECT_LT(max_rel(sparse, c.out), 2e-5) << name;
       }
     }
+  }
+}
+
+// The kernels' F16 row conversion gives the quant library's reference bits for every F16 value
+// (NaN payloads and signs included), in 16-value groups and in a tail.
+TEST(MlaAttention, F16RowConversionIsTheReferenceForEveryValue) {
+  std::vector<uint16_t> all(65536 + 7);
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint16_t>(i * 40503u);  // odd: a permutation
+  std::vector<float> want(all.size()), got(all.size());
+  dequantize_row_ref(GgmlType::F16, all.data(), want.data(), static_cast<int64_t>(all.size()));
+  simd::f16_to_f32(all.data(), got.data(), static_cast<int64_t>(all.size()), dequantize_fn(GgmlType::F16));
+  EXPECT_EQ(0, std::memcmp(want.data(), got.data(), sizeof(float) * want.size()));
+}
+
+// W_UK / W_UV given as rows in a file type (read in place, converted a head at a time) give the
+// bits of the same rows dequantized to F32 up front, on both paths and both references: in the
+// split layout (heads back to back) and the fused one (attn_kv_b: a head's K rows, then its V
+// rows, so both views step N + V rows per head), and from a head offset as a rank's slice uses.
+TEST(MlaAttention, ProjectionsInFileTypesGiveTheBitsOfTheirF32Copy) {
+  for (GgmlType type : {GgmlType::Q8_0, GgmlType::F16, GgmlType::BF16}) {
+    Case c(21);
+    c.n_head = 5, c.qk_nope = 32, c.qk_rope = 16, c.kv_lora = 64, c.v_dim = 32, c.n_ctx = 300, c.n_q = 3;
+    c.n_slots = 320;
+    c = Case(21, c);
+    const int64_t H = c.n_head, N = c.qk_nope, R = c.kv_lora, V = c.v_dim;
+    // Stored rows and their dequantized F32 copy.
+    auto store = [&](const std::vector<float>& w, int64_t cols, std::vector<uint8_t>& q, std::vector<float>& f) {
+      const int64_t rb = ggml_row_bytes(type, cols), rows = static_cast<int64_t>(w.size()) / cols;
+      q.resize(rows * rb);
+      f.resize(w.size());
+      for (int64_t r = 0; r < rows; ++r) {
+        quantize_row(type, w.data() + r * cols, q.data() + r * rb, cols);
+        dequantize_row(type, q.data() + r * rb, f.data() + r * cols, cols);
+      }
+      return rb;
+    };
+    std::vector<uint8_t> uk_q, uv_q, fused_q;
+    std::vector<float> uk_f, uv_f, fused_f;
+    const int64_t uk_rb = store(c.w_uk, N, uk_q, uk_f);
+    const int64_t uv_rb = store(c.w_uv, R, uv_q, uv_f);
+    // attn_kv_b: per head, the K rows (w_uk_t, [N][R]) then the V rows ([V][R]).
+    std::vector<float> fused(H * (N + V) * R);
+    for (int64_t h = 0; h < H; ++h) {
+      std::copy_n(c.w_uk_t.data() + h * N * R, N * R, fused.data() + h * (N + V) * R);
+      std::copy_n(c.w_uv.data() + h * V * R, V * R, fused.data() + (h * (N + V) + N) * R);
+    }
+    const int64_t kv_rb = store(fused, R, fused_q, fused_f);
+    std::vector<float> uk_t_f(H * N * R), uv_fused_f(H * V * R);
+    for (int64_t h = 0; h < H; ++h) {
+      std::copy_n(fused_f.data() + h * (N + V) * R, N * R, uk_t_f.data() + h * N * R);
+      std::copy_n(fused_f.data() + (h * (N + V) + N) * R, V * R, uv_fused_f.data() + h * V * R);
+    }
+    const std::string name(ggml_type_name(type));
+    ThreadPool pool(2);
+    AttnScratch scratch;
+    auto outputs = [&](MlaAttnParams p) {
+      std::vector<std::vector<float>> o;
+      for (int k = 0; k < 4; ++k) {
+        if (k == 0) mla_attention_mqa(p, pool, scratch);
+        if (k == 1) mla_attention_mha(p, pool, scratch);
+        if (k == 2) mla_attention_mqa_ref(p);
+        if (k == 3) mla_attention_mha_ref(p);
+        o.push_back(c.out);
+      }
+      return o;
+    };
+    // Split: MQA's W_UK and W_UV in place; MHA's W_UK in F32 (the transpose, as at load).
+    auto p = c.params();
+    p.w_uk = uk_f.data(), p.w_uv = uv_f.data(), p.w_uk_t = uk_t_f.data();
+    const auto want_split = outputs(p);
+    p.w_uk = MlaProj(uk_q.data(), type, uk_rb, 0);
+    p.w_uv = MlaProj(uv_q.data(), type, uv_rb, 0);
+    EXPECT_EQ(outputs(p), want_split) << name << ": split";
+    // Fused: MHA's W_UK and W_UV in place, N + V rows per head.
+    p = c.params();
+    p.w_uk = uk_f.data(), p.w_uv = uv_fused_f.data(), p.w_uk_t = uk_t_f.data();
+    const auto want_fused = outputs(p);
+    p.w_uk_t = MlaProj(fused_q.data(), type, kv_rb, N + V);
+    p.w_uv = MlaProj(fused_q.data() + N * kv_rb, type, kv_rb, N + V);
+    EXPECT_EQ(outputs(p), want_fused) << name << ": fused";
+    // Heads [2, H) alone: the views from head 2 give those heads' columns of the full output.
+    auto ps = p;
+    ps.n_head = H - 2;
+    ps.q = c.q.data() + 2 * (N + c.qk_rope);
+    ps.w_uk = MlaProj(uk_f.data()).from_head(2, R, N);
+    ps.w_uk_t = p.w_uk_t.from_head(2, N, R);
+    ps.w_uv = p.w_uv.from_head(2, V, R);
+    std::vector<float> part(c.n_q * H * V, 0.0f);
+    ps.out = part.data() + 2 * V;
+    mla_attention_mha(ps, pool, scratch);
+    for (int64_t i = 0; i < c.n_q; ++i)
+      for (int64_t k = 2 * V; k < H * V; ++k)
+        ASSERT_EQ(part[i * H * V + k], want_fused[1][i * H * V + k]) << name << ": head slice, query " << i;
   }
 }
 

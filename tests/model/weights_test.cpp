@@ -1,7 +1,8 @@
 // Tensor binding: every tensor checked by name, type and shape with expected vs actual in the
-// message; both MLA layouts derive the same F32 W_UK / W_UV.
+// message; both MLA layouts give the same W_UK / W_UV values.
 #include <gtest/gtest.h>
 
+#include "gguf/gguf.h"
 #include "model/weights.h"
 #include "model_test_util.h"
 #include "util/error.h"
@@ -38,13 +39,22 @@ TEST(DeepseekWeights, BindsSynthModel) {
   EXPECT_TRUE(w.layers[1].is_moe);
   EXPECT_EQ(w.layers[1].ffn_gate_exps.n_rows, 8 * 32);
   EXPECT_EQ(w.layers[1].exp_probs_b.size(), 8u);
-  EXPECT_EQ(w.layers[0].w_uk.size(), static_cast<size_t>(4 * 32 * 16));
-  EXPECT_EQ(w.layers[0].w_uk_t.size(), static_cast<size_t>(4 * 16 * 32));
-  EXPECT_EQ(w.layers[0].w_uv.size(), static_cast<size_t>(4 * 16 * 32));
+  // attn_k_b and attn_v_b are read in place, in the file's type; MHA's W_UK is their F32 transpose.
+  const GgufTensorInfo* k_b = f->find_tensor("blk.0.attn_k_b.weight");
+  const GgufTensorInfo* v_b = f->find_tensor("blk.0.attn_v_b.weight");
+  ASSERT_TRUE(k_b && v_b);
+  EXPECT_EQ(w.layers[0].w_uk.data, k_b->data);
+  EXPECT_EQ(w.layers[0].w_uk.type, k_b->type);
+  EXPECT_EQ(w.layers[0].w_uv.data, v_b->data);
+  EXPECT_EQ(w.layers[0].w_uk_t.type, GgmlType::F32);
+  ASSERT_EQ(w.layers[0].mla_f32.size(), 1u);
+  EXPECT_EQ(w.layers[0].mla_f32[0]->size(), static_cast<size_t>(4 * 16 * 32));
+  EXPECT_EQ(w.layers[0].w_uk_t.data, w.layers[0].mla_f32[0]->data());
   // Only the forms a path policy needs.
   DeepseekWeights mqa_only = bind_deepseek_weights(*f, c, weight_options_for(MlaPathPolicy::Mqa, false));
-  EXPECT_TRUE(mqa_only.layers[0].w_uk_t.empty());
-  EXPECT_FALSE(mqa_only.layers[0].w_uk.empty());
+  EXPECT_FALSE(mqa_only.layers[0].w_uk_t);
+  EXPECT_TRUE(mqa_only.layers[0].w_uk);
+  EXPECT_TRUE(mqa_only.layers[0].mla_f32.empty());
 }
 
 TEST(DeepseekWeights, FusedAndSplitLayoutsDeriveTheSameProjections) {
@@ -56,10 +66,20 @@ TEST(DeepseekWeights, FusedAndSplitLayoutsDeriveTheSameProjections) {
   DeepseekConfig cs = load_deepseek_config(*fs), cf = load_deepseek_config(*ff);
   DeepseekWeights ws = bind_deepseek_weights(*fs, cs), wf = bind_deepseek_weights(*ff, cf);
   EXPECT_EQ(wf.layout, MlaLayout::Fused);
+  // Every head of each projection as F32 rows.
+  auto f32 = [&](const MlaProj& w, int64_t rows, int64_t cols) {
+    std::vector<float> out, buf(rows * cols);
+    for (int64_t h = 0; h < cs.n_head; ++h) {
+      const float* r = mla_proj_head(w, h, rows, cols, buf.data());
+      out.insert(out.end(), r, r + rows * cols);
+    }
+    return out;
+  };
+  const int64_t R = cs.kv_lora_rank, N = cs.qk_nope, V = cs.v_head;
   for (size_t il = 0; il < ws.layers.size(); ++il) {
-    EXPECT_EQ(ws.layers[il].w_uk, wf.layers[il].w_uk);
-    EXPECT_EQ(ws.layers[il].w_uk_t, wf.layers[il].w_uk_t);
-    EXPECT_EQ(ws.layers[il].w_uv, wf.layers[il].w_uv);
+    EXPECT_EQ(f32(ws.layers[il].w_uk, R, N), f32(wf.layers[il].w_uk, R, N));
+    EXPECT_EQ(f32(ws.layers[il].w_uk_t, N, R), f32(wf.layers[il].w_uk_t, N, R));
+    EXPECT_EQ(f32(ws.layers[il].w_uv, V, R), f32(wf.layers[il].w_uv, V, R));
   }
 }
 

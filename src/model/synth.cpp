@@ -569,8 +569,9 @@ void convert_mla_layout(const std::string& in_path, const std::string& out_path,
     fail("convert: {}: no {} MLA tensors to convert (already {}?)", in_path,
          target == MlaLayout::Fused ? "attn_k_b/attn_v_b" : "attn_kv_b",
          target == MlaLayout::Fused ? "fused" : "split");
-  if (converted != c.n_layer)
-    fail("convert: {}: converted {} of {} layers (mixed layouts?)", in_path, converted, c.n_layer);
+  // Every block carries MLA weights, the MTP (nextn) blocks too: all of them change layout.
+  if (converted != c.n_layer_all)
+    fail("convert: {}: converted {} of {} blocks (mixed layouts?)", in_path, converted, c.n_layer_all);
   w.write(out_path);
 }
 

@@ -52,7 +52,12 @@ def test_default_model_is_ok(healthy):
     assert rep["verdict"]["status"] == "ok" and rep["verdict"]["failed"] == []
     assert rep["file"]["architecture"] == "deepseek2"
     assert rep["file"]["mla_layout"].startswith("split")
-    assert rep["file"]["indexer"].startswith("n/a") and rep["file"]["mtp"] == "absent"
+    # The MTP block as gguf-py reads the file: nextn_predict_layers and the blk.N.nextn.* tensors
+    r = gguf.GGUFReader(TINY)
+    n_nextn = r.fields["deepseek2.nextn_predict_layers"].contents()
+    n_mtp = sum(".nextn." in t.name for t in r.tensors)
+    assert rep["file"]["indexer"].startswith("n/a")
+    assert rep["file"]["mtp"] == f"present ({n_nextn} nextn layer(s), {n_mtp} tensors)"
     st = statuses(rep)
     for name in ("load", "keys", "heads", "overflow", "paths", "output"):
         assert st[name] == "ok", (name, rep["checks"])

@@ -160,12 +160,16 @@ def indexer_select(keys: dict, w: dict, p: str, xn: np.ndarray, qr: np.ndarray, 
     return selected
 
 
-def forward(keys: dict, w: dict, ids: list[int], path: str, rope=rope_adjacent_pairs, opts: dict | None = None,
-            info: dict | None = None) -> np.ndarray:
+def forward(keys: dict, w: dict, ids: list[int] | None, path: str, rope=rope_adjacent_pairs, opts: dict | None = None,
+            info: dict | None = None, *, x0: np.ndarray | None = None, layers: list[int] | None = None,
+            pos0: int = 0, final_norm: str = "output_norm.weight", hidden: bool = False):
     """Logits [T, vocab] for one sequence at positions 0..T-1. path: 'mha' or 'mqa'.
-    Architectures deepseek2, deepseek32 and glm-dsa (the MTP block, blk.{n_layer}, is not run).
-    opts: {"dsa": False} runs dense MLA on a DSA model; other keys are the --ablations' wrong variants.
-    info (optional dict) receives per-layer indexer selections and top-k boundary gaps."""
+    Architectures deepseek2, deepseek32 and glm-dsa (the MTP block, blk.{n_layer}, is not run here:
+    mtp_forward runs it through the keyword arguments). opts: {"dsa": False} runs dense MLA on a DSA
+    model; other keys are the --ablations' wrong variants. info (optional dict) receives per-layer
+    indexer selections and top-k boundary gaps. x0: the input rows instead of the embeddings of ids;
+    layers: the blocks to run (default the trunk); pos0: the first row's position; final_norm: the
+    norm before the output head; hidden: also return the normed rows, as (logits, hidden)."""
     opts = opts or {}
     a = keys["general.architecture"]
     assert a in ("deepseek2", "deepseek32", "glm-dsa"), a
@@ -194,12 +198,12 @@ def forward(keys: dict, w: dict, ids: list[int], path: str, rope=rope_adjacent_p
     mscale = 1.0 + k("rope.scaling.yarn_log_multiplier", 0.0) * math.log(factor) if factor > 1 else 1.0
     kq_scale = mscale * mscale / math.sqrt(qk_head)
 
-    T = len(ids)
-    pos = np.arange(T, dtype=np.float64)
+    T = len(ids) if x0 is None else x0.shape[0]
+    pos = np.arange(pos0, pos0 + T, dtype=np.float64)
     causal = np.triu(np.full((T, T), -np.inf), k=1)
     selected = None  # the last full layer's selection (shared layers reuse it)
-    x = w["token_embd.weight"][ids]  # [T, H]
-    for il in range(n_layer):
+    x = w["token_embd.weight"][ids] if x0 is None else x0  # [T, H]
+    for il in range(n_layer) if layers is None else layers:
         p = f"blk.{il}."
         xn = rms_norm(x, w[p + "attn_norm.weight"], eps)
         if p + "attn_q_a.weight" in w:
@@ -215,7 +219,7 @@ def forward(keys: dict, w: dict, ids: list[int], path: str, rope=rope_adjacent_p
         k_b = w[p + "attn_k_b.weight"]  # [n_head, kv_lora, qk_nope]  (ne {qk_nope, kv_lora, n_head})
         v_b = w[p + "attn_v_b.weight"]  # [n_head, v_head, kv_lora]   (ne {kv_lora, v_head, n_head})
         mask = causal
-        if dsa and (full[il] or not opts.get("shared_layers_dense")):
+        if dsa and il < n_layer and (full[il] or not opts.get("shared_layers_dense")):  # no indexer in MTP
             if full[il]:
                 selected = indexer_select(keys, w, p, xn, qr, pos, inv_freq, opts, info)
             mask = np.full((T, T), -np.inf)
@@ -262,7 +266,32 @@ def forward(keys: dict, w: dict, ids: list[int], path: str, rope=rope_adjacent_p
                 out[t] += we * mlp(xn[t:t + 1], w[p + "ffn_gate_exps.weight"][e], w[p + "ffn_up_exps.weight"][e],
                                    w[p + "ffn_down_exps.weight"][e])[0]
         x = x + out
-    return rms_norm(x, w["output_norm.weight"], eps) @ w["output.weight"].T
+    hn = rms_norm(x, w[final_norm], eps)
+    logits = hn @ w["output.weight"].T
+    return (logits, hn) if hidden else logits
+
+
+def mtp_forward(keys: dict, w: dict, ids: list[int], path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The first MTP (nextn) block's draft logits for one sequence, as llama.cpp's deepseek2 MTP graph
+    computes them: row p (p = 0..T-2) from the pair (h_p, ids[p+1]) at position p+1, causal over the
+    rows, where h_p is the trunk's hidden state after the output norm:
+      z = eh_proj . [enorm(embed(ids[p+1])) ; hnorm(h_p)], then blk.{n_layer} as a decoder block,
+      then nextn.shared_head_norm (else output_norm) and nextn.shared_head_head (else output).
+    Returns (trunk logits [T, V], MTP logits [T-1, V], MTP hidden after shared_head_norm [T-1, E])."""
+    a = keys["general.architecture"]
+    eps = keys[f"{a}.attention.layer_norm_rms_epsilon"]
+    n_layer = keys[f"{a}.block_count"] - keys.get(f"{a}.nextn_predict_layers", 0)
+    p = f"blk.{n_layer}.nextn."
+    logits, h = forward(keys, w, ids, path, hidden=True)
+    embd = w.get(p + "embed_tokens.weight", w["token_embd.weight"])
+    z = np.concatenate([rms_norm(embd[ids[1:]], w[p + "enorm.weight"], eps),
+                        rms_norm(h[:-1], w[p + "hnorm.weight"], eps)], axis=-1) @ w[p + "eh_proj.weight"].T
+    head_norm = p + "shared_head_norm.weight" if p + "shared_head_norm.weight" in w else "output_norm.weight"
+    w_head = dict(w)
+    if p + "shared_head_head.weight" in w:
+        w_head["output.weight"] = w[p + "shared_head_head.weight"]
+    mlogits, mh = forward(keys, w_head, None, path, x0=z, layers=[n_layer], pos0=1, final_norm=head_norm, hidden=True)
+    return logits, mlogits, mh
 
 
 def softmax(s: np.ndarray) -> np.ndarray:

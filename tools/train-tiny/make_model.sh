@@ -5,6 +5,8 @@
 #   hf/ --reference.py--> $FIXTURES/golden.json (greedy continuations), $FIXTURES/reference.json
 #       (transformers float32 perplexity: the short run the tests use and the whole held-out split)
 #   data/test.txt --> $FIXTURES/heldout-test.txt
+# The files it writes have no MTP layer: tools/train-tiny/make_mtp.sh then trains one on the frozen
+# trunk and adds it (blk.3 nextn) without changing the trunk's bytes.
 # Usage: bash tools/train-tiny/make_model.sh [RUN] [MLA_BIN]
 # Env: MODELS (default REPO/models), FIXTURES (default REPO/tests/fixtures/tiny), CTX (256),
 #      SHORT_CHUNKS (4).

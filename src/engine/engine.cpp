@@ -353,7 +353,9 @@ void Engine::Impl::run_mtp(const SchedulerOutput& plan) {
       }
       add_rows(s, q0, q1, nullptr, h);
       s->mtp_valid = q1;
-      const int n_draft = finished || q1 != b ? 0 : draft_budget(s);
+      // Drafts only in the decode state: every token but the last one computed.
+      const bool decoding = static_cast<int>(s->tokens.size()) == b + 1;
+      const int n_draft = finished || q1 != b || !decoding ? 0 : draft_budget(s);
       if (n_draft > 0) {
         mtp_meta.logits_rows.push_back(static_cast<int32_t>(mtp_meta.token_ids.size()) - 1);
         drafting.push_back({s, static_cast<int>(mtp_meta.token_ids.size()) - 1, n_draft});

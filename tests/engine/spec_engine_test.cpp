@@ -33,7 +33,7 @@ std::function<std::unique_ptr<ModelRunner>()> tiny_runner(MlaPathPolicy policy, 
   return [=] {
     ModelOptions mo;
     mo.n_threads = 2;
-    mo.max_batch_tokens = 2048 + 16;
+    mo.max_batch_tokens = 2048 + 128;  // the budget plus one MTP row per sequence
     mo.mtp = mtp;
     KvCacheOptions kv;
     kv.block_size = block_size;
@@ -121,8 +121,12 @@ TEST_P(SpecGreedy, IdenticalToPlainDecodingForAnyKBatchMixAndPath) {
     expect_same(plain, spec, what);
     EXPECT_GT(spec.counters.n_spec_draft_tokens, 0) << what;
     EXPECT_GT(spec.counters.n_spec_accepted_tokens, 0) << what;  // the trained layer's drafts do get accepted
-    EXPECT_LT(spec.counters.n_steps, plain.counters.n_steps + 8) << what;
-    if (v.tokens == 64) EXPECT_GT(spec.counters.n_preemptions, 0) << what;
+    if (v.budget == 2048) {
+      EXPECT_LT(spec.counters.n_steps, plain.counters.n_steps) << what;  // several tokens per step
+    }
+    if (v.tokens == 64) {
+      EXPECT_GT(spec.counters.n_preemptions, 0) << what;
+    }
     int64_t per_pos = 0;
     for (int64_t n : spec.counters.n_spec_accepted_per_pos) per_pos += n;
     EXPECT_EQ(per_pos, spec.counters.n_spec_accepted_tokens) << what;
@@ -213,7 +217,7 @@ double homogeneity(const std::map<int32_t, int>& x, const std::map<int32_t, int>
 }
 
 TEST(SpecEngine, SampledFirstAndSecondTokensFollowThePlainDistribution) {
-  const int n = 1200;
+  const int n = 700;
   const std::vector<int32_t> prompt = prompt_of(6, 2);
   struct Params {
     float temperature;
@@ -335,7 +339,9 @@ TEST(SpecEngine, MetricsUseVllmsSpecDecodeNames) {
         "mla:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"m\",position=\"0\"} 6",
         "mla:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"m\",position=\"1\"} 3"})
     EXPECT_NE(text.find(want), std::string::npos) << want << "\n" << text;
-  EXPECT_EQ(server::ServerMetrics().render(EngineCounters{.n_kv_blocks = 1}, "m").find("spec_decode"), std::string::npos);
+  EngineCounters off;
+  off.n_kv_blocks = 1;
+  EXPECT_EQ(server::ServerMetrics().render(off, "m").find("spec_decode"), std::string::npos);
 }
 
 TEST(SpecEngine, NanRouterLogitsStillPickRealExperts) {

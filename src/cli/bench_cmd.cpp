@@ -247,8 +247,9 @@ void spec_bench(Engine& engine, const Deepseek2Runner& runner, int n_vocab, cons
   Bencher bencher(engine, runner, n_vocab, facts.dense_bytes, a.seed);
   nlohmann::json out = nlohmann::json::array();
   if (!a.json) {
-    fmt::print("| model | test | k | t/s off | t/s mtp | speed-up | accepted | mean accepted length | trunk ms/step off "
-               "| trunk ms/step mtp | verify / decode | mtp ms/step |\n");
+    fmt::print(
+        "| model | test | k | t/s off | t/s mtp | speed-up | accepted | mean accepted length | trunk ms/step off "
+        "| trunk ms/step mtp | verify / decode | mtp ms/step |\n");
     fmt::print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   }
   for (const Test& t : tests) {

@@ -190,9 +190,10 @@ void run(const RunArgs& a) {
   const int n_spec = parse_speculative_config(a.speculative_config);
   if (n_spec > 0 || !a.mtp_logits.empty()) {
     if (world().size() > 1)
-      fail("run: speculative decoding (--speculative-config, --mtp-logits) runs in a single process only; this run "
-           "has {} ranks",
-           world().size());
+      fail(
+          "run: speculative decoding (--speculative-config, --mtp-logits) runs in a single process only; this run "
+          "has {} ranks",
+          world().size());
     mo.mtp = true;
     mo.max_batch_tokens += a.max_num_seqs;  // the MTP pass carries up to one row more per sequence
   }
@@ -369,13 +370,14 @@ void run(const RunArgs& a) {
     const double rate = counters.n_spec_draft_tokens > 0
                             ? static_cast<double>(counters.n_spec_accepted_tokens) / counters.n_spec_draft_tokens
                             : 0.0;
-    const double mean_len =
-        counters.n_spec_drafts > 0 ? 1.0 + static_cast<double>(counters.n_spec_accepted_tokens) / counters.n_spec_drafts
-                                   : 0.0;
-    fmt::print("speculative (mtp, k={}): {} drafts, {} of {} draft tokens accepted ({:.1f}%), mean accepted length "
-               "{:.2f}, per position {}\n",
-               n_spec, counters.n_spec_drafts, counters.n_spec_accepted_tokens, counters.n_spec_draft_tokens,
-               100.0 * rate, mean_len, fmt::join(counters.n_spec_accepted_per_pos, " "));
+    const double mean_len = counters.n_spec_drafts > 0
+                                ? 1.0 + static_cast<double>(counters.n_spec_accepted_tokens) / counters.n_spec_drafts
+                                : 0.0;
+    fmt::print(
+        "speculative (mtp, k={}): {} drafts, {} of {} draft tokens accepted ({:.1f}%), mean accepted length "
+        "{:.2f}, per position {}\n",
+        n_spec, counters.n_spec_drafts, counters.n_spec_accepted_tokens, counters.n_spec_draft_tokens, 100.0 * rate,
+        mean_len, fmt::join(counters.n_spec_accepted_per_pos, " "));
   };
 
   if (!batch) {

@@ -69,7 +69,7 @@ struct ServeArgs {
   // Output parsing.
   std::string tool_call_parser = "auto";
   std::string reasoning_parser = "auto";
-  std::string scripted_output;  // testing: a ScriptedRunner instead of the model's forward
+  std::string scripted_output;     // testing: a ScriptedRunner instead of the model's forward
   std::string speculative_config;  // {"method": "mtp", "num_speculative_tokens": K}
   int json_max_whitespace = GrammarCompiler::kDefaultJsonMaxWhitespace;
   CommonOptions common;

@@ -58,12 +58,12 @@ struct Engine::Impl {
   std::vector<uint32_t> mask_buf;  // mask_jobs.size() * token_mask_words(n_vocab)
   std::vector<int> mask_of_item;   // per plan item: index into mask_jobs, or -1
   std::unordered_map<std::string, std::unique_ptr<Request>> requests;
-  EngineCounters totals;  // the cumulative part, engine thread
+  EngineCounters totals;                    // the cumulative part, engine thread
   std::vector<Sequence*> finished_pending;  // finished in this step; their blocks are freed at its end
   std::vector<int> n_before;                // per plan item: n_computed before the step
   // Speculative decoding (cfg.num_speculative_tokens > 0).
   int n_embd = 0;
-  int configured_spec = 0;  // cfg.num_speculative_tokens at start-up (set_speculative_tokens changes the other)
+  int configured_spec = 0;    // cfg.num_speculative_tokens at start-up (set_speculative_tokens changes the other)
   std::vector<float> hidden;  // the trunk's final normed state of every batch row
   BatchMeta mtp_meta;
   std::vector<float> mtp_h_in, mtp_h_out, mtp_logits;
@@ -115,9 +115,10 @@ Engine::Impl::Impl(std::unique_ptr<ModelRunner> r, EngineConfig c, std::shared_p
     if (!runner->has_mtp()) fail("engine: speculative decoding needs the model's MTP layer, which is not loaded");
     const int64_t need = int64_t{cfg.max_num_batched_tokens} + cfg.max_num_seqs;
     if (runner->max_batch_tokens() < need)
-      fail("engine: with speculative decoding the model's batch must hold max-num-batched-tokens + max-num-seqs = {} "
-           "tokens, it holds {}",
-           need, runner->max_batch_tokens());
+      fail(
+          "engine: with speculative decoding the model's batch must hold max-num-batched-tokens + max-num-seqs = {} "
+          "tokens, it holds {}",
+          need, runner->max_batch_tokens());
     n_embd = runner->hidden_dim();
     sched.configure_speculation(cfg.num_speculative_tokens, cfg.max_model_len);
     totals.n_spec_accepted_per_pos.assign(cfg.num_speculative_tokens, 0);
@@ -347,8 +348,8 @@ void Engine::Impl::run_mtp(const SchedulerOutput& plan) {
     if (q0 <= q1) {
       if (q0 < a || (q0 == a && s->pending_h.size() != E)) {
         // Cannot happen by construction (the rows before a step's first position are final).
-        log().error("mtp: sequence of {} lacks the hidden state for position {}; it stops speculating",
-                    s->req->id, q0 - 1);
+        log().error("mtp: sequence of {} lacks the hidden state for position {}; it stops speculating", s->req->id,
+                    q0 - 1);
         continue;
       }
       add_rows(s, q0, q1, nullptr, h);

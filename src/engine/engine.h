@@ -158,8 +158,8 @@ struct EngineCounters {
   int64_t n_spec_draft_tokens = 0;
   int64_t n_spec_accepted_tokens = 0;
   std::vector<int64_t> n_spec_accepted_per_pos;  // num_speculative_tokens entries
-  int64_t n_spec_steps = 0;   // forward calls that carried verify rows
-  double mtp_seconds = 0;     // wall time in the MTP layer's calls (its rows and the drafts)
+  int64_t n_spec_steps = 0;                      // forward calls that carried verify rows
+  double mtp_seconds = 0;                        // wall time in the MTP layer's calls (its rows and the drafts)
 };
 
 struct EngineConfig {

@@ -66,8 +66,7 @@ class Sampler {
   // distribution without the draft; either way the token is distributed as sample()'s would be.
   // No grammar (constrained sequences do not speculate).
   SampleResult sample_draft(const float* logits, const SamplingParams& params, const PenaltyState& penalties,
-                            int n_generated, std::span<const int32_t> eos_ids, Rng& rng, int32_t draft,
-                            bool& accepted);
+                            int n_generated, std::span<const int32_t> eos_ids, Rng& rng, int32_t draft, bool& accepted);
 
   // The processed logits of the last sample() call (after bias and penalties, before
   // temperature): for tests.
@@ -77,7 +76,7 @@ class Sampler {
   // work_ = logits after the mask, min_tokens, bias and penalties.
   void process(const float* logits, const SamplingParams& p, const PenaltyState& pen, int n_generated,
                std::span<const int32_t> eos_ids, std::span<const uint32_t> mask);
-  int32_t argmax() const;                     // of work_, ties: lower id
+  int32_t argmax() const;                      // of work_, ties: lower id
   bool greedy(const SamplingParams& p) const;  // temperature ~0, or no finite logit left
   // The sampling distribution over work_ in cand_ ((weight, id), draw order), returns its total.
   double distribution(const SamplingParams& p);

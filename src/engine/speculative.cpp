@@ -26,8 +26,7 @@ int parse_speculative_config(std::string_view text) {
          j["method"].dump());
   if (!j.contains("num_speculative_tokens")) fail("--speculative-config: num_speculative_tokens is missing");
   const auto& k = j["num_speculative_tokens"];
-  if (!k.is_number_integer())
-    fail("--speculative-config: num_speculative_tokens must be an integer, got {}", k.dump());
+  if (!k.is_number_integer()) fail("--speculative-config: num_speculative_tokens must be an integer, got {}", k.dump());
   const auto n = k.get<int64_t>();
   if (n < 1 || n > kMaxSpeculativeTokens)
     fail("--speculative-config: num_speculative_tokens must be 1 to {}, got {}", kMaxSpeculativeTokens, n);

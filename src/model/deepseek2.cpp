@@ -274,8 +274,7 @@ void Deepseek2Model::forward_mtp(const BatchMeta& b, const float* h_in, LatentCa
   if (n_rows > 0) mm(n.head, h_.data(), E, n_rows, logits, c_.n_vocab);
 }
 
-void Deepseek2Model::attention(const LayerWeights& L, int64_t il, bool sparse, const BatchMeta& b,
-                               LatentCache& cache) {
+void Deepseek2Model::attention(const LayerWeights& L, int64_t il, bool sparse, const BatchMeta& b, LatentCache& cache) {
   const int64_t T = b.n_tokens(), E = c_.n_embd, R = c_.kv_lora_rank, half = c_.qk_rope / 2;
   const int64_t q_width = c_.n_head * c_.qk_head;
   // This rank's heads [heads_.begin, heads_.end): their query columns of q_, their attention

@@ -137,8 +137,8 @@ class Deepseek2Model {
   // query length, context and selection (both are exact).
   MlaPath sparse_path(const SeqMeta& s) const;
   // The sequence's context row j is the cache's slot ctx_slots[j], read in the cache's dtype.
-  void run_mla_path(const LayerWeights& L, int64_t il, const SeqMeta& s, MlaPath path, const LatentCache& cache, const int32_t* ctx_slots,
-                    bool sparse, float* out);
+  void run_mla_path(const LayerWeights& L, int64_t il, const SeqMeta& s, MlaPath path, const LatentCache& cache,
+                    const int32_t* ctx_slots, bool sparse, float* out);
   void dense_ffn(const LayerWeights& L, int64_t n_rows);
   void moe_ffn(const LayerWeights& L, int64_t n_rows);
   // The MoE input rows of tokens [c0, c1) for weights ws (one or two matrices), one row per

@@ -297,9 +297,10 @@ DeepseekWeights bind_deepseek_weights(const GgufFile& f, const DeepseekConfig& c
   }
   if (opt.load_mtp) {
     if (c.n_nextn < 1)
-      fail("{}: {}: speculative decoding with method mtp needs an MTP (nextn) layer; the file has none "
-           "(nextn_predict_layers is 0)",
-           model_arch_name(c.arch), f.path());
+      fail(
+          "{}: {}: speculative decoding with method mtp needs an MTP (nextn) layer; the file has none "
+          "(nextn_predict_layers is 0)",
+          model_arch_name(c.arch), f.path());
     NextnWeights& n = w.nextn;
     const int64_t il = c.n_layer;
     n.present = true;
@@ -307,7 +308,8 @@ DeepseekWeights bind_deepseek_weights(const GgufFile& f, const DeepseekConfig& c
     n.eh_proj = b.matrix(blk(il, "nextn.eh_proj"), {2 * E, E});
     n.enorm = b.vec(blk(il, "nextn.enorm"), E);
     n.hnorm = b.vec(blk(il, "nextn.hnorm"), E);
-    n.head_norm = b.has(blk(il, "nextn.shared_head_norm")) ? b.vec(blk(il, "nextn.shared_head_norm"), E) : w.output_norm;
+    n.head_norm =
+        b.has(blk(il, "nextn.shared_head_norm")) ? b.vec(blk(il, "nextn.shared_head_norm"), E) : w.output_norm;
     if (b.has(blk(il, "nextn.shared_head_head"))) n.head = b.matrix(blk(il, "nextn.shared_head_head"), {E, c.n_vocab});
     if (b.has(blk(il, "nextn.embed_tokens"))) n.embed = b.matrix(blk(il, "nextn.embed_tokens"), {E, c.n_vocab});
     MlaLayout layout;

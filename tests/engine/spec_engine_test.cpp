@@ -62,7 +62,8 @@ std::vector<Arrival> mix() {
   const int lens[] = {1, 6, 19, 33, 12};
   const int at[] = {0, 0, 1, 2, 4};
   const int max_tokens[] = {12, 9, 14, 10, 13};
-  for (int i = 0; i < 5; ++i) a.push_back({"q" + std::to_string(i), prompt_of(lens[i], i + 1), greedy(max_tokens[i]), at[i]});
+  for (int i = 0; i < 5; ++i)
+    a.push_back({"q" + std::to_string(i), prompt_of(lens[i], i + 1), greedy(max_tokens[i]), at[i]});
   // A prefix-cache hit on q3's first 32 tokens (two blocks of 16), and a request forking in two.
   a.push_back({"hit", a[3].prompt, greedy(8), 9});
   a.back().prompt.resize(32);
@@ -111,11 +112,14 @@ TEST_P(SpecGreedy, IdenticalToPlainDecodingForAnyKBatchMixAndPath) {
   };
   // Budget 8: prompts in chunks beside verify rows, drafts cut to fit. 8 blocks of 8 tokens for
   // eight sequences: preemption and recomputation.
-  const Variant variants[] = {{1, 2048, 16, 1024, true}, {2, 8, 16, 1024, true}, {3, 2048, 16, 1024, false},
-                              {4, 16, 16, 1024, true},   {2, 16, 8, 64, true}};
+  const Variant variants[] = {{1, 2048, 16, 1024, true},
+                              {2, 8, 16, 1024, true},
+                              {3, 2048, 16, 1024, false},
+                              {4, 16, 16, 1024, true},
+                              {2, 16, 8, 64, true}};
   for (const Variant& v : variants) {
-    const std::string what = "k=" + std::to_string(v.k) + " budget=" + std::to_string(v.budget) +
-                             " blocks " + std::to_string(v.block_size) + "x" + std::to_string(v.tokens);
+    const std::string what = "k=" + std::to_string(v.k) + " budget=" + std::to_string(v.budget) + " blocks " +
+                             std::to_string(v.block_size) + "x" + std::to_string(v.tokens);
     const RunResult spec = run_engine(tiny_runner(policy, true, v.block_size, v.tokens),
                                       engine_config(policy, v.budget, v.prefix, v.k), arrivals);
     expect_same(plain, spec, what);
@@ -142,8 +146,9 @@ TEST(SpecEngine, StopsInsideAnAcceptedRunCutAsWithoutSpeculation) {
   std::shared_ptr<const Tokenizer> tok = Tokenizer::from_gguf(*file);
   auto decoder = std::make_shared<TokenizerDecoder>(tok);
   const std::vector<int32_t> prompt = prompt_of(10, 4);
-  const RunResult base = run_engine(tiny_runner(MlaPathPolicy::Auto, false), engine_config(MlaPathPolicy::Auto, 64, true, 0),
-                                    {{"b", prompt, greedy(20), 0}}, decoder);
+  const RunResult base =
+      run_engine(tiny_runner(MlaPathPolicy::Auto, false), engine_config(MlaPathPolicy::Auto, 64, true, 0),
+                 {{"b", prompt, greedy(20), 0}}, decoder);
   const std::vector<int32_t>& out = base.seqs.at("b")[0].tokens;
   const std::string text = base.seqs.at("b")[0].text;
   ASSERT_EQ(out.size(), 20u);
@@ -269,8 +274,9 @@ TEST(SpecEngine, TheDispatchTraceShowsTheVerifyRowsPath) {
     CaptureLog cap;
     while (engine.has_unfinished()) engine.step();
     // Verify rows (1 + 3) take the decode's path (MQA under auto); the MTP layer is blk.3.
-    EXPECT_GT(count_occurrences(cap.text(), "dispatch layer=blk.0 is_sparse=0 num_mqa=1 num_mha=0 total_toks=4 "
-                                            "policy=auto verify_mqa=4 verify_mha=0"),
+    EXPECT_GT(count_occurrences(cap.text(),
+                                "dispatch layer=blk.0 is_sparse=0 num_mqa=1 num_mha=0 total_toks=4 "
+                                "policy=auto verify_mqa=4 verify_mha=0"),
               0)
         << cap.text();
     EXPECT_GT(count_occurrences(cap.text(), "dispatch layer=blk.3 "), 0) << cap.text();
@@ -305,7 +311,8 @@ TEST(SpecEngine, BadConfigurationsFailWithOneLine) {
     EXPECT_EQ(message(bad).find('\n'), std::string::npos) << bad;
 
   // The engine: K out of range, or no MTP layer loaded.
-  EXPECT_THROW(Engine(tiny_runner(MlaPathPolicy::Auto, true)(), engine_config(MlaPathPolicy::Auto, 64, true, 5)), Error);
+  EXPECT_THROW(Engine(tiny_runner(MlaPathPolicy::Auto, true)(), engine_config(MlaPathPolicy::Auto, 64, true, 5)),
+               Error);
   try {
     Engine e(tiny_runner(MlaPathPolicy::Auto, false)(), engine_config(MlaPathPolicy::Auto, 64, true, 2));
     ADD_FAILURE() << "no error";
@@ -333,11 +340,11 @@ TEST(SpecEngine, MetricsUseVllmsSpecDecodeNames) {
   c.n_spec_accepted_tokens = 9;
   c.n_spec_accepted_per_pos = {6, 3};
   const std::string text = server::ServerMetrics().render(c, "m");
-  for (const char* want :
-       {"mla:spec_decode_num_drafts_total{model_name=\"m\"} 7", "mla:spec_decode_num_draft_tokens_total{model_name=\"m\"} 14",
-        "mla:spec_decode_num_accepted_tokens_total{model_name=\"m\"} 9",
-        "mla:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"m\",position=\"0\"} 6",
-        "mla:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"m\",position=\"1\"} 3"})
+  for (const char* want : {"mla:spec_decode_num_drafts_total{model_name=\"m\"} 7",
+                           "mla:spec_decode_num_draft_tokens_total{model_name=\"m\"} 14",
+                           "mla:spec_decode_num_accepted_tokens_total{model_name=\"m\"} 9",
+                           "mla:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"m\",position=\"0\"} 6",
+                           "mla:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"m\",position=\"1\"} 3"})
     EXPECT_NE(text.find(want), std::string::npos) << want << "\n" << text;
   EngineCounters off;
   off.n_kv_blocks = 1;

@@ -66,7 +66,7 @@ struct Engine::Impl {
   int configured_spec = 0;    // cfg.num_speculative_tokens at start-up (set_speculative_tokens changes the other)
   std::vector<float> hidden;  // the trunk's final normed state of every batch row
   BatchMeta mtp_meta;
-  std::vector<float> mtp_h_in, mtp_h_out, mtp_logits;
+  std::vector<float> mtp_h_in, mtp_h_out, mtp_h_prev, mtp_logits;
   struct Drafting {
     Sequence* seq;
     int h_row;  // its last row in mtp_h_out
@@ -373,14 +373,14 @@ void Engine::Impl::run_mtp(const SchedulerOutput& plan) {
 
   // Chained drafts: draft k + 1 from the MTP layer's own output at draft k.
   for (int k = 1; k < cfg.num_speculative_tokens; ++k) {
-    std::vector<float> prev_h(mtp_h_out.begin(), mtp_h_out.begin() + mtp_meta.token_ids.size() * E);
+    std::swap(mtp_h_out, mtp_h_prev);  // the previous call's outputs are this call's h inputs
     begin_batch();
     size_t n_chain = 0;
     for (Drafting& d : drafting) {
       if (d.n_draft <= k) continue;
       Sequence* s = d.seq;
       const int q = s->n_computed + k;
-      const float* hq = prev_h.data() + static_cast<size_t>(d.h_row) * E;
+      const float* hq = mtp_h_prev.data() + static_cast<size_t>(d.h_row) * E;
       add_rows(s, q, q, &s->drafts.back(), [hq](int) { return hq; });
       mtp_meta.logits_rows.push_back(static_cast<int32_t>(n_chain));
       d.h_row = static_cast<int>(n_chain++);

@@ -313,17 +313,39 @@ void Deepseek2Model::attention(const LayerWeights& L, int64_t il, bool sparse, c
 
   // The dispatch decision point: each sequence goes down its path. In a sparse layer the auto
   // policy weighs both paths' cost for the selection at hand.
-  // Speculative verify rows keep the path they were given (the decode's).
-  auto path_of = [&](const SeqMeta& s) {
-    return sparse && b.policy == MlaPathPolicy::Auto && !s.verify ? sparse_path(s) : s.path;
-  };
+  // The attention calls: one per sequence, except speculative verify rows in a sparse layer under
+  // the auto policy, which go one query at a time so that each takes the path (and the kernel
+  // call) a 1-token decode at its position would; elsewhere verify rows keep the decode's path.
+  attn_calls_.clear();
+  for (const auto& s : b.seqs) {
+    if (!(sparse && b.policy == MlaPathPolicy::Auto)) {
+      attn_calls_.push_back({s, s.path});
+    } else if (!s.verify) {
+      attn_calls_.push_back({s, sparse_path(s)});
+    } else {
+      for (int32_t i = 0; i < s.query_len; ++i) {
+        SeqMeta q = s;
+        q.query_start = s.query_start + i;
+        q.query_len = 1;
+        q.context_len = s.context_len - (s.query_len - 1 - i);
+        attn_calls_.push_back({q, sparse_path(q)});
+      }
+    }
+  }
+  // num_mqa / num_mha count sequences (a verifying one by its last query's path), verify_* rows.
   int num_mqa = 0, num_mha = 0, verify_mqa = 0, verify_mha = 0;
   int64_t selected = 0;
   for (const auto& s : b.seqs) {
-    const bool mqa = path_of(s) == MlaPath::Mqa;
-    (mqa ? num_mqa : num_mha)++;
-    if (s.verify) (mqa ? verify_mqa : verify_mha) += s.query_len;
+    MlaPath path = s.path;
+    if (sparse && b.policy == MlaPathPolicy::Auto) {
+      SeqMeta last = s;
+      if (s.verify) last.query_start = s.query_start + s.query_len - 1, last.query_len = 1;
+      path = sparse_path(last);
+    }
+    (path == MlaPath::Mqa ? num_mqa : num_mha)++;
   }
+  for (const auto& [s, path] : attn_calls_)
+    if (s.verify) (path == MlaPath::Mqa ? verify_mqa : verify_mha) += s.query_len;
   if (sparse) {
     for (int64_t t = 0; t < T; ++t) selected += sel_count_[t];
     sparse_counters_.layer_tokens.fetch_add(T, std::memory_order_relaxed);
@@ -335,9 +357,8 @@ void Deepseek2Model::attention(const LayerWeights& L, int64_t il, bool sparse, c
   // Both paths read the context as the cache stores it, in its dtype (this step's rows included),
   // so a row's value does not depend on whether it was computed in this step or an earlier one.
   const int64_t out_width = c_.n_head * c_.v_head;
-  for (const auto& s : b.seqs) {
+  for (const auto& [s, path] : attn_calls_) {
     const int32_t* slots = b.context_slots.data() + s.slots_start;
-    const MlaPath path = path_of(s);
     run_mla_path(L, il, s, path, cache, slots, sparse, attn_.data() + s.query_start * out_width);
     if (opt_.verify_paths) {
       MlaPath other = path == MlaPath::Mha ? MlaPath::Mqa : MlaPath::Mha;

@@ -13,6 +13,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/attention.h"
@@ -168,17 +169,18 @@ class Deepseek2Model {
   AttnScratch attn_scratch_;
 
   // Activations, max_batch_tokens rows each (widths in comments).
-  std::vector<float> x_;          // n_embd: the residual stream
-  std::vector<float> h_;          // n_embd: normed input of a sub-block
-  std::vector<float> q_a_;        // q_lora_rank
-  std::vector<float> q_;          // n_head * qk_head
-  std::vector<float> kv_;         // latent_dim
-  std::vector<float> attn_;       // n_head * v_head
-  std::vector<float> attn_alt_;   // n_head * v_head (verify_paths)
-  std::vector<float> proj_;       // n_embd: a sub-block's output
-  std::vector<float> gate_, up_;  // max(n_ff, shared ffn, 2 * n_ff_exp)
-  std::vector<float> cos_, sin_;  // qk_rope / 2 per token
-  std::vector<float> mtp_in_;     // 2 * n_embd: the MTP layer's [enorm(embed) ; hnorm(h)] (has_mtp)
+  std::vector<float> x_;                                 // n_embd: the residual stream
+  std::vector<float> h_;                                 // n_embd: normed input of a sub-block
+  std::vector<float> q_a_;                               // q_lora_rank
+  std::vector<float> q_;                                 // n_head * qk_head
+  std::vector<float> kv_;                                // latent_dim
+  std::vector<float> attn_;                              // n_head * v_head
+  std::vector<float> attn_alt_;                          // n_head * v_head (verify_paths)
+  std::vector<float> proj_;                              // n_embd: a sub-block's output
+  std::vector<float> gate_, up_;                         // max(n_ff, shared ffn, 2 * n_ff_exp)
+  std::vector<float> cos_, sin_;                         // qk_rope / 2 per token
+  std::vector<std::pair<SeqMeta, MlaPath>> attn_calls_;  // attention(): the kernel calls of a layer
+  std::vector<float> mtp_in_;  // 2 * n_embd: the MTP layer's [enorm(embed) ; hnorm(h)] (has_mtp)
   // DSA: indexer activations, and each query's selected context rows (kept across layers: shared
   // layers reuse the last full layer's selection).
   std::vector<float> iq_;     // n_indexer_head * indexer_head_dim

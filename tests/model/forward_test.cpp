@@ -65,6 +65,29 @@ TEST(Deepseek2Forward, FusedCopyGivesIdenticalLogits) {
   }
 }
 
+TEST(Deepseek2Forward, LayoutConversionCoversTheMtpBlock) {
+  // A file with an MTP (nextn) block: every block, the MTP one too, changes layout, and the trunk's
+  // logits do not change.
+  SynthSpec s = quant_spec(GgmlType::Q8_0);
+  s.n_nextn = 1;
+  std::string split = synth_file("fwd_q8_0_nextn", s);
+  std::string fused = temp_dir() + "/fwd_q8_0_nextn_fused.gguf";
+  convert_mla_layout(split, fused, MlaLayout::Fused);
+  std::string back = temp_dir() + "/fwd_q8_0_nextn_split_again.gguf";
+  convert_mla_layout(fused, back, MlaLayout::Split);
+  const std::string mtp = "blk." + std::to_string(s.n_layer) + ".";
+  auto f = GgufFile::open(fused);
+  EXPECT_NE(f->find_tensor(mtp + "attn_kv_b.weight"), nullptr);
+  EXPECT_EQ(f->find_tensor(mtp + "attn_k_b.weight"), nullptr);
+  EXPECT_NE(f->find_tensor(mtp + "nextn.eh_proj.weight"), nullptr);
+  EXPECT_NE(GgufFile::open(back)->find_tensor(mtp + "attn_k_b.weight"), nullptr);
+  for (MlaPathPolicy p : {MlaPathPolicy::Mha, MlaPathPolicy::Mqa}) {
+    auto a = run_logits(split, p, kPrompt, 3);
+    EXPECT_EQ(a, run_logits(fused, p, kPrompt, 3));
+    EXPECT_EQ(a, run_logits(back, p, kPrompt, 3));
+  }
+}
+
 TEST(Deepseek2Forward, SynthFusedAndSplitF32AreIdentical) {
   SynthSpec s;
   s.seed = 11;

@@ -6,6 +6,7 @@
 #       (trunk tensors and keys byte-identical; checked against $FIXTURES/trunk.json)
 #   models/tiny-q8_0.gguf --mtp_reference.py fixture--> $FIXTURES/draft_logits.json, case*.f32
 #   models/tiny-*.gguf --mtp_reference.py eval--> runs/RUN/mtp-eval-*.json (the model card's figures)
+#   models/tiny-*.gguf --compare_mtp_llama.py--> runs/RUN/compare-llama-*.json (llama-server draft-mtp)
 # Usage: bash tools/train-tiny/make_mtp.sh [RUN] [MLA_BIN]
 # Env: STEPS (1100), LR (2e-3), MODELS (REPO/models), FIXTURES (REPO/tests/fixtures/tiny-mtp).
 set -euo pipefail
@@ -29,4 +30,12 @@ mkdir -p "$FIXTURES"
 for q in q8_0 q4_k; do
     "$PY" mtp_reference.py eval "$MODELS/tiny-$q.gguf" --json "runs/$RUN/mtp-eval-$q.json"
 done
+# llama.cpp's own MTP drafting on the same files, when its llama-server is built
+# (tools/llama-cpp/build-perplexity.sh)
+SERVER="${REFERENCE_CACHE_DIR:-$HOME/.cache/mla}/llama.cpp-0.3.36-build/bin/llama-server"
+if [ -x "$SERVER" ]; then
+    "$PY" compare_mtp_llama.py --server "$SERVER" --json "runs/$RUN/compare-llama-q8_0.json"
+    "$PY" compare_mtp_llama.py --server "$SERVER" --model "$MODELS/tiny-q4_k.gguf" \
+        --json "runs/$RUN/compare-llama-q4_k.json"
+fi
 echo "make_mtp.sh: done"

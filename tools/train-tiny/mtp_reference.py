@@ -83,7 +83,8 @@ def chained(trunk: Trunk, mtp: MTP, seqs: torch.Tensor, start: int, k_max: int =
     MTP's own shared_head_norm output of the previous draft row, its cache holding the pairs 0..p
     and the chained rows before it. Counts, for j = 1..k_max, the drafts made (all earlier ones
     accepted) and accepted. Then simulates greedy speculative decoding with K = 1..k_max drafts per
-    step from `start` on: drafted and accepted tokens, tokens per trunk step."""
+    step from `start` on, drafting at most (tokens still to generate - 1) per step as llama-server
+    does: drafted and accepted tokens, tokens per trunk step."""
     B, T = seqs.shape
     made, acc = np.zeros(k_max, int), np.zeros(k_max, int)
     run_len = np.full((B, T), -1)  # run_len[b, p]: drafts accepted in a row from position p (<= k_max)
@@ -114,8 +115,11 @@ def chained(trunk: Trunk, mtp: MTP, seqs: torch.Tensor, start: int, k_max: int =
         for b in range(B):
             p = start - 1  # after the prefill: s_{p+1} is known, h_p too
             while p + 2 < T:
-                n = int(min(run_len[b, p], K, T - 2 - p))
-                drafted += min(K, T - 2 - p)
+                # No draft whose bonus token would pass the end (llama-server's n_remaining - 1 cap):
+                # with one token left the step is a plain decode.
+                nd = min(K, T - 3 - p)
+                n = int(min(run_len[b, p], nd))
+                drafted += nd
                 accepted += n
                 steps += 1
                 tokens += n + 1

@@ -88,6 +88,33 @@ def evaluate(trunk: Trunk, mtp: MTP, windows: torch.Tensor, batch: int = 8) -> d
             "rows": int(n)}
 
 
+def plot(log_path: Path, png_path: Path) -> None:
+    """The MTP loss curve: training CE per step (and its running mean), validation CE."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    rows = [json.loads(line) for line in log_path.read_text().splitlines()]
+    tr = [(r["step"], r["mtp_ce"]) for r in rows if "mtp_ce" in r]
+    va = [(r["step"], r["valid_mtp_ce"]) for r in rows if "valid_mtp_ce" in r]
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
+    s, lo = zip(*tr)
+    k = 20
+    sm = np.convolve(lo, np.ones(k) / k, mode="valid")
+    ax.plot(s, lo, color="#bbb", lw=0.6, label="train (per step)")
+    ax.plot(s[len(s) - len(sm):], sm, color="C0", label=f"train (mean of {k})")
+    s, lo = zip(*va)
+    ax.plot(s, lo, "o-", color="C1", ms=3, label="valid")
+    ax.set_xlabel("step")
+    ax.set_ylabel("MTP cross-entropy for t+2 (nats/token)")
+    ax.set_ylim(min(x[1] for x in tr + va) - 0.3, 8.0)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    ax.set_title("tiny model: MTP layer on the frozen trunk")
+    fig.tight_layout()
+    fig.savefig(png_path)
+    plt.close(fig)
+
+
 def lr_at(step: int, args) -> float:
     if step < args.warmup:
         return args.lr * (step + 1) / args.warmup
@@ -114,7 +141,11 @@ def main() -> None:
     ap.add_argument("--ckpt-every", type=int, default=10)
     ap.add_argument("--max-minutes", type=float, default=0.0, help="stop (and save) after this much wall time")
     ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--plot", type=Path, help="only plot runs/RUN/mtp-log.jsonl to this PNG")
     args = ap.parse_args()
+    if args.plot:
+        plot(RUNS / args.run / "mtp-log.jsonl", args.plot)
+        return
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     t_start = time.time()
@@ -219,6 +250,7 @@ def main() -> None:
         if step % args.ckpt_every == 0 or step == args.steps:
             save()
     save()
+    plot(log_path, run_dir / "mtp-loss.png")
     print("done", flush=True)
 
 

@@ -106,8 +106,10 @@ class Binder {
         extra.push_back(t.name);
     }
     if (n_mtp > 0)
-      log().info("{}: {}: {} tensor(s) of the MTP block(s) from blk.{} left unread (not run)", arch_, f_.path(), n_mtp,
-                 n_layer);
+      log().info(
+          "{}: {}: {} tensor(s) of the MTP block(s) from blk.{} left unread (speculation off, or not used by the "
+          "draft)",
+          arch_, f_.path(), n_mtp, n_layer);
     if (extra.empty()) return;
     std::string names;
     for (size_t i = 0; i < extra.size() && i < 4; ++i) names += (i ? ", " : "") + extra[i];

@@ -26,6 +26,7 @@
 #include "cli/common.h"
 #include "engine/deepseek2_runner.h"
 #include "engine/engine.h"
+#include "engine/speculative.h"
 #include "gguf/gguf.h"
 #include "kernels/thread_pool.h"
 #include "parallel/dist_runner.h"
@@ -52,6 +53,7 @@ struct BenchArgs {
   std::string kv_dtype = "f16";
   std::string mla_path = "auto";
   uint64_t seed = 1;
+  std::string speculative_config;  // {"method": "mtp", "num_speculative_tokens": K}
   CommonOptions common;
 };
 
@@ -152,6 +154,10 @@ struct Sample {
   double tps = 0;
   double weight_bytes_per_token = 0;  // decode tests
   double comm_bytes_per_token = 0;    // rank 0's bytes sent + received per token (several ranks)
+  // Decode tests, from the first token to the last: engine steps, the trunk's and the MTP layer's
+  // forward time, and the speculation counters.
+  int64_t steps = 0, spec_steps = 0, drafts = 0, draft_tokens = 0, accepted = 0;
+  double forward_s = 0, mtp_s = 0;
 };
 
 class Bencher {
@@ -159,7 +165,8 @@ class Bencher {
   Bencher(Engine& engine, const Deepseek2Runner& runner, int n_vocab, int64_t dense_bytes, uint64_t seed)
       : engine_(engine), runner_(runner), n_vocab_(n_vocab), dense_bytes_(dense_bytes), rng_(seed) {}
 
-  Sample run(const Test& t) {
+  // greedy: temperature 0 (speculation on and off then give the same tokens).
+  Sample run(const Test& t, bool greedy = false) {
     // Prompt: n_prompt tokens (pp), or the depth (at least one token) before decoding (tg).
     const int n_ids = t.n_prompt > 0 ? t.n_prompt : std::max(1, t.depth);
     std::vector<int32_t> ids(n_ids);
@@ -168,6 +175,7 @@ class Bencher {
     SamplingParams p;
     p.max_tokens = t.n_prompt > 0 ? 1 : t.n_gen + 1;
     p.ignore_eos = true;
+    if (greedy) p.temperature = 0;
     std::optional<Clock::time_point> first;
     int64_t got = 0;
     std::string error;
@@ -183,14 +191,17 @@ class Bencher {
     auto comm_bytes = [&cc] { return cc.bytes_sent.load() + cc.bytes_received.load(); };
     const auto t0 = Clock::now();
     int64_t bytes0 = 0, comm0 = comm_bytes(), comm_first = 0;
+    EngineCounters c_first;
     while (engine_.has_unfinished()) {
       const bool had_first = first.has_value();
       engine_.step();
       if (!had_first && first) {
         bytes0 = runner_.moe_counters().expert_bytes.load();
         comm_first = comm_bytes();
+        c_first = engine_.counters();
       }
     }
+    const EngineCounters c_end = engine_.counters();
     const auto t_end = Clock::now();
     if (!error.empty()) fail("bench: {}: {}", t.name(), error);
     if (!first) fail("bench: {}: the request produced no token", t.name());
@@ -205,6 +216,13 @@ class Bencher {
       const int64_t routed = runner_.moe_counters().expert_bytes.load() - bytes0;
       s.weight_bytes_per_token = static_cast<double>(dense_bytes_) + static_cast<double>(routed) / decoded;
       s.comm_bytes_per_token = static_cast<double>(comm_bytes() - comm_first) / decoded;
+      s.steps = c_end.n_steps - c_first.n_steps;
+      s.spec_steps = c_end.n_spec_steps - c_first.n_spec_steps;
+      s.drafts = c_end.n_spec_drafts - c_first.n_spec_drafts;
+      s.draft_tokens = c_end.n_spec_draft_tokens - c_first.n_spec_draft_tokens;
+      s.accepted = c_end.n_spec_accepted_tokens - c_first.n_spec_accepted_tokens;
+      s.forward_s = c_end.forward_seconds - c_first.forward_seconds;
+      s.mtp_s = c_end.mtp_seconds - c_first.mtp_seconds;
     }
     return s;
   }
@@ -217,6 +235,79 @@ class Bencher {
   std::mt19937_64 rng_;
   int n_req_ = 0;
 };
+
+double mean_of(const std::vector<double>& v);
+
+// --speculative-config: each decode test alternates repetitions without and with the MTP layer on
+// the same engine and model, decoding greedily (so both produce the same tokens), and reports
+// both speeds, the acceptance and what one step costs: the trunk's forward (a 1-token decode
+// without speculation, a verify of 1 + k rows with it) and the MTP layer's calls.
+void spec_bench(Engine& engine, const Deepseek2Runner& runner, int n_vocab, const ModelFacts& facts,
+                const std::vector<Test>& tests, const BenchArgs& a, int n_spec) {
+  Bencher bencher(engine, runner, n_vocab, facts.dense_bytes, a.seed);
+  nlohmann::json out = nlohmann::json::array();
+  if (!a.json) {
+    fmt::print(
+        "| model | test | k | t/s off | t/s mtp | speed-up | accepted | mean accepted length | trunk ms/step off "
+        "| trunk ms/step mtp | verify / decode | mtp ms/step |\n");
+    fmt::print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  }
+  for (const Test& t : tests) {
+    if (t.n_gen == 0) continue;  // prompt processing does not speculate
+    Sample off_sum, on_sum;
+    std::vector<double> off_tps, on_tps;
+    for (int r = 0; r <= a.reps; ++r) {  // repetition 0 warms up
+      for (int on = 0; on < 2; ++on) {
+        engine.set_speculative_tokens(on ? n_spec : 0);
+        const Sample s = bencher.run(t, /*greedy=*/true);
+        if (r == 0) continue;
+        Sample& sum = on ? on_sum : off_sum;
+        (on ? on_tps : off_tps).push_back(s.tps);
+        sum.steps += s.steps;
+        sum.spec_steps += s.spec_steps;
+        sum.drafts += s.drafts;
+        sum.draft_tokens += s.draft_tokens;
+        sum.accepted += s.accepted;
+        sum.forward_s += s.forward_s;
+        sum.mtp_s += s.mtp_s;
+      }
+    }
+    const double off = mean_of(off_tps), on = mean_of(on_tps);
+    const double rate = on_sum.draft_tokens > 0 ? static_cast<double>(on_sum.accepted) / on_sum.draft_tokens : 0.0;
+    const double mean_len = on_sum.drafts > 0 ? 1.0 + static_cast<double>(on_sum.accepted) / on_sum.drafts : 1.0;
+    const double step_off = off_sum.steps > 0 ? off_sum.forward_s / off_sum.steps : 0.0;
+    const double step_on = on_sum.steps > 0 ? on_sum.forward_s / on_sum.steps : 0.0;
+    const double mtp_step = on_sum.steps > 0 ? on_sum.mtp_s / on_sum.steps : 0.0;
+    if (a.json) {
+      out.push_back({{"model_filename", a.model},
+                     {"model_type", facts.description},
+                     {"test", t.name()},
+                     {"n_gen", t.n_gen},
+                     {"n_depth", t.depth},
+                     {"num_speculative_tokens", n_spec},
+                     {"avg_ts_off", off},
+                     {"avg_ts_mtp", on},
+                     {"samples_ts_off", off_tps},
+                     {"samples_ts_mtp", on_tps},
+                     {"speedup", off > 0 ? on / off : 0.0},
+                     {"acceptance_rate", rate},
+                     {"mean_accepted_length", mean_len},
+                     {"steps_off", off_sum.steps},
+                     {"steps_mtp", on_sum.steps},
+                     {"verify_steps", on_sum.spec_steps},
+                     {"trunk_seconds_per_step_off", step_off},
+                     {"trunk_seconds_per_step_mtp", step_on},
+                     {"verify_over_decode", step_off > 0 ? step_on / step_off : 0.0},
+                     {"mtp_seconds_per_step", mtp_step}});
+      continue;
+    }
+    fmt::print("| {} | {} | {} | {:.2f} | {:.2f} | {:.2f}x | {:.1f}% | {:.2f} | {:.3f} | {:.3f} | {:.2f}x | {:.3f} |\n",
+               facts.description, t.name(), n_spec, off, on, off > 0 ? on / off : 0.0, 100.0 * rate, mean_len,
+               1e3 * step_off, 1e3 * step_on, step_off > 0 ? step_on / step_off : 0.0, 1e3 * mtp_step);
+    std::fflush(stdout);
+  }
+  if (a.json) fmt::print("{}\n", out.dump(1));
+}
 
 double mean_of(const std::vector<double>& v) {
   double s = 0;
@@ -273,9 +364,16 @@ void bench(const BenchArgs& a) {
   mo.n_threads = n_threads;
   mo.max_batch_tokens = a.max_num_batched_tokens;
   mo.dsa = dsa_enabled(a.common);
+  const int n_spec = parse_speculative_config(a.speculative_config);
+  if (n_spec > 0) {
+    if (world().size() > 1)
+      fail("bench: --speculative-config runs in a single process only; this run has {} ranks", world().size());
+    mo.mtp = true;
+    mo.max_batch_tokens += 1;  // one sequence: the MTP pass carries up to one row more
+  }
   KvCacheOptions kvo;
   kvo.dtype = parse_cache_dtype(a.kv_dtype);
-  kvo.tokens = (need_ctx + 255) / 256 * 256;
+  kvo.tokens = (need_ctx + n_spec + 255) / 256 * 256;
   auto runner_owned = open_runner(a.model, policy, mo, kvo);
   if (!runner_owned) return;                      // a worker rank under mpirun: rank 0 has finished
   const Deepseek2Runner& runner = *runner_owned;  // lives inside the engine below
@@ -298,7 +396,12 @@ void bench(const BenchArgs& a) {
   ec.max_num_seqs = 1;
   ec.enable_prefix_caching = false;
   ec.path_policy = policy;
+  ec.num_speculative_tokens = n_spec;
   Engine engine(std::move(runner_owned), ec, nullptr);
+  if (n_spec > 0) {
+    spec_bench(engine, runner, n_vocab, facts, tests, a, n_spec);
+    return;
+  }
   Bencher bencher(engine, runner, n_vocab, facts.dense_bytes, a.seed);
 
   nlohmann::json out = nlohmann::json::array();
@@ -418,6 +521,9 @@ void register_bench(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "mha", "mqa"}))
       ->capture_default_str();
   cmd->add_option("--seed", a.seed, "Seed of the prompt ids")->capture_default_str();
+  cmd->add_option("--speculative-config", a.speculative_config,
+                  R"(Decode tests with and without the model's MTP layer, alternating, greedy: )"
+                  R"('{"method": "mtp", "num_speculative_tokens": K}')");
   add_common_options(cmd, a.common);
   cmd->callback([] { bench(a); });
 }

@@ -15,11 +15,13 @@
 #include "cli/common.h"
 #include "engine/deepseek2_runner.h"
 #include "engine/engine.h"
+#include "engine/speculative.h"
 #include "engine/tokenizer_decoder.h"
 #include "gguf/gguf.h"
 #include "grammar/grammar.h"
 #include "kv/kv_manager.h"
 #include "parallel/dist_runner.h"
+#include "parallel/world.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -54,6 +56,8 @@ struct RunArgs {
   std::string json_schema_file;  // constrain every request (structured outputs), one of these
   std::string regex;
   std::string grammar_file;
+  std::string speculative_config;  // {"method": "mtp", "num_speculative_tokens": K}
+  std::string mtp_logits;          // dump the MTP layer's draft logits of the prompt
   CommonOptions common;
 };
 
@@ -183,6 +187,17 @@ void run(const RunArgs& a) {
   mo.max_batch_tokens = a.max_num_batched_tokens;
   mo.dsa = dsa_enabled(a.common);
   mo.verify_paths = a.verify_paths;
+  const int n_spec = parse_speculative_config(a.speculative_config);
+  if (n_spec > 0 || !a.mtp_logits.empty()) {
+    if (world().size() > 1)
+      fail(
+          "run: speculative decoding (--speculative-config, --mtp-logits) runs in a single process only; this run "
+          "has {} ranks",
+          world().size());
+    mo.mtp = true;
+    mo.max_batch_tokens += a.max_num_seqs;  // the MTP pass carries up to one row more per sequence
+  }
+  if (!a.mtp_logits.empty() && batch) fail("run: --mtp-logits works with a single prompt, not --batch");
   KvCacheOptions kvo;
   kvo.dtype = parse_cache_dtype(a.kv_dtype);
   kvo.block_size = a.block_size;
@@ -225,7 +240,17 @@ void run(const RunArgs& a) {
     for (Job& job : jobs) job.params.grammar = grammar;
   }
 
+  if (!a.mtp_logits.empty()) {
+    // Before the engine uses the cache: one prefill of the prompt, then its MTP rows.
+    const std::vector<float> rows = runner->mtp_prompt_logits(jobs.front().prompt, policy);
+    std::unique_ptr<std::FILE, int (*)(std::FILE*)> fp(std::fopen(a.mtp_logits.c_str(), "wb"), std::fclose);
+    if (!fp || std::fwrite(rows.data(), sizeof(float), rows.size(), fp.get()) != rows.size())
+      fail("run: cannot write '{}'", a.mtp_logits);
+    log().info("mtp logits: {} rows x {} written to {}", jobs.front().prompt.size() - 1, c.n_vocab, a.mtp_logits);
+  }
+
   EngineConfig ec;
+  ec.num_speculative_tokens = n_spec;
   ec.max_num_batched_tokens = a.max_num_batched_tokens;
   ec.max_num_seqs = a.max_num_seqs;
   ec.enable_prefix_caching = !a.no_prefix_cache;
@@ -305,6 +330,11 @@ void run(const RunArgs& a) {
   counters.n_tokens_mha -= base.n_tokens_mha;
   counters.n_tokens_mqa -= base.n_tokens_mqa;
   counters.forward_seconds -= base.forward_seconds;
+  counters.n_spec_drafts -= base.n_spec_drafts;
+  counters.n_spec_draft_tokens -= base.n_spec_draft_tokens;
+  counters.n_spec_accepted_tokens -= base.n_spec_accepted_tokens;
+  for (size_t i = 0; i < counters.n_spec_accepted_per_pos.size(); ++i)
+    counters.n_spec_accepted_per_pos[i] -= base.n_spec_accepted_per_pos.empty() ? 0 : base.n_spec_accepted_per_pos[i];
   for (const auto& [id, col] : results)
     if (!col.error.empty()) fail("run: request {}: {}", id, col.error);
 
@@ -324,6 +354,30 @@ void run(const RunArgs& a) {
     j["decode_seconds"] = decode_s;
     j["decode_tokens_per_second"] = decode_tps;
     j["mla_path"] = a.mla_path;
+    if (n_spec > 0) {
+      j["spec_tokens"] = n_spec;
+      j["spec_drafts"] = counters.n_spec_drafts;
+      j["spec_draft_tokens"] = counters.n_spec_draft_tokens;
+      j["spec_accepted_tokens"] = counters.n_spec_accepted_tokens;
+      j["spec_accepted_per_pos"] = counters.n_spec_accepted_per_pos;
+      j["steps"] = counters.n_steps;
+    }
+  };
+  // Speculation: acceptance rate (accepted / drafted) and mean accepted length (tokens per verify
+  // step: the accepted drafts plus the target's own token).
+  auto spec_line = [&] {
+    if (n_spec == 0) return;
+    const double rate = counters.n_spec_draft_tokens > 0
+                            ? static_cast<double>(counters.n_spec_accepted_tokens) / counters.n_spec_draft_tokens
+                            : 0.0;
+    const double mean_len = counters.n_spec_drafts > 0
+                                ? 1.0 + static_cast<double>(counters.n_spec_accepted_tokens) / counters.n_spec_drafts
+                                : 0.0;
+    fmt::print(
+        "speculative (mtp, k={}): {} drafts, {} of {} draft tokens accepted ({:.1f}%), mean accepted length "
+        "{:.2f}, per position {}\n",
+        n_spec, counters.n_spec_drafts, counters.n_spec_accepted_tokens, counters.n_spec_draft_tokens, 100.0 * rate,
+        mean_len, fmt::join(counters.n_spec_accepted_per_pos, " "));
   };
 
   if (!batch) {
@@ -342,6 +396,7 @@ void run(const RunArgs& a) {
     if (tok) fmt::print("continuation: {}\n", col.text[0]);
     fmt::print("prefill: {} tokens in {:.3f} s ({:.1f} tokens/s)\n", prompt_tokens, prefill_s, prefill_tps);
     fmt::print("decode:  {} tokens in {:.3f} s ({:.1f} tokens/s)\n", decode_tokens, decode_s, decode_tps);
+    spec_line();
     return;
   }
 
@@ -387,6 +442,7 @@ void run(const RunArgs& a) {
   fmt::print("prefill: {} tokens in {:.3f} s ({:.1f} tokens/s)\n", prompt_tokens, prefill_s, prefill_tps);
   fmt::print("decode:  {} tokens in {:.3f} s ({:.1f} tokens/s, {} sequences)\n", decode_tokens, decode_s, decode_tps,
              n_seqs);
+  spec_line();
 }
 
 }  // namespace
@@ -429,6 +485,12 @@ void register_run(CLI::App& app) {
                   "Constrain every output to JSON valid under the JSON Schema in this file");
   cmd->add_option("--regex", a.regex, "Constrain every output to match this regular expression");
   cmd->add_option("--grammar", a.grammar_file, "Constrain every output to the EBNF grammar (rule 'root') in this file");
+  cmd->add_option("--speculative-config", a.speculative_config,
+                  R"(Speculative decoding with the model's MTP layer, as vLLM spells it: )"
+                  R"('{"method": "mtp", "num_speculative_tokens": K}', K = 1..4)");
+  cmd->add_option("--mtp-logits", a.mtp_logits,
+                  "Write the MTP layer's draft logits of the prompt (raw float32, one row per position 1..n-1: row p "
+                  "from the trunk's state at p and token p + 1) before generating");
   cmd->add_flag("--warmup", a.warmup,
                 "Run one untimed request of the first prompt's length first (as llama-bench does)");
   add_common_options(cmd, a.common);

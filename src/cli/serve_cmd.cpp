@@ -22,6 +22,7 @@
 #include "engine/deepseek2_runner.h"
 #include "engine/engine.h"
 #include "engine/scripted_runner.h"
+#include "engine/speculative.h"
 #include "gguf/gguf.h"
 #include "grammar/grammar.h"
 #include "parallel/dist_runner.h"
@@ -68,7 +69,8 @@ struct ServeArgs {
   // Output parsing.
   std::string tool_call_parser = "auto";
   std::string reasoning_parser = "auto";
-  std::string scripted_output;  // testing: a ScriptedRunner instead of the model's forward
+  std::string scripted_output;     // testing: a ScriptedRunner instead of the model's forward
+  std::string speculative_config;  // {"method": "mtp", "num_speculative_tokens": K}
   int json_max_whitespace = GrammarCompiler::kDefaultJsonMaxWhitespace;
   CommonOptions common;
 };
@@ -182,6 +184,11 @@ void serve(ServeArgs& a) {
   mo.n_threads = a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   mo.max_batch_tokens = a.max_num_batched_tokens;
   mo.dsa = dsa_enabled(a.common);
+  const int n_spec = parse_speculative_config(a.speculative_config);
+  if (n_spec > 0) {
+    mo.mtp = true;
+    mo.max_batch_tokens += a.max_num_seqs;  // the MTP pass carries up to one row more per sequence
+  }
   KvCacheOptions kv;
   auto kv_type = ggml_type_from_name(a.kv_cache_dtype);
   if (!kv_type) fail("serve: --kv-cache-dtype '{}' is not a type name (f16, bf16, f32, q8_0)", a.kv_cache_dtype);
@@ -192,6 +199,10 @@ void serve(ServeArgs& a) {
   // stops (mpirun forwards SIGINT/SIGTERM, which stay blocked here: rank 0 ends the workers).
   const bool distributed = world().size() > 1;
   if (distributed && !a.scripted_output.empty()) fail("serve: --scripted-output runs in a single process only");
+  if (distributed && n_spec > 0)
+    fail("serve: --speculative-config runs in a single process only; this run has {} ranks", world().size());
+  if (n_spec > 0 && !a.scripted_output.empty())
+    fail("serve: --speculative-config needs the model's MTP layer; --scripted-output replaces the model");
   if (is_worker()) {
     open_runner(a.model, policy, mo, kv);
     return;
@@ -285,6 +296,7 @@ void serve(ServeArgs& a) {
   ec.enable_prefix_caching = !a.no_prefix_caching;
   ec.path_policy = policy;
   ec.eos_token_ids = eos_ids;
+  ec.num_speculative_tokens = n_spec;
   const int n_threads = mo.n_threads;
   auto engine = std::make_unique<Engine>(std::move(runner), ec, std::make_shared<server::TokenizerDecoder>(*tokenizer));
   engine->start();
@@ -401,6 +413,9 @@ void register_serve(CLI::App& app) {
                   "Reasoning split (<think>) of chat outputs: auto (from the chat template) | none | "
                   "deepseek_r1 | deepseek_v3 | glm45 | glm47 | kimi_k2 | qwen3")
       ->capture_default_str();
+  cmd->add_option("--speculative-config", a.speculative_config,
+                  R"(Speculative decoding with the model's MTP layer, as vLLM spells it: )"
+                  R"('{"method": "mtp", "num_speculative_tokens": K}', K = 1..4)");
   cmd->add_option("--scripted-output", a.scripted_output,
                   "Testing: replace the model's forward pass by the outputs in this JSON file "
                   "([{\"trigger\": TEXT, \"output\": TEXT}]); the GGUF gives only the vocabulary")

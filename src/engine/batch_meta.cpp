@@ -24,7 +24,8 @@ void build_batch_meta(std::span<const ScheduledSeq> seqs, int block_size, MlaPat
     m.context_len = n_ctx;
     m.slots_start = static_cast<int32_t>(meta.context_slots.size());
     m.blocks_start = static_cast<int32_t>(meta.block_table.size());
-    m.path = choose_mla_path(policy, s.n_new, decode_threshold, auto_prefill);
+    m.path = choose_mla_path(policy, s.verify ? 1 : s.n_new, decode_threshold, auto_prefill);
+    m.verify = s.verify;
     const int n_blocks = (n_ctx + block_size - 1) / block_size;
     meta.block_table.insert(meta.block_table.end(), s.blocks.begin(), s.blocks.begin() + n_blocks);
     for (int j = 0; j < n_ctx; ++j)
@@ -34,7 +35,7 @@ void build_batch_meta(std::span<const ScheduledSeq> seqs, int block_size, MlaPat
       meta.positions.push_back(p);
       meta.slot_mapping.push_back(meta.context_slots[m.slots_start + p]);
     }
-    if (all_logits) {
+    if (all_logits || s.verify) {
       for (int i = 0; i < m.query_len; ++i) meta.logits_rows.push_back(m.query_start + i);
     } else if (s.needs_logits) {
       meta.logits_rows.push_back(m.query_start + m.query_len - 1);

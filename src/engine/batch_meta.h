@@ -17,6 +17,9 @@ struct ScheduledSeq {
   int n_computed = 0;               // tokens with KV already in the cache
   int n_new = 0;                    // tokens computed this step: [n_computed, n_computed + n_new)
   bool needs_logits = false;        // of its last new token
+  // Speculative verify rows (the last token, then the drafts): every row's logits, and the MLA
+  // path of a 1-token decode.
+  bool verify = false;
 };
 
 // Fills meta (reusing its buffers) for the scheduled sequences, in order. all_logits: every row

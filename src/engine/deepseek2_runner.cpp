@@ -4,6 +4,7 @@
 #include <climits>
 
 #include "gguf/gguf.h"
+#include "util/error.h"
 #include "util/log.h"
 
 namespace mla {
@@ -15,6 +16,10 @@ Deepseek2Runner::Deepseek2Runner(const std::string& path, MlaPathPolicy policy, 
   // Repacking copies every matrix (reading all of the file), which would undo a rank's shard
   // mapping: several ranks keep the row-major kernels until packing learns the shard ranges.
   if (!wo.prefault) wo.repack = false;
+  if (model.mtp && model.comm && model.comm->size() > 1)
+    fail("speculative decoding (method mtp) runs in a single process; this run has {} ranks", model.comm->size());
+  wo.load_mtp = model.mtp;
+  max_batch_tokens_ = model.max_batch_tokens;
   bundle_ = load_deepseek2(path, wo);
   model_ = std::make_unique<Deepseek2Model>(bundle_->config, bundle_->weights, model);
   const LatentShape shape = model_->latent_shape();
@@ -29,6 +34,37 @@ Deepseek2Runner::Deepseek2Runner(const std::string& path, MlaPathPolicy policy, 
 int Deepseek2Runner::max_context() const {
   const int64_t n = bundle_->config.n_ctx_train;
   return n > 0 ? static_cast<int>(std::min<int64_t>(n, INT_MAX)) : INT_MAX;
+}
+
+std::vector<float> Deepseek2Runner::mtp_prompt_logits(const std::vector<int32_t>& tokens, MlaPathPolicy policy) {
+  if (!has_mtp()) fail("mtp logits: the model's MTP layer is not loaded");
+  const auto n = static_cast<int32_t>(tokens.size());
+  if (n < 2) fail("mtp logits: the prompt needs at least 2 tokens, it has {}", n);
+  if (n > cache_->n_slots()) fail("mtp logits: the prompt has {} tokens, the cache holds {}", n, cache_->n_slots());
+  const auto E = static_cast<size_t>(bundle_->config.n_embd);
+  // The trunk over slots 0..n-1 (one-slot addressing: context position j is slot j).
+  BatchMeta trunk = single_sequence_batch(tokens, 0, false, policy);
+  trunk.logits_rows.clear();
+  std::vector<float> hidden(n * E);
+  model_->forward(trunk, *cache_, nullptr, hidden.data());
+  // MTP rows 1..n-1 over its own rows at positions 1..q.
+  BatchMeta m;
+  SeqMeta s;
+  s.query_len = n - 1;
+  s.context_len = n - 1;
+  s.path = choose_mla_path(policy, n - 1, 1, auto_prefill_path());
+  for (int32_t q = 1; q < n; ++q) {
+    m.token_ids.push_back(tokens[q]);
+    m.positions.push_back(q);
+    m.slot_mapping.push_back(q);
+    m.context_slots.push_back(q);
+    m.logits_rows.push_back(q - 1);
+  }
+  m.seqs.push_back(s);
+  m.policy = policy;
+  std::vector<float> logits(static_cast<size_t>(n - 1) * n_vocab()), h_out((n - 1) * E);
+  model_->forward_mtp(m, hidden.data(), *cache_, logits.data(), h_out.data());
+  return logits;
 }
 
 std::vector<int32_t> Deepseek2Runner::eos_token_ids() const {

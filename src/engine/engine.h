@@ -151,6 +151,15 @@ struct EngineCounters {
   // of the mask work the forward did not hide).
   double mask_wait_seconds = 0;
   int64_t n_requests_finished = 0;
+  // Speculative decoding (vLLM's spec-decode counters): verify steps that carried drafts, the
+  // drafts they carried, the drafts accepted, and the accepted ones by draft position (index 0:
+  // the first draft of a step).
+  int64_t n_spec_drafts = 0;
+  int64_t n_spec_draft_tokens = 0;
+  int64_t n_spec_accepted_tokens = 0;
+  std::vector<int64_t> n_spec_accepted_per_pos;  // num_speculative_tokens entries
+  int64_t n_spec_steps = 0;                      // forward calls that carried verify rows
+  double mtp_seconds = 0;                        // wall time in the MTP layer's calls (its rows and the drafts)
 };
 
 struct EngineConfig {
@@ -166,6 +175,11 @@ struct EngineConfig {
   std::function<void(const std::string& request_id, int seq_index, int position, std::span<const float> logits)>
       on_logits;
   bool all_logits = false;  // compute (and pass to on_logits) every row's logits, prompts included
+  // Speculative decoding with the model's MTP layer: up to this many draft tokens per sequence
+  // and step (1..4; 0: off). The runner must have the MTP layer loaded. Greedy outputs are those
+  // of decoding without it; sampled ones follow the same distribution. Sequences under a grammar
+  // do not speculate.
+  int num_speculative_tokens = 0;
 };
 
 class Engine {
@@ -199,6 +213,11 @@ class Engine {
   // forward call; false when there was nothing to do.
   bool step();
   void run_until_idle();
+
+  // Benchmarks (mla bench): drafts per step from now on, 0..config().num_speculative_tokens, while
+  // no request is active; 0 decodes without the MTP layer at all. Only with prefix caching off
+  // (blocks computed without MTP rows must not serve a speculating sequence). Throws mla::Error.
+  void set_speculative_tokens(int k);
 
   // For tests and tools, while the engine is idle or from its own thread.
   ModelRunner& runner();

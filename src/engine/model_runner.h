@@ -7,6 +7,7 @@
 
 #include "kv/latent_cache.h"
 #include "model/batch.h"
+#include "util/error.h"
 
 namespace mla {
 
@@ -28,6 +29,17 @@ class ModelRunner {
   // the other sequences in the batch (batch invariance).
   virtual void forward(const BatchMeta& meta, float* logits) = 0;
 
+  // Speculative decoding with the model's MTP (nextn) layer. has_mtp: the layer is loaded (its
+  // latent rows are the cache's last layer). forward_hidden: forward, plus hidden[t * hidden_dim()]
+  // = the final normed state of every batch row. forward_mtp: the MTP layer over meta (its rows
+  // are written to the MTP cache layer), h_in / h_out one hidden_dim() row per batch token.
+  virtual bool has_mtp() const { return false; }
+  virtual int hidden_dim() const { return 0; }
+  virtual void forward_hidden(const BatchMeta& meta, float* logits, float* hidden);
+  virtual void forward_mtp(const BatchMeta& meta, const float* h_in, float* logits, float* h_out);
+  // Most tokens one forward call may carry.
+  virtual int64_t max_batch_tokens() const { return INT64_MAX; }
+
   // DSA: tokens that went through sparse layers (summed over layers) and the context rows their
   // indexer selected, cumulative; 0 for models without sparse attention.
   virtual int64_t sparse_layer_tokens() const { return 0; }
@@ -35,5 +47,12 @@ class ModelRunner {
   // The path the `auto` policy gives prefill chunks (cheaper_prefill_path for the model's widths).
   virtual MlaPath auto_prefill_path() const { return MlaPath::Mha; }
 };
+
+inline void ModelRunner::forward_hidden(const BatchMeta&, float*, float*) {
+  fail("model runner: no MTP layer (speculative decoding needs one)");
+}
+inline void ModelRunner::forward_mtp(const BatchMeta&, const float*, float*, float*) {
+  fail("model runner: no MTP layer (speculative decoding needs one)");
+}
 
 }  // namespace mla

@@ -59,11 +59,31 @@ class Sampler {
   SampleResult sample(const float* logits, const SamplingParams& params, const PenaltyState& penalties, int n_generated,
                       std::span<const int32_t> eos_ids, Rng& rng, std::span<const uint32_t> mask = {});
 
+  // Speculative decoding: the token for this row when the MTP layer drafted `draft` (a one-hot
+  // draft) for it, and whether the draft is accepted. Greedy: sample()'s token, accepted when it
+  // is the draft. Otherwise the speculative rejection rule: the draft is accepted with the
+  // probability the row's sampling distribution gives it, else a token is drawn from that
+  // distribution without the draft; either way the token is distributed as sample()'s would be.
+  // No grammar (constrained sequences do not speculate).
+  SampleResult sample_draft(const float* logits, const SamplingParams& params, const PenaltyState& penalties,
+                            int n_generated, std::span<const int32_t> eos_ids, Rng& rng, int32_t draft, bool& accepted);
+
   // The processed logits of the last sample() call (after bias and penalties, before
   // temperature): for tests.
   std::span<const float> last_processed() const { return work_; }
 
  private:
+  // work_ = logits after the mask, min_tokens, bias and penalties.
+  void process(const float* logits, const SamplingParams& p, const PenaltyState& pen, int n_generated,
+               std::span<const int32_t> eos_ids, std::span<const uint32_t> mask);
+  int32_t argmax() const;                      // of work_, ties: lower id
+  bool greedy(const SamplingParams& p) const;  // temperature ~0, or no finite logit left
+  // The sampling distribution over work_ in cand_ ((weight, id), draw order), returns its total.
+  double distribution(const SamplingParams& p);
+  // One draw from cand_ (total: the weights' sum without `skip`), leaving out token `skip`.
+  int32_t draw(double total, Rng& rng, int32_t skip = -1) const;
+  std::optional<SampleLogprobs> logprobs(const float* logits, const SamplingParams& p, int32_t token);
+
   int n_vocab_;
   std::vector<float> work_;
   std::vector<float> probs_;

@@ -30,8 +30,15 @@ int Scheduler::running_slots() const {
   return n;
 }
 
+int Scheduler::lookahead(const Sequence* seq, int n_new) const {
+  if (config_.num_speculative_tokens <= 0) return 0;
+  return std::max(0, std::min(config_.num_speculative_tokens, config_.max_model_len - (seq->n_computed + n_new)));
+}
+
 void Scheduler::preempt(Sequence* seq) {
   kv_.free(seq->blocks);
+  seq->drafts.clear();
+  seq->mtp_valid = 0;
   seq->n_computed = 0;
   seq->status = SeqStatus::kWaiting;
   waiting_.push_front(seq);
@@ -45,10 +52,12 @@ SchedulerOutput Scheduler::schedule() {
   size_t i = 0;
   while (i < running_.size() && budget > 0) {
     Sequence* seq = running_[i];
-    const int n_new = std::min(static_cast<int>(seq->tokens.size()) - seq->n_computed, budget);
+    const int n_base = static_cast<int>(seq->tokens.size()) - seq->n_computed;
+    const int n_new = std::min(n_base + static_cast<int>(seq->drafts.size()), budget);
     assert(n_new > 0);
+    seq->drafts.resize(std::max(0, n_new - n_base));  // the drafts the budget leaves room for
     bool fits = true;
-    while (!kv_.allocate(seq->blocks, seq->n_computed, n_new, nullptr, out.copies)) {
+    while (!kv_.allocate(seq->blocks, seq->n_computed, n_new + lookahead(seq, n_new), nullptr, out.copies)) {
       Sequence* victim = running_.back();
       running_.pop_back();
       if (victim == seq && out.items.empty() && running_.empty()) {
@@ -77,13 +86,18 @@ SchedulerOutput Scheduler::schedule() {
       if (slots + seq->n_slots > config_.max_num_seqs) break;
       const int n_tokens = static_cast<int>(seq->tokens.size());
       kv::PrefixHit hit;
-      int n_cached = 0;
+      int n_cached = 0, n_found = 0;
       if (kv_.prefix_caching()) {
         hit = kv_.find_prefix(seq->tokens);
-        n_cached = std::min(hit.n_tokens, n_tokens - 1);
+        n_found = n_cached = std::min(hit.n_tokens, n_tokens - 1);
+        // Speculation: the hit's last position is recomputed (its hidden state feeds the MTP row
+        // after it); the cache still served it, so it counts as a hit.
+        if (config_.num_speculative_tokens > 0 && hit.n_tokens > 0) n_cached = std::min(n_cached, hit.n_tokens - 1);
       }
       const int n_new = std::min(n_tokens - n_cached, budget);
-      if (!kv_.allocate(seq->blocks, n_cached, n_new, n_cached > 0 ? &hit : nullptr, out.copies)) {
+      seq->n_computed = n_cached;  // for lookahead(); committed below
+      if (!kv_.allocate(seq->blocks, n_cached, n_new + lookahead(seq, n_new), n_cached > 0 ? &hit : nullptr,
+                        out.copies)) {
         if (running_.empty() && out.items.empty()) {  // nothing else holds blocks
           waiting_.pop_front();
           out.failed.push_back(seq);
@@ -93,6 +107,7 @@ SchedulerOutput Scheduler::schedule() {
       }
       waiting_.pop_front();
       seq->n_computed = n_cached;
+      seq->mtp_valid = n_cached;  // the MTP rows of the cached blocks were written with them
       seq->status = SeqStatus::kRunning;
       running_.push_back(seq);
       slots += seq->n_slots;
@@ -100,10 +115,10 @@ SchedulerOutput Scheduler::schedule() {
       budget -= n_new;
       if (kv_.prefix_caching()) {
         out.n_prefix_query_tokens += n_tokens;
-        out.n_prefix_hit_tokens += n_cached;
+        out.n_prefix_hit_tokens += n_found;
       }
       if (seq->req->n_cached_tokens < 0 && seq->index == 0)
-        seq->req->n_cached_tokens = std::min(n_cached, seq->n_prompt);
+        seq->req->n_cached_tokens = std::min(n_found, seq->n_prompt);
     }
   }
   return out;

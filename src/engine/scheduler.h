@@ -21,6 +21,13 @@ namespace mla {
 struct SchedulerConfig {
   int max_num_batched_tokens = 2048;
   int max_num_seqs = 64;
+  // Speculative decoding with K drafts (0: off). A running sequence's drafts are scheduled with its
+  // last token (as many as the budget leaves room for), and every sequence gets KV slots for K
+  // positions past its step (the MTP layer's rows and chained drafts) up to max_model_len. A
+  // prefix-cache hit of H tokens recomputes position H - 1: the MTP layer's row at H needs the
+  // trunk's hidden state there, which the cache does not hold.
+  int num_speculative_tokens = 0;
+  int max_model_len = 0;
 };
 
 struct SchedulerOutput {
@@ -41,6 +48,13 @@ class Scheduler {
  public:
   Scheduler(SchedulerConfig config, kv::KvManager& kv);
 
+  // Speculative decoding (SchedulerConfig::num_speculative_tokens, max_model_len), set once the
+  // engine knows max_model_len.
+  void configure_speculation(int num_speculative_tokens, int max_model_len) {
+    config_.num_speculative_tokens = num_speculative_tokens;
+    config_.max_model_len = max_model_len;
+  }
+
   void add_waiting(Sequence* seq);  // FCFS tail
   void add_running(Sequence* seq);  // a forked sibling that already holds blocks
   // Removes seq from whichever queue holds it and frees its blocks.
@@ -57,6 +71,7 @@ class Scheduler {
 
  private:
   void preempt(Sequence* seq);
+  int lookahead(const Sequence* seq, int n_new) const;
   int running_slots() const;
 
   SchedulerConfig config_;

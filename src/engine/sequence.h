@@ -36,6 +36,12 @@ struct Sequence {
   SeqOutput output;
   std::unique_ptr<GrammarMatcher> grammar;  // params.grammar's state for this sequence, or null
 
+  // Speculative decoding (EngineConfig::num_speculative_tokens > 0).
+  std::vector<int32_t> drafts;   // MTP drafts for the positions after tokens, verified in the next step
+  int mtp_valid = 0;             // the MTP layer's cache rows at positions 1..mtp_valid are final
+  std::vector<float> pending_h;  // the trunk's hidden state at n_computed - 1 when mtp_valid < n_computed
+  bool mtp_hold = false;         // forked this step: the MTP row after the prompt waits (shared blocks)
+
   int n_generated() const { return static_cast<int>(tokens.size()) - n_prompt; }
 };
 

@@ -20,7 +20,12 @@ void moe_route(const MoeRouting& r, const float* logits, int32_t* experts, float
   } else {
     for (int e = 0; e < n; ++e) scores[e] = 1.0f / (1.0f + std::exp(-logits[e]));
   }
-  for (int e = 0; e < n; ++e) choice[e] = r.bias ? scores[e] + r.bias[e] : scores[e];
+  // A NaN score (NaN router logits) never wins a comparison: it ranks below every number, so the
+  // picks below are always real experts.
+  for (int e = 0; e < n; ++e) {
+    choice[e] = r.bias ? scores[e] + r.bias[e] : scores[e];
+    if (std::isnan(choice[e])) choice[e] = -INFINITY;
+  }
 
   if (r.n_group > 1) {
     const int per_group = n / r.n_group;
@@ -55,7 +60,7 @@ void moe_route(const MoeRouting& r, const float* logits, int32_t* experts, float
     for (int e = 0; e < n; ++e)
       if (!std::isnan(choice[e]) && (arg < 0 || choice[e] > choice[arg])) arg = e;
     experts[k] = arg;
-    choice[arg] = NAN;
+    choice[arg] = NAN;  // picked (the scores above hold no NaN)
   }
   std::sort(experts, experts + r.n_expert_used);
   float sum = 0;

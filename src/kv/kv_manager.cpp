@@ -108,6 +108,18 @@ void KvManager::fork(const SeqBlocks& src, SeqBlocks& dst) {
   dst = src;
 }
 
+void KvManager::truncate(SeqBlocks& seq, int n_positions) {
+  const size_t keep = (static_cast<size_t>(n_positions) + block_size() - 1) / block_size();
+  while (seq.table.size() > keep) {
+    pool_.release(seq.table.back());
+    seq.table.pop_back();
+  }
+  if (seq.chain.size() > keep) {
+    seq.chain.resize(keep);
+    seq.chain_hash.resize(keep);
+  }
+}
+
 void KvManager::free(SeqBlocks& seq) {
   for (size_t i = seq.table.size(); i-- > 0;) pool_.release(seq.table[i]);
   seq.table.clear();

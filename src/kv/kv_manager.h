@@ -61,6 +61,10 @@ class KvManager {
   // dst shares every block of src (dst must be empty).
   void fork(const SeqBlocks& src, SeqBlocks& dst);
 
+  // Releases the blocks past those holding positions [0, n_positions) (last block first): blocks
+  // a step allocated ahead (speculative decoding) before the sequence shares its table.
+  void truncate(SeqBlocks& seq, int n_positions);
+
   // Releases seq's blocks, last block first (so the tail of a prompt is evicted before its head).
   void free(SeqBlocks& seq);
 

@@ -36,6 +36,9 @@ struct SeqMeta {
   int32_t slots_start = 0;  // where its context slot list starts in BatchMeta::context_slots
   MlaPath path = MlaPath::Mha;
   int32_t blocks_start = 0;  // where its block table starts in BatchMeta::block_table (paged caches)
+  // Speculative decoding: the rows verify MTP drafts (the last accepted token, then the drafts).
+  // They take the path a 1-token decode would, so that their bits are the decode's.
+  bool verify = false;
 };
 
 struct BatchMeta {

@@ -348,7 +348,8 @@ std::string describe_deepseek_config(const DeepseekConfig& c) {
   line("architecture", model_arch_name(c.arch));
   line("layers",
        fmt::format("{} ({} dense, {} MoE)", c.n_layer, c.n_layer_dense_lead, c.n_layer - c.n_layer_dense_lead));
-  if (c.n_nextn > 0) line("MTP (nextn) blocks", fmt::format("{} (blk.{}.., loaded but not run)", c.n_nextn, c.n_layer));
+  if (c.n_nextn > 0)
+    line("MTP (nextn) blocks", fmt::format("{} (blk.{}.., run by --speculative-config)", c.n_nextn, c.n_layer));
   line("embedding", fmt::format("{}", c.n_embd));
   line("vocabulary", fmt::format("{}", c.n_vocab));
   line("context (trained)", fmt::format("{}", c.n_ctx_train));

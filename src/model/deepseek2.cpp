@@ -76,6 +76,7 @@ Deepseek2Model::Deepseek2Model(const DeepseekConfig& c, const DeepseekWeights& w
   up_.resize(R * ff);
   cos_.resize(T * c.qk_rope / 2);
   sin_.resize(T * c.qk_rope / 2);
+  if (w.nextn.present) mtp_in_.resize(T * 2 * c.n_embd);
   if (opt_.dsa && c.has_indexer) {
     iq_.resize(T * c.n_indexer_head * c.indexer_head_dim);
     ik_.resize(T * c.indexer_head_dim);
@@ -156,10 +157,13 @@ void Deepseek2Model::validate(const BatchMeta& b, const LatentCache& cache) cons
   if (T > opt_.max_batch_tokens) fail("batch: {} tokens exceed max_batch_tokens {}", T, opt_.max_batch_tokens);
   if (static_cast<int64_t>(b.positions.size()) != T || static_cast<int64_t>(b.slot_mapping.size()) != T)
     fail("batch: {} token ids but {} positions and {} slots", T, b.positions.size(), b.slot_mapping.size());
-  if (cache.shape().n_layer != c_.n_layer || cache.shape().row_elems() != c_.latent_dim ||
-      cache.shape().kv_lora_rank != c_.kv_lora_rank)
+  // The MTP layer's rows, when it is loaded, are one more cache layer; a trunk-only cache also
+  // serves the trunk.
+  const int64_t n_cache_layers = c_.n_layer + (has_mtp() ? 1 : 0);
+  if ((cache.shape().n_layer != c_.n_layer && cache.shape().n_layer != n_cache_layers) ||
+      cache.shape().row_elems() != c_.latent_dim || cache.shape().kv_lora_rank != c_.kv_lora_rank)
     fail("batch: latent cache is {} layers x {} values, model needs {} x {}", cache.shape().n_layer,
-         cache.shape().row_elems(), c_.n_layer, c_.latent_dim);
+         cache.shape().row_elems(), n_cache_layers, c_.latent_dim);
   if (sparse())
     for (int64_t il = 0; il < c_.n_layer; ++il)
       if (cache.shape().index_key_dim(static_cast<int>(il)) != c_.indexer_key_dim(il))
@@ -199,7 +203,7 @@ void Deepseek2Model::validate(const BatchMeta& b, const LatentCache& cache) cons
       fail("batch: logits rows must be ascending batch rows, got {} at index {}", b.logits_rows[i], i);
 }
 
-void Deepseek2Model::forward(const BatchMeta& b, LatentCache& cache, float* logits) {
+void Deepseek2Model::forward(const BatchMeta& b, LatentCache& cache, float* logits, float* hidden) {
   validate(b, cache);
   const int64_t T = b.n_tokens(), E = c_.n_embd, half = c_.qk_rope / 2;
 
@@ -217,35 +221,82 @@ void Deepseek2Model::forward(const BatchMeta& b, LatentCache& cache, float* logi
   for (int64_t il = 0; il < c_.n_layer; ++il) {
     const LayerWeights& L = w_.layers[il];
     for (int64_t t = 0; t < T; ++t) rmsnorm(x_.data() + t * E, L.attn_norm.data(), h_.data() + t * E, E, c_.rms_eps);
-    attention(il, b, cache);
+    attention(L, il, sparse(), b, cache);
     // {n_head * v_head, T} -> {n_embd, T}, added to the residual.
     mm_split(L.attn_output, attn_.data(), c_.n_head * c_.v_head, T, proj_.data(), E);
     for (int64_t t = 0; t < T; ++t) add_inplace(x_.data() + t * E, proj_.data() + t * E, E);
 
-    if (il == c_.n_layer - 1) {
+    if (il == c_.n_layer - 1 && !hidden) {
       // Only the rows whose logits are wanted go on; the caches are already written.
       n_rows = static_cast<int64_t>(b.logits_rows.size());
       for (int64_t i = 0; i < n_rows; ++i)
         if (b.logits_rows[i] != i) std::memcpy(x_.data() + i * E, x_.data() + b.logits_rows[i] * E, sizeof(float) * E);
       if (n_rows == 0) return;
     }
-    for (int64_t t = 0; t < n_rows; ++t)
-      rmsnorm(x_.data() + t * E, L.ffn_norm.data(), h_.data() + t * E, E, c_.rms_eps);
-    if (L.is_moe)
-      moe_ffn(L, n_rows);
-    else
-      dense_ffn(L, n_rows);
-    for (int64_t t = 0; t < n_rows; ++t) add_inplace(x_.data() + t * E, proj_.data() + t * E, E);
+    ffn(L, n_rows);
   }
 
+  if (hidden) {
+    // Every row's normed state, then the logits rows gathered for the head.
+    for (int64_t t = 0; t < T; ++t) rmsnorm(x_.data() + t * E, w_.output_norm.data(), hidden + t * E, E, c_.rms_eps);
+    if (!logits) return;
+    n_rows = static_cast<int64_t>(b.logits_rows.size());
+    for (int64_t i = 0; i < n_rows; ++i)
+      std::memcpy(h_.data() + i * E, hidden + b.logits_rows[i] * E, sizeof(float) * E);
+    if (n_rows > 0) mm(w_.output, h_.data(), E, n_rows, logits, c_.n_vocab);
+    return;
+  }
   if (!logits) return;  // a worker rank: rank 0 computes the logits
   for (int64_t t = 0; t < n_rows; ++t)
     rmsnorm(x_.data() + t * E, w_.output_norm.data(), h_.data() + t * E, E, c_.rms_eps);
   mm(w_.output, h_.data(), E, n_rows, logits, c_.n_vocab);
 }
 
-void Deepseek2Model::attention(int64_t il, const BatchMeta& b, LatentCache& cache) {
-  const LayerWeights& L = w_.layers[il];
+void Deepseek2Model::ffn(const LayerWeights& L, int64_t n_rows) {
+  const int64_t E = c_.n_embd;
+  for (int64_t t = 0; t < n_rows; ++t) rmsnorm(x_.data() + t * E, L.ffn_norm.data(), h_.data() + t * E, E, c_.rms_eps);
+  if (L.is_moe)
+    moe_ffn(L, n_rows);
+  else
+    dense_ffn(L, n_rows);
+  for (int64_t t = 0; t < n_rows; ++t) add_inplace(x_.data() + t * E, proj_.data() + t * E, E);
+}
+
+void Deepseek2Model::forward_mtp(const BatchMeta& b, const float* h_in, LatentCache& cache, float* logits,
+                                 float* h_out) {
+  if (!has_mtp()) fail("model: the MTP layer was not loaded");
+  validate(b, cache);
+  const NextnWeights& n = w_.nextn;
+  const int64_t il = n.layer_index;
+  if (cache.shape().n_layer <= il) fail("batch: the latent cache has no MTP layer (layer {})", il);
+  const int64_t T = b.n_tokens(), E = c_.n_embd, half = c_.qk_rope / 2;
+  // [enorm(embed(t)) ; hnorm(h)] -> eh_proj -> the block's residual stream.
+  pool_.parallel_for(T, [&](int64_t t0, int64_t t1, int) {
+    for (int64_t t = t0; t < t1; ++t) {
+      float* in = mtp_in_.data() + t * 2 * E;
+      dequantize_row(n.embed.type, n.embed.row(b.token_ids[t]), in, E);
+      if (n.embed.scale != 1.0f)
+        for (int64_t i = 0; i < E; ++i) in[i] *= n.embed.scale;
+      rmsnorm(in, n.enorm.data(), in, E, c_.rms_eps);
+      rmsnorm(h_in + t * E, n.hnorm.data(), in + E, E, c_.rms_eps);
+      rope_cos_sin(c_.rope, b.positions[t], cos_.data() + t * half, sin_.data() + t * half);
+    }
+  });
+  mm(n.eh_proj, mtp_in_.data(), 2 * E, T, x_.data(), E);
+  const LayerWeights& L = n.layer;
+  for (int64_t t = 0; t < T; ++t) rmsnorm(x_.data() + t * E, L.attn_norm.data(), h_.data() + t * E, E, c_.rms_eps);
+  attention(L, il, /*sparse=*/false, b, cache);
+  mm_split(L.attn_output, attn_.data(), c_.n_head * c_.v_head, T, proj_.data(), E);
+  for (int64_t t = 0; t < T; ++t) add_inplace(x_.data() + t * E, proj_.data() + t * E, E);
+  ffn(L, T);
+  for (int64_t t = 0; t < T; ++t) rmsnorm(x_.data() + t * E, n.head_norm.data(), h_out + t * E, E, c_.rms_eps);
+  if (!logits) return;
+  const auto n_rows = static_cast<int64_t>(b.logits_rows.size());
+  for (int64_t i = 0; i < n_rows; ++i) std::memcpy(h_.data() + i * E, h_out + b.logits_rows[i] * E, sizeof(float) * E);
+  if (n_rows > 0) mm(n.head, h_.data(), E, n_rows, logits, c_.n_vocab);
+}
+
+void Deepseek2Model::attention(const LayerWeights& L, int64_t il, bool sparse, const BatchMeta& b, LatentCache& cache) {
   const int64_t T = b.n_tokens(), E = c_.n_embd, R = c_.kv_lora_rank, half = c_.qk_rope / 2;
   const int64_t q_width = c_.n_head * c_.qk_head;
   // This rank's heads [heads_.begin, heads_.end): their query columns of q_, their attention
@@ -282,33 +333,60 @@ void Deepseek2Model::attention(int64_t il, const BatchMeta& b, LatentCache& cach
     }
   });
 
-  const bool sparse = this->sparse();
   if (sparse && c_.indexer_full[il]) run_indexer(il, b, cache);
 
   // The dispatch decision point: each sequence goes down its path. In a sparse layer the auto
   // policy weighs both paths' cost for the selection at hand.
-  auto path_of = [&](const SeqMeta& s) { return sparse && b.policy == MlaPathPolicy::Auto ? sparse_path(s) : s.path; };
-  int num_mqa = 0, num_mha = 0;
+  // The attention calls: one per sequence, except speculative verify rows in a sparse layer under
+  // the auto policy, which go one query at a time so that each takes the path (and the kernel
+  // call) a 1-token decode at its position would; elsewhere verify rows keep the decode's path.
+  attn_calls_.clear();
+  for (const auto& s : b.seqs) {
+    if (!(sparse && b.policy == MlaPathPolicy::Auto)) {
+      attn_calls_.push_back({s, s.path});
+    } else if (!s.verify) {
+      attn_calls_.push_back({s, sparse_path(s)});
+    } else {
+      for (int32_t i = 0; i < s.query_len; ++i) {
+        SeqMeta q = s;
+        q.query_start = s.query_start + i;
+        q.query_len = 1;
+        q.context_len = s.context_len - (s.query_len - 1 - i);
+        attn_calls_.push_back({q, sparse_path(q)});
+      }
+    }
+  }
+  // num_mqa / num_mha count sequences (a verifying one by its last query's path), verify_* rows.
+  int num_mqa = 0, num_mha = 0, verify_mqa = 0, verify_mha = 0;
   int64_t selected = 0;
-  for (const auto& s : b.seqs) (path_of(s) == MlaPath::Mqa ? num_mqa : num_mha)++;
+  for (const auto& s : b.seqs) {
+    MlaPath path = s.path;
+    if (sparse && b.policy == MlaPathPolicy::Auto) {
+      SeqMeta last = s;
+      if (s.verify) last.query_start = s.query_start + s.query_len - 1, last.query_len = 1;
+      path = sparse_path(last);
+    }
+    (path == MlaPath::Mqa ? num_mqa : num_mha)++;
+  }
+  for (const auto& [s, path] : attn_calls_)
+    if (s.verify) (path == MlaPath::Mqa ? verify_mqa : verify_mha) += s.query_len;
   if (sparse) {
     for (int64_t t = 0; t < T; ++t) selected += sel_count_[t];
     sparse_counters_.layer_tokens.fetch_add(T, std::memory_order_relaxed);
     sparse_counters_.selected_rows.fetch_add(selected, std::memory_order_relaxed);
   }
   trace_dispatch(static_cast<int>(il), sparse, num_mqa, num_mha, static_cast<int>(T), mla_path_policy_name(b.policy),
-                 sparse ? c_.indexer_top_k : 0, selected);
+                 sparse ? c_.indexer_top_k : 0, selected, verify_mqa, verify_mha);
 
   // Both paths read the context as the cache stores it, in its dtype (this step's rows included),
   // so a row's value does not depend on whether it was computed in this step or an earlier one.
   const int64_t out_width = c_.n_head * c_.v_head;
-  for (const auto& s : b.seqs) {
+  for (const auto& [s, path] : attn_calls_) {
     const int32_t* slots = b.context_slots.data() + s.slots_start;
-    const MlaPath path = path_of(s);
-    run_mla_path(il, s, path, cache, slots, sparse, attn_.data() + s.query_start * out_width);
+    run_mla_path(L, il, s, path, cache, slots, sparse, attn_.data() + s.query_start * out_width);
     if (opt_.verify_paths) {
       MlaPath other = path == MlaPath::Mha ? MlaPath::Mqa : MlaPath::Mha;
-      run_mla_path(il, s, other, cache, slots, sparse, attn_alt_.data() + s.query_start * out_width);
+      run_mla_path(L, il, s, other, cache, slots, sparse, attn_alt_.data() + s.query_start * out_width);
     }
   }
 
@@ -328,7 +406,8 @@ void Deepseek2Model::attention(int64_t il, const BatchMeta& b, LatentCache& cach
   if (n_ranks_of(opt_.comm) > 1)
     all_gather_columns(*opt_.comm, attn_.data(), out_width, T, c_.n_head, c_.v_head, gather_scratch_);
   // Observation hook (mla doctor): nothing when no observer is set.
-  if (opt_.observer) opt_.observer->on_attention({il, &b, q_.data(), kv_.data(), attn_.data(), &cache});
+  if (opt_.observer && il < c_.n_layer)
+    opt_.observer->on_attention({il, &b, q_.data(), kv_.data(), attn_.data(), &cache});
 }
 
 MlaPath Deepseek2Model::sparse_path(const SeqMeta& s) const {
@@ -390,9 +469,8 @@ void Deepseek2Model::run_indexer(int64_t il, const BatchMeta& b, LatentCache& ca
   }
 }
 
-void Deepseek2Model::run_mla_path(int64_t il, const SeqMeta& s, MlaPath path, const LatentCache& cache,
-                                  const int32_t* ctx_slots, bool sparse, float* out) {
-  const LayerWeights& L = w_.layers[il];
+void Deepseek2Model::run_mla_path(const LayerWeights& L, int64_t il, const SeqMeta& s, MlaPath path,
+                                  const LatentCache& cache, const int32_t* ctx_slots, bool sparse, float* out) {
   MlaAttnParams p;
   // This rank's heads: their query columns, W_UK/W_UV slices and output columns.
   const int64_t h0 = heads_.begin;

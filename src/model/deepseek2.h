@@ -13,6 +13,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/attention.h"
@@ -52,6 +53,7 @@ struct ModelOptions {
   int64_t max_batch_tokens = 512;         // most tokens one forward call may carry
   bool verify_paths = false;              // run both MLA paths per layer and log their largest difference
   bool dsa = true;                        // DeepSeek Sparse Attention where the model has an indexer (--dsa)
+  bool mtp = false;                       // load the MTP (nextn) layer for speculative decoding (the runner)
   AttentionObserver* observer = nullptr;  // see AttentionObservation; must outlive the model
   // Several processes (src/parallel/): this rank computes the routed experts of its
   // shard_range(n_expert, rank, size), summed across ranks in rank order (expert parallelism), and
@@ -84,7 +86,18 @@ class Deepseek2Model {
   // in b.logits_rows, n_vocab logits into logits (row-major, in logits_rows order). logits may
   // be nullptr (a worker rank: rank 0 samples), then the lm_head is skipped.
   // Throws mla::Error when the batch is inconsistent or does not fit the cache or the buffers.
-  void forward(const BatchMeta& b, LatentCache& cache, float* logits);
+  // hidden (optional, [n_tokens][n_embd]): every batch row's final hidden state after the output
+  // norm, the MTP layer's h input; then every row goes through the last layer (not only the
+  // logits rows), which changes no row's values.
+  void forward(const BatchMeta& b, LatentCache& cache, float* logits, float* hidden = nullptr);
+
+  // The MTP (draft) layer over b: row t is the pair (h_in row t, b.token_ids[t]) at b.positions[t];
+  // its latent row goes to the cache's MTP layer (layer n_layer) at b.slot_mapping[t], and each
+  // sequence attends its context_slots in that layer (the caller lists positions 1..p: the MTP
+  // layer has no row at position 0). h_out ([n_tokens][n_embd]) gets every row's normed output,
+  // the h of a chained draft; logits ([logits_rows][n_vocab]) the draft logits. Needs has_mtp().
+  void forward_mtp(const BatchMeta& b, const float* h_in, LatentCache& cache, float* logits, float* h_out);
+  bool has_mtp() const { return w_.nextn.present; }
 
   const DeepseekConfig& config() const { return c_; }
   bool sparse() const { return opt_.dsa && c_.has_indexer; }
@@ -101,15 +114,23 @@ class Deepseek2Model {
   }
   // The latent row geometry a cache for this model needs.
   LatentShape latent_shape() const {
-    LatentShape s(static_cast<int>(c_.n_layer), static_cast<int>(c_.kv_lora_rank), static_cast<int>(c_.qk_rope));
-    if (sparse())
+    // With the MTP layer loaded its latent rows are one more layer of the same cache (same slots,
+    // same block tables), without indexer keys.
+    const int n_cache_layers = static_cast<int>(c_.n_layer) + (has_mtp() ? 1 : 0);
+    LatentShape s(n_cache_layers, static_cast<int>(c_.kv_lora_rank), static_cast<int>(c_.qk_rope));
+    if (sparse()) {
       for (int64_t il = 0; il < c_.n_layer; ++il) s.index_key_dims.push_back(static_cast<int>(c_.indexer_key_dim(il)));
+      if (has_mtp()) s.index_key_dims.push_back(0);
+    }
     return s;
   }
 
  private:
   void validate(const BatchMeta& b, const LatentCache& cache) const;
-  void attention(int64_t il, const BatchMeta& b, LatentCache& cache);
+  // The MLA attention of block il (weights L; the cache layer il): a trunk layer, or the MTP
+  // block (il = n_layer, never sparse).
+  void attention(const LayerWeights& L, int64_t il, bool sparse, const BatchMeta& b, LatentCache& cache);
+  void ffn(const LayerWeights& L, int64_t n_rows);
   // The DSA lightning indexer of layer il: writes this step's indexer keys into the cache and
   // each query's selected context rows into sel_ / sel_count_.
   void run_indexer(int64_t il, const BatchMeta& b, LatentCache& cache);
@@ -117,8 +138,8 @@ class Deepseek2Model {
   // query length, context and selection (both are exact).
   MlaPath sparse_path(const SeqMeta& s) const;
   // The sequence's context row j is the cache's slot ctx_slots[j], read in the cache's dtype.
-  void run_mla_path(int64_t il, const SeqMeta& s, MlaPath path, const LatentCache& cache, const int32_t* ctx_slots,
-                    bool sparse, float* out);
+  void run_mla_path(const LayerWeights& L, int64_t il, const SeqMeta& s, MlaPath path, const LatentCache& cache,
+                    const int32_t* ctx_slots, bool sparse, float* out);
   void dense_ffn(const LayerWeights& L, int64_t n_rows);
   void moe_ffn(const LayerWeights& L, int64_t n_rows);
   // The MoE input rows of tokens [c0, c1) for weights ws (one or two matrices), one row per
@@ -151,16 +172,18 @@ class Deepseek2Model {
   AttnScratch attn_scratch_;
 
   // Activations, max_batch_tokens rows each (widths in comments).
-  std::vector<float> x_;          // n_embd: the residual stream
-  std::vector<float> h_;          // n_embd: normed input of a sub-block
-  std::vector<float> q_a_;        // q_lora_rank
-  std::vector<float> q_;          // n_head * qk_head
-  std::vector<float> kv_;         // latent_dim
-  std::vector<float> attn_;       // n_head * v_head
-  std::vector<float> attn_alt_;   // n_head * v_head (verify_paths)
-  std::vector<float> proj_;       // n_embd: a sub-block's output
-  std::vector<float> gate_, up_;  // max(n_ff, shared ffn, 2 * n_ff_exp)
-  std::vector<float> cos_, sin_;  // qk_rope / 2 per token
+  std::vector<float> x_;                                 // n_embd: the residual stream
+  std::vector<float> h_;                                 // n_embd: normed input of a sub-block
+  std::vector<float> q_a_;                               // q_lora_rank
+  std::vector<float> q_;                                 // n_head * qk_head
+  std::vector<float> kv_;                                // latent_dim
+  std::vector<float> attn_;                              // n_head * v_head
+  std::vector<float> attn_alt_;                          // n_head * v_head (verify_paths)
+  std::vector<float> proj_;                              // n_embd: a sub-block's output
+  std::vector<float> gate_, up_;                         // max(n_ff, shared ffn, 2 * n_ff_exp)
+  std::vector<float> cos_, sin_;                         // qk_rope / 2 per token
+  std::vector<std::pair<SeqMeta, MlaPath>> attn_calls_;  // attention(): the kernel calls of a layer
+  std::vector<float> mtp_in_;  // 2 * n_embd: the MTP layer's [enorm(embed) ; hnorm(h)] (has_mtp)
   // DSA: indexer activations, and each query's selected context rows (kept across layers: shared
   // layers reuse the last full layer's selection).
   std::vector<float> iq_;     // n_indexer_head * indexer_head_dim

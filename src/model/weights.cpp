@@ -110,8 +110,10 @@ class Binder {
         extra.push_back(t.name);
     }
     if (n_mtp > 0)
-      log().info("{}: {}: {} tensor(s) of the MTP block(s) from blk.{} left unread (not run)", arch_, f_.path(), n_mtp,
-                 n_layer);
+      log().info(
+          "{}: {}: {} tensor(s) of the MTP block(s) from blk.{} left unread (speculation off, or not used by the "
+          "draft)",
+          arch_, f_.path(), n_mtp, n_layer);
     if (extra.empty()) return;
     std::string names;
     for (size_t i = 0; i < extra.size() && i < 4; ++i) names += (i ? ", " : "") + extra[i];
@@ -170,6 +172,58 @@ void bind_mla(Binder& b, const DeepseekConfig& c, int64_t il, const WeightLoadOp
   }
 }
 
+// One decoder block's tensors, blk.il (a trunk layer or the MTP block's inner block).
+void bind_layer(Binder& b, const DeepseekConfig& c, int64_t il, const WeightLoadOptions& opt, bool indexer,
+                LayerWeights& L, MlaLayout& layout) {
+  const int64_t E = c.n_embd, qk_out = c.n_head * c.qk_head;
+  L.attn_norm = b.vec(blk(il, "attn_norm"), E);
+  if (c.is_lite) {
+    L.attn_q = b.matrix(blk(il, "attn_q"), {E, qk_out});
+  } else {
+    L.attn_q_a = b.matrix(blk(il, "attn_q_a"), {E, c.q_lora_rank});
+    L.attn_q_a_norm = b.vec(blk(il, "attn_q_a_norm"), c.q_lora_rank);
+    L.attn_q_b = b.matrix(blk(il, "attn_q_b"), {c.q_lora_rank, qk_out});
+  }
+  L.attn_kv_a_mqa = b.matrix(blk(il, "attn_kv_a_mqa"), {E, c.latent_dim});
+  L.attn_kv_a_norm = b.vec(blk(il, "attn_kv_a_norm"), c.kv_lora_rank);
+  bind_mla(b, c, il, opt, L, layout);
+  L.attn_output = b.matrix(blk(il, "attn_output"), {c.n_head * c.v_head, E});
+  L.ffn_norm = b.vec(blk(il, "ffn_norm"), E);
+  if (indexer) {
+    const int64_t D = c.indexer_head_dim;
+    L.idx_q_b = b.matrix(blk(il, "indexer.attn_q_b"), {c.q_lora_rank, c.n_indexer_head * D});
+    L.idx_k = b.matrix(blk(il, "indexer.attn_k"), {E, D});
+    L.idx_k_norm = b.vec(blk(il, "indexer.k_norm"), D);
+    L.idx_k_norm_b = b.vec(blk(il, "indexer.k_norm", "bias"), D);
+    L.idx_proj = b.matrix(blk(il, "indexer.proj"), {E, c.n_indexer_head});
+  }
+
+  L.is_moe = c.layer_is_moe(il);
+  if (!L.is_moe) {
+    L.ffn_gate = b.matrix(blk(il, "ffn_gate"), {E, c.n_ff});
+    L.ffn_up = b.matrix(blk(il, "ffn_up"), {E, c.n_ff});
+    L.ffn_down = b.matrix(blk(il, "ffn_down"), {c.n_ff, E});
+    return;
+  }
+  const int64_t X = c.n_expert, F = c.n_ff_exp;
+  L.ffn_gate_inp = b.matrix(blk(il, "ffn_gate_inp"), {E, X});
+  if (b.has(blk(il, "exp_probs_b", "bias"))) L.exp_probs_b = b.vec(blk(il, "exp_probs_b", "bias"), X);
+  if (b.has(blk(il, "ffn_gate_up_exps"))) {
+    L.gate_up_merged = true;
+    L.ffn_gate_up_exps = b.matrix(blk(il, "ffn_gate_up_exps"), {E, 2 * F, X});
+  } else {
+    L.ffn_gate_exps = b.matrix(blk(il, "ffn_gate_exps"), {E, F, X});
+    L.ffn_up_exps = b.matrix(blk(il, "ffn_up_exps"), {E, F, X});
+  }
+  L.ffn_down_exps = b.matrix(blk(il, "ffn_down_exps"), {F, E, X});
+  if (c.n_expert_shared > 0) {
+    const int64_t S = F * c.n_expert_shared;
+    L.ffn_gate_shexp = b.matrix(blk(il, "ffn_gate_shexp"), {E, S});
+    L.ffn_up_shexp = b.matrix(blk(il, "ffn_up_shexp"), {E, S});
+    L.ffn_down_shexp = b.matrix(blk(il, "ffn_down_shexp"), {S, E});
+  }
+}
+
 // Every matmul weight but the embedding table (read a row at a time) repacked where possible;
 // expert tensors are packed per expert slice. The copy lives in anonymous memory, so it is made
 // only when it takes at most half the machine's RAM (a model larger than memory keeps relying on
@@ -179,7 +233,15 @@ void bind_mla(Binder& b, const DeepseekConfig& c, int64_t il, const WeightLoadOp
 void repack_matrices(DeepseekWeights& w, const DeepseekConfig& c) {
   std::vector<std::pair<WeightMatrix*, int64_t>> todo;  // matrix, rows per slice
   if (!w.output_tied) todo.emplace_back(&w.output, w.output.n_rows);
-  for (LayerWeights& L : w.layers) {
+  std::vector<LayerWeights*> layers;
+  for (LayerWeights& L : w.layers) layers.push_back(&L);
+  if (w.nextn.present) {
+    layers.push_back(&w.nextn.layer);
+    todo.emplace_back(&w.nextn.eh_proj, w.nextn.eh_proj.n_rows);
+    if (w.nextn.head.data) todo.emplace_back(&w.nextn.head, w.nextn.head.n_rows);
+  }
+  for (LayerWeights* Lp : layers) {
+    LayerWeights& L = *Lp;
     for (WeightMatrix* m :
          {&L.attn_q_a, &L.attn_q_b, &L.attn_q, &L.attn_kv_a_mqa, &L.attn_output, &L.idx_q_b, &L.idx_k, &L.idx_proj,
           &L.ffn_gate, &L.ffn_up, &L.ffn_down, &L.ffn_gate_inp, &L.ffn_gate_shexp, &L.ffn_up_shexp, &L.ffn_down_shexp})
@@ -238,61 +300,38 @@ DeepseekWeights bind_deepseek_weights(const GgufFile& f, const DeepseekConfig& c
     w.output_tied = true;
   }
 
-  const int64_t qk_out = c.n_head * c.qk_head;
   w.layers.resize(c.n_layer);
   for (int64_t il = 0; il < c.n_layer; ++il) {
-    LayerWeights& L = w.layers[il];
-    L.attn_norm = b.vec(blk(il, "attn_norm"), E);
-    if (c.is_lite) {
-      L.attn_q = b.matrix(blk(il, "attn_q"), {E, qk_out});
-    } else {
-      L.attn_q_a = b.matrix(blk(il, "attn_q_a"), {E, c.q_lora_rank});
-      L.attn_q_a_norm = b.vec(blk(il, "attn_q_a_norm"), c.q_lora_rank);
-      L.attn_q_b = b.matrix(blk(il, "attn_q_b"), {c.q_lora_rank, qk_out});
-    }
-    L.attn_kv_a_mqa = b.matrix(blk(il, "attn_kv_a_mqa"), {E, c.latent_dim});
-    L.attn_kv_a_norm = b.vec(blk(il, "attn_kv_a_norm"), c.kv_lora_rank);
     MlaLayout layout;
-    bind_mla(b, c, il, opt, L, layout);
+    bind_layer(b, c, il, opt, /*indexer=*/c.indexer_key_dim(il) > 0, w.layers[il], layout);
     if (il == 0) w.layout = layout;
-    L.attn_output = b.matrix(blk(il, "attn_output"), {c.n_head * c.v_head, E});
-    L.ffn_norm = b.vec(blk(il, "ffn_norm"), E);
-    if (c.indexer_key_dim(il) > 0) {
-      const int64_t D = c.indexer_head_dim;
-      L.idx_q_b = b.matrix(blk(il, "indexer.attn_q_b"), {c.q_lora_rank, c.n_indexer_head * D});
-      L.idx_k = b.matrix(blk(il, "indexer.attn_k"), {E, D});
-      L.idx_k_norm = b.vec(blk(il, "indexer.k_norm"), D);
-      L.idx_k_norm_b = b.vec(blk(il, "indexer.k_norm", "bias"), D);
-      L.idx_proj = b.matrix(blk(il, "indexer.proj"), {E, c.n_indexer_head});
-    }
-
-    L.is_moe = c.layer_is_moe(il);
-    if (!L.is_moe) {
-      L.ffn_gate = b.matrix(blk(il, "ffn_gate"), {E, c.n_ff});
-      L.ffn_up = b.matrix(blk(il, "ffn_up"), {E, c.n_ff});
-      L.ffn_down = b.matrix(blk(il, "ffn_down"), {c.n_ff, E});
-      continue;
-    }
-    const int64_t X = c.n_expert, F = c.n_ff_exp;
-    L.ffn_gate_inp = b.matrix(blk(il, "ffn_gate_inp"), {E, X});
-    if (b.has(blk(il, "exp_probs_b", "bias"))) L.exp_probs_b = b.vec(blk(il, "exp_probs_b", "bias"), X);
-    if (b.has(blk(il, "ffn_gate_up_exps"))) {
-      L.gate_up_merged = true;
-      L.ffn_gate_up_exps = b.matrix(blk(il, "ffn_gate_up_exps"), {E, 2 * F, X});
-    } else {
-      L.ffn_gate_exps = b.matrix(blk(il, "ffn_gate_exps"), {E, F, X});
-      L.ffn_up_exps = b.matrix(blk(il, "ffn_up_exps"), {E, F, X});
-    }
-    L.ffn_down_exps = b.matrix(blk(il, "ffn_down_exps"), {F, E, X});
-    if (c.n_expert_shared > 0) {
-      const int64_t S = F * c.n_expert_shared;
-      L.ffn_gate_shexp = b.matrix(blk(il, "ffn_gate_shexp"), {E, S});
-      L.ffn_up_shexp = b.matrix(blk(il, "ffn_up_shexp"), {E, S});
-      L.ffn_down_shexp = b.matrix(blk(il, "ffn_down_shexp"), {S, E});
-    }
+  }
+  if (opt.load_mtp) {
+    if (c.n_nextn < 1)
+      fail(
+          "{}: {}: speculative decoding with method mtp needs an MTP (nextn) layer; the file has none "
+          "(nextn_predict_layers is 0)",
+          model_arch_name(c.arch), f.path());
+    NextnWeights& n = w.nextn;
+    const int64_t il = c.n_layer;
+    n.present = true;
+    n.layer_index = il;
+    n.eh_proj = b.matrix(blk(il, "nextn.eh_proj"), {2 * E, E});
+    n.enorm = b.vec(blk(il, "nextn.enorm"), E);
+    n.hnorm = b.vec(blk(il, "nextn.hnorm"), E);
+    n.head_norm =
+        b.has(blk(il, "nextn.shared_head_norm")) ? b.vec(blk(il, "nextn.shared_head_norm"), E) : w.output_norm;
+    if (b.has(blk(il, "nextn.shared_head_head"))) n.head = b.matrix(blk(il, "nextn.shared_head_head"), {E, c.n_vocab});
+    if (b.has(blk(il, "nextn.embed_tokens"))) n.embed = b.matrix(blk(il, "nextn.embed_tokens"), {E, c.n_vocab});
+    MlaLayout layout;
+    // The draft block attends densely: an indexer it may carry is not read.
+    bind_layer(b, c, il, opt, /*indexer=*/false, n.layer, layout);
   }
   b.report_unbound(c.n_layer);
   if (opt.repack) repack_matrices(w, c);
+  // After repacking, so that the fallbacks share the trunk's packed copies.
+  if (w.nextn.present && !w.nextn.head.data) w.nextn.head = w.output;
+  if (w.nextn.present && !w.nextn.embed.data) w.nextn.embed = w.token_embd;
   return w;
 }
 

@@ -59,6 +59,22 @@ struct LayerWeights {
   WeightMatrix ffn_down_shexp;                // {n_ff_exp * n_expert_shared, n_embd}
 };
 
+// The first MTP (nextn) block, blk.{n_layer}: the draft layer of speculative decoding. Its input
+// is eh_proj · [enorm(embed(t)) ; hnorm(h)] (embedding first), then an ordinary decoder block
+// (dense MLA, no indexer), then head_norm and head. The optional shared_head_* / embed_tokens
+// tensors fall back to the trunk's output_norm / output / token_embd.
+struct NextnWeights {
+  bool present = false;
+  int64_t layer_index = 0;       // blk.N: its MoE / dense choice and its name
+  WeightMatrix eh_proj;          // {2 * n_embd, n_embd}
+  std::vector<float> enorm;      // [n_embd]
+  std::vector<float> hnorm;      // [n_embd]
+  std::vector<float> head_norm;  // [n_embd]: shared_head_norm or output_norm
+  WeightMatrix head;             // {n_embd, n_vocab}: shared_head_head or output
+  WeightMatrix embed;            // {n_embd, n_vocab}: embed_tokens or token_embd
+  LayerWeights layer;
+};
+
 struct DeepseekWeights {
   WeightMatrix token_embd;         // {n_embd, n_vocab}
   std::vector<float> output_norm;  // [n_embd]
@@ -66,17 +82,20 @@ struct DeepseekWeights {
   bool output_tied = false;
   MlaLayout layout = MlaLayout::Split;  // the MLA layout the file carries
   std::vector<LayerWeights> layers;
+  NextnWeights nextn;                         // present only when loaded (WeightLoadOptions::load_mtp)
   std::shared_ptr<PackedWeightStore> packed;  // repacked copies of matrices (WeightMatrix::packed)
 };
 
 struct WeightLoadOptions {
-  bool need_mha = true;  // derive W_UK in the decompression (attn_kv_b) form
-  bool need_mqa = true;  // derive W_UK in the absorption (attn_k_b) form
-  bool repack = true;    // repack matmul weights into 16-row groups where the CPU has the kernels
-  bool prefault = true;  // map every page at open (MLA_PREFAULT=0 turns it off); several ranks map their shard instead
+  bool need_mha = true;   // derive W_UK in the decompression (attn_kv_b) form
+  bool need_mqa = true;   // derive W_UK in the absorption (attn_k_b) form
+  bool repack = true;     // repack matmul weights into 16-row groups where the CPU has the kernels
+  bool load_mtp = false;  // bind the first MTP (nextn) block (speculative decoding); the file must have one
+  bool prefault = true;   // map every page at open (MLA_PREFAULT=0 turns it off); several ranks map their shard instead
 };
 
-// Binds every tensor of the trunk layers (MTP blocks past n_layer are left untouched). The
+// Binds every tensor of the trunk layers and, with load_mtp, of the first MTP block (other MTP
+// blocks, and all of them without load_mtp, are left untouched in the mapping). The
 // returned matrices point into f's mapping: keep f alive.
 DeepseekWeights bind_deepseek_weights(const GgufFile& f, const DeepseekConfig& c, const WeightLoadOptions& opt = {});
 

@@ -4,6 +4,7 @@
 
 #include <cassert>
 #include <cmath>
+#include <string>
 
 namespace mla::server {
 
@@ -142,6 +143,19 @@ std::string ServerMetrics::render(const EngineCounters& c, std::string_view mode
            "Tokens attended through each MLA path (mha: decompressed, mqa: absorbed).");
   w.sample("mla:attention_path_tokens_total", with("path", "mha"), static_cast<double>(c.n_tokens_mha));
   w.sample("mla:attention_path_tokens_total", with("path", "mqa"), static_cast<double>(c.n_tokens_mqa));
+  if (!c.n_spec_accepted_per_pos.empty()) {  // speculative decoding configured (vLLM's spec_decode names)
+    one("mla:spec_decode_num_drafts_total", "counter", "Speculative verify steps that carried drafts (per sequence).",
+        static_cast<double>(c.n_spec_drafts));
+    one("mla:spec_decode_num_draft_tokens_total", "counter", "Draft tokens proposed by the MTP layer and verified.",
+        static_cast<double>(c.n_spec_draft_tokens));
+    one("mla:spec_decode_num_accepted_tokens_total", "counter", "Draft tokens accepted.",
+        static_cast<double>(c.n_spec_accepted_tokens));
+    w.family("mla:spec_decode_num_accepted_tokens_per_pos_total", "counter",
+             "Draft tokens accepted by draft position (0: the first draft of a step).");
+    for (size_t i = 0; i < c.n_spec_accepted_per_pos.size(); ++i)
+      w.sample("mla:spec_decode_num_accepted_tokens_per_pos_total", with("position", std::to_string(i)),
+               static_cast<double>(c.n_spec_accepted_per_pos[i]));
+  }
   one("mla:sparse_attention_layer_tokens_total", "counter",
       "DSA: tokens attended through sparse (indexer top-k) layers, summed over those layers.",
       static_cast<double>(c.n_sparse_layer_tokens));

@@ -67,7 +67,7 @@ void trace_reset() { trace_configure(""); }
 int trace_dispatch_limit() { return state().dispatch_limit.load(std::memory_order_relaxed); }
 
 void trace_dispatch(int layer, bool is_sparse, int num_mqa, int num_mha, int total_toks, std::string_view policy,
-                    int64_t index_topk, int64_t selected) {
+                    int64_t index_topk, int64_t selected, int verify_mqa, int verify_mha) {
   auto& s = state();
   int limit = s.dispatch_limit.load(std::memory_order_relaxed);
   if (limit <= 0) return;
@@ -77,13 +77,15 @@ void trace_dispatch(int layer, bool is_sparse, int num_mqa, int num_mha, int tot
     if (calls >= limit) return;
     ++calls;
   }
+  const std::string verify =
+      verify_mqa + verify_mha > 0 ? fmt::format(" verify_mqa={} verify_mha={}", verify_mqa, verify_mha) : "";
   if (is_sparse)
     log().info(
-        "dispatch layer=blk.{} is_sparse=1 num_mqa={} num_mha={} total_toks={} index_topk={} selected={} policy={}",
-        layer, num_mqa, num_mha, total_toks, index_topk, selected, policy);
+        "dispatch layer=blk.{} is_sparse=1 num_mqa={} num_mha={} total_toks={} index_topk={} selected={} policy={}{}",
+        layer, num_mqa, num_mha, total_toks, index_topk, selected, policy, verify);
   else
-    log().info("dispatch layer=blk.{} is_sparse=0 num_mqa={} num_mha={} total_toks={} policy={}", layer, num_mqa,
-               num_mha, total_toks, policy);
+    log().info("dispatch layer=blk.{} is_sparse=0 num_mqa={} num_mha={} total_toks={} policy={}{}", layer, num_mqa,
+               num_mha, total_toks, policy, verify);
 }
 
 }  // namespace mla

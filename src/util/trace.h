@@ -23,8 +23,9 @@ int trace_dispatch_limit();
 // (sparse layers add `index_topk=K selected=S` after total_toks) for the first
 // trace_dispatch_limit() calls of each layer; cheap when tracing is off. num_mqa / num_mha count
 // the sequences sent down each path, total_toks the batch's tokens, selected the context rows the
-// DSA indexer chose summed over the batch's queries.
+// DSA indexer chose summed over the batch's queries. A batch with speculative verify rows adds
+// `verify_mqa=V verify_mha=W`: those rows (last accepted token + drafts) by the path they took.
 void trace_dispatch(int layer, bool is_sparse, int num_mqa, int num_mha, int total_toks, std::string_view policy,
-                    int64_t index_topk = 0, int64_t selected = 0);
+                    int64_t index_topk = 0, int64_t selected = 0, int verify_mqa = 0, int verify_mha = 0);
 
 }  // namespace mla

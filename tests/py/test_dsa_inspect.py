@@ -46,7 +46,7 @@ def test_glm5_kv_bytes_per_token(mla_bin, tmp_path):
     index = trunk * 128 * 2                  # F16 indexer key per (full) layer
     assert "derived hyper-parameters (glm-dsa)" in out
     assert f"layers                       {trunk} (3 dense, {trunk - 3} MoE)" in out
-    assert "MTP (nextn) blocks           1 (blk.78.., loaded but not run)" in out
+    assert "MTP (nextn) blocks           1 (blk.78.., run by --speculative-config)" in out
     assert f"{latent + index} B = latent {latent} B ({trunk} layers x 576 x 2) + indexer keys {index} B" in out
     gib = (latent + index) * 202752 / 2**30
     assert f"{gib:.2f} GiB for 202752 tokens (f16)" in out

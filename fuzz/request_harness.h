@@ -1,10 +1,15 @@
 #pragma once
 // One request body through the request side of the API, as the HTTP handlers run it, without
-// an engine: JSON parse, the endpoint's parser (completions, chat with tools and content parts,
-// the Anthropic messages and count_tokens, tokenize, detokenize), the assistant-message and tool
-// checks, the chat template, the context check, the engine's own SamplingParams::validate, and
-// the SSE writer over what came out. Shared by fuzz/fuzz_request.cpp (libFuzzer) and
-// tests/server/request_corpus_test.cpp (the checked-in seeds and past findings, in `make test`).
+// an engine. Two depths:
+// - kFull: JSON parse, the endpoint's parser (completions, chat with tools and content parts, the
+//   Anthropic messages and count_tokens, tokenize, detokenize), the assistant-message and tool
+//   checks, the chat template, the context check, the engine's own SamplingParams::validate, and
+//   the SSE writer over what came out (fuzz/fuzz_request.cpp).
+// - kParse: the same without the chat template and the SSE writer on good inputs: just parsing
+//   and validation, the per-input work of fuzz/fuzz_request_parser.cpp (the template has its own
+//   target, fuzz_chat_template).
+// Shared with tests/server/request_corpus_test.cpp (the checked-in seeds and past findings, in
+// `make test`).
 //
 // The contract checked: a bad input is an ApiError (or mla::Error, which the router also turns
 // into a 400) with a 4xx status and a one-line message; anything else thrown is a bug (the
@@ -14,10 +19,11 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
-#include "server/anthropic_api.h"
+#include "server/anthropic_protocol.h"
 #include "server/chat_tools.h"
 #include "server/openai_protocol.h"
 #include "server/sse.h"
@@ -57,11 +63,11 @@ inline void check_sse(const server::json& j) {
 
 class RequestHarness {
  public:
-  RequestHarness()
-      : chat_(R"({{ bos_token }}{% for m in messages %}{{ m.role }}: {% if m.content is string %}{{ m.content }})"
-              R"({% elif m.content %}{% for p in m.content %}{{ p.text if p.text is defined else '' }}{% endfor %})"
-              R"({% endif %}{% if m.tool_calls %}{{ m.tool_calls | tojson }}{% endif %}
-{% endfor %}{% if tools %}{{ tools | tojson }}{% endif %}{% if add_generation_prompt %}assistant:{% endif %})") {}
+  enum class Depth { kFull, kParse };
+
+  explicit RequestHarness(Depth depth = Depth::kFull) : depth_(depth) {
+    if (depth_ == Depth::kFull) chat_.emplace(kChatTemplate);
+  }
 
   // "" when the input was handled as the contract says, else what was broken.
   std::string run(const uint8_t* data, size_t size) {
@@ -102,7 +108,7 @@ class RequestHarness {
         for (const auto& p : r.prompts) {
           const int len = p.is_text ? static_cast<int>(p.text.size()) + 1 : static_cast<int>(p.ids.size());
           server::check_context_length(len, r.params.max_tokens, kMaxModelLen);
-          if (p.is_text) check_sse({{"text", p.text}});
+          if (p.is_text && depth_ == Depth::kFull) check_sse({{"text", p.text}});
         }
         break;
       }
@@ -140,26 +146,37 @@ class RequestHarness {
     }
   }
 
-  // What OpenAiApi::render_chat and the context check do with the parsed messages.
+  // What OpenAiApi::render_chat and the context check do with the parsed messages (kParse: the
+  // shape of the messages and max_tokens against the context, no rendering).
   void chat_prompt(const server::json& messages, const server::json& tools, const server::json& kwargs,
                    bool add_generation_prompt, std::optional<int> max_tokens) {
     if (!messages.is_array() || messages.empty()) contract_broken("parsed messages", messages.dump());
     for (const auto& m : messages)
       if (!m.is_object()) contract_broken("a parsed message is not an object", m.dump());
+    if (depth_ == Depth::kParse) {
+      server::check_context_length(1, max_tokens, kMaxModelLen);
+      return;
+    }
     nlohmann::ordered_json ctx = nlohmann::ordered_json::object();
     for (const auto& [k, v] : kwargs.items()) ctx[k] = v;
     ctx["messages"] = messages;
     if (!tools.is_null()) ctx["tools"] = tools;
     ctx["add_generation_prompt"] = add_generation_prompt;
     ctx["bos_token"] = "<s>";
-    std::string text = chat_.render(ctx);
+    std::string text = chat_->render(ctx);
     check_sse({{"prompt", text}});
     server::check_context_length(static_cast<int>(text.size()) + 1, max_tokens, kMaxModelLen);
   }
 
+  static constexpr const char* kChatTemplate =
+      R"({{ bos_token }}{% for m in messages %}{{ m.role }}: {% if m.content is string %}{{ m.content }})"
+      R"({% elif m.content %}{% for p in m.content %}{{ p.text if p.text is defined else '' }}{% endfor %})"
+      R"({% endif %}{% if m.tool_calls %}{{ m.tool_calls | tojson }}{% endif %}
+{% endfor %}{% if tools %}{{ tools | tojson }}{% endif %}{% if add_generation_prompt %}assistant:{% endif %})";
   static constexpr int kVocab = 1000;
   static constexpr int kMaxModelLen = 4096;
-  ChatTemplate chat_;
+  Depth depth_;
+  std::optional<ChatTemplate> chat_;  // kFull only
 };
 
 }  // namespace mla::fuzz

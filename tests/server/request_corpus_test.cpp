@@ -1,6 +1,7 @@
 // The request fuzzer's harness (fuzz/request_harness.h) over the checked-in seeds and past
 // findings in tests/fixtures/request-seeds/, so `make test` holds every input the fuzzer ever
-// broke the contract with (`make fuzz` runs the harness for millions of inputs).
+// broke the contract with (`make fuzz` runs the harness for millions of inputs). Both depths:
+// kFull (fuzz_request) and kParse (fuzz_request_parser, the parsers without the template).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -29,8 +30,10 @@ std::string run(RequestHarness& h, const std::string& bytes) {
   return h.run(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
 }
 
-TEST(RequestCorpus, EverySeedKeepsTheErrorContract) {
-  RequestHarness harness;
+class RequestCorpus : public ::testing::TestWithParam<RequestHarness::Depth> {};
+
+TEST_P(RequestCorpus, EverySeedKeepsTheErrorContract) {
+  RequestHarness harness(GetParam());
   auto seeds = load_seeds();
   EXPECT_GE(seeds.size(), 16u) << "seed corpus missing";
   for (const auto& s : seeds) EXPECT_EQ(run(harness, s), "") << s.substr(0, 200);
@@ -96,8 +99,8 @@ void mutate(nlohmann::json& j, std::mt19937& rng, int depth = 0) {
 // A deterministic mutator (fixed seed) over the seeds, for builds without libFuzzer: JSON-level
 // (a node replaced by a nasty value, a field dropped) and byte-level (truncation, flips).
 // MLA_REQUEST_MUTATIONS sets the count (default 3000, well under a second).
-TEST(RequestCorpus, RandomMutationsKeepTheErrorContract) {
-  RequestHarness harness;
+TEST_P(RequestCorpus, RandomMutationsKeepTheErrorContract) {
+  RequestHarness harness(GetParam());
   auto seeds = load_seeds();
   ASSERT_FALSE(seeds.empty());
   const char* env = std::getenv("MLA_REQUEST_MUTATIONS");
@@ -125,8 +128,14 @@ TEST(RequestCorpus, RandomMutationsKeepTheErrorContract) {
   }
 }
 
+INSTANTIATE_TEST_SUITE_P(Depths, RequestCorpus,
+                         ::testing::Values(RequestHarness::Depth::kFull, RequestHarness::Depth::kParse),
+                         [](const auto& info) {
+                           return info.param == RequestHarness::Depth::kFull ? "Full" : "Parse";
+                         });
+
 // The harness itself must be able to fail: a 5xx for bad input, or a multi-line message.
-TEST(RequestCorpus, HarnessCatchesABrokenContract) {
+TEST(RequestHarnessContract, CatchesABrokenContract) {
   EXPECT_THROW(check_error(500, "x"), ContractBroken);
   EXPECT_THROW(check_error(400, "two\nlines"), ContractBroken);
   EXPECT_THROW(check_error(400, ""), ContractBroken);

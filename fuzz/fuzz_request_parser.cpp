@@ -1,5 +1,5 @@
 // libFuzzer: arbitrary bytes as a request body to the API's request parsers only
-// (fuzz/request_harness.h at Depth::kParse): JSON parse, the endpoint's parser and validation, no
+// (RequestParserHarness in fuzz/request_harness.h): JSON parse, the endpoint's parser and validation, no
 // chat template and no SSE writer on good inputs, so it runs far more inputs per second than
 // fuzz_request. The first byte picks the endpoint, the rest is the body. Seeds:
 // tests/fixtures/request-seeds/.
@@ -11,11 +11,11 @@
 #include "request_harness.h"
 
 namespace {
-mla::fuzz::RequestHarness* harness = nullptr;
+mla::fuzz::RequestParserHarness* harness = nullptr;
 }
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  harness = new mla::fuzz::RequestHarness(mla::fuzz::RequestHarness::Depth::kParse);
+  harness = new mla::fuzz::RequestParserHarness();
   return 0;
 }
 

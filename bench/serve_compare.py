@@ -19,6 +19,7 @@ slot), -t/-tb = the thread count, and otherwise its defaults (continuous batchin
 -ub 512). mla serve gets -t and its defaults (--max-num-seqs 64, --max-num-batched-tokens 2048,
 prefix cache on). Extra flags: --mla-arg / --llama-arg (repeat). Only the standard library.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,7 +35,7 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from loadgen import WORDS, http_request, pct  # noqa: E402
+from loadgen import WORDS, http_request, pct
 
 
 def free_port() -> int:
@@ -50,17 +51,43 @@ def cpu_seconds(pid: int) -> float:
 
 def server_cmd(engine: str, args, streams: int, port: int) -> list[str]:
     if engine == "mla":
-        return [args.mla_bin, "serve", "-m", args.model, "--host", "127.0.0.1", "--port", str(port),
-                "-t", str(args.threads), *args.mla_arg]
-    return [args.llama_server, "-m", args.model, "--host", "127.0.0.1", "--port", str(port),
-            "-t", str(args.threads), "-tb", str(args.threads), "--parallel", str(streams),
-            "-c", str(streams * args.slot_ctx), *args.llama_arg]
+        return [
+            args.mla_bin,
+            "serve",
+            "-m",
+            args.model,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "-t",
+            str(args.threads),
+            *args.mla_arg,
+        ]
+    return [
+        args.llama_server,
+        "-m",
+        args.model,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "-t",
+        str(args.threads),
+        "-tb",
+        str(args.threads),
+        "--parallel",
+        str(streams),
+        "-c",
+        str(streams * args.slot_ctx),
+        *args.llama_arg,
+    ]
 
 
 def start(engine: str, args, streams: int, log: Path) -> tuple[subprocess.Popen, str, list[str]]:
     port = free_port()
     cmd = server_cmd(engine, args, streams, port)
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log.open("w"))  # noqa: SIM115
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log.open("w"))
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 300
     while time.time() < deadline:
@@ -103,8 +130,13 @@ async def one_request(host: str, port: int, body: dict) -> dict:
     if status != 200:
         raise RuntimeError(f"HTTP {status}: {data[:300]!r}")
     n = usage.get("completion_tokens", len(times))
-    return {"t0": t0, "times": times, "tokens": n, "from_usage": "completion_tokens" in usage,
-            "finish": finish[-1] if finish else None}
+    return {
+        "t0": t0,
+        "times": times,
+        "tokens": n,
+        "from_usage": "completion_tokens" in usage,
+        "finish": finish[-1] if finish else None,
+    }
 
 
 async def load(url: str, model_name: str, args, streams: int) -> list[dict]:
@@ -116,9 +148,15 @@ async def load(url: str, model_name: str, args, streams: int) -> list[dict]:
     async def client(c: int):
         k = 0
         while k == 0 or time.monotonic() < deadline:
-            body = {"model": model_name, "prompt": prompt(args.seed, c, k, args.prompt_words),
-                    "max_tokens": args.max_tokens, "temperature": 0, "ignore_eos": True, "stream": True,
-                    "stream_options": {"include_usage": True}}
+            body = {
+                "model": model_name,
+                "prompt": prompt(args.seed, c, k, args.prompt_words),
+                "max_tokens": args.max_tokens,
+                "temperature": 0,
+                "ignore_eos": True,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+            }
             results.append(await one_request(host, port, body))
             k += 1
 
@@ -132,8 +170,14 @@ def measure(engine: str, args, streams: int) -> dict:
     try:
         with urllib.request.urlopen(url + "/v1/models", timeout=30) as r:
             model_name = json.loads(r.read())["data"][0]["id"]
-        warm = {"model": model_name, "prompt": prompt(args.seed, -1, 0, args.prompt_words), "max_tokens": 8,
-                "temperature": 0, "ignore_eos": True, "stream": True}
+        warm = {
+            "model": model_name,
+            "prompt": prompt(args.seed, -1, 0, args.prompt_words),
+            "max_tokens": 8,
+            "temperature": 0,
+            "ignore_eos": True,
+            "stream": True,
+        }
         host, port = url.split("//")[1].split(":")
         asyncio.run(one_request(host, int(port), warm))
         load_before = os.getloadavg()
@@ -156,14 +200,21 @@ def measure(engine: str, args, streams: int) -> dict:
     ttft = [r["times"][0] - r["t0"] for r in results if r["times"]]
     itl = [b - a for r in results for a, b in zip(r["times"], r["times"][1:])]
     return {
-        "engine": engine, "streams": streams, "command": " ".join(cmd), "requests": len(results),
-        "output_tokens": tokens, "tokens_from_usage": all(r["from_usage"] for r in results),
-        "requests_not_max_tokens": len(short), "elapsed_s": round(elapsed, 2),
+        "engine": engine,
+        "streams": streams,
+        "command": " ".join(cmd),
+        "requests": len(results),
+        "output_tokens": tokens,
+        "tokens_from_usage": all(r["from_usage"] for r in results),
+        "requests_not_max_tokens": len(short),
+        "elapsed_s": round(elapsed, 2),
         "output_tokens_per_s": round(tokens / elapsed, 2),
         "ttft_ms": {"p50": ms(pct(ttft, 50)), "p99": ms(pct(ttft, 99))},
         "itl_ms": {"p50": ms(pct(itl, 50)), "p99": ms(pct(itl, 99))},
-        "cpu_s": round(cpu, 2), "tokens_per_cpu_s": round(tokens / cpu, 2) if cpu > 0 else None,
-        "loadavg_before": [round(x, 2) for x in load_before], "loadavg_after": [round(x, 2) for x in load_after],
+        "cpu_s": round(cpu, 2),
+        "tokens_per_cpu_s": round(tokens / cpu, 2) if cpu > 0 else None,
+        "loadavg_before": [round(x, 2) for x in load_before],
+        "loadavg_after": [round(x, 2) for x in load_after],
     }
 
 
@@ -203,8 +254,12 @@ def main() -> int:
                     f.write(json.dumps(r) + "\n")
         if "mla" in point and "llama" in point:
             ratio = point["mla"]["output_tokens_per_s"] / point["llama"]["output_tokens_per_s"]
-            print(f"streams {s}: mla {point['mla']['output_tokens_per_s']} tok/s, llama-server "
-                  f"{point['llama']['output_tokens_per_s']} tok/s, ratio {ratio:.2f}", file=sys.stderr, flush=True)
+            print(
+                f"streams {s}: mla {point['mla']['output_tokens_per_s']} tok/s, llama-server "
+                f"{point['llama']['output_tokens_per_s']} tok/s, ratio {ratio:.2f}",
+                file=sys.stderr,
+                flush=True,
+            )
     return 0
 
 

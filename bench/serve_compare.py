@@ -12,12 +12,14 @@ first request to the last token), TTFT and inter-token latency p50/p99, the serv
 (from /proc) and output tokens per CPU second, and the load average before and after.
 
     bench/serve_compare.py models/tiny-q8_0.gguf --streams 1,4,16,64 --duration 60 -t 2 \\
-        --llama-server ~/.cache/mla/llama.cpp-0.3.36-build/bin/llama-server --json out.json
+        --llama-server ~/.cache/mla/llama.cpp-0.3.36-build/bin/llama-server --llama-arg=-nr --json out.json
 
 llama-server gets --parallel S slots (one per stream), -c S x --slot-ctx (a context for every
 slot), -t/-tb = the thread count, and otherwise its defaults (continuous batching on, -b 2048,
 -ub 512). mla serve gets -t and its defaults (--max-num-seqs 64, --max-num-batched-tokens 2048,
-prefix cache on). Extra flags: --mla-arg / --llama-arg (repeat). Only the standard library.
+prefix cache on). Extra flags: --mla-arg / --llama-arg (repeat; `--llama-arg=-nr` turns off
+llama.cpp's CPU weight repacking, which 0.3.36 needs for these deepseek2 files: with it on, the
+server aborts at start-up in ggml_backend_sched_split_graph). Only the standard library.
 """
 
 from __future__ import annotations

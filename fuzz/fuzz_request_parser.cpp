@@ -1,8 +1,8 @@
 // libFuzzer: arbitrary bytes as a request body to the API's request parsers only
-// (RequestParserHarness in fuzz/request_harness.h): JSON parse, the endpoint's parser and validation, no
-// chat template and no SSE writer on good inputs, so it runs far more inputs per second than
-// fuzz_request. The first byte picks the endpoint, the rest is the body. Seeds:
-// tests/fixtures/request-seeds/.
+// (RequestParserHarness in fuzz/request_harness.h): JSON parse, the endpoint's parser and
+// validation, no chat template and no SSE writer on accepted bodies, so every input is spent on the
+// parsers (fuzz_request adds the rest of the request side). The first byte picks the endpoint, the
+// rest is the body. Seeds: tests/fixtures/request-seeds/.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>

@@ -1,10 +1,15 @@
 #pragma once
 // One request body through the request side of the API, as the HTTP handlers run it, without
-// an engine: JSON parse, the endpoint's parser (completions, chat with tools and content parts,
-// the Anthropic messages and count_tokens, tokenize, detokenize), the assistant-message and tool
-// checks, the chat template, the context check, the engine's own SamplingParams::validate, and
-// the SSE writer over what came out. Shared by fuzz/fuzz_request.cpp (libFuzzer) and
-// tests/server/request_corpus_test.cpp (the checked-in seeds and past findings, in `make test`).
+// an engine, at two depths:
+// - RequestHarness: JSON parse, the endpoint's parser (completions, chat with tools and content parts, the
+//   Anthropic messages and count_tokens, tokenize, detokenize), the assistant-message and tool
+//   checks, the chat template, the context check, the engine's own SamplingParams::validate, and
+//   the SSE writer over what came out (fuzz/fuzz_request.cpp).
+// - RequestParserHarness: the same without the chat template and the SSE writer on good inputs:
+//   just parsing and validation, the per-input work of fuzz/fuzz_request_parser.cpp (the template
+//   has its own target, fuzz_chat_template).
+// Shared with tests/server/request_corpus_test.cpp (the checked-in seeds and past findings, in
+// `make test`).
 //
 // The contract checked: a bad input is an ApiError (or mla::Error, which the router also turns
 // into a 400) with a 4xx status and a one-line message; anything else thrown is a bug (the
@@ -14,10 +19,11 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
-#include "server/anthropic_api.h"
+#include "server/anthropic_protocol.h"
 #include "server/chat_tools.h"
 #include "server/openai_protocol.h"
 #include "server/sse.h"
@@ -55,13 +61,11 @@ inline void check_sse(const server::json& j) {
   if (!nlohmann::json::accept(payload)) contract_broken("SSE payload does not parse back", ev);
 }
 
-class RequestHarness {
+// The parsers and validation only: what fuzz_request_parser runs per input. Nothing here
+// references the chat template, so that target links without it.
+class RequestParserHarness {
  public:
-  RequestHarness()
-      : chat_(R"({{ bos_token }}{% for m in messages %}{{ m.role }}: {% if m.content is string %}{{ m.content }})"
-              R"({% elif m.content %}{% for p in m.content %}{{ p.text if p.text is defined else '' }}{% endfor %})"
-              R"({% endif %}{% if m.tool_calls %}{{ m.tool_calls | tojson }}{% endif %}
-{% endfor %}{% if tools %}{{ tools | tojson }}{% endif %}{% if add_generation_prompt %}assistant:{% endif %})") {}
+  virtual ~RequestParserHarness() = default;
 
   // "" when the input was handled as the contract says, else what was broken.
   std::string run(const uint8_t* data, size_t size) {
@@ -71,6 +75,28 @@ class RequestHarness {
       return c.message;
     }
     return {};
+  }
+
+ protected:
+  static constexpr int kVocab = 1000;
+  static constexpr int kMaxModelLen = 4096;
+
+  // A completions prompt given as text (nothing more to check here; RequestHarness checks it through
+  // the SSE writer).
+  virtual void text_prompt(const std::string& text) {}
+
+  // What OpenAiApi::render_chat and the context check do with the parsed messages; here only
+  // their shape and max_tokens against the context (RequestHarness renders them).
+  virtual void chat_prompt(const server::json& messages, const server::json& tools, const server::json& kwargs,
+                           bool add_generation_prompt, std::optional<int> max_tokens) {
+    check_messages(messages);
+    server::check_context_length(1, max_tokens, kMaxModelLen);
+  }
+
+  static void check_messages(const server::json& messages) {
+    if (!messages.is_array() || messages.empty()) contract_broken("parsed messages", messages.dump());
+    for (const auto& m : messages)
+      if (!m.is_object()) contract_broken("a parsed message is not an object", m.dump());
   }
 
  private:
@@ -102,7 +128,7 @@ class RequestHarness {
         for (const auto& p : r.prompts) {
           const int len = p.is_text ? static_cast<int>(p.text.size()) + 1 : static_cast<int>(p.ids.size());
           server::check_context_length(len, r.params.max_tokens, kMaxModelLen);
-          if (p.is_text) check_sse({{"text", p.text}});
+          if (p.is_text) text_prompt(p.text);
         }
         break;
       }
@@ -139,13 +165,17 @@ class RequestHarness {
       }
     }
   }
+};
 
-  // What OpenAiApi::render_chat and the context check do with the parsed messages.
+// The whole request side: the parsers, then the chat template and the SSE writer on what they
+// accepted (fuzz_request).
+class RequestHarness : public RequestParserHarness {
+ private:
+  void text_prompt(const std::string& text) override { check_sse({{"text", text}}); }
+
   void chat_prompt(const server::json& messages, const server::json& tools, const server::json& kwargs,
-                   bool add_generation_prompt, std::optional<int> max_tokens) {
-    if (!messages.is_array() || messages.empty()) contract_broken("parsed messages", messages.dump());
-    for (const auto& m : messages)
-      if (!m.is_object()) contract_broken("a parsed message is not an object", m.dump());
+                   bool add_generation_prompt, std::optional<int> max_tokens) override {
+    check_messages(messages);
     nlohmann::ordered_json ctx = nlohmann::ordered_json::object();
     for (const auto& [k, v] : kwargs.items()) ctx[k] = v;
     ctx["messages"] = messages;
@@ -157,9 +187,11 @@ class RequestHarness {
     server::check_context_length(static_cast<int>(text.size()) + 1, max_tokens, kMaxModelLen);
   }
 
-  static constexpr int kVocab = 1000;
-  static constexpr int kMaxModelLen = 4096;
-  ChatTemplate chat_;
+  ChatTemplate chat_{
+      R"({{ bos_token }}{% for m in messages %}{{ m.role }}: {% if m.content is string %}{{ m.content }})"
+      R"({% elif m.content %}{% for p in m.content %}{{ p.text if p.text is defined else '' }}{% endfor %})"
+      R"({% endif %}{% if m.tool_calls %}{{ m.tool_calls | tojson }}{% endif %}
+{% endfor %}{% if tools %}{{ tools | tojson }}{% endif %}{% if add_generation_prompt %}assistant:{% endif %})"};
 };
 
 }  // namespace mla::fuzz

@@ -14,6 +14,9 @@ export ASAN_OPTIONS=detect_leaks=1
 # The tokenizer target does much more per input (pre-tokenizer, BPE, detokenizer): fewer runs.
 "$BUILD/fuzz/fuzz_tokenizer" -runs="$(( RUNS / 50 ))" -max_len=4096 -print_final_stats=1 \
   -artifact_prefix=fuzz/corpus-work/ fuzz/corpus-work/tokenizer tests/fixtures/tokenizer-seeds
-# The request side of the API (fuzz/request_harness.h): parsers, chat template, SSE writer.
-"$BUILD/fuzz/fuzz_request" -runs="$RUNS" -max_len=8192 -print_final_stats=1 \
+# The request parsers alone (RequestParserHarness in fuzz/request_harness.h): the full RUNS.
+"$BUILD/fuzz/fuzz_request_parser" -runs="$RUNS" -max_len=8192 -print_final_stats=1 \
+  -artifact_prefix=fuzz/corpus-work/ fuzz/corpus-work/request tests/fixtures/request-seeds
+# The whole request side (the same parsers, then the chat template and the SSE writer): a twentieth.
+"$BUILD/fuzz/fuzz_request" -runs="$(( RUNS / 20 ))" -max_len=8192 -print_final_stats=1 \
   -artifact_prefix=fuzz/corpus-work/ fuzz/corpus-work/request tests/fixtures/request-seeds

@@ -5,31 +5,16 @@
 // → reasoning_content) and tools (input_schema → parameters); the output is parsed into thinking,
 // text and tool_use blocks, streamed as Anthropic's event sequence.
 #include <chrono>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "server/anthropic_protocol.h"
 #include "server/chat_tools.h"
 #include "server/generation_job.h"
-#include "server/openai_protocol.h"
 
 namespace mla::server {
-
-// {"type": "error", "error": {"type": "invalid_request_error", "message": ...}}
-json anthropic_error_json(const ApiError& e);
-
-struct AnthropicRequest {
-  std::string model;
-  json messages = json::array();  // chat-template messages (OpenAI shape)
-  json tools;                     // null or OpenAI-shaped tools
-  ChatToolOptions tool_options;
-  json chat_template_kwargs = json::object();
-  bool continue_final_message = false;  // the last message is the assistant's (a prefill)
-  SamplingParams params;
-  bool stream = false;
-};
-
-// Throws ApiError (400) naming the field. count_only: /count_tokens (no max_tokens needed).
-AnthropicRequest parse_anthropic_request(const json& body, const ModelLimits& limits, bool count_only);
 
 // One /v1/messages request in flight (one engine request, one sequence).
 class AnthropicJob : public ApiJob {

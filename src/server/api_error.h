@@ -8,11 +8,36 @@
 
 namespace mla::server {
 
+// message with its control characters escaped (\n, \r, \t, else \xNN), so that one that
+// quotes a request's value (a role "a\nb") is still one line in the log and the error.
+inline std::string one_line(const std::string& message) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(message.size());
+  for (unsigned char c : message) {
+    if (c >= 0x20 && c != 0x7f) {
+      out += static_cast<char>(c);
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
+
 class ApiError : public std::runtime_error {
  public:
-  // param: the request field at fault ("" → null). code: a short machine-readable reason.
+  // param: the request field at fault ("" → null). code: a short machine-readable reason. The
+  // message is made one line (one_line).
   ApiError(int status, const std::string& message, std::string param = "", std::string code = "")
-      : std::runtime_error(message), status_(status), param_(std::move(param)), code_(std::move(code)) {}
+      : std::runtime_error(one_line(message)), status_(status), param_(std::move(param)), code_(std::move(code)) {}
 
   int status() const { return status_; }
   const std::string& param() const { return param_; }

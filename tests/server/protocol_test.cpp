@@ -6,6 +6,7 @@
 #include <regex>
 #include <sstream>
 
+#include "server/anthropic_protocol.h"
 #include "server/auth.h"
 #include "server/metrics.h"
 #include "server/openai_protocol.h"
@@ -358,6 +359,31 @@ TEST(ServerMetricsText, ValuesAndEscapes) {
   EXPECT_EQ(prometheus_value(-INFINITY), "-Inf");
   EXPECT_EQ(prometheus_value(NAN), "NaN");
   EXPECT_EQ(prometheus_escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+}
+
+// A message that quotes a request's value stays one line: control characters are escaped (the
+// request fuzzer's finding: an Anthropic role "assist\nt" gave a two-line message).
+TEST(ServerProtocol, ErrorsQuotingAValueWithControlCharactersStayOneLine) {
+  auto message = [](auto&& parse) {
+    try {
+      parse();
+    } catch (const ApiError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string role = message([] {
+    parse_anthropic_request(json::parse(R"({"max_tokens": 8, "messages": [{"role": "assist\nt", "content": "x"}]})"),
+                            kLimits, false);
+  });
+  EXPECT_EQ(role, R"(messages[0].role must be "user" or "assistant", got "assist\nt")");
+  const std::string choice =
+      message([] { parse_tool_options(json::parse(R"({"tool_choice": "a\r\tb\u0001"})"), json::array()); });
+  EXPECT_NE(choice.find(R"(got "a\r\tb\x01")"), std::string::npos) << choice;
+  const std::string bias = chat_error(R"({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"1\n2": 1}})");
+  EXPECT_EQ(bias.find('\n'), std::string::npos) << bias;
+  EXPECT_NE(bias.find(R"('1\n2')"), std::string::npos) << bias;
+  EXPECT_EQ(one_line("tab\there\x7f"), R"(tab\there\x7f)");
 }
 
 TEST(ServerMetricsText, HistogramBucketsAreCumulative) {

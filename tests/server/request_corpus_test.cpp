@@ -1,12 +1,15 @@
 // The request fuzzer's harness (fuzz/request_harness.h) over the checked-in seeds and past
 // findings in tests/fixtures/request-seeds/, so `make test` holds every input the fuzzer ever
-// broke the contract with (`make fuzz` runs the harness for millions of inputs).
+// broke the contract with (`make fuzz` runs the harness for millions of inputs). Both depths:
+// RequestHarness (fuzz_request) and RequestParserHarness (fuzz_request_parser, the parsers
+// without the chat template).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -25,15 +28,23 @@ std::vector<std::string> load_seeds() {
   return seeds;
 }
 
-std::string run(RequestHarness& h, const std::string& bytes) {
+std::string run(RequestParserHarness& h, const std::string& bytes) {
   return h.run(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
 }
 
-TEST(RequestCorpus, EverySeedKeepsTheErrorContract) {
-  RequestHarness harness;
+// The parameter: true for the whole request side (RequestHarness), false for the parsers alone.
+class RequestCorpus : public ::testing::TestWithParam<bool> {};
+
+std::unique_ptr<RequestParserHarness> make_harness(bool full) {
+  if (full) return std::make_unique<RequestHarness>();
+  return std::make_unique<RequestParserHarness>();
+}
+
+TEST_P(RequestCorpus, EverySeedKeepsTheErrorContract) {
+  auto harness = make_harness(GetParam());
   auto seeds = load_seeds();
   EXPECT_GE(seeds.size(), 16u) << "seed corpus missing";
-  for (const auto& s : seeds) EXPECT_EQ(run(harness, s), "") << s.substr(0, 200);
+  for (const auto& s : seeds) EXPECT_EQ(run(*harness, s), "") << s.substr(0, 200);
 }
 
 // Values that parsers get wrong: wrong types, numbers at and past every integer width, deep
@@ -96,8 +107,8 @@ void mutate(nlohmann::json& j, std::mt19937& rng, int depth = 0) {
 // A deterministic mutator (fixed seed) over the seeds, for builds without libFuzzer: JSON-level
 // (a node replaced by a nasty value, a field dropped) and byte-level (truncation, flips).
 // MLA_REQUEST_MUTATIONS sets the count (default 3000, well under a second).
-TEST(RequestCorpus, RandomMutationsKeepTheErrorContract) {
-  RequestHarness harness;
+TEST_P(RequestCorpus, RandomMutationsKeepTheErrorContract) {
+  auto harness = make_harness(GetParam());
   auto seeds = load_seeds();
   ASSERT_FALSE(seeds.empty());
   const char* env = std::getenv("MLA_REQUEST_MUTATIONS");
@@ -117,7 +128,7 @@ TEST(RequestCorpus, RandomMutationsKeepTheErrorContract) {
       for (int k = static_cast<int>(rng() % 4); k > 0 && input.size() > 1; --k)
         input[1 + rng() % (input.size() - 1)] = static_cast<char>(rng());
     }
-    std::string broken = run(harness, input);
+    std::string broken = run(*harness, input);
     if (!broken.empty()) {
       ++n_broken;
       ADD_FAILURE() << "mutation " << i << ": " << broken << "\ninput: " << input.substr(0, 600);
@@ -125,8 +136,11 @@ TEST(RequestCorpus, RandomMutationsKeepTheErrorContract) {
   }
 }
 
+INSTANTIATE_TEST_SUITE_P(Depths, RequestCorpus, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "Full" : "ParsersOnly"; });
+
 // The harness itself must be able to fail: a 5xx for bad input, or a multi-line message.
-TEST(RequestCorpus, HarnessCatchesABrokenContract) {
+TEST(RequestHarnessContract, CatchesABrokenContract) {
   EXPECT_THROW(check_error(500, "x"), ContractBroken);
   EXPECT_THROW(check_error(400, "two\nlines"), ContractBroken);
   EXPECT_THROW(check_error(400, ""), ContractBroken);

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -227,10 +228,30 @@ void serve(ServeArgs& a) {
   // Static: the detached thread may outlive this function (a signal during exit).
   static std::atomic<int> n_signals{0};
   static std::atomic<bool> loaded{false};
+  // The signal thread handles a signal under `signal_mu`; once serve() is leaving (`leaving` set
+  // under the same lock) it touches nothing more. Without that, a second SIGTERM arriving while the
+  // main thread returns logs its line as the logger is destroyed (ThreadSanitizer found that race:
+  // the detached thread's writes and the exit's static destructors had no order between them).
+  static std::mutex signal_mu;
+  static bool leaving = false;
+  struct LeaveGuard {
+    LeaveGuard(const LeaveGuard&) = delete;
+    LeaveGuard& operator=(const LeaveGuard&) = delete;
+    LeaveGuard(LeaveGuard&&) = delete;
+    LeaveGuard& operator=(LeaveGuard&&) = delete;
+    LeaveGuard() = default;
+    ~LeaveGuard() {
+      const std::lock_guard lock(signal_mu);
+      leaving = true;
+    }
+  };
+  const LeaveGuard leave_guard;
   std::thread signal_thread([stop_signals, distributed] {
     for (;;) {
       int sig = 0;
       if (sigwait(&stop_signals, &sig) != 0) continue;
+      const std::lock_guard lock(signal_mu);
+      if (leaving) return;
       // mpirun sends SIGTERM when a rank died: look at the workers before a graceful stop (a
       // process gone from this host is seen at once; a remote one by its silent heartbeat).
       if (distributed) {

@@ -121,6 +121,28 @@ async def http_request(host: str, port: int, path: str, body: bytes, on_event=No
         writer.close()
 
 
+@dataclass
+class StreamEvents:
+    """An on_event for http_request on a streamed completion: when each event carrying text
+    arrived (time.monotonic()), the usage, the finish reasons, and whether [DONE] came."""
+    times: list = field(default_factory=list)
+    usage: dict = field(default_factory=dict)
+    finish: list = field(default_factory=list)
+    done: bool = False
+
+    def __call__(self, payload: bytes):
+        if payload == b"[DONE]":
+            self.done = True
+            return
+        ev = json.loads(payload)
+        if ev.get("usage"):
+            self.usage.update(ev["usage"])
+        choices = ev.get("choices", [])
+        if any(c.get("text") or (c.get("delta") or {}).get("content") for c in choices):
+            self.times.append(time.monotonic())
+        self.finish.extend(c["finish_reason"] for c in choices if c.get("finish_reason"))
+
+
 def make_prompt(rng: random.Random, n_words: int) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(n_words))
 
@@ -183,23 +205,10 @@ async def client(cid: int, args, stats: Stats, deadline: float, host: str, port:
             req["stream"] = True
             req["stream_options"] = {"include_usage": True}
         body = json.dumps(req).encode()
-        times: list = []
-        usage: dict = {}
-        done = [False]
-
-        def on_event(payload: bytes, times=times, usage=usage, done=done):
-            if payload == b"[DONE]":
-                done[0] = True
-                return
-            ev = json.loads(payload)
-            if ev.get("usage"):
-                usage.update(ev["usage"])
-            if any(c.get("text") or (c.get("delta") or {}).get("content") for c in ev.get("choices", [])):
-                times.append(time.monotonic())
-
+        events = StreamEvents()
         stop_after = rng.randint(1, 8) if stream and hangs_up and rng.random() < 0.5 else None
         try:
-            res = await http_request(host, port, path, body, on_event if stream else None, stop_after)
+            res = await http_request(host, port, path, body, events if stream else None, stop_after)
         except (OSError, asyncio.IncompleteReadError, ValueError) as e:
             if stream:
                 stats.lost_streams += 1
@@ -222,13 +231,13 @@ async def client(cid: int, args, stats: Stats, deadline: float, host: str, port:
         stats.latency.append(time.monotonic() - t0)
         if stream:
             stats.streams += 1
-            if not done[0]:
+            if not events.done:
                 stats.lost_streams += 1
                 stats.error(f"{path}: stream ended without [DONE]")
-            if times:
-                stats.ttft.append(times[0] - t0)
-                stats.itl.extend(b - a for a, b in itertools.pairwise(times))
-            stats.output_tokens += usage.get("completion_tokens", 0)
+            if events.times:
+                stats.ttft.append(events.times[0] - t0)
+                stats.itl.extend(b - a for a, b in itertools.pairwise(events.times))
+            stats.output_tokens += events.usage.get("completion_tokens", 0)
         else:
             stats.output_tokens += json.loads(data)["usage"]["completion_tokens"]
 
@@ -277,25 +286,36 @@ async def sampler(args, url: str, pid: int | None, samples: list, t_start: float
         await asyncio.sleep(min(args.sample_every, remaining))
 
 
-def start_server(args) -> tuple[subprocess.Popen, str]:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    cmd = [args.mla_bin, "serve", "-m", args.model, "--port", str(port), *args.serve_arg]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(args.server_log, "w"))  # noqa: SIM115
+        return s.getsockname()[1]
+
+
+def launch(cmd: list[str], port: int, log: str | Path, what: str, ready_s: float) -> tuple[subprocess.Popen, str]:
+    """Starts the server cmd (listening on 127.0.0.1:port, stderr to log) and waits up to ready_s
+    seconds for /health to answer 200. Returns (process, base URL); exits naming `what` and the log
+    when the server dies or is not ready in time."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(log, "w"))  # noqa: SIM115
     url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 120
+    deadline = time.time() + ready_s
     while time.time() < deadline:
         if proc.poll() is not None:
-            sys.exit(f"mla serve exited with {proc.returncode} (log: {args.server_log})")
+            sys.exit(f"{what} exited with {proc.returncode}: {' '.join(cmd)} (log: {log})")
         try:
-            with urllib.request.urlopen(url + "/health", timeout=1) as r:
+            with urllib.request.urlopen(url + "/health", timeout=2) as r:
                 if r.status == 200:
                     return proc, url
         except OSError:
             time.sleep(0.1)
     proc.kill()
-    sys.exit("mla serve did not become ready in 120 s")
+    sys.exit(f"{what} not ready in {ready_s:g} s (log: {log})")
+
+
+def start_server(args) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    cmd = [args.mla_bin, "serve", "-m", args.model, "--port", str(port), *args.serve_arg]
+    return launch(cmd, port, args.server_log, "mla serve", 120)
 
 
 async def run(args) -> dict:

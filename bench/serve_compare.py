@@ -29,7 +29,6 @@ import asyncio
 import json
 import os
 import random
-import socket
 import subprocess
 import sys
 import time
@@ -37,13 +36,7 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from loadgen import WORDS, http_request, pct
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from loadgen import StreamEvents, free_port, http_request, launch, make_prompt, ms, pct
 
 
 def cpu_seconds(pid: int) -> float:
@@ -52,30 +45,12 @@ def cpu_seconds(pid: int) -> float:
 
 
 def server_cmd(engine: str, args, streams: int, port: int) -> list[str]:
+    common = ["-m", args.model, "--host", "127.0.0.1", "--port", str(port), "-t", str(args.threads)]
     if engine == "mla":
-        return [
-            args.mla_bin,
-            "serve",
-            "-m",
-            args.model,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "-t",
-            str(args.threads),
-            *args.mla_arg,
-        ]
+        return [args.mla_bin, "serve", *common, *args.mla_arg]
     return [
         args.llama_server,
-        "-m",
-        args.model,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "-t",
-        str(args.threads),
+        *common,
         "-tb",
         str(args.threads),
         "--parallel",
@@ -89,55 +64,27 @@ def server_cmd(engine: str, args, streams: int, port: int) -> list[str]:
 def start(engine: str, args, streams: int, log: Path) -> tuple[subprocess.Popen, str, list[str]]:
     port = free_port()
     cmd = server_cmd(engine, args, streams, port)
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log.open("w"))
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 300
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            sys.exit(f"{engine} server exited with {proc.returncode}: {' '.join(cmd)} (log: {log})")
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=2) as r:
-                if r.status == 200:
-                    return proc, url, cmd
-        except OSError:
-            time.sleep(0.2)
-    proc.kill()
-    sys.exit(f"{engine} server not ready in 300 s (log: {log})")
+    proc, url = launch(cmd, port, log, f"{engine} server", 300)
+    return proc, url, cmd
 
 
 def prompt(seed: int, client: int, k: int, n_words: int) -> str:
-    rng = random.Random(f"{seed}/{client}/{k}")
-    return " ".join(rng.choice(WORDS) for _ in range(n_words))
+    return make_prompt(random.Random(f"{seed}/{client}/{k}"), n_words)
 
 
 async def one_request(host: str, port: int, body: dict) -> dict:
-    times: list = []
-    usage: dict = {}
-    finish: list = []
-
-    def on_event(payload: bytes):
-        if payload == b"[DONE]":
-            return
-        ev = json.loads(payload)
-        if ev.get("usage"):
-            usage.update(ev["usage"])
-        for c in ev.get("choices", []):
-            if c.get("text"):
-                times.append(time.monotonic())
-            if c.get("finish_reason"):
-                finish.append(c["finish_reason"])
-
+    events = StreamEvents()
     t0 = time.monotonic()
-    status, data = await http_request(host, port, "/v1/completions", json.dumps(body).encode(), on_event)
+    status, data = await http_request(host, port, "/v1/completions", json.dumps(body).encode(), events)
     if status != 200:
         raise RuntimeError(f"HTTP {status}: {data[:300]!r}")
-    n = usage.get("completion_tokens", len(times))
+    n = events.usage.get("completion_tokens", len(events.times))
     return {
         "t0": t0,
-        "times": times,
+        "times": events.times,
         "tokens": n,
-        "from_usage": "completion_tokens" in usage,
-        "finish": finish[-1] if finish else None,
+        "from_usage": "completion_tokens" in events.usage,
+        "finish": events.finish[-1] if events.finish else None,
     }
 
 
@@ -218,10 +165,6 @@ def measure(engine: str, args, streams: int) -> dict:
         "loadavg_before": [round(x, 2) for x in load_before],
         "loadavg_after": [round(x, 2) for x in load_after],
     }
-
-
-def ms(v):
-    return None if v is None else round(v * 1000, 1)
 
 
 def main() -> int:

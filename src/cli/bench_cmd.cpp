@@ -273,8 +273,8 @@ void spec_bench(Engine& engine, const Deepseek2Runner& runner, int n_vocab, cons
       }
     }
     const double off = mean_of(off_tps), on = mean_of(on_tps);
-    const double rate = on_sum.draft_tokens > 0 ? static_cast<double>(on_sum.accepted) / on_sum.draft_tokens : 0.0;
-    const double mean_len = on_sum.drafts > 0 ? 1.0 + static_cast<double>(on_sum.accepted) / on_sum.drafts : 1.0;
+    // Never the "no drafts" 0s: -r >= 1, and every timed decode of at least one token drafts.
+    const auto [rate, mean_len] = spec_acceptance(on_sum.drafts, on_sum.draft_tokens, on_sum.accepted);
     const double step_off = off_sum.steps > 0 ? off_sum.forward_s / off_sum.steps : 0.0;
     const double step_on = on_sum.steps > 0 ? on_sum.forward_s / on_sum.steps : 0.0;
     const double mtp_step = on_sum.steps > 0 ? on_sum.mtp_s / on_sum.steps : 0.0;
@@ -364,13 +364,8 @@ void bench(const BenchArgs& a) {
   mo.n_threads = n_threads;
   mo.max_batch_tokens = a.max_num_batched_tokens;
   mo.dsa = dsa_enabled(a.common);
-  const int n_spec = parse_speculative_config(a.speculative_config);
-  if (n_spec > 0) {
-    if (world().size() > 1)
-      fail("bench: --speculative-config runs in a single process only; this run has {} ranks", world().size());
-    mo.mtp = true;
-    mo.max_batch_tokens += 1;  // one sequence: the MTP pass carries up to one row more
-  }
+  // One sequence (max_num_seqs 1 below).
+  const int n_spec = apply_speculative_config(a.speculative_config, false, 1, "bench: --speculative-config", mo);
   KvCacheOptions kvo;
   kvo.dtype = parse_cache_dtype(a.kv_dtype);
   kvo.tokens = (need_ctx + n_spec + 255) / 256 * 256;

@@ -21,7 +21,6 @@
 #include "grammar/grammar.h"
 #include "kv/kv_manager.h"
 #include "parallel/dist_runner.h"
-#include "parallel/world.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -187,16 +186,8 @@ void run(const RunArgs& a) {
   mo.max_batch_tokens = a.max_num_batched_tokens;
   mo.dsa = dsa_enabled(a.common);
   mo.verify_paths = a.verify_paths;
-  const int n_spec = parse_speculative_config(a.speculative_config);
-  if (n_spec > 0 || !a.mtp_logits.empty()) {
-    if (world().size() > 1)
-      fail(
-          "run: speculative decoding (--speculative-config, --mtp-logits) runs in a single process only; this run "
-          "has {} ranks",
-          world().size());
-    mo.mtp = true;
-    mo.max_batch_tokens += a.max_num_seqs;  // the MTP pass carries up to one row more per sequence
-  }
+  const int n_spec = apply_speculative_config(a.speculative_config, !a.mtp_logits.empty(), a.max_num_seqs,
+                                              "run: speculative decoding (--speculative-config, --mtp-logits)", mo);
   if (!a.mtp_logits.empty() && batch) fail("run: --mtp-logits works with a single prompt, not --batch");
   KvCacheOptions kvo;
   kvo.dtype = parse_cache_dtype(a.kv_dtype);
@@ -367,17 +358,13 @@ void run(const RunArgs& a) {
   // step: the accepted drafts plus the target's own token).
   auto spec_line = [&] {
     if (n_spec == 0) return;
-    const double rate = counters.n_spec_draft_tokens > 0
-                            ? static_cast<double>(counters.n_spec_accepted_tokens) / counters.n_spec_draft_tokens
-                            : 0.0;
-    const double mean_len = counters.n_spec_drafts > 0
-                                ? 1.0 + static_cast<double>(counters.n_spec_accepted_tokens) / counters.n_spec_drafts
-                                : 0.0;
+    const SpecAcceptance acc =
+        spec_acceptance(counters.n_spec_drafts, counters.n_spec_draft_tokens, counters.n_spec_accepted_tokens);
     fmt::print(
         "speculative (mtp, k={}): {} drafts, {} of {} draft tokens accepted ({:.1f}%), mean accepted length "
         "{:.2f}, per position {}\n",
-        n_spec, counters.n_spec_drafts, counters.n_spec_accepted_tokens, counters.n_spec_draft_tokens, 100.0 * rate,
-        mean_len, fmt::join(counters.n_spec_accepted_per_pos, " "));
+        n_spec, counters.n_spec_drafts, counters.n_spec_accepted_tokens, counters.n_spec_draft_tokens, 100.0 * acc.rate,
+        acc.mean_len, fmt::join(counters.n_spec_accepted_per_pos, " "));
   };
 
   if (!batch) {

@@ -23,7 +23,6 @@
 #include "engine/deepseek2_runner.h"
 #include "engine/engine.h"
 #include "engine/scripted_runner.h"
-#include "engine/speculative.h"
 #include "gguf/gguf.h"
 #include "grammar/grammar.h"
 #include "parallel/dist_runner.h"
@@ -185,11 +184,8 @@ void serve(ServeArgs& a) {
   mo.n_threads = a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   mo.max_batch_tokens = a.max_num_batched_tokens;
   mo.dsa = dsa_enabled(a.common);
-  const int n_spec = parse_speculative_config(a.speculative_config);
-  if (n_spec > 0) {
-    mo.mtp = true;
-    mo.max_batch_tokens += a.max_num_seqs;  // the MTP pass carries up to one row more per sequence
-  }
+  const int n_spec =
+      apply_speculative_config(a.speculative_config, false, a.max_num_seqs, "serve: --speculative-config", mo);
   KvCacheOptions kv;
   auto kv_type = ggml_type_from_name(a.kv_cache_dtype);
   if (!kv_type) fail("serve: --kv-cache-dtype '{}' is not a type name (f16, bf16, f32, q8_0)", a.kv_cache_dtype);
@@ -200,8 +196,6 @@ void serve(ServeArgs& a) {
   // stops (mpirun forwards SIGINT/SIGTERM, which stay blocked here: rank 0 ends the workers).
   const bool distributed = world().size() > 1;
   if (distributed && !a.scripted_output.empty()) fail("serve: --scripted-output runs in a single process only");
-  if (distributed && n_spec > 0)
-    fail("serve: --speculative-config runs in a single process only; this run has {} ranks", world().size());
   if (n_spec > 0 && !a.scripted_output.empty())
     fail("serve: --speculative-config needs the model's MTP layer; --scripted-output replaces the model");
   if (is_worker()) {

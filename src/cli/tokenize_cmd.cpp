@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <ctime>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -74,9 +75,9 @@ std::string escape_bytes(std::string_view s) {
   return out;
 }
 
-// Lines of a JSONL file, each a JSON string.
-std::vector<std::string> read_jsonl_strings(const std::string& path) {
-  std::vector<std::string> items;
+// Calls each(j, line_no) for every non-empty line of a JSONL file, parsed (line_no from 1); a line
+// that is not JSON fails naming path:line.
+void for_each_jsonl(const std::string& path, const std::function<void(const nlohmann::json&, size_t)>& each) {
   std::istringstream in(read_all(path));
   std::string line;
   size_t line_no = 0;
@@ -89,9 +90,17 @@ std::vector<std::string> read_jsonl_strings(const std::string& path) {
     } catch (const nlohmann::json::exception& e) {
       fail("tokenize: {}:{}: invalid JSON: {}", path, line_no, e.what());
     }
+    each(j, line_no);
+  }
+}
+
+// Lines of a JSONL file, each a JSON string.
+std::vector<std::string> read_jsonl_strings(const std::string& path) {
+  std::vector<std::string> items;
+  for_each_jsonl(path, [&](const nlohmann::json& j, size_t line_no) {
     if (!j.is_string()) fail("tokenize: {}:{}: expected a JSON string, got {}", path, line_no, j.type_name());
     items.push_back(j.get<std::string>());
-  }
+  });
   return items;
 }
 
@@ -129,19 +138,9 @@ void run_batch(const Tokenizer& tok, const EncodeOptions& eo, const std::string&
 }
 
 void run_decode(const Tokenizer& tok, const TokenizeArgs& a) {
-  std::istringstream in(read_all(a.decode_jsonl));
-  std::string line, out;
-  size_t line_no = 0;
+  std::string out;
   StreamDetokenizer detok(tok, a.skip_special);
-  while (std::getline(in, line)) {
-    ++line_no;
-    if (line.empty()) continue;
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception& e) {
-      fail("tokenize: {}:{}: invalid JSON: {}", a.decode_jsonl, line_no, e.what());
-    }
+  for_each_jsonl(a.decode_jsonl, [&](const nlohmann::json& j, size_t line_no) {
     if (!j.is_array()) fail("tokenize: {}:{}: expected a JSON list of token ids", a.decode_jsonl, line_no);
     std::string text;
     for (const auto& v : j) {
@@ -150,7 +149,7 @@ void run_decode(const Tokenizer& tok, const TokenizeArgs& a) {
     }
     detok.finish(text);
     out += nlohmann::json(text).dump() + "\n";
-  }
+  });
   write_out(out);
 }
 

@@ -33,4 +33,12 @@ int parse_speculative_config(std::string_view text) {
   return static_cast<int>(n);
 }
 
+SpecAcceptance spec_acceptance(int64_t n_drafts, int64_t n_draft_tokens, int64_t n_accepted_tokens) {
+  SpecAcceptance s;
+  const auto accepted = static_cast<double>(n_accepted_tokens);
+  if (n_draft_tokens > 0) s.rate = accepted / static_cast<double>(n_draft_tokens);
+  if (n_drafts > 0) s.mean_len = 1.0 + accepted / static_cast<double>(n_drafts);
+  return s;
+}
+
 }  // namespace mla

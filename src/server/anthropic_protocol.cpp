@@ -8,25 +8,14 @@
 namespace mla::server {
 namespace {
 
+// Anthropic's names: no _error suffix on 413, "overloaded_error" for 503, "api_error" for other 5xx.
 const char* anthropic_error_type(int status) {
-  switch (status) {
-    case 400:
-      return "invalid_request_error";
-    case 401:
-      return "authentication_error";
-    case 403:
-      return "permission_error";
-    case 404:
-      return "not_found_error";
-    case 413:
-      return "request_too_large";
-    case 429:
-      return "rate_limit_error";
-    case 503:
-      return "overloaded_error";
-    default:
-      return status >= 500 ? "api_error" : "invalid_request_error";
-  }
+  static constexpr ErrorTypeName kTypes[] = {
+      {400, "invalid_request_error"}, {401, "authentication_error"}, {403, "permission_error"},
+      {404, "not_found_error"},       {413, "request_too_large"},    {429, "rate_limit_error"},
+      {503, "overloaded_error"},
+  };
+  return error_type_lookup(kTypes, status, "invalid_request_error", "api_error");
 }
 
 [[noreturn]] void wrong_type(const std::string& name, const char* expected, const json& v) {

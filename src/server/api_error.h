@@ -3,6 +3,7 @@
 // status. Request handlers throw ApiError; the router turns it into the response.
 #include <nlohmann/json.hpp>
 
+#include <span>
 #include <stdexcept>
 #include <string>
 
@@ -58,7 +59,22 @@ inline std::string string_or_empty(const nlohmann::json& obj, const char* name) 
   return it != obj.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
 
-// "invalid_request_error", "authentication_error", ... for a status.
+// An error "type" name for an HTTP status. The OpenAI and Anthropic APIs name statuses
+// differently (413, 503 and the fallbacks), so each protocol has its own table.
+struct ErrorTypeName {
+  int status;
+  const char* type;
+};
+
+// The table's name for status; otherwise server_error for a 5xx and client_error for the rest.
+inline const char* error_type_lookup(std::span<const ErrorTypeName> table, int status, const char* client_error,
+                                     const char* server_error) {
+  for (const ErrorTypeName& e : table)
+    if (e.status == status) return e.type;
+  return status >= 500 ? server_error : client_error;
+}
+
+// The OpenAI names: "invalid_request_error", "authentication_error", ... for a status.
 const char* error_type_for_status(int status);
 
 // 400 with a field name: the common case.

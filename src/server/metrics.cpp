@@ -118,12 +118,15 @@ std::string ServerMetrics::render(const EngineCounters& c, std::string_view mode
     w.family(name, type, help);
     w.sample(name, m, v);
   };
+  // The engine's event counts are int64_t; a sample is a double (exact below 2^53).
+  auto counter = [&](const char* name, const char* help, int64_t n) {
+    one(name, "counter", help, static_cast<double>(n));
+  };
   one("mla:num_requests_running", "gauge", "Sequences in the engine's running set.", c.n_running);
   one("mla:num_requests_waiting", "gauge", "Sequences waiting to be scheduled (new or preempted).", c.n_waiting);
   one("mla:kv_cache_usage_perc", "gauge", "Fraction of KV cache blocks in use (0 to 1).", c.kv_usage);
-  one("mla:prompt_tokens_total", "counter", "Prompt tokens of admitted requests.",
-      static_cast<double>(c.n_prompt_tokens));
-  one("mla:generation_tokens_total", "counter", "Generated tokens.", static_cast<double>(c.n_generation_tokens));
+  counter("mla:prompt_tokens_total", "Prompt tokens of admitted requests.", c.n_prompt_tokens);
+  counter("mla:generation_tokens_total", "Generated tokens.", c.n_generation_tokens);
 
   w.family("mla:request_success_total", "counter", "Finished requests by finish reason.");
   {
@@ -133,35 +136,31 @@ std::string ServerMetrics::render(const EngineCounters& c, std::string_view mode
     for (const auto& [reason, n] : all)
       w.sample("mla:request_success_total", with("finished_reason", reason), static_cast<double>(n));
   }
-  one("mla:num_preemptions_total", "counter", "Sequences preempted (recomputed later).",
-      static_cast<double>(c.n_preemptions));
-  one("mla:prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.",
-      static_cast<double>(c.n_prefix_queries));
-  one("mla:prefix_cache_hits_total", "counter", "Prompt tokens found in the prefix cache.",
-      static_cast<double>(c.n_prefix_hits));
+  counter("mla:num_preemptions_total", "Sequences preempted (recomputed later).", c.n_preemptions);
+  counter("mla:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", c.n_prefix_queries);
+  counter("mla:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.", c.n_prefix_hits);
   w.family("mla:attention_path_tokens_total", "counter",
            "Tokens attended through each MLA path (mha: decompressed, mqa: absorbed).");
   w.sample("mla:attention_path_tokens_total", with("path", "mha"), static_cast<double>(c.n_tokens_mha));
   w.sample("mla:attention_path_tokens_total", with("path", "mqa"), static_cast<double>(c.n_tokens_mqa));
   if (!c.n_spec_accepted_per_pos.empty()) {  // speculative decoding configured (vLLM's spec_decode names)
-    one("mla:spec_decode_num_drafts_total", "counter", "Speculative verify steps that carried drafts (per sequence).",
-        static_cast<double>(c.n_spec_drafts));
-    one("mla:spec_decode_num_draft_tokens_total", "counter", "Draft tokens proposed by the MTP layer and verified.",
-        static_cast<double>(c.n_spec_draft_tokens));
-    one("mla:spec_decode_num_accepted_tokens_total", "counter", "Draft tokens accepted.",
-        static_cast<double>(c.n_spec_accepted_tokens));
+    counter("mla:spec_decode_num_drafts_total", "Speculative verify steps that carried drafts (per sequence).",
+            c.n_spec_drafts);
+    counter("mla:spec_decode_num_draft_tokens_total", "Draft tokens proposed by the MTP layer and verified.",
+            c.n_spec_draft_tokens);
+    counter("mla:spec_decode_num_accepted_tokens_total", "Draft tokens accepted.", c.n_spec_accepted_tokens);
     w.family("mla:spec_decode_num_accepted_tokens_per_pos_total", "counter",
              "Draft tokens accepted by draft position (0: the first draft of a step).");
     for (size_t i = 0; i < c.n_spec_accepted_per_pos.size(); ++i)
       w.sample("mla:spec_decode_num_accepted_tokens_per_pos_total", with("position", std::to_string(i)),
                static_cast<double>(c.n_spec_accepted_per_pos[i]));
   }
-  one("mla:sparse_attention_layer_tokens_total", "counter",
-      "DSA: tokens attended through sparse (indexer top-k) layers, summed over those layers.",
-      static_cast<double>(c.n_sparse_layer_tokens));
-  one("mla:sparse_attention_selected_rows_total", "counter",
-      "DSA: context rows the lightning indexer selected for those tokens (their attention cost).",
-      static_cast<double>(c.n_sparse_selected_rows));
+  counter("mla:sparse_attention_layer_tokens_total",
+          "DSA: tokens attended through sparse (indexer top-k) layers, summed over those layers.",
+          c.n_sparse_layer_tokens);
+  counter("mla:sparse_attention_selected_rows_total",
+          "DSA: context rows the lightning indexer selected for those tokens (their attention cost).",
+          c.n_sparse_selected_rows);
 
   w.family("mla:time_to_first_token_seconds", "histogram", "Time from request arrival to its first generated token.");
   w.histogram("mla:time_to_first_token_seconds", m, ttft_.snapshot());

@@ -9,27 +9,12 @@
 namespace mla::server {
 
 const char* error_type_for_status(int status) {
-  switch (status) {
-    case 400:
-      return "invalid_request_error";
-    case 401:
-      return "authentication_error";
-    case 403:
-      return "permission_error";
-    case 404:
-      return "not_found_error";
-    case 405:
-      return "method_not_allowed_error";
-    case 408:
-      return "timeout_error";
-    case 413:
-    case 431:
-      return "request_too_large_error";
-    case 503:
-      return "service_unavailable_error";
-    default:
-      return status >= 500 ? "internal_error" : "invalid_request_error";
-  }
+  static constexpr ErrorTypeName kTypes[] = {
+      {400, "invalid_request_error"},   {401, "authentication_error"},     {403, "permission_error"},
+      {404, "not_found_error"},         {405, "method_not_allowed_error"}, {408, "timeout_error"},
+      {413, "request_too_large_error"}, {431, "request_too_large_error"},  {503, "service_unavailable_error"},
+  };
+  return error_type_lookup(kTypes, status, "invalid_request_error", "internal_error");
 }
 
 json ApiError::to_json() const {

@@ -11,7 +11,7 @@
 
 #include "../model/model_test_util.h"
 #include "../support/log_capture.h"
-#include "engine/deepseek2_runner.h"
+#include "../support/model_engine.h"
 #include "engine_harness.h"
 #include "util/log.h"
 #include "util/trace.h"
@@ -44,24 +44,7 @@ std::string synth_q8_model() {
 std::function<std::unique_ptr<ModelRunner>()> model_runner(const std::string& path, MlaPathPolicy policy,
                                                            int block_size, int64_t tokens,
                                                            GgmlType dtype = GgmlType::F16) {
-  return [=] {
-    ModelOptions mo;
-    mo.n_threads = 2;
-    mo.max_batch_tokens = 2048;
-    KvCacheOptions kv;
-    kv.dtype = dtype;
-    kv.block_size = block_size;
-    kv.tokens = tokens;
-    return std::make_unique<Deepseek2Runner>(path, policy, mo, kv);
-  };
-}
-
-SamplingParams greedy(int n) {
-  SamplingParams p;
-  p.temperature = 0;
-  p.max_tokens = n;
-  p.ignore_eos = true;
-  return p;
+  return deepseek2_runner(path, policy, {.block_size = block_size, .tokens = tokens, .dtype = dtype});
 }
 
 std::vector<int32_t> prompt_of(int n, int seed, int n_vocab) {

@@ -11,6 +11,7 @@
 #include <map>
 
 #include "../support/log_capture.h"
+#include "../support/model_engine.h"
 #include "engine/deepseek2_runner.h"
 #include "engine/speculative.h"
 #include "engine/tokenizer_decoder.h"
@@ -28,26 +29,11 @@ namespace {
 const std::string kTiny = std::string(MLA_SOURCE_DIR) + "/models/tiny-q8_0.gguf";
 constexpr int kVocab = 4096;
 
+// max_batch_tokens: the budget plus one MTP row per sequence.
 std::function<std::unique_ptr<ModelRunner>()> tiny_runner(MlaPathPolicy policy, bool mtp, int block_size = 16,
                                                           int64_t tokens = 1024) {
-  return [=] {
-    ModelOptions mo;
-    mo.n_threads = 2;
-    mo.max_batch_tokens = 2048 + 128;  // the budget plus one MTP row per sequence
-    mo.mtp = mtp;
-    KvCacheOptions kv;
-    kv.block_size = block_size;
-    kv.tokens = tokens;
-    return std::make_unique<Deepseek2Runner>(kTiny, policy, mo, kv);
-  };
-}
-
-SamplingParams greedy(int n) {
-  SamplingParams p;
-  p.temperature = 0;
-  p.max_tokens = n;
-  p.ignore_eos = true;
-  return p;
+  return deepseek2_runner(kTiny, policy,
+                          {.block_size = block_size, .tokens = tokens, .max_batch_tokens = 2048 + 128, .mtp = mtp});
 }
 
 // Token ids of held-out-like text would need the tokenizer; a spread of ids works as well.
@@ -149,15 +135,7 @@ TEST_P(SpecDsa, GreedyIdenticalToPlainDecoding) {
   const auto& [name, policy] = GetParam();
   const std::string file = std::string(MLA_SOURCE_DIR) + "/tests/fixtures/dsa-reference/" + name + "/model-f32.gguf";
   auto runner = [&, policy = policy](bool mtp) {
-    return [=] {
-      ModelOptions mo;
-      mo.n_threads = 2;
-      mo.max_batch_tokens = 256;
-      mo.mtp = mtp;
-      KvCacheOptions kv;
-      kv.tokens = 1024;
-      return std::make_unique<Deepseek2Runner>(file, policy, mo, kv);
-    };
+    return deepseek2_runner(file, policy, {.max_batch_tokens = 256, .mtp = mtp});
   };
   std::vector<Arrival> a;
   const int lens[] = {3, 40, 70};

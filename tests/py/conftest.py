@@ -25,8 +25,11 @@ def fixtures_dir() -> Path:
     return FIXTURES
 
 
-def run_mla(mla_bin: str, *args: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
-    p = subprocess.run([mla_bin, *args], capture_output=True, check=False, text=True, **kw)
+def run_mla(mla_bin: str, *args, check: bool = True, env: dict | None = None, **kw) -> subprocess.CompletedProcess:
+    """`mla ARGS` (each made a str) with stdout and stderr captured as text. env: variables set on top
+    of this process's; check: fail unless it exits 0."""
+    full_env = None if env is None else {**os.environ, **env}
+    p = subprocess.run([mla_bin, *map(str, args)], capture_output=True, check=False, text=True, env=full_env, **kw)
     if check and p.returncode != 0:
-        raise AssertionError(f"mla {' '.join(args)} failed ({p.returncode}): {p.stderr}")
+        raise AssertionError(f"mla {' '.join(map(str, args))} failed ({p.returncode}): {p.stderr}")
     return p

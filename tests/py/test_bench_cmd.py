@@ -3,10 +3,10 @@ reads checked against the file's tensor sizes as gguf-py reads them, the bandwid
 options; and the `v2lite` synth preset's keys against DeepSeek-V2-Lite's published widths."""
 import json
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import run_mla
 
 from gguf import GGUFReader
 
@@ -17,11 +17,8 @@ SMALL = ["--n-embd", "64", "--n-ff", "128", "--q-lora-rank", "32", "--kv-lora-ra
          "--n-layer", "3"]
 
 
-def mla(*args, check=True):
-    r = subprocess.run([MLA, *map(str, args)], capture_output=True, text=True)  # noqa: PLW1510 (the caller checks the return code)
-    if check:
-        assert r.returncode == 0, r.stderr
-    return r
+def mla(*args, **kw):
+    return run_mla(MLA, *args, **kw)
 
 
 @pytest.fixture(scope="module")

@@ -4,10 +4,10 @@ for an unknown MLA_* variable; the dispatch trace through MLA_TRACE."""
 import json
 import os
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import run_mla
 
 ROOT = Path(__file__).resolve().parents[2]
 MLA = os.environ.get("MLA_BIN", str(ROOT / "build" / "mla"))
@@ -15,13 +15,8 @@ SMALL = ["--n-embd", "64", "--n-ff", "128", "--q-lora-rank", "32", "--kv-lora-ra
          "--qk-rope", "16", "--v-head", "16", "--n-ff-exp", "32", "--n-expert", "8", "--n-expert-used", "2"]
 
 
-def mla(*args, check=True, env=None):
-    e = dict(os.environ)
-    e.update(env or {})
-    r = subprocess.run([MLA, *map(str, args)], capture_output=True, check=False, text=True, env=e)
-    if check:
-        assert r.returncode == 0, r.stderr
-    return r
+def mla(*args, **kw):
+    return run_mla(MLA, *args, **kw)
 
 
 @pytest.fixture(scope="module")

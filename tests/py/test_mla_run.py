@@ -3,10 +3,10 @@ on small synthetic deepseek2 files (one with the DeepSeek-V2 vocabulary)."""
 import json
 import os
 import re
-import subprocess
 from pathlib import Path
 
 import numpy as np
+from conftest import run_mla
 
 import gguf
 
@@ -15,11 +15,8 @@ MLA = os.environ.get("MLA_BIN", str(ROOT / "build" / "mla"))
 VOCAB = ROOT / "tests" / "fixtures" / "vocab" / "ggml-vocab-deepseek-llm.gguf"
 
 
-def mla(*args, check=True):
-    r = subprocess.run([MLA, *map(str, args)], capture_output=True, check=False, text=True)
-    if check:
-        assert r.returncode == 0, r.stderr
-    return r
+def mla(*args, **kw):
+    return run_mla(MLA, *args, **kw)
 
 
 SMALL = ["--n-embd", "64", "--n-ff", "128", "--q-lora-rank", "32", "--kv-lora-rank", "64", "--qk-nope", "16",

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from conftest import run_mla
 
 from server_util import MODEL_NAME, Server
 
@@ -46,15 +47,8 @@ MPI_FLAGS = ["--oversubscribe", "--allow-run-as-root", "--bind-to", "none", "--m
 
 # Several ranks run the row-major matmul kernels (repacking would copy every rank's shard), so the
 # single-process reference runs them too: MLA_REPACK=0. The packed kernels round differently.
-SINGLE_ENV = dict(os.environ, MLA_REPACK="0")
-
-
 def mla(*args, check=True, timeout=120):
-    r = subprocess.run([MLA, *map(str, args)], capture_output=True, check=False, text=True, timeout=timeout,
-                       env=SINGLE_ENV)
-    if check:
-        assert r.returncode == 0, r.stderr
-    return r
+    return run_mla(MLA, *args, check=check, env={"MLA_REPACK": "0"}, timeout=timeout)
 
 
 def mpirun(n, *args, check=True, timeout=120):

@@ -21,7 +21,7 @@
 #include <cmath>
 #include <cstring>
 #include <span>
-#if defined(__AVX512F__) || defined(__FMA__)
+#if defined(__AVX512F__) || defined(__AVX__)
 #include <immintrin.h>
 #endif
 
@@ -58,7 +58,16 @@ inline vf load(const float* p) {
   return v;
 }
 inline void store(float* p, vf v) { std::memcpy(p, &v, sizeof v); }
-inline vf splat(float x) { return vf{} + x; }
+// x in every lane (a broadcast: `vf{} + x` would add a zero, one more instruction, and turn -0 into +0).
+inline vf splat(float x) {
+#if defined(__AVX512F__)
+  return (vf)_mm512_set1_ps(x);
+#elif defined(__AVX__)
+  return (vf)_mm256_set1_ps(x);
+#else
+  return x - vf{};   // exact for every x, -0 included
+#endif
+}
 
 // a * b + c, fused where the target has FMA; never left to the compiler's contraction (see vec.h).
 inline vf fmav(vf a, vf b, vf c) {

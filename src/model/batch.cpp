@@ -49,7 +49,7 @@ MlaPath cheaper_prefill_path(int64_t kv_lora, int64_t qk_nope, int64_t qk_rope, 
   constexpr double kMqaGmacs = 65, kMhaGmacs = 8;
 #else
   // 2-core Zen 3, AVX2 + FMA.
-  constexpr double kMqaGmacs = 1.35, kMhaGmacs = 17;
+  constexpr double kMqaGmacs = 1.35, kMhaGmacs = 16.5;
 #endif
   const double mqa = static_cast<double>(2 * kv_lora + qk_rope) / kMqaGmacs;
   const double mha = static_cast<double>(qk_nope + qk_rope + v_head) / kMhaGmacs;

@@ -15,9 +15,11 @@
 // The context is read in the cache's own dtype (F32, F16, BF16, Q8_0, ...). MQA converts a tile
 // of rows at a time, once for all the heads that use it, and splits one query's rows into fixed
 // 256-row splits folded in a fixed order (flash-decoding), so one long sequence uses every thread;
-// MHA converts the context once per call. Every reduction has a fixed order that depends only on
-// the query's rows, so results do not depend on the thread count or on other sequences in the
-// batch.
+// MHA decompresses one 64-row key block per head at a time into a per-thread tile and folds it
+// into the running softmax state of every query that sees it (flash attention, in
+// attention_mha.cpp). Every reduction has a fixed order that depends only on the query's rows, so
+// results do not depend on the thread count, on how a prompt was chunked, or on other sequences
+// in the batch.
 #include <cstdint>
 #include <vector>
 
@@ -88,8 +90,6 @@ struct MlaAttnParams {
 // Work buffers; grown on first use to the largest sizes seen.
 struct AttnScratch {
   std::vector<std::vector<float>> per_thread;
-  std::vector<float> ctx;                 // MHA: the context converted to F32
-  std::vector<int32_t> iota;              // MHA: identity slots over ctx
   std::vector<float> q_t;                 // MQA: absorbed, scaled queries, transposed to [row elem][head]
   std::vector<float> partials;            // MQA: per query and 1024-row part: max, sum, output per head
   std::vector<std::vector<float>> heads;  // per thread: one head's projection rows converted to F32

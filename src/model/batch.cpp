@@ -38,9 +38,19 @@ MlaPath choose_mla_path(MlaPathPolicy policy, int64_t query_len, int64_t decode_
 }
 
 MlaPath cheaper_prefill_path(int64_t kv_lora, int64_t qk_nope, int64_t qk_rope, int64_t v_head) {
-  // Sustained GMAC/s of each kernel on the multiply-adds it must do (attn/mqa_chunk and
-  // attn/mha_chunk, 512-token chunks at depth 2048-8192, one thread, CPU time).
+  // Effective GMAC/s of each kernel per (query, row) pair and head, counting only the pair's own
+  // multiply-adds (below; MQA's absorb and MHA's decompression are inside the rates), from
+  // attn/mqa_chunk and attn/mha_chunk (512-token chunks at GLM-5 widths, depth 2048-8192, one
+  // thread, CPU time; docs/PERF.md, issue 19). The rates are the build target's, fixed for a
+  // binary: the MQA kernel's 16-lane tiles are one register with AVX-512 and run ~35x slower
+  // without it, while the tiled MHA kernel uses the native width either way.
+#if defined(__AVX512F__)
+  // AVX-512 VM, before the tiled MHA kernel (its 8 is the old MHA kernel's: a floor).
   constexpr double kMqaGmacs = 65, kMhaGmacs = 8;
+#else
+  // 2-core Zen 3, AVX2 + FMA.
+  constexpr double kMqaGmacs = 1.35, kMhaGmacs = 16.5;
+#endif
   const double mqa = static_cast<double>(2 * kv_lora + qk_rope) / kMqaGmacs;
   const double mha = static_cast<double>(qk_nope + qk_rope + v_head) / kMhaGmacs;
   return mqa <= mha ? MlaPath::Mqa : MlaPath::Mha;

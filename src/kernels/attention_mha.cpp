@@ -1,0 +1,435 @@
+// The decompressed (MHA) MLA path, tiled in the flash-attention manner.
+//
+// Per head, the context is cut into key blocks of kBlock rows aligned to context row 0. Each block
+// is decompressed into a per-thread tile that stays in cache (k_nope = W_UK_h c_kv and
+// v = W_UV_h c_kv for the block's rows, k_pe copied), stored transposed: [dim][row in block]. Then
+// every query tile (16 queries, one per vector lane) that sees the block updates its running
+// softmax state, all of it vertical over the lanes:
+//   s_k    = Σ_d q_d · k_{k,d}                       one fma16 chain over d per key, d in order
+//   m'     = max(m, max_k s_k),  α = exp(m - m'),    p_k = exp(s_k - m')
+//   l'     = l · α + Σ_k p_k                         keys in ascending order
+//   o'_e   = o_e · α + Σ_k v_{k,e} p_k               one fma16 chain over k per output lane
+// and at the end out = o / l. A key a query does not see (past its causal limit, outside its DSA
+// selection) is an exact identity for that lane: score -inf, weight +0, output left untouched
+// (blended, not multiplied by 0, so even a -0 survives), and a block with no key for a lane
+// leaves it exactly as it was (α = 1). So a query's output bits depend only on its own rows:
+// not on which tile or lane it sits in, the number of queries in the call, how a prompt was
+// chunked, or the thread count. Buffers are bounded by the block and by at most kMaxGroupTiles
+// query tiles, never by the context length.
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <span>
+#if defined(__AVX512F__) || defined(__AVX__)
+#include <immintrin.h>
+#endif
+
+#include "kernels/attention.h"
+#include "kernels/attention_rows.h"
+
+namespace mla {
+namespace {
+
+// The target's own vector width: 16 lanes on AVX-512, 8 elsewhere (AVX2). A 16-query row of the
+// kernel's state is kVecs of them. (The 16-lane type of simd16.h is two registers on AVX2, and
+// GCC moves its broadcasts and tile accumulators through the stack there.)
+#if defined(__AVX512F__)
+constexpr int kWidth = 16;
+#else
+constexpr int kWidth = 8;
+#endif
+using vf = float __attribute__((vector_size(kWidth * 4)));
+using vi = int32_t __attribute__((vector_size(kWidth * 4)));
+
+constexpr int64_t kBlock = 64;          // key rows per block: bits of one uint64_t lane mask
+constexpr int64_t kLanes = 16;          // queries per tile (one bit each in a key's lane mask)
+constexpr int kVecs = kLanes / kWidth;  // vectors per 16-lane row
+constexpr int64_t kMaxGroupTiles = 64;  // query tiles sharing one pass over the blocks (1,024 queries)
+// Register tile height: rows of a tile sharing one load of a 16-lane row (kVecs registers). AVX2's
+// 16 registers hold 6 x 2 accumulators; AVX-512's 32 hold 12 x 1.
+constexpr int kRows = kWidth == 16 ? 12 : 6;
+
+int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+
+inline vf load(const float* p) {
+  vf v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store(float* p, vf v) { std::memcpy(p, &v, sizeof v); }
+// x in every lane (a broadcast: `vf{} + x` would add a zero, one more instruction, and turn -0 into +0).
+inline vf splat(float x) {
+#if defined(__AVX512F__)
+  return (vf)_mm512_set1_ps(x);
+#elif defined(__AVX__)
+  return (vf)_mm256_set1_ps(x);
+#else
+  return x - vf{};   // exact for every x, -0 included
+#endif
+}
+
+// a * b + c, fused where the target has FMA; never left to the compiler's contraction (see vec.h).
+inline vf fmav(vf a, vf b, vf c) {
+#if defined(__AVX512F__)
+  return (vf)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);  // same-size vector casts
+#elif defined(__FMA__)
+  return (vf)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);  // same-size vector casts
+#else
+  return a * b + c;  // no FMA on this target: cannot be contracted
+#endif
+}
+
+// exp(x) for x <= 0: simd::exp16_nonpos's reduction and polynomial on the native width.
+inline vf exp_nonpos(vf x) {
+  const vf lo = splat(-87.0f);
+  const vi under = x < lo;
+  x = x > lo ? x : lo;
+  const vf magic = splat(12582912.0f);
+  const vf t = fmav(x, splat(1.44269504088896341f), magic);
+  const vf n = t - magic;
+  vf r = fmav(n, splat(-0.693359375f), x);
+  r = fmav(n, splat(2.12194440e-4f), r);
+  vf p = splat(1.9875691500e-4f);
+  p = fmav(p, r, splat(1.3981999507e-3f));
+  p = fmav(p, r, splat(8.3334519073e-3f));
+  p = fmav(p, r, splat(4.1665795894e-2f));
+  p = fmav(p, r, splat(1.6666665459e-1f));
+  p = fmav(p, r, splat(5.0000001201e-1f));
+  p = fmav(p, r * r, r + 1.0f);
+  vi ti, mi;
+  std::memcpy(&ti, &t, sizeof t);
+  std::memcpy(&mi, &magic, sizeof magic);
+  const vi bits = (ti - mi + 127) << 23;
+  vf scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  const vf y = p * scale;
+  return under ? vf{} : y;
+}
+
+// One 16-lane row (16 queries) as kVecs native vectors; lane-wise operations.
+struct Row {
+  vf v[kVecs];
+};
+struct Mask {
+  vi v[kVecs];
+};
+inline Row load_row16(const float* p) {
+  Row r;
+  for (int i = 0; i < kVecs; ++i) r.v[i] = load(p + i * kWidth);
+  return r;
+}
+inline void store_row16(float* p, const Row& r) {
+  for (int i = 0; i < kVecs; ++i) store(p + i * kWidth, r.v[i]);
+}
+inline Row splat_row(float x) {
+  Row r;
+  for (auto& v : r.v) v = splat(x);
+  return r;
+}
+
+// f.operator()<R>(i) for tiles of R = kRows rows over [i, n), the remainder in halving tiles.
+template <int R, class F>
+void row_tiles(int64_t i, int64_t n, F& f) {
+  for (; i + R <= n; i += R) f.template operator()<R>(i);
+  if constexpr (R > 1) row_tiles<R / 2>(i, n, f);
+}
+
+// s[r][lane] = Σ_{d < n_d} kt[d][key[r]] · qt[d][lane] for r < R: one chain over d per output.
+template <int R>
+void score_tile(const float* kt, const int32_t* key, const float* qt, int64_t n_d, Row* s) {
+  vf acc[R][kVecs] = {};
+  for (int64_t d = 0; d < n_d; ++d) {
+    vf q[kVecs];
+    for (int i = 0; i < kVecs; ++i) q[i] = load(qt + d * kLanes + i * kWidth);
+    const float* row = kt + d * kBlock;
+    for (int r = 0; r < R; ++r) {
+      const vf k = splat(row[key[r]]);
+      for (int i = 0; i < kVecs; ++i) acc[r][i] = fmav(k, q[i], acc[r][i]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int i = 0; i < kVecs; ++i) s[r].v[i] = acc[r][i];
+}
+
+// A run of consecutive listed keys that every real lane sees (plain) or only some (blended).
+struct Run {
+  int32_t begin, end;
+  bool partial;
+};
+
+// ot[e][lane] = ot[e][lane] · α + Σ_k vt[e][key[k]] · p[k][lane] for e < R, k in run order; a
+// partial key adds only in the lanes of its mask (a blend, so the other lanes keep their bits).
+template <int R>
+void pv_tile(float* ot, const Row& alpha, const float* vt, const int32_t* key, const Row* p, const Run* runs,
+             int n_runs, const Mask* mask) {
+  vf acc[R][kVecs];
+  for (int r = 0; r < R; ++r)
+    for (int i = 0; i < kVecs; ++i) acc[r][i] = load(ot + r * kLanes + i * kWidth) * alpha.v[i];
+  for (int u = 0; u < n_runs; ++u) {
+    const Run run = runs[u];
+    if (!run.partial) {
+      for (int32_t k = run.begin; k < run.end; ++k) {
+        const float* col = vt + key[k];
+        for (int r = 0; r < R; ++r) {
+          const vf v = splat(col[r * kBlock]);
+          for (int i = 0; i < kVecs; ++i) acc[r][i] = fmav(v, p[k].v[i], acc[r][i]);
+        }
+      }
+    } else {
+      for (int32_t k = run.begin; k < run.end; ++k) {
+        const float* col = vt + key[k];
+        for (int r = 0; r < R; ++r) {
+          const vf v = splat(col[r * kBlock]);
+          for (int i = 0; i < kVecs; ++i) acc[r][i] = mask[k].v[i] ? fmav(v, p[k].v[i], acc[r][i]) : acc[r][i];
+        }
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int i = 0; i < kVecs; ++i) store(ot + r * kLanes + i * kWidth, acc[r][i]);
+}
+
+// out[d][key] = Σ_c w[d][c] · ct[c][key] for d < n_rows, keys in n_grp groups of 16: one chain over
+// c per output, whatever tile computes it.
+template <int R>
+void decompress_tile(const float* w, int64_t kv_lora, const float* ct, float* out) {
+  vf acc[R][kVecs] = {};
+  for (int64_t c = 0; c < kv_lora; ++c) {
+    vf x[kVecs];
+    for (int i = 0; i < kVecs; ++i) x[i] = load(ct + c * kBlock + i * kWidth);
+    for (int r = 0; r < R; ++r) {
+      const vf a = splat(w[r * kv_lora + c]);
+      for (int i = 0; i < kVecs; ++i) acc[r][i] = fmav(a, x[i], acc[r][i]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int i = 0; i < kVecs; ++i) store(out + r * kBlock + i * kWidth, acc[r][i]);
+}
+
+void decompress(const float* w, int64_t kv_lora, const float* ct, int64_t n_grp, int64_t n_rows, float* out) {
+  auto tile = [&]<int R>(int64_t d) {
+    for (int64_t g = 0; g < n_grp; ++g)
+      decompress_tile<R>(w + d * kv_lora, kv_lora, ct + g * kLanes, out + d * kBlock + g * kLanes);
+  };
+  row_tiles<kRows>(0, n_rows, tile);
+}
+
+// One head's running state for a group of query tiles, and its decompressed block.
+struct Work {
+  float* ct;   // [kv_lora][kBlock]: the block's c_kv, transposed
+  float* kt;   // [qk_head][kBlock]: k_nope rows, then k_pe rows
+  float* vt;   // [vp][kBlock]: v rows (rows v_dim.. stay 0)
+  float* row;  // one context row as F32
+  float* qt;   // per tile [qk_head][kLanes]: queries scaled by kq_scale, transposed
+  float* m;    // per tile [kLanes]: running max
+  float* l;    // per tile [kLanes]: running sum
+  float* ot;   // per tile [vp][kLanes]: running output, transposed
+};
+
+struct Dims {
+  int64_t qk_head, vp, row_len;
+};
+
+size_t work_floats(const MlaAttnParams& p, const Dims& d, int64_t n_tiles) {
+  return static_cast<size_t>((p.kv_lora + d.qk_head + d.vp) * kBlock + round_up(d.row_len, kLanes) +
+                             n_tiles * (d.qk_head + 2 + d.vp) * kLanes);
+}
+
+Work work_of(float* b, const MlaAttnParams& p, const Dims& d, int64_t n_tiles) {
+  Work w{};
+  w.ct = b;
+  w.kt = w.ct + p.kv_lora * kBlock;
+  w.vt = w.kt + d.qk_head * kBlock;
+  w.row = w.vt + d.vp * kBlock;
+  w.qt = w.row + round_up(d.row_len, kLanes);
+  w.m = w.qt + n_tiles * d.qk_head * kLanes;
+  w.l = w.m + n_tiles * kLanes;
+  w.ot = w.l + n_tiles * kLanes;
+  return w;
+}
+
+// One query tile over one decompressed block: lane_mask[lane] has bit k set when the lane's query
+// attends to block row k; full has the bits every real lane has.
+void attend_block(const Dims& dims, const Work& w, int64_t tile, const uint64_t* lane_mask, uint64_t any,
+                  uint64_t full) {
+  int32_t key[kBlock + kRows];
+  int32_t nk = 0;
+  for (uint64_t bits = any; bits; bits &= bits - 1) key[nk++] = std::countr_zero(bits);
+  for (int r = 0; r < kRows; ++r) key[nk + r] = key[nk - 1];  // score tiles past the end: ignored
+
+  Row s[kBlock + kRows];
+  Mask mask[kBlock];
+  const float* qt = w.qt + tile * dims.qk_head * kLanes;
+  auto scores = [&]<int R>(int64_t k) { score_tile<R>(w.kt, key + k, qt, dims.qk_head, s + k); };
+  row_tiles<kRows>(0, round_up(nk, kRows), scores);
+
+  // Partial keys: -inf scores outside their lanes; runs of plain and partial keys in key order.
+  Run runs[kBlock];
+  int n_runs = 0;
+  const vf neg_inf = splat(-INFINITY);
+  vi lane_bit[kVecs];
+  for (int i = 0; i < kVecs; ++i)
+    for (int l = 0; l < kWidth; ++l) lane_bit[i][l] = 1 << (i * kWidth + l);
+  for (int32_t k = 0; k < nk; ++k) {
+    const bool partial = !((full >> key[k]) & 1);
+    if (partial) {
+      int32_t lanes = 0;  // bit l: lane l sees the key
+      for (int l = 0; l < kLanes; ++l) lanes |= static_cast<int32_t>((lane_mask[l] >> key[k]) & 1) << l;
+      for (int i = 0; i < kVecs; ++i) {
+        mask[k].v[i] = (lane_bit[i] & lanes) != 0;
+        s[k].v[i] = mask[k].v[i] ? s[k].v[i] : neg_inf;
+      }
+    }
+    if (n_runs > 0 && runs[n_runs - 1].partial == partial)
+      runs[n_runs - 1].end = k + 1;
+    else
+      runs[n_runs++] = Run{k, k + 1, partial};
+  }
+
+  // Online softmax: the new max, the rescale of the old state, the block's weights and their sum.
+  float* m = w.m + tile * kLanes;
+  float* l = w.l + tile * kLanes;
+  Row alpha;
+  for (int i = 0; i < kVecs; ++i) {
+    vf mx = neg_inf;
+    for (int32_t k = 0; k < nk; ++k) mx = mx > s[k].v[i] ? mx : s[k].v[i];
+    const vf m_old = load(m + i * kWidth);
+    const vf m_new = m_old > mx ? m_old : mx;
+    // A lane whose max did not move keeps its state exactly (also when it has seen no key yet).
+    alpha.v[i] = m_new == m_old ? splat(1.0f) : exp_nonpos(m_old - m_new);
+    vf sum{};
+    for (const Run& run : std::span(runs, n_runs)) {
+      for (int32_t k = run.begin; k < run.end; ++k) {
+        vf e = exp_nonpos(s[k].v[i] - m_new);
+        if (run.partial) e = mask[k].v[i] ? e : vf{};
+        s[k].v[i] = e;
+        sum += e;
+      }
+    }
+    store(m + i * kWidth, m_new);
+    store(l + i * kWidth, fmav(load(l + i * kWidth), alpha.v[i], sum));
+  }
+
+  float* ot = w.ot + tile * dims.vp * kLanes;
+  auto pv = [&]<int R>(int64_t e) {
+    pv_tile<R>(ot + e * kLanes, alpha, w.vt + e * kBlock, key, s, runs, n_runs, mask);
+  };
+  row_tiles<kRows>(0, dims.vp, pv);
+}
+
+}  // namespace
+
+void mla_attention_mha(const MlaAttnParams& p, ThreadPool& pool, AttnScratch& scratch) {
+  if (p.n_q <= 0) return;
+  const int nt = pool.n_threads();
+  const Dims dims{p.qk_nope + p.qk_rope, round_up(p.v_dim, kRows), p.kv_lora + p.qk_rope};
+  const int64_t qk_head = dims.qk_head;
+  const int64_t n_tiles = (p.n_q + kLanes - 1) / kLanes;
+  // Units of (head, group of query tiles): groups bound the state, and split heads when there are
+  // fewer heads than threads. Which group a query is in changes no arithmetic of its lane.
+  const int64_t n_groups = std::max((n_tiles + kMaxGroupTiles - 1) / kMaxGroupTiles,
+                                    std::min<int64_t>(n_tiles, (nt + p.n_head - 1) / p.n_head));
+  const int64_t group_tiles = (n_tiles + n_groups - 1) / n_groups;
+  const size_t per_thread = work_floats(p, dims, group_tiles);
+  if (static_cast<int>(scratch.per_thread.size()) < nt) scratch.per_thread.resize(nt);
+  for (int t = 0; t < nt; ++t)
+    if (scratch.per_thread[t].size() < per_thread) scratch.per_thread[t].resize(per_thread);
+  attn::reserve_head_buffers(scratch, nt, static_cast<size_t>((p.qk_nope + p.v_dim) * p.kv_lora));
+  const DequantizeFn dq = p.cache_type == GgmlType::F32 ? nullptr : dequantize_fn(p.cache_type);
+
+  pool.parallel_for(p.n_head * n_groups, [&](int64_t u0, int64_t u1, int t) {
+    const Work w = work_of(scratch.per_thread[t].data(), p, dims, group_tiles);
+    std::fill(w.vt + p.v_dim * kBlock, w.vt + dims.vp * kBlock, 0.0f);
+    float* wbuf = scratch.heads[t].data();
+    int64_t head_ready = -1;
+    const float* wk = nullptr;
+    const float* wv = nullptr;
+    for (int64_t u = u0; u < u1; ++u) {
+      const int64_t h = u / n_groups, g = u % n_groups;
+      const int64_t tile0 = g * group_tiles, n_gt = std::min(n_tiles, tile0 + group_tiles) - tile0;
+      if (n_gt <= 0) continue;
+      if (h != head_ready) {
+        wk = mla_proj_head(p.w_uk_t, h, p.qk_nope, p.kv_lora, wbuf);
+        wv = mla_proj_head(p.w_uv, h, p.v_dim, p.kv_lora, wbuf + p.qk_nope * p.kv_lora);
+        head_ready = h;
+      }
+      const int64_t i0 = tile0 * kLanes, i1 = std::min(p.n_q, (tile0 + n_gt) * kLanes);
+
+      // Queries scaled and transposed (padding lanes 0); state: max -inf, sum 0, output 0.
+      for (int64_t tl = 0; tl < n_gt; ++tl)
+        for (int64_t lane = 0; lane < kLanes; ++lane) {
+          const int64_t i = i0 + tl * kLanes + lane;
+          float* qt = w.qt + tl * qk_head * kLanes + lane;
+          const float* q = p.q + i * p.q_stride + h * qk_head;
+          for (int64_t d = 0; d < qk_head; ++d) qt[d * kLanes] = i < i1 ? q[d] * p.kq_scale : 0.0f;
+        }
+      std::fill(w.m, w.m + n_gt * kLanes, -INFINITY);
+      std::fill(w.l, w.l + n_gt * kLanes, 0.0f);
+      std::fill(w.ot, w.ot + n_gt * dims.vp * kLanes, 0.0f);
+
+      // Rows attended, per query: [0, n_vis) dense; the selection (a cursor into it) with DSA.
+      int64_t cursor[kMaxGroupTiles * kLanes] = {};
+      int64_t last_row = 0;  // one past the highest row any query of the group attends
+      for (int64_t i = i0; i < i1; ++i) {
+        const attn::QueryRows rows = attn::rows_of(p, i);
+        if (rows.n > 0) last_row = std::max(last_row, rows[rows.n - 1] + 1);
+      }
+
+      uint64_t lane_mask[kMaxGroupTiles][kLanes];
+      for (int64_t j0 = 0; j0 < last_row; j0 += kBlock) {
+        uint64_t any = 0;
+        for (int64_t tl = 0; tl < n_gt; ++tl)
+          for (int64_t lane = 0; lane < kLanes; ++lane) {
+            const int64_t i = i0 + tl * kLanes + lane;
+            uint64_t bits = 0;
+            if (i < i1 && p.sel) {
+              const int32_t* sel = p.sel + i * p.sel_stride;
+              int64_t& c = cursor[i - i0];
+              for (; c < p.sel_count[i] && sel[c] < j0 + kBlock; ++c) bits |= uint64_t{1} << (sel[c] - j0);
+            } else if (i < i1) {
+              const int64_t n = std::clamp<int64_t>(p.n_ctx - p.n_q + i + 1 - j0, 0, kBlock);
+              bits = n == kBlock ? ~uint64_t{0} : (uint64_t{1} << n) - 1;
+            }
+            lane_mask[tl][lane] = bits;
+            any |= bits;
+          }
+        if (!any) continue;
+
+        // Decompress the rows up to the last one attended, in whole key vectors (zero past it).
+        const int64_t nb = std::bit_width(any), n_grp = (nb + kLanes - 1) / kLanes;
+        for (int64_t r = 0; r < n_grp * kLanes; ++r) {
+          if (r < nb)
+            attn::load_row(p, dq, j0 + r, w.row);
+          else
+            std::fill(w.row, w.row + dims.row_len, 0.0f);
+          for (int64_t c = 0; c < p.kv_lora; ++c) w.ct[c * kBlock + r] = w.row[c];
+          for (int64_t d = 0; d < p.qk_rope; ++d) w.kt[(p.qk_nope + d) * kBlock + r] = w.row[p.kv_lora + d];
+        }
+        decompress(wk, p.kv_lora, w.ct, n_grp, p.qk_nope, w.kt);
+        decompress(wv, p.kv_lora, w.ct, n_grp, p.v_dim, w.vt);
+
+        for (int64_t tl = 0; tl < n_gt; ++tl) {
+          uint64_t tile_any = 0, tile_full = ~uint64_t{0};
+          for (int64_t lane = 0; lane < kLanes; ++lane) {
+            tile_any |= lane_mask[tl][lane];
+            if (i0 + tl * kLanes + lane < i1) tile_full &= lane_mask[tl][lane];
+          }
+          if (tile_any) attend_block(dims, w, tl, lane_mask[tl], tile_any, tile_full);
+        }
+      }
+
+      // out = o / l (0 for a query that attends to no row).
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t tl = (i - i0) / kLanes, lane = (i - i0) % kLanes;
+        const float l = w.l[tl * kLanes + lane];
+        const float inv = l > 0 ? 1.0f / l : 0.0f;
+        const float* ot = w.ot + tl * dims.vp * kLanes + lane;
+        float* o = p.out + i * p.out_stride + h * p.v_dim;
+        for (int64_t e = 0; e < p.v_dim; ++e) o[e] = ot[e * kLanes] * inv;
+      }
+    }
+  });
+}
+
+}  // namespace mla

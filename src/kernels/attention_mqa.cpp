@@ -25,7 +25,8 @@ using simd::f32xn;
 constexpr int64_t kSplit = 256;        // rows scored and summed per pass (one F32 tile)
 constexpr int64_t kSplitsPerPart = 4;  // splits folded in order into one partial result (1024 rows)
 constexpr int64_t kPartRows = kSplit * kSplitsPerPart;
-constexpr int64_t kQueryBlock = 16;  // queries absorbed and attended per round (bounds the buffers)
+constexpr int64_t kQueryBlock = 16;   // queries absorbed and attended per round (bounds the buffers)
+constexpr int64_t kPrefetchRows = 4;  // cache rows requested ahead of the one being converted
 
 int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
 
@@ -159,7 +160,10 @@ void mla_attention_mqa(const MlaAttnParams& p, ThreadPool& pool, AttnScratch& sc
         const int64_t k0 = part * kPartRows, k1 = std::min(rows.n, k0 + kPartRows);
         for (int64_t s0 = k0; s0 < k1; s0 += kSplit) {
           const int64_t nr = std::min(kSplit, k1 - s0);
-          for (int64_t r = 0; r < nr; ++r) attn::load_row(p, dq, rows[s0 + r], tb.tile + r * L.ld);
+          for (int64_t r = 0; r < nr; ++r) {
+            if (s0 + r + kPrefetchRows < k1) attn::prefetch_row(p, rows[s0 + r + kPrefetchRows]);
+            attn::load_row(p, dq, rows[s0 + r], tb.tile + r * L.ld);
+          }
           simd::dot_rows(tb.tile, L.ld, nr, q_i, L.hp, nv, L.row_len, tb.scores, lanes);
           // Softmax pieces per head lane: the split's max, p = exp(s - max), Σ p in row order.
           for (int64_t v = 0; v < lanes; v += simd::kLanesN) {

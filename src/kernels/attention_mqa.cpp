@@ -142,7 +142,14 @@ void mla_attention_mqa(const MlaAttnParams& p, ThreadPool& pool, AttnScratch& sc
 
     // 2. Attend: unit = (query, part, head group).
     const int64_t n_units = n_parts * n_groups;
-    pool.parallel_for(n_units, [&](int64_t u0, int64_t u1, int t) {
+    auto unit_rows = [&](int64_t u) {
+      const int64_t part_index = u / n_groups;
+      int64_t i = 0;
+      while (part_base[i + 1] <= part_index) ++i;
+      const int64_t k0 = (part_index - part_base[i]) * kPartRows;
+      return std::min(attn::rows_of(p, qb + i).n, k0 + kPartRows) - k0;
+    };
+    auto attend = [&](int64_t u0, int64_t u1, int t) {
       const ThreadBuffers tb = buffers(t);
       for (int64_t u = u0; u < u1; ++u) {
         const int64_t g = u % n_groups, part_index = u / n_groups;
@@ -192,7 +199,29 @@ void mla_attention_mqa(const MlaAttnParams& p, ThreadPool& pool, AttnScratch& sc
           }
         }
       }
-    });
+    };
+    // Each thread takes a contiguous run of units holding a near-equal share of the rows: a
+    // query's last part is usually short (4,160 rows are 4 parts of 1,024 and one of 64, which
+    // an equal split of the unit count gives two threads as 3,072 and 1,088 rows). Unit u goes to
+    // the thread whose share holds the middle of its rows. Who runs a unit never changes its
+    // arithmetic.
+    int64_t total_rows = 0;
+    for (int64_t u = 0; u < n_units; ++u) total_rows += unit_rows(u);
+    if (n_units > 0)
+      pool.run([&](int t) {
+        int64_t before = 0, u0 = n_units, u1 = n_units;
+        for (int64_t u = 0; u < n_units; ++u) {
+          const int64_t w = unit_rows(u);
+          const int64_t owner = std::min<int64_t>(nt - 1, (2 * before + w) * nt / (2 * total_rows));
+          if (owner == t && u0 == n_units) u0 = u;
+          if (owner > t) {
+            u1 = u;
+            break;
+          }
+          before += w;
+        }
+        if (u0 < u1) attend(u0, u1, t);
+      });
 
     // 3. Fold each query's parts in order into its first, normalize, and un-absorb:
     //    out[i][h][e] = Σ_c W_UV[h][e][c] o_lat[i][h][c].

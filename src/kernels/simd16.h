@@ -148,11 +148,10 @@ inline float hsum16(f32x16 v) {
 }
 
 #if defined(MLA_SIMD16_YMM)
-// AVX2 + FMA without AVX-512: the tiles below in 8-lane registers. GCC keeps a 16-lane vector in
-// memory there (it has no register of that size), so an array of f32x16 accumulators becomes
-// loads and stores around every multiply-add; 16 ymm registers hold 12 accumulators (6 rows or
-// heads x the two halves of one 16-lane group), the two loaded halves and one broadcast. Each
-// lane computes the same chain of fused multiply-adds, in the same order, as the generic tiles.
+// AVX2 + FMA without AVX-512: the tiles below in 8-lane registers (f32x16 accumulators would live
+// in memory, see f32xn). The 16 ymm registers hold 12 accumulators (6 rows or heads x the two
+// halves of one 16-lane group), the two loaded halves and one broadcast. Each lane computes the
+// same chain of fused multiply-adds, in the same order, as the generic tiles.
 // The accumulator loops are unrolled before GCC decides where the arrays live (left to its later
 // unrolling, it keeps them in registers but also stores every one of them on each step).
 namespace ymm {

@@ -9,6 +9,7 @@
 //                                        file stores attn_k_b), converted a head at a time
 //   attn/v2lite_decode/<ctx>/<threads>   one query at DeepSeek-V2-Lite's widths (16 heads, nope 128,
 //                                        v 128), Q8_0 W_UK / W_UV: the issue-9 model's depth cost
+//                                        (4160: the last step of tg64@d4096, a short last part)
 //   attn/mqa_chunk/<ctx>/<threads>       a 512-token prefill chunk ending at ctx (causal), MQA
 //   attn/mha_chunk/<ctx>/<threads>       the same chunk down the decompressed (MHA) path
 //   indexer/decode/<ctx>/<threads>       one query's indexer scores and top-2048 over ctx keys
@@ -163,7 +164,7 @@ void depth_args(benchmark::internal::Benchmark* b, std::initializer_list<int64_t
 
 BENCHMARK(BM_MqaDecode)->Name("attn/mqa_decode")->Apply([](auto* b) { depth_args(b, {2048, 8192, 32768}); });
 BENCHMARK(BM_MqaDecodeQ8w<0>)->Name("attn/mqa_decode_q8w")->Apply([](auto* b) { depth_args(b, {1, 8192}); });
-BENCHMARK(BM_MqaDecodeQ8w<1>)->Name("attn/v2lite_decode")->Apply([](auto* b) { depth_args(b, {1, 4096}); });
+BENCHMARK(BM_MqaDecodeQ8w<1>)->Name("attn/v2lite_decode")->Apply([](auto* b) { depth_args(b, {1, 4096, 4160}); });
 BENCHMARK(BM_MqaChunk)->Name("attn/mqa_chunk")->Apply([](auto* b) { depth_args(b, {2048, 8192}); });
 BENCHMARK(BM_MhaChunk)->Name("attn/mha_chunk")->Apply([](auto* b) { depth_args(b, {2048, 8192}); });
 BENCHMARK(BM_IndexerDecode)->Name("indexer/decode")->Apply([](auto* b) { depth_args(b, {8192, 32768}); });

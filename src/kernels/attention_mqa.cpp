@@ -20,12 +20,13 @@
 namespace mla {
 namespace {
 
-using simd::f32x16;
+using simd::f32xn;
 
 constexpr int64_t kSplit = 256;        // rows scored and summed per pass (one F32 tile)
 constexpr int64_t kSplitsPerPart = 4;  // splits folded in order into one partial result (1024 rows)
 constexpr int64_t kPartRows = kSplit * kSplitsPerPart;
-constexpr int64_t kQueryBlock = 16;  // queries absorbed and attended per round (bounds the buffers)
+constexpr int64_t kQueryBlock = 16;   // queries absorbed and attended per round (bounds the buffers)
+constexpr int64_t kPrefetchRows = 4;  // cache rows requested ahead of the one being converted
 
 int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
 
@@ -46,20 +47,24 @@ struct Layout {
 };
 
 // (m, l, o) <- fold((m, l, o), (m2, l2, o2)) for the 16 heads of one vector: the running result
-// rescaled to the new max plus the incoming one rescaled to it.
+// rescaled to the new max plus the incoming one rescaled to it. In the target's register width
+// (simd::f32xn), lane by lane.
 void fold16(float* m, float* l, float* o, const float* m2, const float* l2, const float* o2, int64_t kvp, int64_t ldo,
             int64_t ldo2) {
-  const f32x16 mo = simd::load16(m), mi = simd::load16(m2);
-  const f32x16 mx = simd::max16(mo, mi);
-  const f32x16 a = simd::exp16_nonpos(mo - mx), b = simd::exp16_nonpos(mi - mx);
-  simd::store16(m, mx);
-  simd::store16(l, simd::fma16(simd::load16(l), a, simd::load16(l2) * b));
-  for (int h = 0; h < 16; ++h) {
-    const f32x16 ah = simd::splat16(a[h]), bh = simd::splat16(b[h]);
-    float* oh = o + h * ldo;
-    const float* o2h = o2 + h * ldo2;
-    for (int64_t c = 0; c < kvp; c += 16)
-      simd::store16(oh + c, simd::fma16(simd::load16(oh + c), ah, simd::load16(o2h + c) * bh));
+  constexpr int kN = simd::kLanesN;
+  for (int l0 = 0; l0 < 16; l0 += kN) {
+    const f32xn mo = simd::load_n(m + l0), mi = simd::load_n(m2 + l0);
+    const f32xn mx = simd::max_n(mo, mi);
+    const f32xn a = simd::exp_n_nonpos(mo - mx), b = simd::exp_n_nonpos(mi - mx);
+    simd::store_n(m + l0, mx);
+    simd::store_n(l + l0, simd::fma_n(simd::load_n(l + l0), a, simd::load_n(l2 + l0) * b));
+    for (int h = 0; h < kN; ++h) {
+      const f32xn ah = simd::splat_n(a[h]), bh = simd::splat_n(b[h]);
+      float* oh = o + (l0 + h) * ldo;
+      const float* o2h = o2 + (l0 + h) * ldo2;
+      for (int64_t c = 0; c < kvp; c += kN)
+        simd::store_n(oh + c, simd::fma_n(simd::load_n(oh + c), ah, simd::load_n(o2h + c) * bh));
+    }
   }
 }
 
@@ -137,7 +142,14 @@ void mla_attention_mqa(const MlaAttnParams& p, ThreadPool& pool, AttnScratch& sc
 
     // 2. Attend: unit = (query, part, head group).
     const int64_t n_units = n_parts * n_groups;
-    pool.parallel_for(n_units, [&](int64_t u0, int64_t u1, int t) {
+    auto unit_rows = [&](int64_t u) {
+      const int64_t part_index = u / n_groups;
+      int64_t i = 0;
+      while (part_base[i + 1] <= part_index) ++i;
+      const int64_t k0 = (part_index - part_base[i]) * kPartRows;
+      return std::min(attn::rows_of(p, qb + i).n, k0 + kPartRows) - k0;
+    };
+    auto attend = [&](int64_t u0, int64_t u1, int t) {
       const ThreadBuffers tb = buffers(t);
       for (int64_t u = u0; u < u1; ++u) {
         const int64_t g = u % n_groups, part_index = u / n_groups;
@@ -155,21 +167,24 @@ void mla_attention_mqa(const MlaAttnParams& p, ThreadPool& pool, AttnScratch& sc
         const int64_t k0 = part * kPartRows, k1 = std::min(rows.n, k0 + kPartRows);
         for (int64_t s0 = k0; s0 < k1; s0 += kSplit) {
           const int64_t nr = std::min(kSplit, k1 - s0);
-          for (int64_t r = 0; r < nr; ++r) attn::load_row(p, dq, rows[s0 + r], tb.tile + r * L.ld);
+          for (int64_t r = 0; r < nr; ++r) {
+            if (s0 + r + kPrefetchRows < k1) attn::prefetch_row(p, rows[s0 + r + kPrefetchRows]);
+            attn::load_row(p, dq, rows[s0 + r], tb.tile + r * L.ld);
+          }
           simd::dot_rows(tb.tile, L.ld, nr, q_i, L.hp, nv, L.row_len, tb.scores, lanes);
           // Softmax pieces per head lane: the split's max, p = exp(s - max), Σ p in row order.
-          for (int64_t v = 0; v < nv; ++v) {
-            f32x16 mx = simd::load16(tb.scores + v * 16);
-            for (int64_t r = 1; r < nr; ++r) mx = simd::max16(mx, simd::load16(tb.scores + r * lanes + v * 16));
-            f32x16 sum{};
+          for (int64_t v = 0; v < lanes; v += simd::kLanesN) {
+            f32xn mx = simd::load_n(tb.scores + v);
+            for (int64_t r = 1; r < nr; ++r) mx = simd::max_n(mx, simd::load_n(tb.scores + r * lanes + v));
+            f32xn sum{};
             for (int64_t r = 0; r < nr; ++r) {
-              float* s = tb.scores + r * lanes + v * 16;
-              const f32x16 e = simd::exp16_nonpos(simd::load16(s) - mx);
-              simd::store16(s, e);
+              float* s = tb.scores + r * lanes + v;
+              const f32xn e = simd::exp_n_nonpos(simd::load_n(s) - mx);
+              simd::store_n(s, e);
               sum += e;
             }
-            simd::store16(tb.m + v * 16, mx);
-            simd::store16(tb.l + v * 16, sum);
+            simd::store_n(tb.m + v, mx);
+            simd::store_n(tb.l + v, sum);
           }
           // Σ_j p_j c_kv_j per head: the c_kv part of each row, in row order.
           const bool first = s0 == k0;
@@ -184,7 +199,29 @@ void mla_attention_mqa(const MlaAttnParams& p, ThreadPool& pool, AttnScratch& sc
           }
         }
       }
-    });
+    };
+    // Each thread takes a contiguous run of units holding a near-equal share of the rows: a
+    // query's last part is usually short (4,160 rows are 4 parts of 1,024 and one of 64, which
+    // an equal split of the unit count gives two threads as 3,072 and 1,088 rows). Unit u goes to
+    // the thread whose share holds the middle of its rows. Who runs a unit never changes its
+    // arithmetic.
+    int64_t total_rows = 0;
+    for (int64_t u = 0; u < n_units; ++u) total_rows += unit_rows(u);
+    if (n_units > 0)
+      pool.run([&](int t) {
+        int64_t before = 0, u0 = n_units, u1 = n_units;
+        for (int64_t u = 0; u < n_units; ++u) {
+          const int64_t w = unit_rows(u);
+          const int64_t owner = std::min<int64_t>(nt - 1, (2 * before + w) * nt / (2 * total_rows));
+          if (owner == t && u0 == n_units) u0 = u;
+          if (owner > t) {
+            u1 = u;
+            break;
+          }
+          before += w;
+        }
+        if (u0 < u1) attend(u0, u1, t);
+      });
 
     // 3. Fold each query's parts in order into its first, normalize, and un-absorb:
     //    out[i][h][e] = Σ_c W_UV[h][e][c] o_lat[i][h][c].
@@ -198,9 +235,9 @@ void mla_attention_mqa(const MlaAttnParams& p, ThreadPool& pool, AttnScratch& sc
                  other + L.hp + v * 16, other + 2 * L.hp + v * 16 * L.kvp, L.kvp, L.kvp, L.kvp);
         }
         for (int64_t h = v * 16; h < std::min<int64_t>(p.n_head, v * 16 + 16); ++h) {
-          const f32x16 inv = simd::splat16(1.0f / first[L.hp + h]);
+          const f32xn inv = simd::splat_n(1.0f / first[L.hp + h]);
           float* o = first + 2 * L.hp + h * L.kvp;
-          for (int64_t c = 0; c < L.kvp; c += 16) simd::store16(o + c, simd::load16(o + c) * inv);
+          for (int64_t c = 0; c < L.kvp; c += simd::kLanesN) simd::store_n(o + c, simd::load_n(o + c) * inv);
         }
       }
     });

@@ -37,6 +37,13 @@ inline void load_row(const MlaAttnParams& p, DequantizeFn dq, int64_t j, float* 
     dq(raw_row(p, j), out, n);
 }
 
+// Asks for context row j's bytes ahead of its load_row: the rows of a paged cache are scattered,
+// so the hardware prefetcher does not see the next one coming.
+inline void prefetch_row(const MlaAttnParams& p, int64_t j) {
+  const uint8_t* row = raw_row(p, j);
+  for (int64_t b = 0; b < p.cache_row_bytes; b += 64) __builtin_prefetch(row + b);
+}
+
 // Grows every thread's head buffer (AttnScratch::heads) to n floats; before a parallel region,
 // where resizing the outer vector would race.
 inline void reserve_head_buffers(AttnScratch& s, int n_threads, size_t n) {

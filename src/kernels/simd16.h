@@ -7,7 +7,7 @@
 // order of the calls, never on which tile or thread ran them.
 #include <cstdint>
 #include <cstring>
-#if defined(__AVX512F__) || defined(__FMA__)
+#if defined(__AVX512F__) || defined(__FMA__) || defined(__F16C__)
 #include <immintrin.h>
 #endif
 
@@ -45,43 +45,82 @@ inline f32x16 fma16(f32x16 a, f32x16 b, f32x16 c) {
 
 inline f32x16 max16(f32x16 a, f32x16 b) { return a > b ? a : b; }
 
+// The target's own register width, for loops that run lane by lane over 16-lane groups: 8 lanes
+// (f32xn) on AVX2 + FMA without AVX-512, where GCC keeps a 16-lane vector in memory (there is no
+// register of that size: every operation on one becomes loads, stores and lane shuffles), 16
+// lanes elsewhere. The same operations lane by lane, so the same bits, whichever width runs them.
+#if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
+#define MLA_SIMD16_YMM 1
+using f32xn = float __attribute__((vector_size(32)));
+using i32xn = int32_t __attribute__((vector_size(32)));
+inline f32xn fma_n(f32xn a, f32xn b, f32xn c) { return (f32xn)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c); }
+#else
+using f32xn = f32x16;
+using i32xn = i32x16;
+inline f32xn fma_n(f32xn a, f32xn b, f32xn c) { return fma16(a, b, c); }
+#endif
+constexpr int kLanesN = sizeof(f32xn) / sizeof(float);
+
+inline f32xn load_n(const float* p) {
+  f32xn v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store_n(float* p, f32xn v) { std::memcpy(p, &v, sizeof v); }
+inline f32xn splat_n(float x) { return f32xn{} + x; }
+inline f32xn max_n(f32xn a, f32xn b) { return a > b ? a : b; }
+
+namespace detail {
+inline f32x16 fma_any(f32x16 a, f32x16 b, f32x16 c) { return fma16(a, b, c); }
+#if defined(MLA_SIMD16_YMM)
+inline f32xn fma_any(f32xn a, f32xn b, f32xn c) { return fma_n(a, b, c); }
+#endif
+
 // exp(x) lane by lane for x <= 0 (softmax arguments): Cody-Waite reduction by ln 2, a degree-6
 // polynomial on [-ln2/2, ln2/2] (relative error about 2e-7), the power of two put into the
-// exponent bits. Lanes below -87 (where exp underflows) give 0.
-inline f32x16 exp16_nonpos(f32x16 x) {
-  const f32x16 lo = splat16(-87.0f);
-  const i32x16 under = x < lo;
-  x = max16(x, lo);
+// exponent bits. Lanes below -87 (where exp underflows) give 0. F is a float vector, I the
+// int32 vector of its width.
+template <class F, class I>
+inline F exp_nonpos(F x) {
+  const F lo = F{} - 87.0f;
+  const I under = x < lo;
+  x = x > lo ? x : lo;
   // n = round(x / ln 2) by the 1.5 * 2^23 trick (|x / ln 2| < 2^22).
-  const f32x16 magic = splat16(12582912.0f);
-  const f32x16 t = fma16(x, splat16(1.44269504088896341f), magic);
-  const f32x16 n = t - magic;
-  f32x16 r = fma16(n, splat16(-0.693359375f), x);
-  r = fma16(n, splat16(2.12194440e-4f), r);
-  f32x16 p = splat16(1.9875691500e-4f);
-  p = fma16(p, r, splat16(1.3981999507e-3f));
-  p = fma16(p, r, splat16(8.3334519073e-3f));
-  p = fma16(p, r, splat16(4.1665795894e-2f));
-  p = fma16(p, r, splat16(1.6666665459e-1f));
-  p = fma16(p, r, splat16(5.0000001201e-1f));
-  p = fma16(p, r * r, r + 1.0f);
-  i32x16 ti, mi;
+  const F magic = F{} + 12582912.0f;
+  const F t = fma_any(x, F{} + 1.44269504088896341f, magic);
+  const F n = t - magic;
+  F r = fma_any(n, F{} - 0.693359375f, x);
+  r = fma_any(n, F{} + 2.12194440e-4f, r);
+  F p = F{} + 1.9875691500e-4f;
+  p = fma_any(p, r, F{} + 1.3981999507e-3f);
+  p = fma_any(p, r, F{} + 8.3334519073e-3f);
+  p = fma_any(p, r, F{} + 4.1665795894e-2f);
+  p = fma_any(p, r, F{} + 1.6666665459e-1f);
+  p = fma_any(p, r, F{} + 5.0000001201e-1f);
+  p = fma_any(p, r * r, r + 1.0f);
+  I ti, mi;
   std::memcpy(&ti, &t, sizeof t);
   std::memcpy(&mi, &magic, sizeof magic);
-  const i32x16 bits = (ti - mi + 127) << 23;
-  f32x16 scale;
+  const I bits = (ti - mi + 127) << 23;
+  F scale;
   std::memcpy(&scale, &bits, sizeof scale);
-  const f32x16 y = p * scale;
-  return under ? f32x16{} : y;
+  const F y = p * scale;
+  return under ? F{} : y;
 }
+}  // namespace detail
+
+// exp(x) for x <= 0, lane by lane (detail::exp_nonpos).
+inline f32x16 exp16_nonpos(f32x16 x) { return detail::exp_nonpos<f32x16, i32x16>(x); }
+inline f32xn exp_n_nonpos(f32xn x) { return detail::exp_nonpos<f32xn, i32xn>(x); }
 
 // n F16 values to F32, bit for bit what `fallback` (the quant library's F16 dequantization) gives:
-// 16 at a time by the hardware conversion where none of the 16 is an Inf or a NaN (the hardware
-// quiets a signalling NaN, the library keeps its payload bits), by fallback for such a group and
-// for the tail. Finite F16 values convert exactly either way.
+// 16 at a time by the hardware conversion (one AVX-512 or two F16C instructions) where none of
+// the 16 is an Inf or a NaN (the hardware quiets a signalling NaN, the library keeps its payload
+// bits), by fallback for such a group and for the tail. Finite F16 values convert exactly either
+// way.
 inline void f16_to_f32(const uint16_t* x, float* y, int64_t n, void (*fallback)(const void*, float*, int64_t)) {
   int64_t i = 0;
-#if defined(__AVX512F__) && defined(__AVX2__)
+#if defined(__AVX2__) && (defined(__AVX512F__) || defined(__F16C__))
   const __m256i exp_mask = _mm256_set1_epi16(0x7C00);
   for (; i + 16 <= n; i += 16) {
     const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i));
@@ -90,7 +129,12 @@ inline void f16_to_f32(const uint16_t* x, float* y, int64_t n, void (*fallback)(
       fallback(x + i, y + i, 16);
       continue;
     }
+#if defined(__AVX512F__)
     _mm512_storeu_ps(y + i, _mm512_cvtph_ps(h));
+#else
+    _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm256_castsi256_si128(h)));
+    _mm256_storeu_ps(y + i + 8, _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)));
+#endif
   }
 #endif
   if (i < n) fallback(x + i, y + i, n - i);
@@ -102,6 +146,96 @@ inline float hsum16(f32x16 v) {
   for (int i = 0; i < 8; ++i) s[i] = v[i] + v[i + 8];
   return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
 }
+
+#if defined(MLA_SIMD16_YMM)
+// AVX2 + FMA without AVX-512: the tiles below in 8-lane registers (f32x16 accumulators would live
+// in memory, see f32xn). The 16 ymm registers hold 12 accumulators (6 rows or heads x the two
+// halves of one 16-lane group), the two loaded halves and one broadcast. Each lane computes the
+// same chain of fused multiply-adds, in the same order, as the generic tiles.
+// The accumulator loops are unrolled before GCC decides where the arrays live (left to its later
+// unrolling, it keeps them in registers but also stores every one of them on each step).
+namespace ymm {
+
+constexpr int kTileRows = 6;
+
+// out[r * ldo + l] = Σ_{c < k} a[r * lda + c] * bt[c * ldb + l] for r < R, l < 16.
+template <int R>
+inline void dot_rows_tile(const float* a, int64_t lda, const float* bt, int64_t ldb, int64_t k, float* out,
+                          int64_t ldo) {
+  __m256 acc[R][2];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  for (int64_t c = 0; c < k; ++c) {
+    const __m256 b0 = _mm256_loadu_ps(bt + c * ldb), b1 = _mm256_loadu_ps(bt + c * ldb + 8);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m256 x = _mm256_broadcast_ss(a + r * lda + c);
+      acc[r][0] = _mm256_fmadd_ps(x, b0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(x, b1, acc[r][1]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    _mm256_storeu_ps(out + r * ldo, acc[r][0]);
+    _mm256_storeu_ps(out + r * ldo + 8, acc[r][1]);
+  }
+}
+
+template <int R>
+inline void dot_rows_block(const float* a, int64_t lda, const float* bt, int64_t ldb, int64_t n_vec, int64_t k,
+                           float* out, int64_t ldo) {
+  for (int64_t v = 0; v < n_vec; ++v) dot_rows_tile<R>(a, lda, bt + v * 16, ldb, k, out + v * 16, ldo);
+}
+
+// out[h * ldo + l] = Σ_{j < m} w[j * ldw + h] * x[j * ldx + l] for h < HB, l < 16.
+template <int HB>
+inline void weighted_rows_tile(const float* w, int64_t ldw, const float* x, int64_t ldx, int64_t m, float* out,
+                               int64_t ldo) {
+  __m256 acc[HB][2];
+#pragma GCC unroll 8
+  for (int h = 0; h < HB; ++h) acc[h][0] = acc[h][1] = _mm256_setzero_ps();
+  for (int64_t j = 0; j < m; ++j) {
+    const __m256 x0 = _mm256_loadu_ps(x + j * ldx), x1 = _mm256_loadu_ps(x + j * ldx + 8);
+#pragma GCC unroll 8
+    for (int h = 0; h < HB; ++h) {
+      const __m256 s = _mm256_broadcast_ss(w + j * ldw + h);
+      acc[h][0] = _mm256_fmadd_ps(s, x0, acc[h][0]);
+      acc[h][1] = _mm256_fmadd_ps(s, x1, acc[h][1]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int h = 0; h < HB; ++h) {
+    _mm256_storeu_ps(out + h * ldo, acc[h][0]);
+    _mm256_storeu_ps(out + h * ldo + 8, acc[h][1]);
+  }
+}
+
+inline void weighted_rows_h(int64_t nh, const float* w, int64_t ldw, const float* x, int64_t ldx, int64_t m, float* out,
+                            int64_t ldo) {
+  switch (nh) {
+    case 6:
+      weighted_rows_tile<6>(w, ldw, x, ldx, m, out, ldo);
+      break;
+    case 5:
+      weighted_rows_tile<5>(w, ldw, x, ldx, m, out, ldo);
+      break;
+    case 4:
+      weighted_rows_tile<4>(w, ldw, x, ldx, m, out, ldo);
+      break;
+    case 3:
+      weighted_rows_tile<3>(w, ldw, x, ldx, m, out, ldo);
+      break;
+    case 2:
+      weighted_rows_tile<2>(w, ldw, x, ldx, m, out, ldo);
+      break;
+    default:
+      weighted_rows_tile<1>(w, ldw, x, ldx, m, out, ldo);
+      break;
+  }
+}
+
+}  // namespace ymm
+#endif
 
 // Tile of dot products vectorized over the columns of a transposed matrix:
 //   out[j * ldo + v * 16 + l] = Σ_{c < k} a[j * lda + c] * bt[c * ldb + v * 16 + l]
@@ -135,6 +269,33 @@ inline void dot_rows_v(const float* a, int64_t lda, int64_t m, const float* bt, 
 // out[j][0 .. 16 n_vec) for rows j < m: the tile above over any number of column groups.
 inline void dot_rows(const float* a, int64_t lda, int64_t m, const float* bt, int64_t ldb, int64_t n_vec, int64_t k,
                      float* out, int64_t ldo) {
+#if defined(MLA_SIMD16_YMM)
+  // Row blocks of 6 (the remainder as one block of its own size), each over every column group
+  // while its rows stay in L1.
+  constexpr int R = ymm::kTileRows;
+  int64_t j = 0;
+  for (; j + R <= m; j += R) ymm::dot_rows_block<R>(a + j * lda, lda, bt, ldb, n_vec, k, out + j * ldo, ldo);
+  a += j * lda, out += j * ldo;
+  switch (m - j) {
+    case 5:
+      ymm::dot_rows_block<5>(a, lda, bt, ldb, n_vec, k, out, ldo);
+      break;
+    case 4:
+      ymm::dot_rows_block<4>(a, lda, bt, ldb, n_vec, k, out, ldo);
+      break;
+    case 3:
+      ymm::dot_rows_block<3>(a, lda, bt, ldb, n_vec, k, out, ldo);
+      break;
+    case 2:
+      ymm::dot_rows_block<2>(a, lda, bt, ldb, n_vec, k, out, ldo);
+      break;
+    case 1:
+      ymm::dot_rows_block<1>(a, lda, bt, ldb, n_vec, k, out, ldo);
+      break;
+    default:
+      break;
+  }
+#else
   int64_t v = 0;
   for (; v + 4 <= n_vec; v += 4) dot_rows_v<4>(a, lda, m, bt + v * 16, ldb, k, out + v * 16, ldo);
   switch (n_vec - v) {
@@ -150,6 +311,7 @@ inline void dot_rows(const float* a, int64_t lda, int64_t m, const float* bt, in
     default:
       break;
   }
+#endif
 }
 
 // Weighted sums of rows, vectorized over the row elements:
@@ -200,6 +362,13 @@ inline void weighted_rows_h(int64_t nh, const float* w, int64_t ldw, const float
 // is the same chain whatever tile computed it).
 inline void weighted_rows(const float* w, int64_t ldw, int64_t n_h, const float* x, int64_t ldx, int64_t n_cvec,
                           int64_t m, float* out, int64_t ldo) {
+#if defined(MLA_SIMD16_YMM)
+  // One 16-lane column group at a time (its rows stay in L1 over the head blocks).
+  constexpr int64_t HB = ymm::kTileRows;
+  for (int64_t c = 0; c < n_cvec; ++c)
+    for (int64_t h = 0; h < n_h; h += HB)
+      ymm::weighted_rows_h(n_h - h < HB ? n_h - h : HB, w + h, ldw, x + c * 16, ldx, m, out + h * ldo + c * 16, ldo);
+#else
   constexpr int64_t HB = 6, CB = 4;
   for (int64_t c = 0; c < n_cvec; c += CB) {
     const int64_t nc = n_cvec - c < CB ? n_cvec - c : CB;
@@ -224,6 +393,7 @@ inline void weighted_rows(const float* w, int64_t ldw, int64_t n_h, const float*
       }
     }
   }
+#endif
 }
 
 }  // namespace mla::simd

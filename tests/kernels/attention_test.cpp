@@ -229,6 +229,47 @@ TEST(MlaAttention, StoredDtypesAcrossSplitsAndParts) {
   }
 }
 
+// The score and weighted-sum tiles (16-lane tiles, or 8-lane register tiles on AVX2 without
+// AVX-512) give every output as one chain of fused multiply-adds in index order, the bits of a
+// scalar std::fma chain, for every remainder of the row and head blocking.
+TEST(MlaAttention, SimdTilesAreOneFmaChainPerOutput) {
+#if defined(__FMA__) || defined(__AVX512F__)
+  auto fma_ref = [](float a, float b, float c) { return std::fma(a, b, c); };
+#else
+  auto fma_ref = [](float a, float b, float c) { return a * b + c; };
+#endif
+  std::mt19937 rng(5);
+  std::normal_distribution<float> d(0, 1);
+  auto fill = [&](std::vector<float>& v, size_t n) {
+    v.resize(n);
+    for (auto& x : v) x = d(rng);
+  };
+  const int64_t k = 37, lda = 41;
+  for (int64_t n_vec = 1; n_vec <= 5; ++n_vec)
+    for (int64_t m = 1; m <= 14; ++m) {
+      const int64_t ld = 16 * n_vec + 16;  // strides wider than the columns used
+      std::vector<float> a, bt, out(m * ld, -1.0f);
+      fill(a, m * lda), fill(bt, k * ld);
+      simd::dot_rows(a.data(), lda, m, bt.data(), ld, n_vec, k, out.data(), ld);
+      for (int64_t j = 0; j < m; ++j)
+        for (int64_t l = 0; l < 16 * n_vec; ++l) {
+          float want = 0;
+          for (int64_t c = 0; c < k; ++c) want = fma_ref(a[j * lda + c], bt[c * ld + l], want);
+          ASSERT_EQ(want, out[j * ld + l]) << "dot_rows m " << m << " n_vec " << n_vec << " row " << j << " lane " << l;
+        }
+      // weighted_rows: m heads, n_vec 16-float column groups, k rows.
+      std::vector<float> w, x, o(m * ld, -1.0f);
+      fill(w, k * lda), fill(x, k * ld);
+      simd::weighted_rows(w.data(), lda, m, x.data(), ld, n_vec, k, o.data(), ld);
+      for (int64_t h = 0; h < m; ++h)
+        for (int64_t c = 0; c < 16 * n_vec; ++c) {
+          float want = 0;
+          for (int64_t j = 0; j < k; ++j) want = fma_ref(w[j * lda + h], x[j * ld + c], want);
+          ASSERT_EQ(want, o[h * ld + c]) << "weighted_rows heads " << m << " n_cvec " << n_vec << " head " << h;
+        }
+    }
+}
+
 // The kernels' F16 row conversion gives the quant library's reference bits for every F16 value
 // (NaN payloads and signs included), in 16-value groups and in a tail.
 TEST(MlaAttention, F16RowConversionIsTheReferenceForEveryValue) {

@@ -42,14 +42,14 @@ MlaPath cheaper_prefill_path(int64_t kv_lora, int64_t qk_nope, int64_t qk_rope, 
   // multiply-adds (below; MQA's absorb and MHA's decompression are inside the rates), from
   // attn/mqa_chunk and attn/mha_chunk (512-token chunks at GLM-5 widths, depth 2048-8192, one
   // thread, CPU time; docs/PERF.md, issue 19). The rates are the build target's, fixed for a
-  // binary: the MQA kernel's 16-lane tiles are one register with AVX-512 and run ~35x slower
-  // without it, while the tiled MHA kernel uses the native width either way.
+  // binary, so the choice depends on the model's widths only, never on a chunk's length.
 #if defined(__AVX512F__)
   // AVX-512 VM, before the tiled MHA kernel (its 8 is the old MHA kernel's: a floor).
   constexpr double kMqaGmacs = 65, kMhaGmacs = 8;
 #else
-  // 2-core Zen 3, AVX2 + FMA.
-  constexpr double kMqaGmacs = 1.35, kMhaGmacs = 16.5;
+  // 2-core Zen 3, AVX2 + FMA, both kernels in 8-lane register tiles (MQA 23.0 / 27.0, MHA
+  // 15.9 / 16.0 at depth 2048 / 8192).
+  constexpr double kMqaGmacs = 25, kMhaGmacs = 16;
 #endif
   const double mqa = static_cast<double>(2 * kv_lora + qk_rope) / kMqaGmacs;
   const double mha = static_cast<double>(qk_nope + qk_rope + v_head) / kMhaGmacs;

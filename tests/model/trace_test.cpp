@@ -79,7 +79,8 @@ TEST(Trace, AutoPrefillPathFollowsThePerPairCost) {
   // GLM-5 / DeepSeek-V3 (512, 192, 64, 256), V2-Lite (512, 128, 64, 128) and the tiny model
   // (256, 32, 32, 64): with AVX-512, MQA's 1088 (544) multiply-adds per pair and head at its rate
   // beat MHA's 512, 320 (128) + decompression at the rate measured there; without it (AVX2) the
-  // MQA kernel's 16-lane tiles are ~12x slower than the tiled MHA kernel (docs/PERF.md, issue 19).
+  // tiled MHA kernel's rate per pair (16) against MQA's (25) makes MHA the cheaper prefill at all
+  // three widths (docs/PERF.md, issue 19).
   // A wide latent with narrow heads tips the rule to MHA on every target.
 #if defined(__AVX512F__)
   const MlaPath shipped = MlaPath::Mqa;

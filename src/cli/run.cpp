@@ -451,7 +451,8 @@ void register_run(CLI::App& app) {
   cmd->add_option("--seed", a.seed, "Sampling seed (--batch: request i uses seed + i)")->capture_default_str();
   cmd->add_flag("--ignore-eos", a.ignore_eos, "Keep generating past the end-of-sequence token");
   cmd->add_option("--mla-path", a.mla_path,
-                  "MLA attention path per sequence: auto (decode MQA, prefill MHA) | mha | mqa")
+                  "MLA attention path per sequence: auto (decode MQA; prefill chunks down the path cheaper at the "
+                  "model's widths, logged at start) | mha | mqa")
       ->check(CLI::IsMember({"auto", "mha", "mqa"}))
       ->capture_default_str();
   cmd->add_flag("--verify-paths", a.verify_paths, "Run both MLA paths and log their largest difference per layer");

@@ -403,7 +403,9 @@ void register_serve(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--max-model-len", a.max_model_len, "Context length (default: the model's, capped by the KV cache)");
   cmd->add_flag("--no-enable-prefix-caching", a.no_prefix_caching, "Disable the prefix cache");
-  cmd->add_option("--mla-path", a.mla_path, "MLA attention path: auto (decode MQA, prefill MHA) | mha | mqa")
+  cmd->add_option("--mla-path", a.mla_path,
+                  "MLA attention path: auto (decode MQA; prefill chunks down the path cheaper at the model's widths, "
+                  "logged at start) | mha | mqa")
       ->check(CLI::IsMember({"auto", "mha", "mqa"}))
       ->capture_default_str();
   cmd->add_option("-t,--threads", a.threads, "Compute threads (default: all hardware threads)");

@@ -35,7 +35,11 @@ export TSAN_OPTIONS="log_path=$REPORTS/tsan:suppressions=$SUPP/tsan.supp:second_
 
 status=0
 echo "test-$KIND: GoogleTest suite"
-"$BUILD/tests/mla_tests" --gtest_brief=1 || status=1
+# Left out here (it runs in `make test`): the chi-square test of speculative sampling, 2,800
+# sampled sequences through the model on one thread. Its code paths are the engine's, which the
+# other speculative tests take too; under a sanitizer it alone is 15 minutes of a 2-core machine.
+"$BUILD/tests/mla_tests" --gtest_brief=1 --gtest_filter=-SpecEngine.SampledFirstAndSecondTokensFollowThePlainDistribution ||
+  status=1
 echo "test-$KIND: live-server tests"
 # The server tests (errors, fuzzing, lifecycle, faults with a short soak, the openai and anthropic
 # clients) and mla run, each spawning the sanitized binary.

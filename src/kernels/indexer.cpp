@@ -36,6 +36,28 @@ void load_key(const IndexerParams& p, DequantizeFn dq, int64_t j, float* out) {
     dq(key_of(p, j), out, p.head_dim);
 }
 
+// Σ_h w[h] max(heads[h], 0) over nv 16-lane groups: lane l of the 16 accumulates the heads
+// l, l + 16, ... as one chain of fused multiply-adds, then the 16 lanes are summed in hsum16's
+// fixed order. On AVX2 the two 8-lane halves are kept in two registers (a 16-lane vector would
+// live in memory there); the chains and the final order are the same, so are the bits.
+float weighted_relu_sum(const float* w, const float* heads, int64_t nv) {
+#if defined(MLA_SIMD16_YMM)
+  simd::f32xn lo{}, hi{};
+  for (int64_t v = 0; v < nv; ++v) {
+    lo = simd::fma_n(simd::load_n(w + v * 16), simd::max_n(simd::load_n(heads + v * 16), simd::f32xn{}), lo);
+    hi = simd::fma_n(simd::load_n(w + v * 16 + 8), simd::max_n(simd::load_n(heads + v * 16 + 8), simd::f32xn{}), hi);
+  }
+  f32x16 acc;
+  std::memcpy(&acc, &lo, sizeof lo);
+  std::memcpy(reinterpret_cast<char*>(&acc) + sizeof lo, &hi, sizeof hi);
+#else
+  f32x16 acc{};
+  for (int64_t v = 0; v < nv; ++v)
+    acc = simd::fma16(simd::load16(w + v * 16), simd::max16(simd::load16(heads + v * 16), f32x16{}), acc);
+#endif
+  return simd::hsum16(acc);
+}
+
 // Scores of query i (transposed q at q_t, [head_dim][hp]) against visible rows [j0, j1).
 void score_rows(const IndexerParams& p, const Shape& sh, DequantizeFn dq, int64_t i, const float* q_t, int64_t j0,
                 int64_t j1, float* work, float* out) {
@@ -49,13 +71,7 @@ void score_rows(const IndexerParams& p, const Shape& sh, DequantizeFn dq, int64_
     const int64_t n = std::min(kChunk, j1 - c0);
     for (int64_t r = 0; r < n; ++r) load_key(p, dq, c0 + r, tile + r * sh.ld);
     simd::dot_rows(tile, sh.ld, n, q_t, sh.hp, nv, p.head_dim, heads, sh.hp);
-    for (int64_t r = 0; r < n; ++r) {
-      f32x16 acc{};
-      for (int64_t v = 0; v < nv; ++v)
-        acc =
-            simd::fma16(simd::load16(w + v * 16), simd::max16(simd::load16(heads + r * sh.hp + v * 16), f32x16{}), acc);
-      out[c0 + r] = simd::hsum16(acc);
-    }
+    for (int64_t r = 0; r < n; ++r) out[c0 + r] = weighted_relu_sum(w, heads + r * sh.hp, nv);
   }
 }
 

@@ -33,6 +33,21 @@ export LSAN_OPTIONS="suppressions=$SUPP/lsan.supp:print_suppressions=0"
 export UBSAN_OPTIONS="log_path=$REPORTS/ubsan:print_stacktrace=1:halt_on_error=1"
 export TSAN_OPTIONS="log_path=$REPORTS/tsan:suppressions=$SUPP/tsan.supp:second_deadlock_stack=1:history_size=4"
 
+# side_by_side NAME FUNCTION LINES: FUNCTION 0 and FUNCTION 1 at once, each writing to
+# BUILD/NAME-<i>.log; prints the last LINES of each log and fails if either failed.
+side_by_side() {
+  local name=$1 fn=$2 lines=$3 rc=0 pids=() i
+  for i in 0 1; do
+    "$fn" "$i" > "$BUILD/$name-$i.log" 2>&1 &
+    pids+=($!)
+  done
+  for i in 0 1; do
+    wait "${pids[$i]}" || rc=1
+    tail -n "$lines" "$BUILD/$name-$i.log"
+  done
+  return $rc
+}
+
 status=0
 echo "test-$KIND: GoogleTest suite"
 # Left out here (they run in `make test`): the three heaviest speculative-decoding tests, the
@@ -41,16 +56,11 @@ echo "test-$KIND: GoogleTest suite"
 # and model tests on one thread; under TSan on a 2-core AVX2 machine the suite had run 14 minutes
 # and was still inside them. The suite runs as two shards side by side (ctest runs them in parallel too).
 FILTER=-SpecEngine.SampledFirstAndSecondTokensFollowThePlainDistribution:Paths/SpecGreedy.*:SpecEngine.StopsInsideAnAcceptedRunCutAsWithoutSpeculation
-pids=()
-for shard in 0 1; do
-  GTEST_TOTAL_SHARDS=2 GTEST_SHARD_INDEX=$shard "$BUILD/tests/mla_tests" --gtest_brief=1 "--gtest_filter=$FILTER" \
-    > "$BUILD/gtest-shard-$shard.log" 2>&1 &
-  pids+=($!)
-done
-for shard in 0 1; do
-  wait "${pids[$shard]}" || status=1
-  tail -n 40 "$BUILD/gtest-shard-$shard.log"
-done
+gtest_shard() {
+  GTEST_TOTAL_SHARDS=2 GTEST_SHARD_INDEX=$1 "$BUILD/tests/mla_tests" --gtest_brief=1 "--gtest_filter=$FILTER"
+}
+side_by_side gtest-shard gtest_shard 40 || status=1
+
 echo "test-$KIND: live-server tests"
 # The server tests (errors, fuzzing, lifecycle, faults with a short soak, the openai and anthropic
 # clients) and mla run, each spawning the sanitized binary. Two pytest processes side by side, each
@@ -66,19 +76,13 @@ if [ "$listed" != "$present" ]; then
   diff <(echo "$listed") <(echo "$present") >&2 || true
   status=1
 fi
-pids=()
-for g in 0 1; do
-  rm -rf "$BUILD/pytest-$g"
+live_group() {
+  rm -rf "$BUILD/pytest-$1"
   # shellcheck disable=SC2086  # a group is a list of paths
   MLA_BIN=$PWD/$BUILD/mla MLA_BUILD_DIR=$PWD/$BUILD MLA_SOAK_SECONDS=${MLA_SOAK_SECONDS:-15} \
-    .venv/bin/python -m pytest -q -p no:cacheprovider --durations=8 --basetemp="$BUILD/pytest-$g" ${groups[$g]} \
-    > "$BUILD/live-$g.log" 2>&1 &
-  pids+=($!)
-done
-for g in 0 1; do
-  wait "${pids[$g]}" || status=1
-  tail -n 60 "$BUILD/live-$g.log"
-done
+    .venv/bin/python -m pytest -q -p no:cacheprovider --durations=8 --basetemp="$BUILD/pytest-$1" ${groups[$1]}
+}
+side_by_side live live_group 60 || status=1
 
 if compgen -G "$REPORTS/*" > /dev/null; then
   echo "test-$KIND: sanitizer reports:" >&2

@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # `make lint`: the static checks every change must pass. Each step runs; any finding fails the run.
 #   1. clang-format --dry-run -Werror on every tracked C++ file (.clang-format; `make format` fixes);
-#   2. clang-tidy on src/ with the checks in .clang-tidy, through a compile_commands.json configured
-#      beside the build (BUILD_DIR/lint-db, no precompiled headers);
+#   2. clang-tidy on src/ with the checks in .clang-tidy, through the build's compile_commands.json;
 #   3. ruff (ruff.toml: its default rules) on the Python tools and tests.
 # Usage: scripts/lint.sh [BUILD_DIR] [JOBS]. Full logs: BUILD_DIR/lint-*.log.
 set -uo pipefail
@@ -14,14 +13,6 @@ if [ ! -f "$BUILD/CMakeCache.txt" ]; then
   echo "lint: $BUILD is not configured: configure first (make build)" >&2
   exit 1
 fi
-# clang-tidy reads the compile commands of a tree configured (not built) without precompiled
-# headers: the build's commands force-include a GCC precompiled header that clang cannot read.
-TIDY_DB=$BUILD/lint-db
-cmake -S . -B "$TIDY_DB" -G Ninja -DMLA_PCH=OFF -DMLA_BUILD_BENCH=OFF > "$BUILD/lint-configure.log" 2>&1 || {
-  cat "$BUILD/lint-configure.log" >&2
-  echo "lint: configuring $TIDY_DB failed" >&2
-  exit 1
-}
 failed=()
 
 mapfile -t cxx < <(git ls-files '*.cpp' '*.h')
@@ -36,7 +27,7 @@ echo "lint: clang-tidy on src/"
 # compile_commands.json holds g++ flags that clang does not know (-Wno-stringop-overflow, ...).
 # src/quant/dispatch.cpp is left out: clang 14 rejects __builtin_cpu_supports("f16c"), which g++
 # accepts (the CPU check the whole SIMD dispatch rests on).
-if ! run-clang-tidy -quiet -p "$TIDY_DB" -j "$JOBS" -extra-arg=-Wno-unknown-warning-option \
+if ! run-clang-tidy -quiet -p "$BUILD" -j "$JOBS" -extra-arg=-Wno-unknown-warning-option \
     "$PWD/src/(?!quant/dispatch\.cpp).*\.cpp\$" > "$BUILD/lint-clang-tidy.log" 2>&1; then
   sed 's/\x1b\[[0-9;]*m//g' "$BUILD/lint-clang-tidy.log" | grep -E ': (warning|error): ' | sort -u >&2
   echo "lint: clang-tidy found the problems above" >&2

@@ -93,10 +93,22 @@ struct AttnScratch {
   std::vector<float> q_t;                 // MQA: absorbed, scaled queries, transposed to [row elem][head]
   std::vector<float> partials;            // MQA: per query and 1024-row part: max, sum, output per head
   std::vector<std::vector<float>> heads;  // per thread: one head's projection rows converted to F32
+  // The exact kernels' buffers (attention_exact.cpp), in double.
+  std::vector<std::vector<double>> exact_per_thread;
+  std::vector<double> exact_q;      // MQA: absorbed, scaled queries [query][row elem][head]
+  std::vector<double> exact_parts;  // MQA: per query and part: max, sum, output per head
 };
 
 void mla_attention_mha(const MlaAttnParams& p, ThreadPool& pool, AttnScratch& scratch);
 void mla_attention_mqa(const MlaAttnParams& p, ThreadPool& pool, AttnScratch& scratch);
+
+// The same two paths computed in double and rounded to F32 once (attention_exact.cpp): the
+// result is the F32 value nearest the exact one, so both paths give the same bits (but for an
+// output within ~1e-15 of a rounding midpoint), on every build target. The model's default
+// (MLA_EXACT_ATTENTION); the F32 kernels above differ between the paths by an ulp or two, which
+// the next matmul's activation quantization can turn into a 1e-3 difference.
+void mla_attention_mha_exact(const MlaAttnParams& p, ThreadPool& pool, AttnScratch& scratch);
+void mla_attention_mqa_exact(const MlaAttnParams& p, ThreadPool& pool, AttnScratch& scratch);
 
 // Scalar references: plain loops from the definitions, double accumulation.
 void mla_attention_mha_ref(const MlaAttnParams& p);

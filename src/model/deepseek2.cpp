@@ -40,6 +40,8 @@ int n_ranks_of(const Comm* comm) { return comm ? comm->size() : 1; }
 
 Deepseek2Bundle::~Deepseek2Bundle() = default;
 
+bool default_exact_attention() { return env_value("MLA_EXACT_ATTENTION").value_or("1") != "0"; }
+
 WeightLoadOptions weight_options_for(MlaPathPolicy policy, bool verify_paths) {
   WeightLoadOptions o;
   if (!verify_paths && policy == MlaPathPolicy::Mha) o.need_mqa = false;
@@ -506,10 +508,10 @@ void Deepseek2Model::run_mla_path(const LayerWeights& L, int64_t il, const SeqMe
   }
   if (path == MlaPath::Mha) {
     if (!p.w_uk_t) fail("model: the MHA path was requested but the model was loaded for MQA only");
-    mla_attention_mha(p, pool_, attn_scratch_);
+    (opt_.exact_attention ? mla_attention_mha_exact : mla_attention_mha)(p, pool_, attn_scratch_);
   } else {
     if (!p.w_uk) fail("model: the MQA path was requested but the model was loaded for MHA only");
-    mla_attention_mqa(p, pool_, attn_scratch_);
+    (opt_.exact_attention ? mla_attention_mqa_exact : mla_attention_mqa)(p, pool_, attn_scratch_);
   }
 }
 

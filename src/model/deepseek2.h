@@ -48,10 +48,17 @@ class AttentionObserver {
 };
 // ---- end of the observation hook ----
 
+// MLA_EXACT_ATTENTION (default 1).
+bool default_exact_attention();
+
 struct ModelOptions {
   int n_threads = 1;
   int64_t max_batch_tokens = 512;         // most tokens one forward call may carry
   bool verify_paths = false;              // run both MLA paths per layer and log their largest difference
+  // The MLA attention kernels: exact (double inside, one rounding to F32: the two paths give the
+  // same bits) or the F32 kernels (faster; the paths differ by an ulp, which quantized matmuls
+  // downstream can amplify). MLA_EXACT_ATTENTION=0 selects the F32 ones.
+  bool exact_attention = default_exact_attention();
   bool dsa = true;                        // DeepSeek Sparse Attention where the model has an indexer (--dsa)
   bool mtp = false;                       // load the MTP (nextn) layer for speculative decoding (the runner)
   AttentionObserver* observer = nullptr;  // see AttentionObservation; must outlive the model

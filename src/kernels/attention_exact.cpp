@@ -1,0 +1,532 @@
+// Exact MLA attention: both paths in double from the same F32 inputs, rounded to F32 once.
+//
+// Why: the two paths are the same function of their inputs, but F32 kernels associate its sums
+// differently (q·(W_UK c) against (W_UKᵀ q)·c, Σ p (W_UV c) against W_UV (Σ p c)), so their
+// outputs differ by an ulp or two. The next matmul quantizes that output (Q8_0 / Q8_K, 127
+// levels per block): a value within an ulp of a rounding boundary lands on different levels,
+// which moves the layer's output by ~1e-3 relative and every later layer with it. On V2-Lite
+// widths one such flip per layer is the norm, so the paths' logits part by 1e-2.
+//
+// Here every product of two F32 values is exact in double, and every sum, exp and fold runs in
+// double (relative error ~1e-15 against the exact real result). The output is that result
+// rounded to F32: the same float on both paths unless the exact value lies within ~1e-15 of a
+// rounding midpoint (about one output in 10^8). The paths, prefill chunking and the build
+// target (scalar, AVX2, AVX-512) then give the same bits, and so do the activations quantized
+// downstream.
+//
+// Structure. MQA: per query the absorbed q (W_UKᵀ q_nope, and q_pe, times kq_scale) is laid out
+// [row element][head]; the query's rows go in 1024-row parts (fixed from its first row, so a part
+// is the same whatever the batch), each part in 32-row tiles converted to double once for a
+// group of up to 16 heads: scores (4 rows x the group's heads in registers), an online softmax
+// in double, Σ p c (a row element x 16 heads in registers). Parts are folded in order, then
+// un-absorbed by W_UV. MHA: per head, 64-row key blocks (aligned to context row 0) are
+// decompressed (k = W_UK c, v = W_UV c, in double) once for every query that sees a row of the
+// block, and folded into each such query's running softmax state. A query's arithmetic depends
+// only on its own rows: not on threads, other queries or how its prompt was chunked.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#if defined(__AVX512F__) || defined(__AVX__)
+#include <immintrin.h>
+#endif
+
+#include "kernels/attention.h"
+#include "kernels/attention_rows.h"
+
+namespace mla {
+namespace {
+
+// The target's double vector: 8 lanes on AVX-512, 4 on AVX, 2 elsewhere.
+#if defined(__AVX512F__)
+constexpr int kD = 8;
+#elif defined(__AVX__)
+constexpr int kD = 4;
+#else
+constexpr int kD = 2;
+#endif
+using f64v = double __attribute__((vector_size(kD * sizeof(double))));
+using i64v = long long __attribute__((vector_size(kD * sizeof(double))));
+
+inline f64v vload(const double* p) {
+  f64v v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void vstore(double* p, f64v v) { std::memcpy(p, &v, sizeof v); }
+inline f64v vsplat(double x) { return f64v{} + x; }
+inline f64v vfma(f64v a, f64v b, f64v c) {
+#if defined(__AVX512F__)
+  return (f64v)_mm512_fmadd_pd((__m512d)a, (__m512d)b, (__m512d)c);
+#elif defined(__FMA__)
+  return (f64v)_mm256_fmadd_pd((__m256d)a, (__m256d)b, (__m256d)c);
+#else
+  return a * b + c;
+#endif
+}
+// kD F32 values widened to double (exactly).
+inline f64v vload_f32(const float* p) {
+#if defined(__AVX512F__)
+  return (f64v)_mm512_cvtps_pd(_mm256_loadu_ps(p));
+#elif defined(__AVX__)
+  return (f64v)_mm256_cvtps_pd(_mm_loadu_ps(p));
+#else
+  f64v v;
+  for (int k = 0; k < kD; ++k) v[k] = p[k];
+  return v;
+#endif
+}
+inline double hsum(f64v v) {
+  double s = 0;
+  for (int k = 0; k < kD; ++k) s += v[k];
+  return s;
+}
+inline f64v vmax(f64v a, f64v b) { return a > b ? a : b; }
+
+int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+
+// exp(x) for x <= 0 (and -inf) lane by lane to ~2 ulp of double: x = n ln2 + r with ln 2 in two
+// parts (the first has trailing zero bits, so n · ln2_hi is exact), exp(r) by its Taylor series to
+// degree 13 on |r| <= ln2 / 2 (truncation below 1e-17), 2^n put into the exponent. Below -708
+// the result is 0 (exp underflows there anyway).
+inline f64v exp_nonpos(f64v x) {
+  const f64v lo = vsplat(-708.0);
+  const auto under = x < lo;
+  x = x > lo ? x : lo;
+  const f64v magic = vsplat(6755399441055744.0);  // 1.5 · 2^52: adding it rounds to an integer
+  const f64v t = vfma(x, vsplat(1.4426950408889634), magic);
+  const f64v n = t - magic;
+  f64v r = vfma(n, vsplat(-6.93147180369123816490e-01), x);
+  r = vfma(n, vsplat(-1.90821492927058770002e-10), r);
+  static constexpr double kC[] = {1.0 / 6227020800.0, 1.0 / 479001600.0, 1.0 / 39916800.0, 1.0 / 3628800.0,
+                                  1.0 / 362880.0,     1.0 / 40320.0,     1.0 / 5040.0,      1.0 / 720.0,
+                                  1.0 / 120.0,        1.0 / 24.0,        1.0 / 6.0,         0.5,
+                                  1.0,                1.0};
+  f64v p = vsplat(kC[0]);
+  for (size_t k = 1; k < sizeof kC / sizeof kC[0]; ++k) p = vfma(p, r, vsplat(kC[k]));
+  i64v ti, mi;
+  std::memcpy(&ti, &t, sizeof t);
+  std::memcpy(&mi, &magic, sizeof magic);
+  const i64v bits = (ti - mi + 1023) << 52;
+  f64v scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  const f64v y = p * scale;
+  return under ? f64v{} : y;
+}
+
+inline double exp_nonpos1(double x) {
+  f64v v = vsplat(x);
+  return exp_nonpos(v)[0];
+}
+
+// Σ_k a[k] · b[k] over n doubles, b given as F32 (widened on load).
+inline double dot_d_f(const double* a, const float* b, int64_t n) {
+  f64v acc0{}, acc1{};
+  int64_t k = 0;
+  for (; k + 2 * kD <= n; k += 2 * kD) {
+    acc0 = vfma(vload(a + k), vload_f32(b + k), acc0);
+    acc1 = vfma(vload(a + k + kD), vload_f32(b + k + kD), acc1);
+  }
+  for (; k + kD <= n; k += kD) acc0 = vfma(vload(a + k), vload_f32(b + k), acc0);
+  double s = hsum(acc0 + acc1);
+  for (; k < n; ++k) s += a[k] * static_cast<double>(b[k]);
+  return s;
+}
+
+// Σ_k a[k] · b[k] over n doubles.
+inline double dot_d_d(const double* a, const double* b, int64_t n) {
+  f64v acc0{}, acc1{};
+  int64_t k = 0;
+  for (; k + 2 * kD <= n; k += 2 * kD) {
+    acc0 = vfma(vload(a + k), vload(b + k), acc0);
+    acc1 = vfma(vload(a + k + kD), vload(b + k + kD), acc1);
+  }
+  for (; k + kD <= n; k += kD) acc0 = vfma(vload(a + k), vload(b + k), acc0);
+  double s = hsum(acc0 + acc1);
+  for (; k < n; ++k) s += a[k] * b[k];
+  return s;
+}
+
+// Context row j as doubles into out (n = kv_lora + qk_rope values, then zeros up to ld).
+inline void load_row_f64(const MlaAttnParams& p, DequantizeFn dq, int64_t j, float* fbuf, double* out, int64_t ld) {
+  const int64_t n = p.kv_lora + p.qk_rope;
+  attn::load_row(p, dq, j, fbuf);
+  for (int64_t c = 0; c < n; ++c) out[c] = fbuf[c];
+  for (int64_t c = n; c < ld; ++c) out[c] = 0.0;
+}
+
+// ---- MQA ----
+
+constexpr int64_t kPartRows = 1024;  // rows folded into one partial result, from the query's first row
+constexpr int64_t kTile = 32;        // rows converted to double at a time
+constexpr int64_t kQueryBlock = 8;   // queries absorbed and attended per round (bounds the buffers)
+constexpr int kMaxGroup = 16;        // heads whose scores and sums stay in registers together
+
+// Scores of R tile rows for the NV head vectors of a group: s[r][lane] = Σ_c tile[r][c] · q[c][lane].
+template <int R, int NV>
+void score_rows(const double* tile, int64_t ldt, const double* q, int64_t ldq, int64_t n, double* s, int64_t lds) {
+  f64v acc[R][NV] = {};
+  for (int64_t c = 0; c < n; ++c) {
+    f64v qv[NV];
+    for (int v = 0; v < NV; ++v) qv[v] = vload(q + c * ldq + v * kD);
+    for (int r = 0; r < R; ++r) {
+      const f64v b = vsplat(tile[r * ldt + c]);
+      for (int v = 0; v < NV; ++v) acc[r][v] = vfma(b, qv[v], acc[r][v]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < NV; ++v) vstore(s + r * lds + v * kD, acc[r][v]);
+}
+
+// o[h][c] += Σ_r w[r][h] · tile[r][c] for the G = NV · kD heads of a group, c < kvp.
+template <int NV>
+void weighted_rows(const double* w, int64_t ldw, const double* tile, int64_t ldt, int64_t nr, double* o, int64_t ldo,
+                   int64_t kvp) {
+  constexpr int G = NV * kD;
+  for (int64_t c = 0; c < kvp; c += kD) {
+    f64v acc[G];
+    for (int h = 0; h < G; ++h) acc[h] = vload(o + h * ldo + c);
+    for (int64_t r = 0; r < nr; ++r) {
+      const f64v t = vload(tile + r * ldt + c);
+      for (int h = 0; h < G; ++h) acc[h] = vfma(vsplat(w[r * ldw + h]), t, acc[h]);
+    }
+    for (int h = 0; h < G; ++h) vstore(o + h * ldo + c, acc[h]);
+  }
+}
+
+struct MqaLayout {
+  int64_t row_len, ldt, kvp, group, n_groups, hp, part_doubles;
+  explicit MqaLayout(const MlaAttnParams& p) {
+    row_len = p.kv_lora + p.qk_rope;
+    ldt = round_up(row_len, kD);
+    kvp = round_up(p.kv_lora, kD);
+    group = std::min<int64_t>(kMaxGroup, round_up(p.n_head, kD));
+    hp = round_up(p.n_head, group);
+    n_groups = hp / group;
+    part_doubles = hp * (2 + kvp);  // max[hp], sum[hp], out[hp][kvp]
+  }
+};
+
+// One (query, part, head group): the part's rows folded into (m, l, o) of the group's heads.
+template <int NV>
+void mqa_part(const MlaAttnParams& p, DequantizeFn dq, const MqaLayout& L, const attn::QueryRows& rows, int64_t k0,
+              int64_t k1, const double* q, float* fbuf, double* tile, double* s, double* m, double* l, double* o) {
+  constexpr int G = NV * kD;
+  for (int h = 0; h < G; ++h) m[h] = -std::numeric_limits<double>::infinity(), l[h] = 0;
+  std::fill(o, o + G * L.kvp, 0.0);
+  for (int64_t t0 = k0; t0 < k1; t0 += kTile) {
+    const int64_t nr = std::min(kTile, k1 - t0);
+    for (int64_t r = 0; r < nr; ++r) {
+      if (t0 + r + 4 < k1) attn::prefetch_row(p, rows[t0 + r + 4]);
+      load_row_f64(p, dq, rows[t0 + r], fbuf, tile + r * L.ldt, L.ldt);
+    }
+    int64_t r = 0;
+    for (; r + 4 <= nr; r += 4) score_rows<4, NV>(tile + r * L.ldt, L.ldt, q, L.hp, L.row_len, s + r * G, G);
+    for (; r < nr; ++r) score_rows<1, NV>(tile + r * L.ldt, L.ldt, q, L.hp, L.row_len, s + r * G, G);
+    // Online softmax in double: the tile's max, the running state rescaled to it, p = exp(s - m).
+    for (int v = 0; v < NV; ++v) {
+      f64v mx = vload(s + v * kD);
+      for (int64_t k = 1; k < nr; ++k) mx = vmax(mx, vload(s + k * G + v * kD));
+      const f64v m_old = vload(m + v * kD), m_new = vmax(m_old, mx);
+      const f64v alpha = exp_nonpos(m_old - m_new);
+      vstore(m + v * kD, m_new);
+      f64v sum = vload(l + v * kD) * alpha;
+      for (int64_t k = 0; k < nr; ++k) {
+        const f64v e = exp_nonpos(vload(s + k * G + v * kD) - m_new);
+        vstore(s + k * G + v * kD, e);
+        sum += e;
+      }
+      vstore(l + v * kD, sum);
+      for (int h = 0; h < kD; ++h)
+        if (alpha[h] != 1.0) {
+          double* oh = o + (v * kD + h) * L.kvp;
+          for (int64_t c = 0; c < L.kvp; ++c) oh[c] *= alpha[h];
+        }
+    }
+    weighted_rows<NV>(s, G, tile, L.ldt, nr, o, L.kvp, L.kvp);
+  }
+}
+
+using MqaPartFn = decltype(&mqa_part<1>);
+MqaPartFn mqa_part_fn(int64_t group) {
+  switch (group / kD) {
+    case 1:
+      return mqa_part<1>;
+    case 2:
+      return mqa_part<2>;
+#if !defined(__AVX512F__)
+    case 3:
+      return mqa_part<3>;
+    case 4:
+      return mqa_part<4>;
+#endif
+#if !defined(__AVX512F__) && !defined(__AVX__)
+    case 5:
+      return mqa_part<5>;
+    case 6:
+      return mqa_part<6>;
+    case 7:
+      return mqa_part<7>;
+    case 8:
+      return mqa_part<8>;
+#endif
+    default:
+      return nullptr;
+  }
+}
+
+// (m, l, o) <- the fold of (m, l, o) and (m2, l2, o2), head by head.
+void fold(double* m, double* l, double* o, const double* m2, const double* l2, const double* o2, int64_t n_heads,
+          int64_t kvp) {
+  for (int64_t h = 0; h < n_heads; ++h) {
+    const double mx = std::max(m[h], m2[h]);
+    const double a = exp_nonpos1(m[h] - mx), b = exp_nonpos1(m2[h] - mx);
+    m[h] = mx;
+    l[h] = l[h] * a + l2[h] * b;
+    for (int64_t c = 0; c < kvp; ++c) o[h * kvp + c] = o[h * kvp + c] * a + o2[h * kvp + c] * b;
+  }
+}
+
+// Per-thread buffers of the exact kernels, in doubles (one F32 row buffer in front).
+double* thread_buffer(AttnScratch& s, int t, size_t n) {
+  if (s.exact_per_thread[t].size() < n) s.exact_per_thread[t].resize(n);
+  return s.exact_per_thread[t].data();
+}
+
+}  // namespace
+
+void mla_attention_mqa_exact(const MlaAttnParams& p, ThreadPool& pool, AttnScratch& scratch) {
+  const MqaLayout L(p);
+  const int nt = pool.n_threads();
+  const int64_t qk_head = p.qk_nope + p.qk_rope;
+  const DequantizeFn dq = p.cache_type == GgmlType::F32 ? nullptr : dequantize_fn(p.cache_type);
+  const MqaPartFn part_fn = mqa_part_fn(L.group);
+  if (static_cast<int>(scratch.exact_per_thread.size()) < nt) scratch.exact_per_thread.resize(nt);
+  // Per thread: the F32 row (as doubles' room), the tile, the scores, one query in double.
+  const size_t per_thread = static_cast<size_t>(L.ldt + kTile * L.ldt + kTile * L.group + qk_head + p.kv_lora);
+  for (int t = 0; t < nt; ++t) thread_buffer(scratch, t, per_thread);
+  attn::reserve_head_buffers(scratch, nt, static_cast<size_t>(std::max(p.qk_nope, p.v_dim) * p.kv_lora));
+  auto parts_of = [&](int64_t i) { return (attn::rows_of(p, i).n + kPartRows - 1) / kPartRows; };
+
+  for (int64_t qb = 0; qb < p.n_q; qb += kQueryBlock) {
+    const int64_t nq = std::min(kQueryBlock, p.n_q - qb);
+    int64_t part_base[kQueryBlock + 1];
+    part_base[0] = 0;
+    for (int64_t i = 0; i < nq; ++i) part_base[i + 1] = part_base[i] + parts_of(qb + i);
+    const int64_t n_parts = part_base[nq];
+    const size_t q_doubles = static_cast<size_t>(nq * L.row_len * L.hp);
+    if (scratch.exact_q.size() < q_doubles) scratch.exact_q.resize(q_doubles);
+    std::fill(scratch.exact_q.begin(), scratch.exact_q.begin() + q_doubles, 0.0);  // padded heads score 0
+    const size_t part_doubles = static_cast<size_t>(n_parts * L.part_doubles);
+    if (scratch.exact_parts.size() < part_doubles) scratch.exact_parts.resize(part_doubles);
+    double* qt = scratch.exact_q.data();
+    double* parts = scratch.exact_parts.data();
+
+    // 1. Absorb: qt[i][c][h] = kq_scale · Σ_d W_UK[h][c][d] q_nope[i][h][d]; q_pe · kq_scale after it.
+    pool.parallel_for(p.n_head, [&](int64_t h0, int64_t h1, int t) {
+      double* qd = thread_buffer(scratch, t, per_thread) + per_thread - (qk_head + p.kv_lora);
+      for (int64_t h = h0; h < h1; ++h) {
+        const float* wk = mla_proj_head(p.w_uk, h, p.kv_lora, p.qk_nope, scratch.heads[t].data());
+        for (int64_t i = 0; i < nq; ++i) {
+          const float* q = p.q + (qb + i) * p.q_stride + h * qk_head;
+          for (int64_t d = 0; d < p.qk_nope; ++d) qd[d] = q[d];
+          double* q_i = qt + i * L.row_len * L.hp;
+          for (int64_t c = 0; c < p.kv_lora; ++c) q_i[c * L.hp + h] = dot_d_f(qd, wk + c * p.qk_nope, p.qk_nope) * p.kq_scale;
+          for (int64_t d = 0; d < p.qk_rope; ++d)
+            q_i[(p.kv_lora + d) * L.hp + h] = static_cast<double>(q[p.qk_nope + d]) * p.kq_scale;
+        }
+      }
+    });
+
+    // 2. Attend: units (query, part, head group), taken in any order by any thread; a unit's
+    //    arithmetic does not depend on who runs it.
+    const int64_t n_units = n_parts * L.n_groups;
+    std::atomic<int64_t> next{0};
+    auto attend = [&](int t) {
+      double* b = thread_buffer(scratch, t, per_thread);
+      float* fbuf = reinterpret_cast<float*>(b);
+      double* tile = b + L.ldt;
+      double* s = tile + kTile * L.ldt;
+      for (int64_t u; (u = next.fetch_add(1, std::memory_order_relaxed)) < n_units;) {
+        const int64_t g = u % L.n_groups, part_index = u / L.n_groups;
+        int64_t i = 0;
+        while (part_base[i + 1] <= part_index) ++i;
+        const attn::QueryRows rows = attn::rows_of(p, qb + i);
+        const int64_t k0 = (part_index - part_base[i]) * kPartRows, k1 = std::min(rows.n, k0 + kPartRows);
+        double* dst = parts + part_index * L.part_doubles;
+        part_fn(p, dq, L, rows, k0, k1, qt + i * L.row_len * L.hp + g * L.group, fbuf, tile, s, dst + g * L.group,
+                dst + L.hp + g * L.group, dst + 2 * L.hp + g * L.group * L.kvp);
+      }
+    };
+    if (n_units > 0) pool.run(attend);
+
+    // 3. Fold each query's parts in order, then un-absorb and normalize:
+    //    out[i][h][e] = (Σ_c W_UV[h][e][c] o[i][h][c]) / l[i][h], rounded to F32 once.
+    pool.parallel_for(nq, [&](int64_t i0, int64_t i1, int) {
+      for (int64_t i = i0; i < i1; ++i) {
+        double* first = parts + part_base[i] * L.part_doubles;
+        for (int64_t k = part_base[i] + 1; k < part_base[i + 1]; ++k) {
+          const double* other = parts + k * L.part_doubles;
+          fold(first, first + L.hp, first + 2 * L.hp, other, other + L.hp, other + 2 * L.hp, p.n_head, L.kvp);
+        }
+      }
+    });
+    pool.parallel_for(p.n_head, [&](int64_t h0, int64_t h1, int t) {
+      for (int64_t h = h0; h < h1; ++h) {
+        const float* wv = mla_proj_head(p.w_uv, h, p.v_dim, p.kv_lora, scratch.heads[t].data());
+        for (int64_t i = 0; i < nq; ++i) {
+          const double* first = parts + part_base[i] * L.part_doubles;
+          const double* o = first + 2 * L.hp + h * L.kvp;
+          const double l = first[L.hp + h];
+          float* out = p.out + (qb + i) * p.out_stride + h * p.v_dim;
+          for (int64_t e = 0; e < p.v_dim; ++e) out[e] = static_cast<float>(dot_d_f(o, wv + e * p.kv_lora, p.kv_lora) / l);
+        }
+      }
+    });
+  }
+}
+
+// ---- MHA ----
+
+namespace {
+
+constexpr int64_t kKeyBlock = 64;  // context rows decompressed at a time, aligned to context row 0
+
+// out[j][d] = Σ_r w[d][r] · tile[j][r] for j < nr, d < n_out: R rows x 2 outputs per register tile.
+void decompress(const double* tile, int64_t ldt, int64_t nr, const float* w, int64_t n_out, int64_t kv_lora,
+                double* out, int64_t ldo) {
+  int64_t j = 0;
+  for (; j + 4 <= nr; j += 4) {
+    int64_t d = 0;
+    for (; d + 2 <= n_out; d += 2) {
+      f64v acc[4][2] = {};
+      const float* w0 = w + d * kv_lora;
+      const float* w1 = w0 + kv_lora;
+      int64_t r = 0;
+      for (; r + kD <= kv_lora; r += kD) {
+        const f64v a0 = vload_f32(w0 + r), a1 = vload_f32(w1 + r);
+        for (int k = 0; k < 4; ++k) {
+          const f64v t = vload(tile + (j + k) * ldt + r);
+          acc[k][0] = vfma(t, a0, acc[k][0]);
+          acc[k][1] = vfma(t, a1, acc[k][1]);
+        }
+      }
+      for (int k = 0; k < 4; ++k) {
+        double s0 = hsum(acc[k][0]), s1 = hsum(acc[k][1]);
+        for (int64_t rr = r; rr < kv_lora; ++rr) {
+          s0 += tile[(j + k) * ldt + rr] * static_cast<double>(w0[rr]);
+          s1 += tile[(j + k) * ldt + rr] * static_cast<double>(w1[rr]);
+        }
+        out[(j + k) * ldo + d] = s0;
+        out[(j + k) * ldo + d + 1] = s1;
+      }
+    }
+    for (; d < n_out; ++d)
+      for (int k = 0; k < 4; ++k) out[(j + k) * ldo + d] = dot_d_f(tile + (j + k) * ldt, w + d * kv_lora, kv_lora);
+  }
+  for (; j < nr; ++j)
+    for (int64_t d = 0; d < n_out; ++d) out[j * ldo + d] = dot_d_f(tile + j * ldt, w + d * kv_lora, kv_lora);
+}
+
+}  // namespace
+
+void mla_attention_mha_exact(const MlaAttnParams& p, ThreadPool& pool, AttnScratch& scratch) {
+  const int nt = pool.n_threads();
+  const int64_t qk_head = p.qk_nope + p.qk_rope, row_len = p.kv_lora + p.qk_rope;
+  const int64_t ldt = round_up(row_len, kD), ldk = round_up(qk_head, kD), ldv = round_up(p.v_dim, kD);
+  const DequantizeFn dq = p.cache_type == GgmlType::F32 ? nullptr : dequantize_fn(p.cache_type);
+  // Per thread: F32 row, key tile, K [block][ldk] (k_nope then k_pe), V [block][ldv], the queries of one
+  // head in double [n_q][ldk], their state m[n_q], l[n_q], acc[n_q][ldv], and a score row.
+  const size_t per_thread = static_cast<size_t>(ldt + kKeyBlock * (ldt + ldk + ldv) + p.n_q * (ldk + 2 + ldv) + kKeyBlock);
+  if (static_cast<int>(scratch.exact_per_thread.size()) < nt) scratch.exact_per_thread.resize(nt);
+  for (int t = 0; t < nt; ++t) thread_buffer(scratch, t, per_thread);
+  attn::reserve_head_buffers(scratch, nt, static_cast<size_t>((p.qk_nope + p.v_dim) * p.kv_lora));
+  // The last context row any query sees (its causal edge, or its last selected row).
+  int64_t n_rows = 0;
+  for (int64_t i = 0; i < p.n_q; ++i) {
+    const attn::QueryRows rows = attn::rows_of(p, i);
+    if (rows.n > 0) n_rows = std::max(n_rows, rows[rows.n - 1] + 1);
+  }
+
+  pool.parallel_for(p.n_head, [&](int64_t h0, int64_t h1, int t) {
+    double* b = thread_buffer(scratch, t, per_thread);
+    float* fbuf = reinterpret_cast<float*>(b);
+    double* tile = b + ldt;
+    double* kb = tile + kKeyBlock * ldt;
+    double* vb = kb + kKeyBlock * ldk;
+    double* qd = vb + kKeyBlock * ldv;
+    double* m = qd + p.n_q * ldk;
+    double* l = m + p.n_q;
+    double* acc = l + p.n_q;
+    double* sc = acc + p.n_q * ldv;
+    std::vector<int64_t> cursor(static_cast<size_t>(p.n_q));  // next selected row per query (sparse)
+    for (int64_t h = h0; h < h1; ++h) {
+      float* wbuf = scratch.heads[t].data();
+      const float* wk = mla_proj_head(p.w_uk_t, h, p.qk_nope, p.kv_lora, wbuf);  // [qk_nope][kv_lora]
+      const float* wv = mla_proj_head(p.w_uv, h, p.v_dim, p.kv_lora, wbuf + p.qk_nope * p.kv_lora);
+      for (int64_t i = 0; i < p.n_q; ++i) {
+        const float* q = p.q + i * p.q_stride + h * qk_head;
+        for (int64_t d = 0; d < qk_head; ++d) qd[i * ldk + d] = q[d];
+        for (int64_t d = qk_head; d < ldk; ++d) qd[i * ldk + d] = 0.0;
+        m[i] = -std::numeric_limits<double>::infinity();
+        l[i] = 0;
+        std::fill(acc + i * ldv, acc + (i + 1) * ldv, 0.0);
+        cursor[i] = 0;
+      }
+      for (int64_t j0 = 0; j0 < n_rows; j0 += kKeyBlock) {
+        const int64_t nr = std::min(kKeyBlock, n_rows - j0);
+        bool decompressed = false;
+        for (int64_t i = 0; i < p.n_q; ++i) {
+          const attn::QueryRows rows = attn::rows_of(p, i);
+          // This query's rows in the block: [k_begin, k_end) of its row list.
+          const int64_t k_begin = rows.list ? cursor[i] : std::min(j0, rows.n);
+          int64_t k_end = k_begin;
+          while (k_end < rows.n && rows[k_end] < j0 + nr) ++k_end;
+          if (rows.list) cursor[i] = k_end;
+          if (k_end == k_begin) continue;
+          if (!decompressed) {
+            for (int64_t r = 0; r < nr; ++r) {
+              double* row = tile + r * ldt;
+              load_row_f64(p, dq, j0 + r, fbuf, row, ldt);
+              // k = [W_UK c | k_pe], v = W_UV c.
+              for (int64_t d = 0; d < p.qk_rope; ++d) kb[r * ldk + p.qk_nope + d] = row[p.kv_lora + d];
+              for (int64_t d = qk_head; d < ldk; ++d) kb[r * ldk + d] = 0.0;
+              for (int64_t e = p.v_dim; e < ldv; ++e) vb[r * ldv + e] = 0.0;
+            }
+            decompress(tile, ldt, nr, wk, p.qk_nope, p.kv_lora, kb, ldk);
+            decompress(tile, ldt, nr, wv, p.v_dim, p.kv_lora, vb, ldv);
+            decompressed = true;
+          }
+          // Scores of the query's rows in this block, the block max, the running state rescaled.
+          double mx = -std::numeric_limits<double>::infinity();
+          for (int64_t k = k_begin; k < k_end; ++k) {
+            sc[k - k_begin] = dot_d_d(qd + i * ldk, kb + (rows[k] - j0) * ldk, ldk) * p.kq_scale;
+            mx = std::max(mx, sc[k - k_begin]);
+          }
+          const double m_new = std::max(m[i], mx);
+          const double alpha = exp_nonpos1(m[i] - m_new);
+          m[i] = m_new;
+          double* a = acc + i * ldv;
+          if (alpha != 1.0)
+            for (int64_t e = 0; e < ldv; ++e) a[e] *= alpha;
+          double sum = l[i] * alpha;
+          for (int64_t k = k_begin; k < k_end; ++k) {
+            const double w = exp_nonpos1(sc[k - k_begin] - m_new);
+            sum += w;
+            const double* v = vb + (rows[k] - j0) * ldv;
+            const f64v wv8 = vsplat(w);
+            for (int64_t e = 0; e < ldv; e += kD) vstore(a + e, vfma(wv8, vload(v + e), vload(a + e)));
+          }
+          l[i] = sum;
+        }
+      }
+      for (int64_t i = 0; i < p.n_q; ++i) {
+        float* out = p.out + i * p.out_stride + h * p.v_dim;
+        for (int64_t e = 0; e < p.v_dim; ++e) out[e] = static_cast<float>(acc[i * ldv + e] / l[i]);
+      }
+    }
+  });
+}
+
+}  // namespace mla

@@ -13,6 +13,9 @@
 //   attn/mqa_chunk/<ctx>/<threads>       a 512-token prefill chunk ending at ctx (causal), MQA
 //   attn/mha_chunk/<ctx>/<threads>       the same chunk down the decompressed (MHA) path
 //   indexer/decode/<ctx>/<threads>       one query's indexer scores and top-2048 over ctx keys
+//   attn/exact/...                       the exact kernels (attention_exact.cpp, the model's default)
+//                                        on the same shapes, and both paths of a 512-token chunk at
+//                                        V2-Lite's widths (ctx 512: the pp512 prefill)
 //
 //   build/bench/mla_bench --benchmark_filter='attn|indexer'
 #include <benchmark/benchmark.h>
@@ -96,43 +99,54 @@ void report(benchmark::State& state, double macs) {
       benchmark::Counter(1e-3, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
 
+using Kernel = void (*)(const MlaAttnParams&, ThreadPool&, AttnScratch&);
+template <bool kExact>
+constexpr Kernel kMqa = kExact ? mla_attention_mqa_exact : mla_attention_mqa;
+template <bool kExact>
+constexpr Kernel kMha = kExact ? mla_attention_mha_exact : mla_attention_mha;
+
+template <bool kExact>
 void BM_MqaDecode(benchmark::State& state) {
   AttnData d(state.range(0), 1);
   ThreadPool pool(static_cast<int>(state.range(1)));
   AttnScratch scratch;
   const auto p = d.params();
-  for (auto _ : state) mla_attention_mqa(p, pool, scratch);
+  for (auto _ : state) kMqa<kExact>(p, pool, scratch);
   report(state, kHead * ((kNope + kV) * kLora + d.pairs() * (2 * kLora + kRope)));
 }
 
 // One decode query with Q8_0 projections, at GLM-5's or V2-Lite's widths.
-template <int kWidths>
+template <int kWidths, bool kExact = false>
 void BM_MqaDecodeQ8w(benchmark::State& state) {
   const Widths w = kWidths == 0 ? kGlm5 : kV2Lite;
   AttnData d(std::max<int64_t>(1, state.range(0)), 1, w);
   ThreadPool pool(static_cast<int>(state.range(1)));
   AttnScratch scratch;
   const auto p = d.params(true);
-  for (auto _ : state) mla_attention_mqa(p, pool, scratch);
+  for (auto _ : state) kMqa<kExact>(p, pool, scratch);
   report(state, w.head * ((w.nope + w.v) * kLora + d.pairs() * (2 * kLora + kRope)));
 }
 
+template <bool kExact, int kWidths = 0>
 void BM_MqaChunk(benchmark::State& state) {
-  AttnData d(state.range(0), kChunk);
+  const Widths w = kWidths == 0 ? kGlm5 : kV2Lite;
+  AttnData d(state.range(0), kChunk, w);
   ThreadPool pool(static_cast<int>(state.range(1)));
   AttnScratch scratch;
-  const auto p = d.params();
-  for (auto _ : state) mla_attention_mqa(p, pool, scratch);
-  report(state, kHead * (kChunk * (kNope + kV) * kLora + d.pairs() * (2 * kLora + kRope)));
+  const auto p = d.params(kWidths != 0);
+  for (auto _ : state) kMqa<kExact>(p, pool, scratch);
+  report(state, w.head * (kChunk * (w.nope + w.v) * kLora + d.pairs() * (2 * kLora + kRope)));
 }
 
+template <bool kExact, int kWidths = 0>
 void BM_MhaChunk(benchmark::State& state) {
-  AttnData d(state.range(0), kChunk);
+  const Widths w = kWidths == 0 ? kGlm5 : kV2Lite;
+  AttnData d(state.range(0), kChunk, w);
   ThreadPool pool(static_cast<int>(state.range(1)));
   AttnScratch scratch;
   const auto p = d.params();
-  for (auto _ : state) mla_attention_mha(p, pool, scratch);
-  report(state, kHead * (d.ctx * (kNope + kV) * kLora + d.pairs() * (kNope + kRope + kV)));
+  for (auto _ : state) kMha<kExact>(p, pool, scratch);
+  report(state, w.head * (d.ctx * (w.nope + w.v) * kLora + d.pairs() * (w.nope + kRope + w.v)));
 }
 
 void BM_IndexerDecode(benchmark::State& state) {
@@ -162,11 +176,21 @@ void depth_args(benchmark::internal::Benchmark* b, std::initializer_list<int64_t
   b->UseRealTime()->Unit(benchmark::kMillisecond);
 }
 
-BENCHMARK(BM_MqaDecode)->Name("attn/mqa_decode")->Apply([](auto* b) { depth_args(b, {2048, 8192, 32768}); });
+BENCHMARK(BM_MqaDecode<false>)->Name("attn/mqa_decode")->Apply([](auto* b) { depth_args(b, {2048, 8192, 32768}); });
 BENCHMARK(BM_MqaDecodeQ8w<0>)->Name("attn/mqa_decode_q8w")->Apply([](auto* b) { depth_args(b, {1, 8192}); });
 BENCHMARK(BM_MqaDecodeQ8w<1>)->Name("attn/v2lite_decode")->Apply([](auto* b) { depth_args(b, {1, 4096, 4160}); });
-BENCHMARK(BM_MqaChunk)->Name("attn/mqa_chunk")->Apply([](auto* b) { depth_args(b, {2048, 8192}); });
-BENCHMARK(BM_MhaChunk)->Name("attn/mha_chunk")->Apply([](auto* b) { depth_args(b, {2048, 8192}); });
+BENCHMARK(BM_MqaChunk<false>)->Name("attn/mqa_chunk")->Apply([](auto* b) { depth_args(b, {2048, 8192}); });
+BENCHMARK(BM_MhaChunk<false>)->Name("attn/mha_chunk")->Apply([](auto* b) { depth_args(b, {2048, 8192}); });
+BENCHMARK(BM_MqaChunk<false, 1>)->Name("attn/v2lite_mqa_chunk")->Apply([](auto* b) { depth_args(b, {512}); });
+BENCHMARK(BM_MhaChunk<false, 1>)->Name("attn/v2lite_mha_chunk")->Apply([](auto* b) { depth_args(b, {512}); });
+BENCHMARK(BM_MqaDecode<true>)->Name("attn/exact/mqa_decode")->Apply([](auto* b) { depth_args(b, {2048, 8192}); });
+BENCHMARK(BM_MqaDecodeQ8w<1, true>)->Name("attn/exact/v2lite_decode")->Apply([](auto* b) {
+  depth_args(b, {4096});
+});
+BENCHMARK(BM_MqaChunk<true>)->Name("attn/exact/mqa_chunk")->Apply([](auto* b) { depth_args(b, {2048}); });
+BENCHMARK(BM_MhaChunk<true>)->Name("attn/exact/mha_chunk")->Apply([](auto* b) { depth_args(b, {2048}); });
+BENCHMARK(BM_MqaChunk<true, 1>)->Name("attn/exact/v2lite_mqa_chunk")->Apply([](auto* b) { depth_args(b, {512}); });
+BENCHMARK(BM_MhaChunk<true, 1>)->Name("attn/exact/v2lite_mha_chunk")->Apply([](auto* b) { depth_args(b, {512}); });
 BENCHMARK(BM_IndexerDecode)->Name("indexer/decode")->Apply([](auto* b) { depth_args(b, {8192, 32768}); });
 
 }  // namespace

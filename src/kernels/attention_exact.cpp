@@ -134,20 +134,6 @@ inline double dot_d_f(const double* a, const float* b, int64_t n) {
   return s;
 }
 
-// Σ_k a[k] · b[k] over n doubles.
-inline double dot_d_d(const double* a, const double* b, int64_t n) {
-  f64v acc0{}, acc1{};
-  int64_t k = 0;
-  for (; k + 2 * kD <= n; k += 2 * kD) {
-    acc0 = vfma(vload(a + k), vload(b + k), acc0);
-    acc1 = vfma(vload(a + k + kD), vload(b + k + kD), acc1);
-  }
-  for (; k + kD <= n; k += kD) acc0 = vfma(vload(a + k), vload(b + k), acc0);
-  double s = hsum(acc0 + acc1);
-  for (; k < n; ++k) s += a[k] * b[k];
-  return s;
-}
-
 // Context row j as doubles into out (n = kv_lora + qk_rope values, then zeros up to ld).
 inline void load_row_f64(const MlaAttnParams& p, DequantizeFn dq, int64_t j, float* fbuf, double* out, int64_t ld) {
   const int64_t n = p.kv_lora + p.qk_rope;
@@ -391,42 +377,110 @@ void mla_attention_mqa_exact(const MlaAttnParams& p, ThreadPool& pool, AttnScrat
 
 namespace {
 
-constexpr int64_t kKeyBlock = 64;  // context rows decompressed at a time, aligned to context row 0
+constexpr int64_t kKeyBlock = 64;                      // context rows decompressed at a time, from row 0
+constexpr int kNJ = static_cast<int>(kKeyBlock / kD);  // row vectors in a block
+constexpr int kJV = kD == 8 ? 8 : 4;                   // row (or value) vectors per register tile
+static_assert(kNJ % kJV == 0, "a block is a whole number of register tiles");
 
-// out[j][d] = Σ_r w[d][r] · tile[j][r] for j < nr, d < n_out: R rows x 2 outputs per register tile.
-void decompress(const double* tile, int64_t ldt, int64_t nr, const float* w, int64_t n_out, int64_t kv_lora,
-                double* out, int64_t ldo) {
-  int64_t j = 0;
-  for (; j + 4 <= nr; j += 4) {
+// out[d][j] = Σ_r w[d][r] · ct[r][j] for d < n_out and the block's rows j (ct: the key tile
+// transposed, [kv_lora][kKeyBlock]): two outputs x kJV row vectors per register tile.
+void decompress_t(const double* ct, const float* w, int64_t n_out, int64_t kv_lora, double* out) {
+  for (int jv0 = 0; jv0 < kNJ; jv0 += kJV) {
     int64_t d = 0;
     for (; d + 2 <= n_out; d += 2) {
-      f64v acc[4][2] = {};
+      f64v a0[kJV] = {}, a1[kJV] = {};
       const float* w0 = w + d * kv_lora;
       const float* w1 = w0 + kv_lora;
-      int64_t r = 0;
-      for (; r + kD <= kv_lora; r += kD) {
-        const f64v a0 = vload_f32(w0 + r), a1 = vload_f32(w1 + r);
-        for (int k = 0; k < 4; ++k) {
-          const f64v t = vload(tile + (j + k) * ldt + r);
-          acc[k][0] = vfma(t, a0, acc[k][0]);
-          acc[k][1] = vfma(t, a1, acc[k][1]);
+      for (int64_t r = 0; r < kv_lora; ++r) {
+        const f64v b0 = vsplat(w0[r]), b1 = vsplat(w1[r]);
+        const double* c = ct + r * kKeyBlock + jv0 * kD;
+        for (int v = 0; v < kJV; ++v) {
+          const f64v x = vload(c + v * kD);
+          a0[v] = vfma(b0, x, a0[v]);
+          a1[v] = vfma(b1, x, a1[v]);
         }
       }
-      for (int k = 0; k < 4; ++k) {
-        double s0 = hsum(acc[k][0]), s1 = hsum(acc[k][1]);
-        for (int64_t rr = r; rr < kv_lora; ++rr) {
-          s0 += tile[(j + k) * ldt + rr] * static_cast<double>(w0[rr]);
-          s1 += tile[(j + k) * ldt + rr] * static_cast<double>(w1[rr]);
-        }
-        out[(j + k) * ldo + d] = s0;
-        out[(j + k) * ldo + d + 1] = s1;
+      for (int v = 0; v < kJV; ++v) {
+        vstore(out + d * kKeyBlock + (jv0 + v) * kD, a0[v]);
+        vstore(out + (d + 1) * kKeyBlock + (jv0 + v) * kD, a1[v]);
       }
     }
-    for (; d < n_out; ++d)
-      for (int k = 0; k < 4; ++k) out[(j + k) * ldo + d] = dot_d_f(tile + (j + k) * ldt, w + d * kv_lora, kv_lora);
+    for (; d < n_out; ++d) {
+      f64v a0[kJV] = {};
+      const float* w0 = w + d * kv_lora;
+      for (int64_t r = 0; r < kv_lora; ++r) {
+        const f64v b0 = vsplat(w0[r]);
+        const double* c = ct + r * kKeyBlock + jv0 * kD;
+        for (int v = 0; v < kJV; ++v) a0[v] = vfma(b0, vload(c + v * kD), a0[v]);
+      }
+      for (int v = 0; v < kJV; ++v) vstore(out + d * kKeyBlock + (jv0 + v) * kD, a0[v]);
+    }
   }
-  for (; j < nr; ++j)
-    for (int64_t d = 0; d < n_out; ++d) out[j * ldo + d] = dot_d_f(tile + j * ldt, w + d * kv_lora, kv_lora);
+}
+
+// s[q][j] = Σ_d qd[q][d] · kt[d][j] over the block's rows, for Q queries (kt: [qk_head][kKeyBlock]).
+template <int Q>
+void block_scores(const double* const* qd, const double* kt, int64_t qk_head, double* s) {
+  for (int jv0 = 0; jv0 < kNJ; jv0 += kJV) {
+    f64v a[Q][kJV] = {};
+    for (int64_t d = 0; d < qk_head; ++d) {
+      f64v b[Q];
+      for (int q = 0; q < Q; ++q) b[q] = vsplat(qd[q][d]);
+      const double* k = kt + d * kKeyBlock + jv0 * kD;
+      for (int v = 0; v < kJV; ++v) {
+        const f64v x = vload(k + v * kD);
+        for (int q = 0; q < Q; ++q) a[q][v] = vfma(b[q], x, a[q][v]);
+      }
+    }
+    for (int q = 0; q < Q; ++q)
+      for (int v = 0; v < kJV; ++v) vstore(s + q * kKeyBlock + (jv0 + v) * kD, a[q][v]);
+  }
+}
+
+// acc[q][e] += Σ_j w[q][j] · v[j][e] over rows j < nr (a row a query does not see has w = 0, which
+// adds exactly nothing); v: [kKeyBlock][ldv], ldv a multiple of kJV vectors.
+template <int Q>
+void block_values(const double* w, const double* v, int64_t ldv, int64_t nr, double* const* acc) {
+  for (int64_t e0 = 0; e0 < ldv; e0 += kJV * kD) {
+    f64v a[Q][kJV];
+    for (int q = 0; q < Q; ++q)
+      for (int k = 0; k < kJV; ++k) a[q][k] = vload(acc[q] + e0 + k * kD);
+    for (int64_t j = 0; j < nr; ++j) {
+      f64v b[Q];
+      for (int q = 0; q < Q; ++q) b[q] = vsplat(w[q * kKeyBlock + j]);
+      const double* vj = v + j * ldv + e0;
+      for (int k = 0; k < kJV; ++k) {
+        const f64v x = vload(vj + k * kD);
+        for (int q = 0; q < Q; ++q) a[q][k] = vfma(b[q], x, a[q][k]);
+      }
+    }
+    for (int q = 0; q < Q; ++q)
+      for (int k = 0; k < kJV; ++k) vstore(acc[q] + e0 + k * kD, a[q][k]);
+  }
+}
+
+// One query's running softmax over a block: s (its scores, unscaled) becomes its weights, with
+// rows it does not see (visible[j] false) at -inf and so weight 0; m, l and acc rescaled to the
+// new max. Every lane of the block is processed, so the work does not depend on nr.
+void block_softmax(double* s, const bool* visible, double kq_scale, double& m, double& l, double* acc, int64_t ldv) {
+  constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+  for (int64_t j = 0; j < kKeyBlock; ++j) s[j] = visible[j] ? s[j] * kq_scale : kNegInf;
+  f64v mx = vload(s);
+  for (int v = 1; v < kNJ; ++v) mx = vmax(mx, vload(s + v * kD));
+  double m_new = m;
+  for (int k = 0; k < kD; ++k) m_new = std::max(m_new, mx[k]);
+  const double alpha = exp_nonpos1(m - m_new);
+  m = m_new;
+  f64v sum{};
+  const f64v mv = vsplat(m_new);
+  for (int v = 0; v < kNJ; ++v) {
+    const f64v e = exp_nonpos(vload(s + v * kD) - mv);
+    vstore(s + v * kD, e);
+    sum += e;
+  }
+  l = l * alpha + hsum(sum);
+  if (alpha != 1.0)
+    for (int64_t e = 0; e < ldv; ++e) acc[e] *= alpha;
 }
 
 }  // namespace
@@ -434,15 +488,17 @@ void decompress(const double* tile, int64_t ldt, int64_t nr, const float* w, int
 void mla_attention_mha_exact(const MlaAttnParams& p, ThreadPool& pool, AttnScratch& scratch) {
   const int nt = pool.n_threads();
   const int64_t qk_head = p.qk_nope + p.qk_rope, row_len = p.kv_lora + p.qk_rope;
-  const int64_t ldt = round_up(row_len, kD), ldk = round_up(qk_head, kD), ldv = round_up(p.v_dim, kD);
+  const int64_t ldv = round_up(p.v_dim, kJV * kD);
   const DequantizeFn dq = p.cache_type == GgmlType::F32 ? nullptr : dequantize_fn(p.cache_type);
-  // Per thread: F32 row, key tile, K [block][ldk] (k_nope then k_pe), V [block][ldv], the queries of one
-  // head in double [n_q][ldk], their state m[n_q], l[n_q], acc[n_q][ldv], and a score row.
-  const size_t per_thread = static_cast<size_t>(ldt + kKeyBlock * (ldt + ldk + ldv) + p.n_q * (ldk + 2 + ldv) + kKeyBlock);
+  // Per thread: an F32 row, the key tile transposed ct [row_len][kKeyBlock], kt [qk_head][kKeyBlock]
+  // (W_UK c, then k_pe), vt [v_dim][kKeyBlock] (W_UV c) and v [kKeyBlock][ldv], two queries' scores,
+  // and the head's queries in double qd [n_q][qk_head] with their state m, l, acc [n_q][ldv].
+  const int64_t tile = row_len * kKeyBlock + qk_head * kKeyBlock + p.v_dim * kKeyBlock + kKeyBlock * ldv;
+  const size_t per_thread = static_cast<size_t>(row_len + tile + 2 * kKeyBlock + p.n_q * (qk_head + 2 + ldv));
   if (static_cast<int>(scratch.exact_per_thread.size()) < nt) scratch.exact_per_thread.resize(nt);
   for (int t = 0; t < nt; ++t) thread_buffer(scratch, t, per_thread);
   attn::reserve_head_buffers(scratch, nt, static_cast<size_t>((p.qk_nope + p.v_dim) * p.kv_lora));
-  // The last context row any query sees (its causal edge, or its last selected row).
+  // The rows past the last one any query sees are never read.
   int64_t n_rows = 0;
   for (int64_t i = 0; i < p.n_q; ++i) {
     const attn::QueryRows rows = attn::rows_of(p, i);
@@ -452,23 +508,25 @@ void mla_attention_mha_exact(const MlaAttnParams& p, ThreadPool& pool, AttnScrat
   pool.parallel_for(p.n_head, [&](int64_t h0, int64_t h1, int t) {
     double* b = thread_buffer(scratch, t, per_thread);
     float* fbuf = reinterpret_cast<float*>(b);
-    double* tile = b + ldt;
-    double* kb = tile + kKeyBlock * ldt;
-    double* vb = kb + kKeyBlock * ldk;
-    double* qd = vb + kKeyBlock * ldv;
-    double* m = qd + p.n_q * ldk;
+    double* ct = b + row_len;
+    double* kt = ct + row_len * kKeyBlock;
+    double* vt = kt + qk_head * kKeyBlock;
+    double* vr = vt + p.v_dim * kKeyBlock;
+    double* sc = vr + kKeyBlock * ldv;
+    double* qd = sc + 2 * kKeyBlock;
+    double* m = qd + p.n_q * qk_head;
     double* l = m + p.n_q;
     double* acc = l + p.n_q;
-    double* sc = acc + p.n_q * ldv;
-    std::vector<int64_t> cursor(static_cast<size_t>(p.n_q));  // next selected row per query (sparse)
+    std::vector<int64_t> cursor(static_cast<size_t>(p.n_q)), rel;  // sparse: next selected row; the block's queries
+    bool vis[2 * kKeyBlock];  // which rows of the block each of the two queries sees
+    rel.reserve(static_cast<size_t>(p.n_q));
     for (int64_t h = h0; h < h1; ++h) {
       float* wbuf = scratch.heads[t].data();
       const float* wk = mla_proj_head(p.w_uk_t, h, p.qk_nope, p.kv_lora, wbuf);  // [qk_nope][kv_lora]
       const float* wv = mla_proj_head(p.w_uv, h, p.v_dim, p.kv_lora, wbuf + p.qk_nope * p.kv_lora);
       for (int64_t i = 0; i < p.n_q; ++i) {
         const float* q = p.q + i * p.q_stride + h * qk_head;
-        for (int64_t d = 0; d < qk_head; ++d) qd[i * ldk + d] = q[d];
-        for (int64_t d = qk_head; d < ldk; ++d) qd[i * ldk + d] = 0.0;
+        for (int64_t d = 0; d < qk_head; ++d) qd[i * qk_head + d] = q[d];
         m[i] = -std::numeric_limits<double>::infinity();
         l[i] = 0;
         std::fill(acc + i * ldv, acc + (i + 1) * ldv, 0.0);
@@ -476,49 +534,60 @@ void mla_attention_mha_exact(const MlaAttnParams& p, ThreadPool& pool, AttnScrat
       }
       for (int64_t j0 = 0; j0 < n_rows; j0 += kKeyBlock) {
         const int64_t nr = std::min(kKeyBlock, n_rows - j0);
-        bool decompressed = false;
+        // The queries that see a row of this block.
+        rel.clear();
         for (int64_t i = 0; i < p.n_q; ++i) {
           const attn::QueryRows rows = attn::rows_of(p, i);
-          // This query's rows in the block: [k_begin, k_end) of its row list.
-          const int64_t k_begin = rows.list ? cursor[i] : std::min(j0, rows.n);
-          int64_t k_end = k_begin;
-          while (k_end < rows.n && rows[k_end] < j0 + nr) ++k_end;
-          if (rows.list) cursor[i] = k_end;
-          if (k_end == k_begin) continue;
-          if (!decompressed) {
-            for (int64_t r = 0; r < nr; ++r) {
-              double* row = tile + r * ldt;
-              load_row_f64(p, dq, j0 + r, fbuf, row, ldt);
-              // k = [W_UK c | k_pe], v = W_UV c.
-              for (int64_t d = 0; d < p.qk_rope; ++d) kb[r * ldk + p.qk_nope + d] = row[p.kv_lora + d];
-              for (int64_t d = qk_head; d < ldk; ++d) kb[r * ldk + d] = 0.0;
-              for (int64_t e = p.v_dim; e < ldv; ++e) vb[r * ldv + e] = 0.0;
+          if (rows.list ? (cursor[i] < rows.n && rows[cursor[i]] < j0 + nr) : rows.n > j0) rel.push_back(i);
+        }
+        if (rel.empty()) continue;
+        for (int64_t r = 0; r < kKeyBlock; ++r) {
+          if (r < nr) {
+            attn::load_row(p, dq, j0 + r, fbuf);
+            for (int64_t c = 0; c < row_len; ++c) ct[c * kKeyBlock + r] = fbuf[c];
+          } else {
+            for (int64_t c = 0; c < row_len; ++c) ct[c * kKeyBlock + r] = 0.0;
+          }
+        }
+        // k = [W_UK c | k_pe] and v = W_UV c of the block's rows.
+        decompress_t(ct, wk, p.qk_nope, p.kv_lora, kt);
+        std::memcpy(kt + p.qk_nope * kKeyBlock, ct + p.kv_lora * kKeyBlock, sizeof(double) * p.qk_rope * kKeyBlock);
+        decompress_t(ct, wv, p.v_dim, p.kv_lora, vt);
+        for (int64_t j = 0; j < kKeyBlock; ++j) {
+          for (int64_t e = 0; e < p.v_dim; ++e) vr[j * ldv + e] = vt[e * kKeyBlock + j];
+          for (int64_t e = p.v_dim; e < ldv; ++e) vr[j * ldv + e] = 0.0;
+        }
+        // Queries two at a time: scores, each one's softmax step, then the weighted values.
+        for (size_t k = 0; k < rel.size(); k += 2) {
+          const int nq = k + 1 < rel.size() ? 2 : 1;
+          const double* qs[2];
+          double* accs[2];
+          for (int u = 0; u < nq; ++u) {
+            const int64_t i = rel[k + u];
+            qs[u] = qd + i * qk_head;
+            accs[u] = acc + i * ldv;
+            const attn::QueryRows rows = attn::rows_of(p, i);
+            bool* v = vis + u * kKeyBlock;
+            std::fill(v, v + kKeyBlock, false);
+            if (rows.list) {
+              for (; cursor[i] < rows.n && rows[cursor[i]] < j0 + nr; ++cursor[i]) v[rows[cursor[i]] - j0] = true;
+            } else {
+              for (int64_t j = 0; j < nr && j0 + j < rows.n; ++j) v[j] = true;
             }
-            decompress(tile, ldt, nr, wk, p.qk_nope, p.kv_lora, kb, ldk);
-            decompress(tile, ldt, nr, wv, p.v_dim, p.kv_lora, vb, ldv);
-            decompressed = true;
           }
-          // Scores of the query's rows in this block, the block max, the running state rescaled.
-          double mx = -std::numeric_limits<double>::infinity();
-          for (int64_t k = k_begin; k < k_end; ++k) {
-            sc[k - k_begin] = dot_d_d(qd + i * ldk, kb + (rows[k] - j0) * ldk, ldk) * p.kq_scale;
-            mx = std::max(mx, sc[k - k_begin]);
+          if (nq == 2)
+            block_scores<2>(qs, kt, qk_head, sc);
+          else
+            block_scores<1>(qs, kt, qk_head, sc);
+          for (int u = 0; u < nq; ++u) {
+            const int64_t i = rel[k + u];
+            block_softmax(sc + u * kKeyBlock, vis + u * kKeyBlock, p.kq_scale, m[i],
+                          l[i], accs[u], ldv);
           }
-          const double m_new = std::max(m[i], mx);
-          const double alpha = exp_nonpos1(m[i] - m_new);
-          m[i] = m_new;
-          double* a = acc + i * ldv;
-          if (alpha != 1.0)
-            for (int64_t e = 0; e < ldv; ++e) a[e] *= alpha;
-          double sum = l[i] * alpha;
-          for (int64_t k = k_begin; k < k_end; ++k) {
-            const double w = exp_nonpos1(sc[k - k_begin] - m_new);
-            sum += w;
-            const double* v = vb + (rows[k] - j0) * ldv;
-            const f64v wv8 = vsplat(w);
-            for (int64_t e = 0; e < ldv; e += kD) vstore(a + e, vfma(wv8, vload(v + e), vload(a + e)));
-          }
-          l[i] = sum;
+          if (nq == 2)
+            block_values<2>(sc, vr, ldv, nr, accs);
+          else
+            block_values<1>(sc, vr, ldv, nr, accs);
         }
       }
       for (int64_t i = 0; i < p.n_q; ++i) {

@@ -363,5 +363,143 @@ TEST(MlaAttention, ProjectionsInFileTypesGiveTheBitsOfTheirF32Copy) {
   }
 }
 
+// ---- the exact kernels (attention_exact.cpp) ----
+
+// A case's cache stored in `type`, the params reading it.
+struct StoredCache {
+  std::vector<uint8_t> bytes;
+  MlaAttnParams params(Case& c, GgmlType type) {
+    const int64_t row_len = c.kv_lora + c.qk_rope, rb = ggml_row_bytes(type, row_len);
+    bytes.resize(c.n_slots * rb);
+    for (int64_t s = 0; s < c.n_slots; ++s) quantize_row(type, c.cache.data() + s * row_len, bytes.data() + s * rb, row_len);
+    auto p = c.params();
+    p.cache = bytes.data(), p.cache_type = type, p.cache_row_bytes = rb;
+    return p;
+  }
+};
+
+// Both exact paths, and the double references, give the same F32 bits: each is the exact result
+// rounded once (a mismatch would need an output within ~1e-15 of a rounding midpoint; with these
+// fixed inputs there is none). Shapes cross the 64-row key blocks, the 32-row tiles and the
+// 1024-row parts, with head counts below, at and above the 16-head group, in every cache dtype.
+TEST(MlaAttentionExact, PathsAndReferencesGiveTheSameBits) {
+  struct Shape {
+    int64_t n_head, qk_nope, qk_rope, kv_lora, v_dim, n_ctx, n_q;
+  };
+  const Shape shapes[] = {{3, 16, 8, 32, 12, 19, 5},
+                          {16, 32, 16, 64, 32, 130, 7},
+                          {20, 16, 32, 64, 16, 1100, 3},
+                          {4, 24, 8, 40, 20, 67, 67}};
+  int64_t n_compared = 0;
+  for (const Shape& sh : shapes)
+    for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0}) {
+      if (type == GgmlType::Q8_0 && (sh.kv_lora + sh.qk_rope) % 32 != 0) continue;
+      Case c(31);
+      c.n_head = sh.n_head, c.qk_nope = sh.qk_nope, c.qk_rope = sh.qk_rope, c.kv_lora = sh.kv_lora;
+      c.v_dim = sh.v_dim, c.n_ctx = sh.n_ctx, c.n_q = sh.n_q, c.n_slots = sh.n_ctx + 9;
+      c = Case(31 + static_cast<uint32_t>(sh.n_ctx), c);
+      StoredCache stored;
+      const auto p = stored.params(c, type);
+      const std::string name = std::string(ggml_type_name(type)) + " ctx " + std::to_string(sh.n_ctx);
+      ThreadPool pool(2);
+      AttnScratch scratch;
+      mla_attention_mha_exact(p, pool, scratch);
+      const auto mha = c.out;
+      mla_attention_mqa_exact(p, pool, scratch);
+      const auto mqa = c.out;
+      mla_attention_mha_ref(p);
+      const auto mha_ref = c.out;
+      mla_attention_mqa_ref(p);
+      EXPECT_EQ(mha, mqa) << name << ": the exact paths differ";
+      EXPECT_EQ(mha, mha_ref) << name << ": exact MHA is not the double reference rounded";
+      EXPECT_EQ(mqa, c.out) << name << ": exact MQA is not the double reference rounded";
+      n_compared += static_cast<int64_t>(mha.size());
+    }
+  EXPECT_GT(n_compared, 10000);
+}
+
+// The F32 kernels are not bit-equal across the paths (the reason the exact ones exist): on the
+// same inputs some outputs differ, by an ulp or so.
+TEST(MlaAttentionExact, TheF32PathsDifferInTheLastBits) {
+  Case c(41);
+  c.n_head = 16, c.qk_nope = 32, c.qk_rope = 16, c.kv_lora = 64, c.v_dim = 32, c.n_ctx = 130, c.n_q = 7;
+  c.n_slots = 140;
+  c = Case(41, c);
+  auto p = c.params();
+  ThreadPool pool(2);
+  AttnScratch scratch;
+  mla_attention_mha(p, pool, scratch);
+  const auto mha = c.out;
+  mla_attention_mqa(p, pool, scratch);
+  EXPECT_NE(mha, c.out);
+  EXPECT_LT(max_rel(mha, c.out), 1e-5);
+}
+
+// A query's bits depend only on its own rows: not on the thread count, on the other queries of
+// the call (a prompt in chunks), nor on a selection that lists every visible row (DSA = dense).
+TEST(MlaAttentionExact, QueryBitsIndependentOfThreadsChunksAndWholeSelection) {
+  for (int path = 0; path < 2; ++path) {
+    Case c(51);
+    c.n_head = 6, c.qk_nope = 16, c.qk_rope = 16, c.kv_lora = 32, c.v_dim = 16, c.n_ctx = 1100, c.n_q = 9;
+    c.n_slots = 1110;
+    c = Case(51, c);
+    StoredCache stored;
+    auto run = [&](MlaAttnParams p, int threads) {
+      ThreadPool pool(threads);
+      AttnScratch scratch;
+      path ? mla_attention_mqa_exact(p, pool, scratch) : mla_attention_mha_exact(p, pool, scratch);
+    };
+    const auto p = stored.params(c, GgmlType::F16);
+    run(p, 3);
+    const auto all = c.out;
+    run(p, 1);
+    EXPECT_EQ(all, c.out) << "thread count changed the bits, path " << path;
+    const int64_t width = c.n_head * c.v_dim;
+    for (int64_t i = 0; i < c.n_q; i += 4) {
+      auto pi = p;
+      pi.n_q = 1;
+      pi.q = c.q.data() + i * pi.q_stride;
+      pi.n_ctx = c.n_ctx - c.n_q + i + 1;
+      std::vector<float> one(width);
+      pi.out = one.data();
+      run(pi, 2);
+      EXPECT_EQ(0, std::memcmp(one.data(), all.data() + i * width, sizeof(float) * width)) << "query " << i;
+    }
+    std::vector<int32_t> sel(c.n_q * c.n_ctx), count(c.n_q);
+    for (int64_t i = 0; i < c.n_q; ++i) {
+      count[i] = static_cast<int32_t>(c.n_ctx - c.n_q + i + 1);
+      std::iota(sel.begin() + i * c.n_ctx, sel.begin() + i * c.n_ctx + count[i], 0);
+    }
+    auto ps = p;
+    ps.sel = sel.data(), ps.sel_count = count.data(), ps.sel_stride = c.n_ctx;
+    run(ps, 2);
+    EXPECT_EQ(all, c.out) << "the whole selection differs from dense, path " << path;
+  }
+}
+
+// A sparse (strided) selection: both exact paths give the double reference's bits over the same rows.
+TEST(MlaAttentionExact, SparseSelectionMatchesTheReference) {
+  Case c(61);
+  c.n_head = 17, c.qk_nope = 16, c.qk_rope = 16, c.kv_lora = 32, c.v_dim = 16, c.n_ctx = 700, c.n_q = 4;
+  c.n_slots = 710;
+  c = Case(61, c);
+  std::vector<int32_t> sel(c.n_q * c.n_ctx), count(c.n_q);
+  for (int64_t i = 0; i < c.n_q; ++i) {
+    int32_t n = 0;
+    for (int64_t j = i; j < c.n_ctx - c.n_q + i + 1; j += 3 + i) sel[i * c.n_ctx + n++] = static_cast<int32_t>(j);
+    count[i] = n;
+  }
+  auto p = c.params();
+  p.sel = sel.data(), p.sel_count = count.data(), p.sel_stride = c.n_ctx;
+  ThreadPool pool(2);
+  AttnScratch scratch;
+  mla_attention_mqa_ref(p);
+  const auto ref = c.out;
+  mla_attention_mqa_exact(p, pool, scratch);
+  EXPECT_EQ(ref, c.out);
+  mla_attention_mha_exact(p, pool, scratch);
+  EXPECT_EQ(ref, c.out);
+}
+
 }  // namespace
 }  // namespace mla

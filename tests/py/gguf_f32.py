@@ -16,20 +16,26 @@ import numpy as np
 import gguf
 
 
-def write_f32_copy(src: Path, dst: Path) -> None:
-    reader = gguf.GGUFReader(str(src))
+def writer_with_keys(reader: gguf.GGUFReader, path: Path, file_type: int | None = None) -> gguf.GGUFWriter:
+    """A GGUFWriter at path holding every key of reader's file (general.file_type replaced when given)."""
     arch = reader.fields[gguf.Keys.General.ARCHITECTURE].contents()
-    tmp = dst.with_name(dst.name + ".tmp")
-    writer = gguf.GGUFWriter(str(tmp), arch, endianess=reader.endianess)
+    writer = gguf.GGUFWriter(str(path), arch, endianess=reader.endianess)
     for field in reader.fields.values():
         if field.name == gguf.Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):
             continue
         vtype = field.types[0]
         sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
         value = field.contents()
-        if field.name == gguf.Keys.General.FILE_TYPE:
-            value = int(gguf.LlamaFileType.ALL_F32)
+        if field.name == gguf.Keys.General.FILE_TYPE and file_type is not None:
+            value = file_type
         writer.add_key_value(field.name, value, vtype, sub_type=sub)
+    return writer
+
+
+def write_f32_copy(src: Path, dst: Path) -> None:
+    reader = gguf.GGUFReader(str(src))
+    tmp = dst.with_name(dst.name + ".tmp")
+    writer = writer_with_keys(reader, tmp, int(gguf.LlamaFileType.ALL_F32))
     arrays = []
     for t in reader.tensors:
         shape = [int(d) for d in reversed(t.shape)]  # numpy order: ne reversed

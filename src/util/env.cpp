@@ -26,6 +26,9 @@ constexpr EnvVarInfo kEnvVars[] = {
      "MLA attention in double with one rounding to F32, so the MHA and MQA paths give the same bits "
      "(default 1); 0 runs the F32 kernels (faster at long context; the paths then differ by an ulp, "
      "which quantized matmuls can amplify to ~1e-2 in the logits)"},
+    {"MLA_SIMD", "scalar",
+     "scalar: the quant library's scalar reference kernels only, as on a CPU without AVX2 (no AVX2 "
+     "dot products, no AVX-512 repacking); for testing the scalar kernel family"},
     {"MLA_REPACK", "0|1",
      "repack Q8_0/Q4_K/Q6_K weights at load into 16-row groups for the AVX-512 VNNI GEMM (default 1 "
      "where the CPU has it; 0 keeps only the file's layout, saving the copy's memory)"},

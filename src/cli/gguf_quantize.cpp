@@ -96,7 +96,7 @@ void quantize_file(const QuantizeArgs& a) {
 
 void register_gguf_quantize(CLI::App& gguf) {
   auto* cmd = gguf.add_subcommand("quantize",
-                                  "Quantize a GGUF's weights to a file type with llama-quantize's per-tensor rules");
+                                  "Quantize a GGUF's weights to a file type (per-tensor types after llama-quantize's)");
   static QuantizeArgs a;
   cmd->add_option("input", a.in, "Input GGUF (F32/F16/BF16 weights)")->required();
   cmd->add_option("output", a.out, "Output GGUF")->required();

@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "../support/packed_kernels.h"
 #include "../support/random.h"
 #include "kernels/matmul.h"
 #include "quant/quant.h"
@@ -84,7 +85,7 @@ TEST_P(PackedMatmul, MatchesReferenceAndIsBatchInvariant) {
   const int64_t cols = t == GgmlType::Q8_0 ? 32 * 19 : 256 * 3, rows = 80, n_tok = 21;
   auto w = make_weight(t, rows, cols, 21);
   PackedWeightStore store;
-  if (!repack_weight(w.m, 16, store)) GTEST_SKIP() << "no packed kernels on this CPU (or MLA_REPACK=0)";
+  if (!repack_weight(w.m, 16, store)) GTEST_SKIP() << packed_kernels_unavailable_reason(t);
   ASSERT_NE(w.m.packed, nullptr);
   auto x = randn(n_tok * cols, 22);
   std::vector<float> y(n_tok * rows), yr(n_tok * rows), single(rows);

@@ -20,17 +20,36 @@ MLA = os.environ.get("MLA_BIN", str(ROOT / "build" / "mla"))
 # mistake (rms eps 1e-5 for 1e-6 included) while a correct F32 forward stays near 1e-5.
 TOL = 5e-5
 
-MODELS = sorted(p.parent.name for p in REF_DIR.glob("*/reference.json"))
-
-
-def test_fixtures_present():
-    assert MODELS, f"no reference fixtures under {REF_DIR}"
+# What tools/reference/make_fixtures.py writes (its MODELS and CASES): every model and prompt
+# listed here must be present and is compared, so a fixture that goes missing fails instead of
+# leaving fewer parametrizations. Fixtures beyond these (a regenerated MLA_REFERENCE_DIR) are
+# compared too.
+EXPECTED_MODELS = ("deepseek-v2-lite-tiny", "deepseek-v3-tiny")
+EXPECTED_CASES = ("long", "one", "short")
+# Logit rows one run of one model compares (prompt positions + greedy steps) with today's fixtures:
+# prompts of 128, 1 and 7 tokens, 32 greedy steps each.
+MIN_ROWS_PER_RUN = 128 + 1 + 7 + 3 * 32
+MODELS = sorted(set(EXPECTED_MODELS) | {p.parent.name for p in REF_DIR.glob("*/reference.json")})
 
 
 def load_ref(model):
     d = REF_DIR / model
     ref = json.loads((d / "reference.json").read_text())
     return d, ref
+
+
+def test_fixtures_present():
+    missing = [m for m in EXPECTED_MODELS if not (REF_DIR / m / "reference.json").is_file()]
+    assert not missing, f"reference fixtures missing under {REF_DIR}: {missing} (tools/reference/make_fixtures.py)"
+    for m in MODELS:
+        d, ref = load_ref(m)
+        assert set(EXPECTED_CASES) <= set(ref["cases"]), f"{m}: cases {sorted(ref['cases'])}, want {EXPECTED_CASES}"
+        for name, case in ref["cases"].items():
+            assert case["greedy"]["new_token_ids"], f"{m}/{name}: no greedy steps to compare"
+            for spec in (case["logits"], case["greedy"]["step_logits"]):
+                data = (d / spec["file"]).read_bytes()
+                assert len(data) == 4 * int(np.prod(spec["shape"])), f"{m}/{spec['file']}: not of shape {spec['shape']}"
+                assert hashlib.sha256(data).hexdigest() == spec["sha256"], f"{m}/{spec['file']} does not match reference.json"
 
 
 def read_f32(d, spec):
@@ -71,6 +90,7 @@ def test_logits_match_transformers(model, mla_path, layout, model_files, tmp_pat
     d, ref = load_ref(model)
     vocab = ref["hf_config"]["vocab_size"]
     worst = {}
+    n_rows = 0  # logit rows compared
     for name, case in ref["cases"].items():
         tokens = case["token_ids"]
         greedy = case["greedy"]["new_token_ids"]
@@ -86,11 +106,14 @@ def test_logits_match_transformers(model, mla_path, layout, model_files, tmp_pat
         d_prompt = float(np.abs(got_prompt - want_prompt).max())
         d_steps = float(np.abs(got_steps - want_steps).max())
         worst[name] = max(d_prompt, d_steps)
+        n_rows += got_prompt.shape[0] + got_steps.shape[0]
         assert d_prompt <= TOL, f"{name}: prompt logits differ by {d_prompt:.3e}"
         assert d_steps <= TOL, f"{name}: greedy-step logits differ by {d_steps:.3e}"
         assert np.array_equal(got_prompt.argmax(1), want_prompt.argmax(1)), f"{name}: top-1 differs on the prompt"
         assert np.array_equal(got_steps.argmax(1), want_steps.argmax(1)), f"{name}: top-1 differs on greedy steps"
         assert res["continuation"] == greedy, f"{name}: greedy continuation differs"
+    assert set(EXPECTED_CASES) <= set(worst), f"compared {sorted(worst)}, want at least {EXPECTED_CASES}"
+    assert n_rows >= MIN_ROWS_PER_RUN, f"compared {n_rows} logit rows, want at least {MIN_ROWS_PER_RUN}"
     print(f"\n{model} {layout} {mla_path}: max|Δlogit| " + ", ".join(f"{k} {v:.2e}" for k, v in worst.items()))
 
 

@@ -14,6 +14,7 @@
 #include <random>
 #include <vector>
 
+#include "../support/packed_kernels.h"
 #include "quant/packed.h"
 #include "quant/quant.h"
 #include "quant_test_util.h"
@@ -101,7 +102,7 @@ TEST_P(PackedTest, ReferenceMatchesDequantizedProducts) {
 TEST_P(PackedTest, SimdEqualsReferenceBitsForEveryTokenCount) {
   const GgmlType wt = GetParam();
   PackedGemmFn simd = packed_gemm_fn(wt);
-  if (!simd) GTEST_SKIP() << "no AVX-512 VNNI on this CPU (or MLA_REPACK=0)";
+  if (!simd) GTEST_SKIP() << packed_kernels_unavailable_reason(wt);
   PackedGemmFn ref = packed_gemm_ref_fn(wt);
   for_each_case(wt, [&](const Case& c) {
     float want[kPackedMaxTokens * kPackedRows];

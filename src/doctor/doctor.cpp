@@ -288,15 +288,31 @@ std::vector<PromptRun> path_checks(const Deepseek2Bundle& b, const DoctorOptions
   const DeepseekConfig& c = b.config;
   doctor::NumericsProbe probe(c, b.weights);
   std::vector<PromptRun> refs;
-  const std::vector<RunSpec> variants = {{"mqa", MlaPathPolicy::Mqa, 0},
-                                         {"1-token prefill", MlaPathPolicy::Auto, 1},
-                                         {"chunked prefill (3)", MlaPathPolicy::Auto, 3}};
+  // The reference is MHA where its W_UK form is loaded. An engine serving a forced --mla-path
+  // holds only that path's form (weight_options_for), and the self-check reuses its weights: then
+  // that path is the reference, the other is n/a, and the chunkings run under the forced path.
+  const bool has_mha = c.n_layer == 0 || b.weights.layers[0].w_uk_t;
+  const bool has_mqa = c.n_layer == 0 || b.weights.layers[0].w_uk;
+  const RunSpec ref_spec = has_mha ? RunSpec{"mha", MlaPathPolicy::Mha, 0} : RunSpec{"mqa", MlaPathPolicy::Mqa, 0};
+  const MlaPathPolicy chunk_policy = has_mha && has_mqa ? MlaPathPolicy::Auto : ref_spec.policy;
+  r.reference = ref_spec.name;
+  std::vector<RunSpec> variants;
+  if (has_mha && has_mqa) variants.push_back({"mqa", MlaPathPolicy::Mqa, 0});
+  variants.push_back({"1-token prefill", chunk_policy, 1});
+  variants.push_back({"chunked prefill (3)", chunk_policy, 3});
   std::vector<PathComparison> cmp;
   cmp.reserve(variants.size());
   for (const auto& v : variants) cmp.push_back(named(v.name));
+  if (!(has_mha && has_mqa)) {
+    PathComparison other = named(has_mha ? "mqa" : "mha");
+    other.status = CheckStatus::NotApplicable;
+    other.note = fmt::format("W_UK not loaded in the {} form (an engine serving --mla-path {})",
+                             has_mha ? "absorbed (mqa)" : "decompressed (mha)", ref_spec.name);
+    r.paths.push_back(other);
+  }
   for (const auto& ids : r.canary_tokens) {
-    refs.push_back(doctor::run_prompt(c, b.weights, ids, {"mha", MlaPathPolicy::Mha, 0}, nullptr, opt.n_greedy, opt,
-                                      with_numerics ? &probe : nullptr));
+    refs.push_back(
+        doctor::run_prompt(c, b.weights, ids, ref_spec, nullptr, opt.n_greedy, opt, with_numerics ? &probe : nullptr));
     for (size_t k = 0; k < variants.size(); ++k)
       doctor::accumulate_comparison(
           refs.back(), doctor::run_prompt(c, b.weights, ids, variants[k], &refs.back().tokens, opt.n_greedy, opt),
@@ -315,9 +331,9 @@ std::vector<PromptRun> path_checks(const Deepseek2Bundle& b, const DoctorOptions
   } else {
     for (const auto& ids : r.canary_tokens) {
       const std::vector<int32_t> cut(ids.begin(), ids.begin() + std::min<int64_t>(fit, ids.size()));
-      const PromptRun ref = doctor::run_prompt(c, b.weights, cut, {"mha", MlaPathPolicy::Mha, 0}, nullptr, steps, opt);
+      const PromptRun ref = doctor::run_prompt(c, b.weights, cut, ref_spec, nullptr, steps, opt);
       doctor::accumulate_comparison(
-          ref, doctor::run_prompt(c, b.weights, cut, {"dense", MlaPathPolicy::Mha, 0, false}, &ref.tokens, steps, opt),
+          ref, doctor::run_prompt(c, b.weights, cut, {"dense", ref_spec.policy, 0, false}, &ref.tokens, steps, opt),
           sparse);
     }
     sparse.note = fmt::format("canaries cut to {} tokens + {} steps: within top_k {} the indexer selects every row",
@@ -353,13 +369,13 @@ std::vector<PromptRun> path_checks(const Deepseek2Bundle& b, const DoctorOptions
     if (!why.empty()) {
       p.status = CheckStatus::Fail;
       p.note = why;
-      bad += fmt::format("{}{} vs mha: {}", bad.empty() ? "" : "; ", p.name, why);
+      bad += fmt::format("{}{} vs {}: {}", bad.empty() ? "" : "; ", p.name, r.reference, why);
     }
   }
   if (bad.empty())
     add_check(r, "paths", CheckStatus::Ok,
-              fmt::format("every path agrees with mha (layers <= {:.0e}, logits <= {:.0e}, same greedy tokens)",
-                          tol_layer, opt.tol_logits));
+              fmt::format("every path agrees with {} (layers <= {:.0e}, logits <= {:.0e}, same greedy tokens)",
+                          r.reference, tol_layer, opt.tol_logits));
   else
     add_check(r, "paths", CheckStatus::Fail, bad);
   return refs;
@@ -596,13 +612,6 @@ DoctorReport run_doctor(const std::string& path, const DoctorOptions& opt) {
   return r;
 }
 
-DoctorReport run_path_self_check(const std::string& path, const DoctorOptions& opt) {
-  DoctorReport scratch;
-  std::unique_ptr<Tokenizer> tok;
-  auto b = load_for_doctor(path, scratch, tok);
-  return run_path_self_check(*b, tok.get(), opt);
-}
-
 DoctorReport run_path_self_check(const Deepseek2Bundle& b, const Tokenizer* tok, const DoctorOptions& opt) {
   const auto t0 = std::chrono::steady_clock::now();
   DoctorReport r;
@@ -618,8 +627,10 @@ DoctorReport run_path_self_check(const Deepseek2Bundle& b, const Tokenizer* tok,
 void apply_self_check(std::string_view mode, const DoctorReport& r) {
   if (mode == "off") return;
   if (r.ok()) {
-    log().info("self-check: ok (mha, mqa, 1-token and chunked prefill agree on {} canaries; {:.2f} s)",
-               r.canary_tokens.size(), r.seconds);
+    std::string agree = r.reference;
+    for (const auto& p : r.paths)
+      if (p.status == CheckStatus::Ok) agree += ", " + p.name;
+    log().info("self-check: ok ({} agree on {} canaries; {:.2f} s)", agree, r.canary_tokens.size(), r.seconds);
   } else if (mode == "warn") {
     log().warn("self-check: {} (serving anyway: --self-check=warn)", r.verdict_line);
   } else {

@@ -167,8 +167,12 @@ PathComparison named(std::string name) {
 }
 
 // The file in the other MLA layout: convert_mla_layout into a temporary file, which is removed
-// as soon as it is mapped (the mapping keeps its pages).
-std::unique_ptr<Deepseek2Bundle> load_other_layout(const std::string& path, MlaLayout target) {
+// as soon as it is mapped (the mapping keeps its pages). The conversion copies every tensor but
+// the MLA projections unchanged, so only W_UK / W_UV are taken from the copy (bound without
+// repacking or prefaulting it) and the rest are w's own, packed copies included: the doctor holds
+// one repacked copy of the weights, and the comparison differs in the layout alone.
+std::unique_ptr<Deepseek2Bundle> load_other_layout(const std::string& path, const DeepseekWeights& w,
+                                                   MlaLayout target) {
   std::string tmpl = (std::filesystem::temp_directory_path() / "mla-doctor-layout-XXXXXX").string();
   const int fd = mkstemp(tmpl.data());
   if (fd < 0) fail("doctor: cannot create a temporary file in {}", std::filesystem::temp_directory_path().string());
@@ -178,7 +182,23 @@ std::unique_ptr<Deepseek2Bundle> load_other_layout(const std::string& path, MlaL
     ~Remove() { std::filesystem::remove(p); }
   } remove{tmpl};
   convert_mla_layout(path, tmpl, target);
-  return load_deepseek2(tmpl, weight_options_for(MlaPathPolicy::Auto, true));
+  auto b = std::make_unique<Deepseek2Bundle>();
+  b->file = GgufFile::open(tmpl);
+  b->config = load_deepseek_config(*b->file);
+  WeightLoadOptions wo = weight_options_for(MlaPathPolicy::Auto, true);
+  wo.repack = false;
+  const DeepseekWeights converted = bind_deepseek_weights(*b->file, b->config, wo);
+  b->weights = w;
+  b->weights.layout = converted.layout;
+  for (size_t il = 0; il < w.layers.size(); ++il) {
+    LayerWeights& L = b->weights.layers[il];
+    const LayerWeights& from = converted.layers[il];
+    L.w_uk = from.w_uk;
+    L.w_uk_t = from.w_uk_t;
+    L.w_uv = from.w_uv;
+    L.mla_f32 = from.mla_f32;
+  }
+  return b;
 }
 
 void run_layout_variant(const std::string& path, const DeepseekWeights& w,
@@ -201,7 +221,7 @@ void run_layout_variant(const std::string& path, const DeepseekWeights& w,
                             size / 1073741824.0, opt.layout_max_bytes / 1073741824.0));
   std::unique_ptr<Deepseek2Bundle> other;
   try {
-    other = load_other_layout(path, to_fused ? MlaLayout::Fused : MlaLayout::Split);
+    other = load_other_layout(path, w, to_fused ? MlaLayout::Fused : MlaLayout::Split);
   } catch (const Error& e) {
     for (auto* p : {&mha, &mqa}) {
       p->status = CheckStatus::Fail;

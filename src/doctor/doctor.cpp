@@ -647,10 +647,14 @@ DoctorReport run_path_self_check(const Deepseek2Bundle& b, const Tokenizer* tok,
 void apply_self_check(std::string_view mode, const DoctorReport& r) {
   if (mode == "off") return;
   if (r.ok()) {
-    std::string agree = r.reference;
-    for (const auto& p : r.paths)
+    std::string agree = r.reference, unchecked;
+    for (const auto& p : r.paths) {
       if (p.status == CheckStatus::Ok) agree += ", " + p.name;
-    log().info("self-check: ok ({} agree on {} canaries; {:.2f} s)", agree, r.canary_tokens.size(), r.seconds);
+      if (p.status == CheckStatus::NotApplicable && (p.name == "mha" || p.name == "mqa"))
+        unchecked += fmt::format("; {} not checked: {}", p.name, p.note);
+    }
+    log().info("self-check: ok ({} agree on {} canaries{}; {:.2f} s)", agree, r.canary_tokens.size(), unchecked,
+               r.seconds);
   } else if (mode == "warn") {
     log().warn("self-check: {} (serving anyway: --self-check=warn)", r.verdict_line);
   } else {

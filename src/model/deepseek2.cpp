@@ -67,9 +67,8 @@ Deepseek2Model::Deepseek2Model(const DeepseekConfig& c, const DeepseekWeights& w
   // shared experts); a wider dense FFN runs its tokens in chunks that fit (swiglu_ffn), at least
   // kDenseFfnRows of them: at V2-Lite widths and 2,048 tokens that is 2 x 22 MiB instead of 2 x 85.5.
   constexpr int64_t kDenseFfnRows = 256;
-  const size_t ffn_floats =
-      std::max({R * static_cast<size_t>(std::max({shared_ff, 2 * c.n_ff_exp, int64_t{1}})),
-                std::min<size_t>(T, kDenseFfnRows) * static_cast<size_t>(c.n_ff)});
+  const size_t ffn_floats = std::max({R * static_cast<size_t>(std::max({shared_ff, 2 * c.n_ff_exp, int64_t{1}})),
+                                      std::min<size_t>(T, kDenseFfnRows) * static_cast<size_t>(c.n_ff)});
   x_.resize(T * c.n_embd);
   h_.resize(T * c.n_embd);
   q_a_.resize(T * std::max<int64_t>(c.q_lora_rank, 1));

@@ -105,8 +105,10 @@ server::ChatRenderer make_renderer(const std::shared_ptr<ChatTemplate>& tmpl, co
   };
 }
 
-// The doctor's path-agreement checks (mla doctor, src/doctor/) on the model before it serves.
-void self_check(const std::string& mode, const std::string& model, int n_threads, GgmlType kv_dtype) {
+// The doctor's path-agreement checks (mla doctor, src/doctor/) on the model before it serves, on
+// the runner's own weights (its packed copies included): the file is loaded and repacked once.
+void self_check(const std::string& mode, const Deepseek2Runner& runner, const Tokenizer& tok, int n_threads,
+                GgmlType kv_dtype) {
   if (mode == "off") return;
   DoctorOptions o;
   o.n_threads = n_threads;
@@ -117,7 +119,7 @@ void self_check(const std::string& mode, const std::string& model, int n_threads
   log().info("self-check: comparing the MLA paths on the canary prompts (--self-check=off skips this)");
   const int trace_limit = trace_dispatch_limit();
   trace_configure("");
-  const DoctorReport r = run_path_self_check(model, o);
+  const DoctorReport r = run_path_self_check(runner.bundle(), &tok, o);
   trace_configure(trace_limit > 0 ? fmt::format("dispatch:{}", trace_limit) : "");
   apply_self_check(mode, r);
 }
@@ -278,13 +280,13 @@ void serve(ServeArgs& a) {
   std::vector<int32_t> eos_ids;
   std::unique_ptr<GgufFile> vocab_file;  // scripted: the file is read for its vocabulary only
   if (a.scripted_output.empty()) {
-    // The self-check runs the whole model in this process: not under mpirun, where no rank holds it all.
-    if (!distributed)
-      self_check(a.self_check, a.model, mo.n_threads, kv.dtype);
-    else if (a.self_check != "off")
-      log().info("--self-check: skipped under mpirun (it runs the whole model in one process; use mla doctor)");
     auto rn = open_runner(a.model, policy, mo, kv);
     tokenizer = Tokenizer::from_gguf(rn->file());
+    // The self-check runs the whole model in this process: not under mpirun, where no rank holds it all.
+    if (!distributed)
+      self_check(a.self_check, *rn, *tokenizer, mo.n_threads, kv.dtype);
+    else if (a.self_check != "off")
+      log().info("--self-check: skipped under mpirun (it runs the whole model in one process; use mla doctor)");
     eos_ids = rn->eos_token_ids();
     runner = std::move(rn);
   } else {

@@ -167,8 +167,12 @@ PathComparison named(std::string name) {
 }
 
 // The file in the other MLA layout: convert_mla_layout into a temporary file, which is removed
-// as soon as it is mapped (the mapping keeps its pages).
-std::unique_ptr<Deepseek2Bundle> load_other_layout(const std::string& path, MlaLayout target) {
+// as soon as it is mapped (the mapping keeps its pages). The conversion copies every tensor but
+// the MLA projections unchanged, so only W_UK / W_UV are taken from the copy (bound without
+// repacking or prefaulting it) and the rest are w's own, packed copies included: the doctor holds
+// one repacked copy of the weights, and the comparison differs in the layout alone.
+std::unique_ptr<Deepseek2Bundle> load_other_layout(const std::string& path, const DeepseekWeights& w,
+                                                   MlaLayout target) {
   std::string tmpl = (std::filesystem::temp_directory_path() / "mla-doctor-layout-XXXXXX").string();
   const int fd = mkstemp(tmpl.data());
   if (fd < 0) fail("doctor: cannot create a temporary file in {}", std::filesystem::temp_directory_path().string());
@@ -178,7 +182,23 @@ std::unique_ptr<Deepseek2Bundle> load_other_layout(const std::string& path, MlaL
     ~Remove() { std::filesystem::remove(p); }
   } remove{tmpl};
   convert_mla_layout(path, tmpl, target);
-  return load_deepseek2(tmpl, weight_options_for(MlaPathPolicy::Auto, true));
+  auto b = std::make_unique<Deepseek2Bundle>();
+  b->file = GgufFile::open(tmpl);
+  b->config = load_deepseek_config(*b->file);
+  WeightLoadOptions wo = weight_options_for(MlaPathPolicy::Auto, true);
+  wo.repack = false;
+  const DeepseekWeights converted = bind_deepseek_weights(*b->file, b->config, wo);
+  b->weights = w;
+  b->weights.layout = converted.layout;
+  for (size_t il = 0; il < w.layers.size(); ++il) {
+    LayerWeights& L = b->weights.layers[il];
+    const LayerWeights& from = converted.layers[il];
+    L.w_uk = from.w_uk;
+    L.w_uk_t = from.w_uk_t;
+    L.w_uv = from.w_uv;
+    L.mla_f32 = from.mla_f32;
+  }
+  return b;
 }
 
 void run_layout_variant(const std::string& path, const DeepseekWeights& w,
@@ -201,7 +221,7 @@ void run_layout_variant(const std::string& path, const DeepseekWeights& w,
                             size / 1073741824.0, opt.layout_max_bytes / 1073741824.0));
   std::unique_ptr<Deepseek2Bundle> other;
   try {
-    other = load_other_layout(path, to_fused ? MlaLayout::Fused : MlaLayout::Split);
+    other = load_other_layout(path, w, to_fused ? MlaLayout::Fused : MlaLayout::Split);
   } catch (const Error& e) {
     for (auto* p : {&mha, &mqa}) {
       p->status = CheckStatus::Fail;
@@ -288,15 +308,31 @@ std::vector<PromptRun> path_checks(const Deepseek2Bundle& b, const DoctorOptions
   const DeepseekConfig& c = b.config;
   doctor::NumericsProbe probe(c, b.weights);
   std::vector<PromptRun> refs;
-  const std::vector<RunSpec> variants = {{"mqa", MlaPathPolicy::Mqa, 0},
-                                         {"1-token prefill", MlaPathPolicy::Auto, 1},
-                                         {"chunked prefill (3)", MlaPathPolicy::Auto, 3}};
+  // The reference is MHA where its W_UK form is loaded. An engine serving a forced --mla-path
+  // holds only that path's form (weight_options_for), and the self-check reuses its weights: then
+  // that path is the reference, the other is n/a, and the chunkings run under the forced path.
+  const bool has_mha = c.n_layer == 0 || b.weights.layers[0].w_uk_t;
+  const bool has_mqa = c.n_layer == 0 || b.weights.layers[0].w_uk;
+  const RunSpec ref_spec = has_mha ? RunSpec{"mha", MlaPathPolicy::Mha, 0} : RunSpec{"mqa", MlaPathPolicy::Mqa, 0};
+  const MlaPathPolicy chunk_policy = has_mha && has_mqa ? MlaPathPolicy::Auto : ref_spec.policy;
+  r.reference = ref_spec.name;
+  std::vector<RunSpec> variants;
+  if (has_mha && has_mqa) variants.push_back({"mqa", MlaPathPolicy::Mqa, 0});
+  variants.push_back({"1-token prefill", chunk_policy, 1});
+  variants.push_back({"chunked prefill (3)", chunk_policy, 3});
   std::vector<PathComparison> cmp;
   cmp.reserve(variants.size());
   for (const auto& v : variants) cmp.push_back(named(v.name));
+  if (!(has_mha && has_mqa)) {
+    PathComparison other = named(has_mha ? "mqa" : "mha");
+    other.status = CheckStatus::NotApplicable;
+    other.note = fmt::format("W_UK not loaded in the {} form (an engine serving --mla-path {})",
+                             has_mha ? "absorbed (mqa)" : "decompressed (mha)", ref_spec.name);
+    r.paths.push_back(other);
+  }
   for (const auto& ids : r.canary_tokens) {
-    refs.push_back(doctor::run_prompt(c, b.weights, ids, {"mha", MlaPathPolicy::Mha, 0}, nullptr, opt.n_greedy, opt,
-                                      with_numerics ? &probe : nullptr));
+    refs.push_back(
+        doctor::run_prompt(c, b.weights, ids, ref_spec, nullptr, opt.n_greedy, opt, with_numerics ? &probe : nullptr));
     for (size_t k = 0; k < variants.size(); ++k)
       doctor::accumulate_comparison(
           refs.back(), doctor::run_prompt(c, b.weights, ids, variants[k], &refs.back().tokens, opt.n_greedy, opt),
@@ -315,9 +351,9 @@ std::vector<PromptRun> path_checks(const Deepseek2Bundle& b, const DoctorOptions
   } else {
     for (const auto& ids : r.canary_tokens) {
       const std::vector<int32_t> cut(ids.begin(), ids.begin() + std::min<int64_t>(fit, ids.size()));
-      const PromptRun ref = doctor::run_prompt(c, b.weights, cut, {"mha", MlaPathPolicy::Mha, 0}, nullptr, steps, opt);
+      const PromptRun ref = doctor::run_prompt(c, b.weights, cut, ref_spec, nullptr, steps, opt);
       doctor::accumulate_comparison(
-          ref, doctor::run_prompt(c, b.weights, cut, {"dense", MlaPathPolicy::Mha, 0, false}, &ref.tokens, steps, opt),
+          ref, doctor::run_prompt(c, b.weights, cut, {"dense", ref_spec.policy, 0, false}, &ref.tokens, steps, opt),
           sparse);
     }
     sparse.note = fmt::format("canaries cut to {} tokens + {} steps: within top_k {} the indexer selects every row",
@@ -353,13 +389,13 @@ std::vector<PromptRun> path_checks(const Deepseek2Bundle& b, const DoctorOptions
     if (!why.empty()) {
       p.status = CheckStatus::Fail;
       p.note = why;
-      bad += fmt::format("{}{} vs mha: {}", bad.empty() ? "" : "; ", p.name, why);
+      bad += fmt::format("{}{} vs {}: {}", bad.empty() ? "" : "; ", p.name, r.reference, why);
     }
   }
   if (bad.empty())
     add_check(r, "paths", CheckStatus::Ok,
-              fmt::format("every path agrees with mha (layers <= {:.0e}, logits <= {:.0e}, same greedy tokens)",
-                          tol_layer, opt.tol_logits));
+              fmt::format("every path agrees with {} (layers <= {:.0e}, logits <= {:.0e}, same greedy tokens)",
+                          r.reference, tol_layer, opt.tol_logits));
   else
     add_check(r, "paths", CheckStatus::Fail, bad);
   return refs;
@@ -596,13 +632,6 @@ DoctorReport run_doctor(const std::string& path, const DoctorOptions& opt) {
   return r;
 }
 
-DoctorReport run_path_self_check(const std::string& path, const DoctorOptions& opt) {
-  DoctorReport scratch;
-  std::unique_ptr<Tokenizer> tok;
-  auto b = load_for_doctor(path, scratch, tok);
-  return run_path_self_check(*b, tok.get(), opt);
-}
-
 DoctorReport run_path_self_check(const Deepseek2Bundle& b, const Tokenizer* tok, const DoctorOptions& opt) {
   const auto t0 = std::chrono::steady_clock::now();
   DoctorReport r;
@@ -618,8 +647,14 @@ DoctorReport run_path_self_check(const Deepseek2Bundle& b, const Tokenizer* tok,
 void apply_self_check(std::string_view mode, const DoctorReport& r) {
   if (mode == "off") return;
   if (r.ok()) {
-    log().info("self-check: ok (mha, mqa, 1-token and chunked prefill agree on {} canaries; {:.2f} s)",
-               r.canary_tokens.size(), r.seconds);
+    std::string agree = r.reference, unchecked;
+    for (const auto& p : r.paths) {
+      if (p.status == CheckStatus::Ok) agree += ", " + p.name;
+      if (p.status == CheckStatus::NotApplicable && (p.name == "mha" || p.name == "mqa"))
+        unchecked += fmt::format("; {} not checked: {}", p.name, p.note);
+    }
+    log().info("self-check: ok ({} agree on {} canaries{}; {:.2f} s)", agree, r.canary_tokens.size(), unchecked,
+               r.seconds);
   } else if (mode == "warn") {
     log().warn("self-check: {} (serving anyway: --self-check=warn)", r.verdict_line);
   } else {

@@ -109,6 +109,7 @@ struct DoctorReport {
   std::string kv_dtype;
   std::string head_pairing;  // the W_UK head-order finding (empty when not run)
   // Paths.
+  std::string reference = "mha";  // the run the others are compared with (mqa where only its W_UK form is loaded)
   std::vector<PathComparison> paths;
   // Scheduling: one block of lines per canary.
   std::vector<std::string> dispatch;
@@ -131,11 +132,12 @@ struct DoctorReport {
 // the load check failed (never throws for a bad model file).
 DoctorReport run_doctor(const std::string& path, const DoctorOptions& opt);
 
-// The path-agreement part only (what `mla serve --self-check` runs before /health turns 200):
-// the canaries through MHA, MQA, 1-token and chunked prefill. Throws mla::Error when the file
-// does not load. The bundle form needs W_UK in both forms (weight_options_for(Auto, true)); tok
-// may be nullptr (fixed token ids stand in for the canary texts).
-DoctorReport run_path_self_check(const std::string& path, const DoctorOptions& opt);
+// The path-agreement part only (what `mla serve --self-check` runs before /health turns 200), on
+// weights already loaded (serve passes its runner's: the file is not loaded or repacked again):
+// the canaries through MHA, MQA, 1-token and chunked prefill. With W_UK in one form only (an
+// engine serving a forced --mla-path), that path is the reference, the other is n/a, and the
+// 1-token and chunked prefill run under it. tok may be nullptr (fixed token ids stand in for the
+// canary texts).
 DoctorReport run_path_self_check(const Deepseek2Bundle& b, const Tokenizer* tok, const DoctorOptions& opt);
 
 // `mla serve --self-check=MODE` on a self-check report: "off" or an ok report → nothing thrown;

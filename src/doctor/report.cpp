@@ -83,7 +83,8 @@ std::string format_doctor_report(const DoctorReport& r) {
   }
 
   line("");
-  line("Path agreement (reference: mha, whole prompt; the others teacher-forced on its greedy tokens)");
+  line(fmt::format("Path agreement (reference: {}, whole prompt; the others teacher-forced on its greedy tokens)",
+                   r.reference));
   for (size_t i = 0; i < r.canary_texts.size(); ++i)
     line(
         fmt::format("  canary {}: \"{}\" ({} tokens)", i + 1, printable(r.canary_texts[i]), r.canary_tokens[i].size()));
@@ -154,6 +155,7 @@ nlohmann::json doctor_report_json(const DoctorReport& r) {
   j["canaries"] = json::array();
   for (size_t i = 0; i < r.canary_texts.size(); ++i)
     j["canaries"].push_back({{"text", r.canary_texts[i]}, {"tokens", r.canary_tokens[i]}});
+  j["path_reference"] = r.reference;
   j["paths"] = json::array();
   for (const auto& p : r.paths) {
     json layers = json::array();

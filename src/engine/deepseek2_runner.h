@@ -53,6 +53,9 @@ class Deepseek2Runner : public ModelRunner {
     return cheaper_prefill_path(c.kv_lora_rank, c.qk_nope, c.qk_rope, c.v_head);
   }
 
+  // The loaded file, config and weights (packed copies included), e.g. for the start-up
+  // self-check, which runs its own models over them instead of loading the file again.
+  const Deepseek2Bundle& bundle() const { return *bundle_; }
   const DeepseekConfig& config() const { return bundle_->config; }
   const DeepseekWeights& weights() const { return bundle_->weights; }
   const MoeCounters& moe_counters() const { return model_->moe_counters(); }

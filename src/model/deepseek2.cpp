@@ -62,10 +62,15 @@ Deepseek2Model::Deepseek2Model(const DeepseekConfig& c, const DeepseekWeights& w
   if (opt_.max_batch_tokens < 1) fail("model: max_batch_tokens is {}, expected >= 1", opt_.max_batch_tokens);
   const size_t T = static_cast<size_t>(opt_.max_batch_tokens);
   const int64_t shared_ff = c.n_ff_exp * c.n_expert_shared;
-  const int64_t ff = std::max({c.n_ff, shared_ff, 2 * c.n_ff_exp, int64_t{1}});
   // The MoE layer works on (token, expert) pairs, a chunk of tokens at a time, in these buffers.
   pair_capacity_ = std::max<int64_t>(static_cast<int64_t>(T), c.n_expert_used);
   const size_t R = static_cast<size_t>(pair_capacity_);
+  // gate_ / up_ hold what the MoE needs (R pairs of up to 2 * n_ff_exp values, every token's
+  // shared experts); a wider dense FFN runs its tokens in chunks that fit (swiglu_ffn), at least
+  // kDenseFfnRows of them: at V2-Lite widths and 2,048 tokens that is 2 x 22 MiB instead of 2 x 85.5.
+  constexpr int64_t kDenseFfnRows = 256;
+  const size_t ffn_floats = std::max({R * static_cast<size_t>(std::max({shared_ff, 2 * c.n_ff_exp, int64_t{1}})),
+                                      std::min<size_t>(T, kDenseFfnRows) * static_cast<size_t>(c.n_ff)});
   x_.resize(T * c.n_embd);
   h_.resize(T * c.n_embd);
   q_a_.resize(T * std::max<int64_t>(c.q_lora_rank, 1));
@@ -74,8 +79,8 @@ Deepseek2Model::Deepseek2Model(const DeepseekConfig& c, const DeepseekWeights& w
   attn_.resize(T * c.n_head * c.v_head);
   if (opt_.verify_paths) attn_alt_.resize(attn_.size());
   proj_.resize(T * c.n_embd);
-  gate_.resize(R * ff);
-  up_.resize(R * ff);
+  gate_.resize(ffn_floats);
+  up_.resize(ffn_floats);
   cos_.resize(T * c.qk_rope / 2);
   sin_.resize(T * c.qk_rope / 2);
   if (w.nextn.present) mtp_in_.resize(T * 2 * c.n_embd);
@@ -142,15 +147,20 @@ void Deepseek2Model::mm_split(const WeightMatrix& w, const float* x, int64_t x_s
 void Deepseek2Model::swiglu_ffn(const WeightMatrix& gate, const WeightMatrix& up, const WeightMatrix& down,
                                 int64_t n_ff, int64_t n, float* out) {
   const int64_t E = c_.n_embd;
-  // {n_embd, n} -> {n_ff, n}: this rank's columns [f.begin, f.end) of gate_ and up_ (all in one process).
+  // {n_embd, n} -> {n_ff, n}: this rank's columns [f.begin, f.end) of gate_ and up_ (all in one process),
+  // as many tokens at a time as gate_ holds (every row is computed on its own: chunking changes no bit).
   const ShardRange f = shard_range(n_ff, rank_of(opt_.comm), n_ranks_of(opt_.comm));
-  mm2(gate.rows(f.begin, f.size()), gate_.data() + f.begin, n_ff, up.rows(f.begin, f.size()), up_.data() + f.begin,
-      n_ff, h_.data(), E, n);
-  for (int64_t t = 0; t < n; ++t)
-    swiglu(gate_.data() + t * n_ff + f.begin, up_.data() + t * n_ff + f.begin, gate_.data() + t * n_ff + f.begin,
-           f.size());
-  if (n_ranks_of(opt_.comm) > 1) all_gather_columns(*opt_.comm, gate_.data(), n_ff, n, n_ff, 1, gather_scratch_);
-  mm_split(down, gate_.data(), n_ff, n, out, E);
+  const int64_t rows = std::max<int64_t>(1, static_cast<int64_t>(gate_.size()) / n_ff);
+  for (int64_t t0 = 0; t0 < n; t0 += rows) {
+    const int64_t m = std::min(rows, n - t0);
+    mm2(gate.rows(f.begin, f.size()), gate_.data() + f.begin, n_ff, up.rows(f.begin, f.size()), up_.data() + f.begin,
+        n_ff, h_.data() + t0 * E, E, m);
+    for (int64_t t = 0; t < m; ++t)
+      swiglu(gate_.data() + t * n_ff + f.begin, up_.data() + t * n_ff + f.begin, gate_.data() + t * n_ff + f.begin,
+             f.size());
+    if (n_ranks_of(opt_.comm) > 1) all_gather_columns(*opt_.comm, gate_.data(), n_ff, m, n_ff, 1, gather_scratch_);
+    mm_split(down, gate_.data(), n_ff, m, out + t0 * E, E);
+  }
 }
 
 void Deepseek2Model::validate(const BatchMeta& b, const LatentCache& cache) const {

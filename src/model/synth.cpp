@@ -563,7 +563,8 @@ void convert_mla_layout(const std::string& in_path, const std::string& out_path,
       ++converted;
       continue;
     }
-    w.add_tensor(name, t.type, t.ne, t.data, static_cast<size_t>(t.n_bytes));
+    // Unchanged: streamed from f's mapping at write time (f outlives w.write), not copied into memory.
+    w.add_tensor_ref(name, t.type, t.ne, t.data, static_cast<size_t>(t.n_bytes));
   }
   if (converted == 0)
     fail("convert: {}: no {} MLA tensors to convert (already {}?)", in_path,

@@ -332,6 +332,10 @@ DeepseekWeights bind_deepseek_weights(const GgufFile& f, const DeepseekConfig& c
   // After repacking, so that the fallbacks share the trunk's packed copies.
   if (w.nextn.present && !w.nextn.head.data) w.nextn.head = w.output;
   if (w.nextn.present && !w.nextn.embed.data) w.nextn.embed = w.token_embd;
+  // One line per load (tests count them: a command loads a file once).
+  const char* forms = opt.need_mha && opt.need_mqa ? "mha+mqa" : opt.need_mha ? "mha" : "mqa";
+  log().debug("{}: {}: weights bound: {} layers{}, W_UK for {}, {}", model_arch_name(c.arch), f.path(), c.n_layer,
+              w.nextn.present ? " + MTP" : "", forms, w.packed ? "matrices repacked" : "matrices row-major");
   return w;
 }
 

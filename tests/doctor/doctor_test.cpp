@@ -46,6 +46,27 @@ TEST(Doctor, SelfCheckAgreesOnTheDefaultModel) {
   EXPECT_NO_THROW(apply_self_check("on", r));
 }
 
+// An engine serving a forced --mla-path holds W_UK in that path's form only, and the self-check
+// runs on the engine's weights: the held path is the reference, the other is n/a (never run on
+// weights it lacks), and the chunkings run under the held path.
+TEST(Doctor, SelfCheckWithOneWukFormChecksThatPath) {
+  for (MlaPathPolicy held : {MlaPathPolicy::Mha, MlaPathPolicy::Mqa}) {
+    const std::string name(mla_path_policy_name(held)), other = held == MlaPathPolicy::Mha ? "mqa" : "mha";
+    auto b = load_deepseek2(kTiny, weight_options_for(held, false));
+    auto tok = Tokenizer::from_gguf(*b->file);
+    const DoctorReport r = run_path_self_check(*b, tok.get(), small_options());
+    EXPECT_TRUE(r.ok()) << name << ": " << r.verdict_line;
+    EXPECT_EQ(r.reference, name);
+    EXPECT_EQ(path_named(r, other).status, CheckStatus::NotApplicable) << name;
+    for (const char* chunked : {"1-token prefill", "chunked prefill (3)"}) {
+      const PathComparison& p = path_named(r, chunked);
+      EXPECT_EQ(p.status, CheckStatus::Ok) << name << ", " << chunked;
+      ASSERT_EQ(p.layer_rel.size(), 3u);
+    }
+    EXPECT_NO_THROW(apply_self_check("on", r));
+  }
+}
+
 TEST(Doctor, DisagreeingMqaWeightsFailThePathCheck) {
   auto b = load_deepseek2(kTiny, weight_options_for(MlaPathPolicy::Auto, true));
   auto tok = Tokenizer::from_gguf(*b->file);

@@ -177,6 +177,34 @@ TEST(Deepseek2Forward, BatchChunkingAndThreadsDoNotChangeBits) {
   }
 }
 
+// A dense FFN wider than the MoE's buffers runs its tokens in chunks (swiglu_ffn): a 300-token
+// prefill (the dense layer in 256 + 44 rows) gives the bits of the same prompt in 100-token calls.
+TEST(Deepseek2Forward, DenseFfnChunksDoNotChangeBits) {
+  SynthSpec s = testing::small_spec();
+  s.n_ff = 1024;  // 256 rows of it take more than the MoE's 300 pairs x 2 * n_ff_exp
+  s.type = GgmlType::Q8_0;
+  auto b = load_deepseek2(synth_file("fwd_wide_ffn", s), {});
+  const int64_t V = b->config.n_vocab, n = 300;
+  std::vector<int32_t> prompt(n);
+  for (int64_t i = 0; i < n; ++i) prompt[i] = static_cast<int32_t>((i * 7 + 3) % V);
+  auto run = [&](int64_t chunk) {
+    ModelOptions o;
+    o.n_threads = 2;
+    o.max_batch_tokens = chunk;
+    Deepseek2Model m(b->config, b->weights, o);
+    LatentCache cache = m.make_cache(n);
+    std::vector<float> logits(n * V);
+    for (int64_t p0 = 0; p0 < n; p0 += chunk) {
+      const std::vector<int32_t> piece(prompt.begin() + p0, prompt.begin() + std::min(n, p0 + chunk));
+      m.forward(single_sequence_batch(piece, static_cast<int32_t>(p0), true, MlaPathPolicy::Mha), cache,
+                logits.data() + p0 * V);
+    }
+    return logits;
+  };
+  const std::vector<float> whole = run(n), pieces = run(100);
+  EXPECT_EQ(0, std::memcmp(whole.data(), pieces.data(), sizeof(float) * whole.size()));
+}
+
 TEST(Deepseek2Forward, VariantsRunAndAgreeAcrossPaths) {
   struct Variant {
     const char* name;

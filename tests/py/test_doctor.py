@@ -177,9 +177,13 @@ def test_unreadable_file_is_a_load_failure(mla_bin, tmp_path):
 
 
 def test_serve_self_check(mla_bin):
-    s = Server(TINY, "--self-check")
+    s = Server(TINY, "--self-check", "--log-level", "debug")
     try:
-        assert "self-check: ok" in s.log
+        # The self-check runs on the engine's weights: the file is bound (and repacked, where the
+        # CPU has the packed kernels) once per process, not once more for the check.
+        assert s.log.count("weights repacked") <= 1, s.log
+        assert s.log.count("weights bound") == 1, s.log
+        assert "self-check: ok (mha, mqa, 1-token prefill, chunked prefill (3) agree" in s.log
     finally:
         assert s.stop() == 0
     s = Server(TINY, "--self-check=off")
@@ -190,6 +194,20 @@ def test_serve_self_check(mla_bin):
     p = subprocess.run([mla_bin, "serve", "-m", str(TINY), "--port", "0", "--self-check=sometimes"],  # noqa: PLW1510 (the caller checks the return code)
                        capture_output=True, text=True, timeout=60)
     assert p.returncode != 0 and "--self-check" in p.stderr
+
+
+@pytest.mark.parametrize(("path", "other"), [("mha", "mqa"), ("mqa", "mha")])
+def test_serve_self_check_with_forced_path(path, other):
+    # A forced --mla-path loads W_UK in that path's form only, and the self-check reuses those
+    # weights (no second load for the other form): it checks the served path's chunkings.
+    s = Server(TINY, "--self-check", "--mla-path", path, "--log-level", "debug")
+    try:
+        assert f"self-check: ok ({path}, 1-token prefill, chunked prefill (3) agree" in s.log, s.log
+        assert f"{other} not checked" in s.log, s.log
+        assert s.log.count("weights bound") == 1, s.log
+        assert f"W_UK for {path}," in s.log, s.log
+    finally:
+        assert s.stop() == 0
 
 
 @pytest.mark.parametrize("model", ["glm-dsa-tiny", "glm-dsa-shared-tiny", "deepseek32-tiny"])

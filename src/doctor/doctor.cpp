@@ -514,7 +514,7 @@ class RecordingRunner : public ModelRunner {
   int max_context() const override { return static_cast<int>(std::max<int64_t>(c_.n_ctx_train, 1)); }
   LatentCache& cache() override { return cache_; }
   MlaPath auto_prefill_path() const override {
-    return cheaper_prefill_path(c_.kv_lora_rank, c_.qk_nope, c_.qk_rope, c_.v_head);
+    return cheaper_prefill_path(c_.kv_lora_rank, c_.qk_nope, c_.qk_rope, c_.v_head, default_exact_attention());
   }
   void forward(const BatchMeta& b, float* logits) override {
     int num_mqa = 0, num_mha = 0;

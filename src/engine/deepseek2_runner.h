@@ -50,7 +50,7 @@ class Deepseek2Runner : public ModelRunner {
 
   MlaPath auto_prefill_path() const override {
     const auto& c = bundle_->config;
-    return cheaper_prefill_path(c.kv_lora_rank, c.qk_nope, c.qk_rope, c.v_head);
+    return cheaper_prefill_path(c.kv_lora_rank, c.qk_nope, c.qk_rope, c.v_head, default_exact_attention());
   }
 
   // The loaded file, config and weights (packed copies included), e.g. for the start-up

@@ -27,7 +27,9 @@ MlaPath choose_mla_path(MlaPathPolicy policy, int64_t query_len, int64_t decode_
 // kernel's sustained rate (kMhaGmacs, kMqaGmacs: bench/attention_bench.cpp at GLM-5 widths, one
 // core) turns multiply-adds into time. It depends on the model alone, never on the chunk, so a
 // query's path (and its bits) does not depend on how the scheduler cut the prompt.
-MlaPath cheaper_prefill_path(int64_t kv_lora, int64_t qk_nope, int64_t qk_rope, int64_t v_head);
+// exact_kernels: the rates of the exact attention kernels (the default) or of the F32 ones.
+MlaPath cheaper_prefill_path(int64_t kv_lora, int64_t qk_nope, int64_t qk_rope, int64_t v_head,
+                             bool exact_kernels = true);
 
 struct SeqMeta {
   int32_t query_start = 0;  // first of this sequence's tokens in the batch arrays

@@ -27,6 +27,7 @@
 namespace mla {
 
 struct Deepseek2Bundle;
+struct DeepseekWeights;
 class Tokenizer;
 
 enum class CheckStatus { Ok, Warn, Fail, NotApplicable };
@@ -82,6 +83,8 @@ struct PathComparison {
   std::vector<double> layer_rel;  // per layer, the largest over the canaries
   double logits_rel = 0;          // largest over the canaries and greedy steps
   bool greedy_agree = true;       // the reference's greedy tokens are this run's argmax too (or near ties)
+  // The tokens this run's model sent down each MLA path (its PathCounters), over the canaries.
+  int64_t tokens_mha = 0, tokens_mqa = 0;
 };
 
 struct GreedyToken {
@@ -137,6 +140,12 @@ DoctorReport run_doctor(const std::string& path, const DoctorOptions& opt);
 // may be nullptr (fixed token ids stand in for the canary texts).
 DoctorReport run_path_self_check(const std::string& path, const DoctorOptions& opt);
 DoctorReport run_path_self_check(const Deepseek2Bundle& b, const Tokenizer* tok, const DoctorOptions& opt);
+
+// The tolerance the path check holds each layer's attention output to: opt.tol_layer, and at least
+// four rounding steps of the coarsest rounding the forward applies (the latent cache type
+// opt.kv_dtype, or a matmul's quantized activations). `mla run --verify-paths` uses it too, with
+// opt.tol_logits for the logits.
+double path_layer_tolerance(const DeepseekWeights& w, const DoctorOptions& opt);
 
 // `mla serve --self-check=MODE` on a self-check report: "off" or an ok report → nothing thrown;
 // "warn" → logs a warning; "on" → throws mla::Error with one line naming what disagreed.

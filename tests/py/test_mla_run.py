@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+import pytest
 from conftest import run_mla
 
 import gguf
@@ -117,13 +118,15 @@ def step0_rel(primary, other_run, n):
     return max(float(np.abs(p[i] - o[i]).max() / np.abs(p[i]).max()) for i in range(n))
 
 
-def test_verify_paths_step0_is_the_forced_runs_difference(tmp_path):
+@pytest.mark.parametrize("wtype", ["f32", "q4_k"])
+def test_verify_paths_step0_is_the_forced_runs_difference(tmp_path, wtype):
     """--verify-paths reruns each step end to end down the other paths: at step 0 (the prompt, empty
     cache) its logits difference is exactly that of two forced-path runs' --dump-logits, for each
     policy, and the primary run's own logits are untouched by the rerun. It passes or fails by the
-    doctor's tolerances, with the exit status to match."""
-    model = tmp_path / "q4k.gguf"
-    mla("gguf", "synth", "-o", model, "--type", "q4_k", "--seed", "9", *SMALL)
+    doctor's tolerances, with the exit status to match. (F32 weights: the paths' logits differ by
+    ~1e-7; Q4_K: the 8-bit activations round both paths' last hidden state alike here.)"""
+    model = tmp_path / f"{wtype}.gguf"
+    mla("gguf", "synth", "-o", model, "--type", wtype, "--seed", "9", *SMALL)
     prompt = [5, 9, 200, 31, 7, 11, 64]
     n = len(prompt)
     base = ["run", "-m", model, "--tokens", ",".join(map(str, prompt)), "-n", "3", "--ignore-eos", "-t", "2"]
@@ -143,6 +146,8 @@ def test_verify_paths_step0_is_the_forced_runs_difference(tmp_path):
         assert np.array_equal(np.fromfile(dump, dtype="<f4").reshape(-1, 512), forced[primary]), policy
         assert len(v["steps"]) == 3 and v["steps"][0]["tokens"] == n  # the prompt, then 2 decode steps
         assert v["steps"][0]["logits_rel"] == step0_rel(forced[primary], forced[other(primary)], n), (policy, v)
+        if wtype == "f32":  # a difference there is, and it is the forced runs' to the last bit
+            assert v["steps"][0]["logits_rel"] > 0
         assert re.search(rf"verify-paths step=0 tokens={n} policy={policy} .* logits_rel=", r.stderr)
         assert len(v["layer_rel"]) == 2 and v["max_logits_rel"] == max(s["logits_rel"] for s in v["steps"])
         ok = v["greedy_agree"] and v["max_logits_rel"] <= v["tol_logits"] and v["max_layer_rel"] <= v["tol_layer"]

@@ -147,6 +147,9 @@ void run_perplexity(const PerplexityArgs& a) {
     j["chunks"] = n_chunk;
     j["scored_tokens"] = count;
     j["mla_path"] = a.mla_path;
+    // The tokens the model sent down each path (its own count: what `auto` decided).
+    j["tokens_mha"] = model.path_counters().tokens_mha.load();
+    j["tokens_mqa"] = model.path_counters().tokens_mqa.load();
     j["mean_nll"] = mean;
     j["ppl"] = ppl;
     j["ppl_error"] = err;
@@ -156,8 +159,11 @@ void run_perplexity(const PerplexityArgs& a) {
     return;
   }
   fmt::print("\nFinal estimate: PPL = {:.4f} +/- {:.5f}\n", ppl, err);
-  fmt::print(stderr, "perplexity: {} tokens scored in {:.2f} s ({:.1f} tokens/s evaluated)\n", count, seconds,
-             static_cast<double>(n_chunk) * n_ctx / std::max(seconds, 1e-9));
+  fmt::print(
+      stderr,
+      "perplexity: {} tokens scored in {:.2f} s ({:.1f} tokens/s evaluated); mla path {}: mha {} / mqa {} tokens\n",
+      count, seconds, static_cast<double>(n_chunk) * n_ctx / std::max(seconds, 1e-9), a.mla_path,
+      model.path_counters().tokens_mha.load(), model.path_counters().tokens_mqa.load());
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -13,6 +14,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "doctor/doctor.h"
 #include "engine/deepseek2_runner.h"
 #include "engine/engine.h"
 #include "engine/speculative.h"
@@ -258,6 +260,7 @@ void run(const RunArgs& a) {
     };
   }
   const int32_t n_vocab = static_cast<int32_t>(c.n_vocab);
+  const Deepseek2Runner& model_runner = *runner;  // owned by the engine from here on
   Engine engine(std::move(runner), ec, tok ? std::make_shared<TokenizerDecoder>(tok) : nullptr);
 
   // --warmup: one untimed request as long as the first prompt, every id moved by one (so the prefix
@@ -337,6 +340,58 @@ void run(const RunArgs& a) {
   int n_seqs = 0;
   for (const Job& j : jobs) n_seqs += j.params.n;
 
+  // --verify-paths: the model reran every step down the other paths; judged by the doctor's
+  // path-check tolerances (logits, each layer's attention output) and its greedy rule, so this
+  // fails where `mla doctor` would. A FAIL makes the exit status 1.
+  nlohmann::json verify_json;
+  std::string verify_line;
+  if (a.verify_paths) {
+    const PathVerifyLog& v = model_runner.verify_log();
+    DoctorOptions dopt;
+    dopt.kv_dtype = kvo.dtype;
+    const PathTolerances tol = path_tolerances(model_runner.weights(), dopt);
+    const double tol_layer = tol.layer, tol_logits = tol.logits;
+    auto finite = [](double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json("inf"); };
+    int64_t worst = 0;
+    for (size_t l = 0; l < v.layer_rel.size(); ++l)
+      if (v.layer_rel[l] > v.layer_rel[worst]) worst = static_cast<int64_t>(l);
+    const double worst_rel = v.layer_rel.empty() ? 0.0 : v.layer_rel[worst];
+    std::string why;
+    if (!v.greedy_agree())
+      why = "greedy tokens differ";
+    else if (!(v.max_logits_rel() <= tol_logits))
+      why = fmt::format("logits differ by {:.2e} (tolerance {:.0e})", v.max_logits_rel(), tol_logits);
+    else if (!(worst_rel <= tol_layer))
+      why = fmt::format("blk.{} attention differs by {:.2e} (tolerance {:.0e})", worst, worst_rel, tol_layer);
+    verify_line = why.empty() ? fmt::format(
+                                    "ok (over {} steps: logits <= {:.2e}, layers <= {:.2e} at blk.{}; "
+                                    "tolerances {:.0e} / {:.0e})",
+                                    v.steps.size(), v.max_logits_rel(), worst_rel, worst, tol_logits, tol_layer)
+                              : "FAIL: " + why;
+    nlohmann::json steps = nlohmann::json::array();
+    for (size_t i = 0; i < v.steps.size(); ++i)
+      steps.push_back({{"step", i},
+                       {"tokens", v.steps[i].n_tokens},
+                       {"logits_rel", finite(v.steps[i].logits_rel)},
+                       {"greedy_agree", v.steps[i].greedy_agree},
+                       {"worst_layer", v.steps[i].worst_layer},
+                       {"worst_layer_rel", finite(v.steps[i].worst_layer_rel)}});
+    nlohmann::json layers = nlohmann::json::array();
+    for (double x : v.layer_rel) layers.push_back(finite(x));
+    verify_json = {{"ok", why.empty()},
+                   {"verdict", verify_line},
+                   {"max_logits_rel", finite(v.max_logits_rel())},
+                   {"greedy_agree", v.greedy_agree()},
+                   {"worst_layer", worst},
+                   {"max_layer_rel", finite(worst_rel)},
+                   {"layer_rel", layers},
+                   {"tol_logits", tol_logits},
+                   {"tol_layer", tol_layer},
+                   {"steps", steps}};
+    log().info("verify-paths: {}", verify_line);
+    if (!why.empty()) exit_code() = 1;
+  }
+
   auto add_timing = [&](nlohmann::json& j) {
     j["prefill_tokens"] = prompt_tokens;
     j["prefill_seconds"] = prefill_s;
@@ -345,6 +400,9 @@ void run(const RunArgs& a) {
     j["decode_seconds"] = decode_s;
     j["decode_tokens_per_second"] = decode_tps;
     j["mla_path"] = a.mla_path;
+    j["tokens_mha"] = counters.n_tokens_mha;  // as the model counted the paths it took
+    j["tokens_mqa"] = counters.n_tokens_mqa;
+    if (a.verify_paths) j["verify_paths"] = verify_json;
     if (n_spec > 0) {
       j["spec_tokens"] = n_spec;
       j["spec_drafts"] = counters.n_spec_drafts;
@@ -384,6 +442,7 @@ void run(const RunArgs& a) {
     fmt::print("prefill: {} tokens in {:.3f} s ({:.1f} tokens/s)\n", prompt_tokens, prefill_s, prefill_tps);
     fmt::print("decode:  {} tokens in {:.3f} s ({:.1f} tokens/s)\n", decode_tokens, decode_s, decode_tps);
     spec_line();
+    if (a.verify_paths) fmt::print("verify-paths: {}\n", verify_line);
     return;
   }
 
@@ -410,8 +469,6 @@ void run(const RunArgs& a) {
     j["steps"] = counters.n_steps;
     j["preemptions"] = counters.n_preemptions;
     j["prefix_cache_hit_rate"] = prefix_rate;
-    j["tokens_mha"] = counters.n_tokens_mha;
-    j["tokens_mqa"] = counters.n_tokens_mqa;
     j["forward_seconds"] = counters.forward_seconds;
     j["grammar_masks"] = counters.n_masks;
     j["mask_wait_seconds"] = counters.mask_wait_seconds;
@@ -430,6 +487,7 @@ void run(const RunArgs& a) {
   fmt::print("decode:  {} tokens in {:.3f} s ({:.1f} tokens/s, {} sequences)\n", decode_tokens, decode_s, decode_tps,
              n_seqs);
   spec_line();
+  if (a.verify_paths) fmt::print("verify-paths: {}\n", verify_line);
 }
 
 }  // namespace
@@ -455,7 +513,10 @@ void register_run(CLI::App& app) {
                   "model's widths, logged at start) | mha | mqa")
       ->check(CLI::IsMember({"auto", "mha", "mqa"}))
       ->capture_default_str();
-  cmd->add_flag("--verify-paths", a.verify_paths, "Run both MLA paths and log their largest difference per layer");
+  cmd->add_flag("--verify-paths", a.verify_paths,
+                "Rerun every step end to end with each sequence down the other MLA path (same weights, kernels and "
+                "inputs) and compare each layer's attention output and the logits; exits 1 where `mla doctor`'s "
+                "path check would fail");
   cmd->add_option("-t,--threads", a.threads, "Threads (default: all hardware threads)");
   cmd->add_option("--max-num-batched-tokens", a.max_num_batched_tokens,
                   "Token budget per engine step (prefill chunk + decodes)")

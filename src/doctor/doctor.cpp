@@ -277,32 +277,6 @@ double rounding_of(GgmlType t) {
   }
 }
 
-struct PathTolerances {
-  double layer, logits;
-};
-
-// With the exact attention kernels (the default) every path gives the same bits, so a difference
-// beyond opt's tolerances (1e-4) is a real one. With MLA_EXACT_ATTENTION=0 the F32 kernels' paths
-// differ by ~1e-7 in a layer's output; downstream that can flip one rounding of a cached latent
-// value or of a quantized matmul activation, which moves a later layer's attention by a few such
-// steps without anything being wrong: the layer tolerance is then at least 4 steps of the coarsest
-// rounding the forward applies, and the logits' 1e-2.
-PathTolerances path_tolerances(const DeepseekWeights& w, const DoctorOptions& opt) {
-  if (default_exact_attention()) return {opt.tol_layer, opt.tol_logits};
-  double step = rounding_of(opt.kv_dtype);
-  auto see = [&](const WeightMatrix& m) {
-    if (m.n_rows > 0) step = std::max(step, rounding_of(vec_dot_type(m.type)));
-  };
-  see(w.output);
-  for (const LayerWeights& L : w.layers)
-    for (const WeightMatrix* m :
-         {&L.attn_q_a, &L.attn_q_b, &L.attn_q, &L.attn_kv_a_mqa, &L.attn_output, &L.ffn_gate, &L.ffn_up, &L.ffn_down,
-          &L.ffn_gate_inp, &L.ffn_gate_exps, &L.ffn_up_exps, &L.ffn_gate_up_exps, &L.ffn_down_exps, &L.ffn_gate_shexp,
-          &L.ffn_up_shexp, &L.ffn_down_shexp})
-      see(*m);
-  return {std::max({opt.tol_layer, 1e-3, 4 * step}), std::max(opt.tol_logits, 1e-2)};
-}
-
 size_t first_bad_layer(const PathComparison& p, double tol) {
   for (size_t l = 0; l < p.layer_rel.size(); ++l)
     if (p.layer_rel[l] > tol) return l;
@@ -501,43 +475,57 @@ void output_checks(const DeepseekConfig& c, const Deepseek2Bundle& b, const Toke
   add_check(r, "output", CheckStatus::Fail, d);
 }
 
-// A runner that records the engine's batches instead of computing them: the dispatch decision
-// is the engine's (scheduler + batch builder), independent of the logits.
+// A runner over the real forward (the doctor's loaded weights) that records, for each engine
+// step, the MLA paths the model sent the step's tokens down (its own PathCounters), so the lines
+// show the scheduler's steps and the model's decisions, sparse overrides included.
 class RecordingRunner : public ModelRunner {
  public:
-  RecordingRunner(const DeepseekConfig& c, int32_t n_blocks, std::vector<std::string>& lines)
-      : c_(c),
-        cache_({static_cast<int>(c.n_layer), static_cast<int>(c.kv_lora_rank), static_cast<int>(c.qk_rope)},
-               GgmlType::F32, 16, n_blocks),
+  RecordingRunner(const Deepseek2Bundle& b, int n_threads, int64_t max_batch_tokens, int32_t n_blocks,
+                  std::vector<std::string>& lines)
+      : c_(b.config),
+        model_(b.config, b.weights, options(n_threads, max_batch_tokens)),
+        cache_(model_.latent_shape(), GgmlType::F32, 16, n_blocks),
+        max_batch_tokens_(max_batch_tokens),
         lines_(lines) {}
   int n_vocab() const override { return static_cast<int>(c_.n_vocab); }
   int max_context() const override { return static_cast<int>(std::max<int64_t>(c_.n_ctx_train, 1)); }
   LatentCache& cache() override { return cache_; }
-  MlaPath auto_prefill_path() const override {
-    return cheaper_prefill_path(c_.kv_lora_rank, c_.qk_nope, c_.qk_rope, c_.v_head, default_exact_attention());
+  int64_t max_batch_tokens() const override { return max_batch_tokens_; }
+  MlaPath auto_prefill_path() const override { return model_.auto_prefill_path(); }
+  PathTokens path_tokens() const override {
+    return {model_.path_counters().tokens_mha.load(), model_.path_counters().tokens_mqa.load()};
   }
   void forward(const BatchMeta& b, float* logits) override {
-    int num_mqa = 0, num_mha = 0;
+    const PathTokens before = path_tokens();
+    model_.forward(b, cache_, logits);
+    const PathTokens after = path_tokens();
+    const int64_t mha = after.mha - before.mha, mqa = after.mqa - before.mqa;
     std::string lens;
-    for (const auto& s : b.seqs) {
-      (s.path == MlaPath::Mqa ? num_mqa : num_mha)++;
-      lens += fmt::format("{}{}->{}", lens.empty() ? "" : ",", s.query_len, mla_path_name(s.path));
-    }
-    lines_.push_back(
-        fmt::format("step {}: dispatch layer=blk.* is_sparse=0 num_mqa={} num_mha={} total_toks={} policy={} "
-                    "(query {})",
-                    ++step_, num_mqa, num_mha, b.n_tokens(), mla_path_policy_name(b.policy), lens));
-    std::fill(logits, logits + b.logits_rows.size() * c_.n_vocab, 0.0f);
+    for (const auto& s : b.seqs) lens += fmt::format("{}{}", lens.empty() ? "" : ",", s.query_len);
+    // One sequence per step here (max_num_seqs 1): all its tokens took one path, or the line says so.
+    const std::string took = mqa == 0 ? "mha" : mha == 0 ? "mqa" : "mixed";
+    lines_.push_back(fmt::format(
+        "step {}: model sent tokens_mqa={} tokens_mha={} total_toks={} is_sparse={} "
+        "policy={} (query {}->{})",
+        ++step_, mqa, mha, b.n_tokens(), model_.sparse() ? 1 : 0, mla_path_policy_name(b.policy), lens, took));
   }
 
  private:
+  static ModelOptions options(int n_threads, int64_t max_batch_tokens) {
+    ModelOptions mo;
+    mo.n_threads = n_threads;
+    mo.max_batch_tokens = max_batch_tokens;
+    return mo;
+  }
   const DeepseekConfig& c_;
+  Deepseek2Model model_;
   LatentCache cache_;
+  int64_t max_batch_tokens_;
   std::vector<std::string>& lines_;
   int step_ = 0;
 };
 
-void scheduling_section(const DeepseekConfig& c, const DoctorOptions& opt, DoctorReport& r) {
+void scheduling_section(const Deepseek2Bundle& b, const DoctorOptions& opt, DoctorReport& r) {
   std::vector<std::pair<std::string, std::vector<int32_t>>> cases;
   for (size_t i = 0; i < r.canary_tokens.size(); ++i) cases.push_back({r.canary_texts[i], r.canary_tokens[i]});
   cases.push_back({fmt::format("(a 1-token prompt: id {})", r.canary_tokens[0].back()), {r.canary_tokens[0].back()}});
@@ -551,7 +539,9 @@ void scheduling_section(const DeepseekConfig& c, const DoctorOptions& opt, Docto
     ec.enable_prefix_caching = false;
     ec.max_model_len = n_blocks * 16;
     ec.path_policy = MlaPathPolicy::Auto;
-    Engine engine(std::make_unique<RecordingRunner>(c, n_blocks, lines), ec);
+    // The model's batch covers the budget (the canaries are short: a prompt is one step).
+    const int64_t max_batch = std::min<int64_t>(opt.max_num_batched_tokens, static_cast<int64_t>(ids.size()) + n_new);
+    Engine engine(std::make_unique<RecordingRunner>(b, opt.n_threads, max_batch, n_blocks, lines), ec);
     SamplingParams sp;
     sp.temperature = 0;
     sp.max_tokens = n_new;
@@ -612,6 +602,29 @@ void set_canaries(const DoctorOptions& opt, const Tokenizer* tok, int64_t n_voca
 
 }  // namespace
 
+// With the exact attention kernels (the default) every path gives the same bits, so a difference
+// beyond opt's tolerances (1e-4) is a real one. With MLA_EXACT_ATTENTION=0 the F32 kernels' paths
+// differ by ~1e-7 in a layer's output; downstream that can flip one rounding of a cached latent
+// value or of a quantized matmul activation, which moves a later layer's attention by a few such
+// steps without anything being wrong: the layer tolerance is then at least 4 steps of the coarsest
+// rounding the forward applies, and the logits' 1e-2.
+PathTolerances path_tolerances(const DeepseekWeights& w, const DoctorOptions& opt) {
+  if (default_exact_attention()) return {opt.tol_layer, opt.tol_logits};
+  double step = rounding_of(opt.kv_dtype);
+  auto see = [&](const WeightMatrix& m) {
+    if (m.n_rows > 0) step = std::max(step, rounding_of(vec_dot_type(m.type)));
+  };
+  see(w.output);
+  for (const LayerWeights& L : w.layers)
+    for (const WeightMatrix* m :
+         {&L.attn_q_a, &L.attn_q_b, &L.attn_q, &L.attn_kv_a_mqa, &L.attn_output, &L.ffn_gate, &L.ffn_up, &L.ffn_down,
+          &L.ffn_gate_inp, &L.ffn_gate_exps, &L.ffn_up_exps, &L.ffn_gate_up_exps, &L.ffn_down_exps, &L.ffn_gate_shexp,
+          &L.ffn_up_shexp, &L.ffn_down_shexp})
+      see(*m);
+  return {std::max({opt.tol_layer, 1e-3, 4 * step}), std::max(opt.tol_logits, 1e-2)};
+}
+
+
 DoctorReport run_doctor(const std::string& path, const DoctorOptions& opt) {
   const auto t0 = std::chrono::steady_clock::now();
   DoctorReport r;
@@ -633,7 +646,7 @@ DoctorReport run_doctor(const std::string& path, const DoctorOptions& opt) {
   set_canaries(opt, tok.get(), c.n_vocab, r);
   const std::vector<PromptRun> refs = path_checks(*b, opt, /*with_layout=*/true, opt.numerics, r);
   if (opt.numerics) numerics_checks(c, r);
-  if (opt.scheduling) scheduling_section(c, opt, r);
+  if (opt.scheduling) scheduling_section(*b, opt, r);
   if (opt.output) output_checks(c, *b, tok.get(), refs[0], opt, r);
   finish_verdict(r);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -655,13 +668,15 @@ DoctorReport run_path_self_check(const Deepseek2Bundle& b, const Tokenizer* tok,
 void apply_self_check(std::string_view mode, const DoctorReport& r) {
   if (mode == "off") return;
   if (r.ok()) {
-    std::string agree = r.reference, unchecked;
+    std::string agree = r.reference, unchecked, ran;
     for (const auto& p : r.paths) {
       if (p.status == CheckStatus::Ok) agree += ", " + p.name;
       if (p.status == CheckStatus::NotApplicable && (p.name == "mha" || p.name == "mqa"))
         unchecked += fmt::format("; {} not checked: {}", p.name, p.note);
+      // What the auto runs actually ran, as their models counted it.
+      if (p.name == "chunked prefill (3)") ran = fmt::format("; auto ran mqa {} / mha {} tokens", p.tokens_mqa, p.tokens_mha);
     }
-    log().info("self-check: ok ({} agree on {} canaries{}; {:.2f} s)", agree, r.canary_tokens.size(), unchecked,
+    log().info("self-check: ok ({} agree on {} canaries{}{}; {:.2f} s)", agree, r.canary_tokens.size(), ran, unchecked,
                r.seconds);
   } else if (mode == "warn") {
     log().warn("self-check: {} (serving anyway: --self-check=warn)", r.verdict_line);

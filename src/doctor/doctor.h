@@ -27,6 +27,7 @@
 namespace mla {
 
 struct Deepseek2Bundle;
+struct DeepseekWeights;
 class Tokenizer;
 
 enum class CheckStatus { Ok, Warn, Fail, NotApplicable };
@@ -83,6 +84,8 @@ struct PathComparison {
   std::vector<double> layer_rel;  // per layer, the largest over the canaries
   double logits_rel = 0;          // largest over the canaries and greedy steps
   bool greedy_agree = true;       // the reference's greedy tokens are this run's argmax too (or near ties)
+  // The tokens this run's model sent down each MLA path (its PathCounters), over the canaries.
+  int64_t tokens_mha = 0, tokens_mqa = 0;
 };
 
 struct GreedyToken {
@@ -140,6 +143,17 @@ DoctorReport run_doctor(const std::string& path, const DoctorOptions& opt);
 // 1-token and chunked prefill run under it. tok may be nullptr (fixed token ids stand in for the
 // canary texts).
 DoctorReport run_path_self_check(const Deepseek2Bundle& b, const Tokenizer* tok, const DoctorOptions& opt);
+
+// The tolerances the path check holds each layer's attention output and the logits to (relative).
+// With the exact attention kernels (the default; the paths give the same bits) opt.tol_layer and
+// opt.tol_logits; with MLA_EXACT_ATTENTION=0 the F32 kernels' last-bit differences can flip a
+// rounding downstream, so at least four steps of the coarsest rounding the forward applies (the
+// latent cache type opt.kv_dtype, or a matmul's quantized activations) and 1e-2 on the logits.
+// `mla run --verify-paths` uses them too.
+struct PathTolerances {
+  double layer, logits;
+};
+PathTolerances path_tolerances(const DeepseekWeights& w, const DoctorOptions& opt);
 
 // `mla serve --self-check=MODE` on a self-check report: "off" or an ok report → nothing thrown;
 // "warn" → logs a warning; "on" → throws mla::Error with one line naming what disagreed.

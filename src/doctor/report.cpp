@@ -95,15 +95,15 @@ std::string format_doctor_report(const DoctorReport& r) {
     }
     std::string layers;
     for (size_t l = 0; l < p.layer_rel.size(); ++l) layers += (l ? " " : "") + fmt::format("{:.1e}", p.layer_rel[l]);
-    line(fmt::format("  {:<22} {:<4}  logits {:.1e}  greedy {}  layers [{}]{}", p.name, check_status_name(p.status),
-                     p.logits_rel, p.greedy_agree ? "same" : "DIFFER", layers,
-                     p.note.empty() ? "" : "  (" + p.note + ")"));
+    line(fmt::format("  {:<22} {:<4}  logits {:.1e}  greedy {}  layers [{}]  ran mqa {} / mha {} tokens{}", p.name,
+                     check_status_name(p.status), p.logits_rel, p.greedy_agree ? "same" : "DIFFER", layers,
+                     p.tokens_mqa, p.tokens_mha, p.note.empty() ? "" : "  (" + p.note + ")"));
   }
   check_line("paths");
 
   if (!r.dispatch.empty()) {
     line("");
-    line("Scheduling (the engine's scheduler and batch builder, policy auto)");
+    line("Scheduling (the engine's scheduler over the real forward, policy auto: the paths the model took)");
     for (const auto& d : r.dispatch) line("  " + d);
   }
 
@@ -165,7 +165,9 @@ nlohmann::json doctor_report_json(const DoctorReport& r) {
                           {"note", p.note},
                           {"layer_rel", layers},
                           {"logits_rel", finite(p.logits_rel)},
-                          {"greedy_agree", p.greedy_agree}});
+                          {"greedy_agree", p.greedy_agree},
+                          {"tokens_mha", p.tokens_mha},
+                          {"tokens_mqa", p.tokens_mqa}});
   }
   j["dispatch"] = r.dispatch;
   json out;

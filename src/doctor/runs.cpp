@@ -41,16 +41,9 @@ double max_abs(const float* a, size_t n) {
   return m;
 }
 
-// max |a - b| / max |a| (the absolute difference when a is all zeros); NaN anywhere → inf.
+// max |a - b| / max |a|: the model's comparison (path_rel_diff), which --verify-paths uses too.
 double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  double diff = 0, ref = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double d = std::fabs(static_cast<double>(a[i]) - b[i]);
-    if (!std::isfinite(d)) return std::numeric_limits<double>::infinity();
-    diff = std::max(diff, d);
-    ref = std::max(ref, static_cast<double>(std::fabs(a[i])));
-  }
-  return ref > 0 ? diff / ref : diff;
+  return path_rel_diff(a.data(), b.data(), static_cast<int64_t>(a.size()));
 }
 
 float round_f16(float x) { return fp16_to_fp32(fp32_to_fp16(x)); }
@@ -105,10 +98,14 @@ PromptRun run_prompt(const DeepseekConfig& c, const DeepseekWeights& w, const st
                     logits.data());
   }
   run.attn = rec.take();
+  run.tokens_mha = model.path_counters().tokens_mha.load();
+  run.tokens_mqa = model.path_counters().tokens_mqa.load();
   return run;
 }
 
 void accumulate_comparison(const PromptRun& ref, const PromptRun& other, PathComparison& out) {
+  out.tokens_mha += other.tokens_mha;
+  out.tokens_mqa += other.tokens_mqa;
   if (out.layer_rel.size() < ref.attn.size()) out.layer_rel.resize(ref.attn.size(), 0.0);
   for (size_t l = 0; l < ref.attn.size(); ++l)
     out.layer_rel[l] = std::max(out.layer_rel[l], rel_diff(ref.attn[l], other.attn[l]));

@@ -22,6 +22,7 @@ struct PromptRun {
   std::vector<std::vector<float>> attn;    // [layer][position * n_head * v_head], prompt and steps
   std::vector<std::vector<float>> logits;  // [step][n_vocab]: step 0 after the prompt, i after token i-1
   std::vector<int32_t> tokens;             // the greedy tokens (or the forced ones)
+  int64_t tokens_mha = 0, tokens_mqa = 0;  // what the model sent down each MLA path (PathCounters)
 };
 
 // Runs prompt and n_steps greedy steps (decoded one token per call under spec.policy). With

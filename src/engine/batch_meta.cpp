@@ -5,7 +5,7 @@
 namespace mla {
 
 void build_batch_meta(std::span<const ScheduledSeq> seqs, int block_size, MlaPathPolicy policy, int decode_threshold,
-                      MlaPath auto_prefill, bool all_logits, BatchMeta& meta) {
+                      bool all_logits, BatchMeta& meta) {
   meta.token_ids.clear();
   meta.positions.clear();
   meta.slot_mapping.clear();
@@ -24,7 +24,6 @@ void build_batch_meta(std::span<const ScheduledSeq> seqs, int block_size, MlaPat
     m.context_len = n_ctx;
     m.slots_start = static_cast<int32_t>(meta.context_slots.size());
     m.blocks_start = static_cast<int32_t>(meta.block_table.size());
-    m.path = choose_mla_path(policy, s.verify ? 1 : s.n_new, decode_threshold, auto_prefill);
     m.verify = s.verify;
     const int n_blocks = (n_ctx + block_size - 1) / block_size;
     meta.block_table.insert(meta.block_table.end(), s.blocks.begin(), s.blocks.begin() + n_blocks);
@@ -43,6 +42,7 @@ void build_batch_meta(std::span<const ScheduledSeq> seqs, int block_size, MlaPat
     meta.seqs.push_back(m);
   }
   meta.policy = policy;
+  meta.decode_threshold = decode_threshold;
 }
 
 }  // namespace mla

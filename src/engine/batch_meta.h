@@ -1,8 +1,8 @@
 #pragma once
 // Building the model's BatchMeta (model/batch.h) from what the scheduler decided for a step:
 // token ids, positions, slot mapping, per-sequence query and context lengths, block tables and
-// the context slots they expand to, the rows whose logits are needed, and each sequence's MLA
-// path under the policy.
+// the context slots they expand to, the rows whose logits are needed, and the MLA path policy
+// (the model decides each sequence's path from it).
 #include <cstdint>
 #include <span>
 
@@ -17,15 +17,14 @@ struct ScheduledSeq {
   int n_computed = 0;               // tokens with KV already in the cache
   int n_new = 0;                    // tokens computed this step: [n_computed, n_computed + n_new)
   bool needs_logits = false;        // of its last new token
-  // Speculative verify rows (the last token, then the drafts): every row's logits, and the MLA
-  // path of a 1-token decode.
+  // Speculative verify rows (the last token, then the drafts): every row's logits (the model gives
+  // them the MLA path of a 1-token decode).
   bool verify = false;
 };
 
 // Fills meta (reusing its buffers) for the scheduled sequences, in order. all_logits: every row
-// gets logits (tools that dump them), not only the rows that will be sampled. auto_prefill: the
-// path of the `auto` policy for query lengths above decode_threshold.
+// gets logits (tools that dump them), not only the rows that will be sampled.
 void build_batch_meta(std::span<const ScheduledSeq> seqs, int block_size, MlaPathPolicy policy, int decode_threshold,
-                      MlaPath auto_prefill, bool all_logits, BatchMeta& meta);
+                      bool all_logits, BatchMeta& meta);
 
 }  // namespace mla

@@ -52,7 +52,6 @@ std::vector<float> Deepseek2Runner::mtp_prompt_logits(const std::vector<int32_t>
   SeqMeta s;
   s.query_len = n - 1;
   s.context_len = n - 1;
-  s.path = choose_mla_path(policy, n - 1, 1, auto_prefill_path());
   for (int32_t q = 1; q < n; ++q) {
     m.token_ids.push_back(tokens[q]);
     m.positions.push_back(q);

@@ -48,10 +48,11 @@ class Deepseek2Runner : public ModelRunner {
     return model_->sparse_counters().selected_rows.load(std::memory_order_relaxed);
   }
 
-  MlaPath auto_prefill_path() const override {
-    const auto& c = bundle_->config;
-    return cheaper_prefill_path(c.kv_lora_rank, c.qk_nope, c.qk_rope, c.v_head, default_exact_attention());
+  PathTokens path_tokens() const override {
+    const PathCounters& p = model_->path_counters();
+    return {p.tokens_mha.load(std::memory_order_relaxed), p.tokens_mqa.load(std::memory_order_relaxed)};
   }
+  MlaPath auto_prefill_path() const override { return model_->auto_prefill_path(); }
 
   // The loaded file, config and weights (packed copies included), e.g. for the start-up
   // self-check, which runs its own models over them instead of loading the file again.
@@ -59,6 +60,8 @@ class Deepseek2Runner : public ModelRunner {
   const DeepseekConfig& config() const { return bundle_->config; }
   const DeepseekWeights& weights() const { return bundle_->weights; }
   const MoeCounters& moe_counters() const { return model_->moe_counters(); }
+  const PathCounters& path_counters() const { return model_->path_counters(); }
+  const PathVerifyLog& verify_log() const { return model_->verify_log(); }
   const GgufFile& file() const { return *bundle_->file; }
   // The MTP layer's draft logits of a prompt, for checks against a reference: one prefill of
   // tokens (slot = position), then the MTP rows at positions 1..n-1 in one call; row p

@@ -299,6 +299,7 @@ void Engine::Impl::run_mtp(const SchedulerOutput& plan) {
     m.block_table.clear();
     m.block_size = 0;  // context_slots are given
     m.policy = cfg.path_policy;
+    m.decode_threshold = cfg.decode_threshold;
     mtp_h_in.clear();
   };
   // One sequence's MTP rows at positions q0..q1 (tokens[q], or `token` for a single chained row),
@@ -310,7 +311,6 @@ void Engine::Impl::run_mtp(const SchedulerOutput& plan) {
     sm.query_len = q1 - q0 + 1;
     sm.context_len = q1;
     sm.slots_start = static_cast<int32_t>(m.context_slots.size());
-    sm.path = choose_mla_path(cfg.path_policy, sm.query_len, cfg.decode_threshold, runner->auto_prefill_path());
     for (int p = 1; p <= q1; ++p) m.context_slots.push_back(slot_of(s, p, bs));
     for (int q = q0; q <= q1; ++q) {
       m.token_ids.push_back(chained_token ? *chained_token : s->tokens[q]);
@@ -559,12 +559,12 @@ bool Engine::Impl::step() {
     scheduled.push_back({s->tokens, s->blocks.table, s->n_computed, item.n_new,
                          s->n_computed + item.n_new == static_cast<int>(s->tokens.size()), verify});
   }
-  build_batch_meta(scheduled, kv.block_size(), cfg.path_policy, cfg.decode_threshold, runner->auto_prefill_path(),
-                   cfg.all_logits, meta);
+  build_batch_meta(scheduled, kv.block_size(), cfg.path_policy, cfg.decode_threshold, cfg.all_logits, meta);
   const int n_rows = static_cast<int>(meta.logits_rows.size());
   if (logits.size() < static_cast<size_t>(n_rows) * n_vocab) logits.resize(static_cast<size_t>(n_rows) * n_vocab);
   start_masks(plan);
   const auto t_forward = std::chrono::steady_clock::now();
+  const PathTokens paths_before = runner->path_tokens();
   try {
     if (cfg.num_speculative_tokens > 0) {
       const size_t n_hidden = static_cast<size_t>(meta.n_tokens()) * n_embd;
@@ -590,8 +590,10 @@ bool Engine::Impl::step() {
       ++totals.n_spec_steps;
       break;
     }
-  for (const SeqMeta& s : meta.seqs)
-    (s.path == MlaPath::Mqa ? totals.n_tokens_mqa : totals.n_tokens_mha) += s.query_len;
+  // The paths the model actually sent this step's tokens down (its own count, after every override).
+  const PathTokens paths_after = runner->path_tokens();
+  totals.n_tokens_mha += paths_after.mha - paths_before.mha;
+  totals.n_tokens_mqa += paths_after.mqa - paths_before.mqa;
 
   n_before.resize(plan.items.size());
   for (size_t i = 0; i < plan.items.size(); ++i) {

@@ -138,10 +138,12 @@ struct EngineCounters {
   int64_t n_prompt_tokens = 0;      // prompt tokens of admitted requests
   int64_t n_generation_tokens = 0;  // tokens sampled
   int64_t n_preemptions = 0;
-  int64_t n_prefix_queries = 0;        // prompt tokens looked up in the prefix cache
-  int64_t n_prefix_hits = 0;           // of those, tokens found
-  int64_t n_tokens_mha = 0;            // tokens that went through the MHA path
-  int64_t n_tokens_mqa = 0;            // tokens that went through the MQA path
+  int64_t n_prefix_queries = 0;  // prompt tokens looked up in the prefix cache
+  int64_t n_prefix_hits = 0;     // of those, tokens found
+  // Tokens the model sent down each MLA path, as it counted them (ModelRunner::path_tokens: each
+  // forward call's tokens once, by the path the model chose for them, overrides included).
+  int64_t n_tokens_mha = 0;
+  int64_t n_tokens_mqa = 0;
   int64_t n_sparse_layer_tokens = 0;   // DSA: tokens through sparse layers, summed over layers
   int64_t n_sparse_selected_rows = 0;  // DSA: context rows the indexer selected for them
   int64_t n_steps = 0;                 // forward calls
@@ -168,7 +170,7 @@ struct EngineConfig {
   int max_model_len = 0;              // 0: the model's context length; capped by KV capacity
   bool enable_prefix_caching = true;
   MlaPathPolicy path_policy = MlaPathPolicy::Auto;
-  int decode_threshold = 1;            // `auto`: query length <= this goes to MQA
+  int decode_threshold = 1;            // `auto`: query length <= this goes to MQA (BatchMeta, for the model)
   std::vector<int32_t> eos_token_ids;  // stop generation unless ignore_eos
   // Test and tool hook, called on the engine thread with the raw logits row a sequence samples
   // from and the position of the token they follow (they predict position + 1).

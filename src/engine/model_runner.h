@@ -11,6 +11,11 @@
 
 namespace mla {
 
+// Tokens the model sent down each MLA path, cumulative (PathCounters::tokens_*).
+struct PathTokens {
+  int64_t mha = 0, mqa = 0;
+};
+
 class ModelRunner {
  public:
   virtual ~ModelRunner() = default;
@@ -44,7 +49,10 @@ class ModelRunner {
   // indexer selected, cumulative; 0 for models without sparse attention.
   virtual int64_t sparse_layer_tokens() const { return 0; }
   virtual int64_t sparse_selected_rows() const { return 0; }
-  // The path the `auto` policy gives prefill chunks (cheaper_prefill_path for the model's widths).
+  // The MLA paths: the model decides each sequence's path from the batch's policy and counts the
+  // tokens it sent down each (every forward call's tokens once); the engine reads the counts.
+  // auto_prefill_path: where the model's `auto` sends prefill chunks (for the start-up line).
+  virtual PathTokens path_tokens() const { return {}; }
   virtual MlaPath auto_prefill_path() const { return MlaPath::Mha; }
 };
 

@@ -91,6 +91,9 @@ class LatentCache {
   const uint8_t* index_row_data(int layer, int64_t slot) const {
     return index_arenas_[layer].get() + slot * index_row_bytes_[layer];
   }
+  uint8_t* index_row_data(int layer, int64_t slot) {
+    return index_arenas_[layer].get() + slot * index_row_bytes_[layer];
+  }
   // The layer's indexer keys as F32 rows when stored as F32, else nullptr.
   const float* f32_index_rows(int layer) const {
     return index_dtype_ == GgmlType::F32 ? reinterpret_cast<const float*>(index_arenas_[layer].get()) : nullptr;

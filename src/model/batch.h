@@ -9,37 +9,26 @@ namespace mla {
 
 // How one sequence's queries attend in an MLA layer (see kernels/attention.h).
 enum class MlaPath : uint8_t { Mha, Mqa };
-// The per-sequence choice: Auto sends a sequence whose query length is <= decode_threshold
-// to MQA (decode), longer ones to MHA (prefill).
+// The policy a step runs under. The model alone turns it into a path per sequence and layer
+// (Deepseek2Model::mla_path): mha / mqa force that path everywhere; auto sends a query length
+// <= BatchMeta::decode_threshold down MQA (decode), longer ones down the cheaper prefill path for
+// the model's widths, and in a sparse (DSA) layer weighs both paths' cost for the selection.
 enum class MlaPathPolicy : uint8_t { Auto, Mha, Mqa };
 
 std::string_view mla_path_policy_name(MlaPathPolicy p);  // "auto" | "mha" | "mqa"
 std::string_view mla_path_name(MlaPath p);               // "mha" | "mqa"
 // Throws mla::Error for anything but auto|mha|mqa.
 MlaPathPolicy parse_mla_path_policy(std::string_view s);
-// `auto` sends query lengths <= decode_threshold down MQA and longer ones down `prefill`.
-MlaPath choose_mla_path(MlaPathPolicy policy, int64_t query_len, int64_t decode_threshold = 1,
-                        MlaPath prefill = MlaPath::Mha);
-
-// The path `auto` gives prefill chunks for a model of these widths: the one with the lower
-// measured cost per (query, context row) pair. MQA does 2 kv_lora + qk_rope multiply-adds per
-// pair and head, MHA qk_nope + qk_rope + v_head plus the decompression of every context row; each
-// kernel's sustained rate (kMhaGmacs, kMqaGmacs: bench/attention_bench.cpp at GLM-5 widths, one
-// core) turns multiply-adds into time. It depends on the model alone, never on the chunk, so a
-// query's path (and its bits) does not depend on how the scheduler cut the prompt.
-// exact_kernels: the rates of the exact attention kernels (the default) or of the F32 ones.
-MlaPath cheaper_prefill_path(int64_t kv_lora, int64_t qk_nope, int64_t qk_rope, int64_t v_head,
-                             bool exact_kernels = true);
 
 struct SeqMeta {
-  int32_t query_start = 0;  // first of this sequence's tokens in the batch arrays
-  int32_t query_len = 0;    // its tokens in this step: positions context_len - query_len .. context_len - 1
-  int32_t context_len = 0;  // tokens in its cache after this step, including this step's
-  int32_t slots_start = 0;  // where its context slot list starts in BatchMeta::context_slots
-  MlaPath path = MlaPath::Mha;
+  int32_t query_start = 0;   // first of this sequence's tokens in the batch arrays
+  int32_t query_len = 0;     // its tokens in this step: positions context_len - query_len .. context_len - 1
+  int32_t context_len = 0;   // tokens in its cache after this step, including this step's
+  int32_t slots_start = 0;   // where its context slot list starts in BatchMeta::context_slots
   int32_t blocks_start = 0;  // where its block table starts in BatchMeta::block_table (paged caches)
   // Speculative decoding: the rows verify MTP drafts (the last accepted token, then the drafts).
-  // They take the path a 1-token decode would, so that their bits are the decode's.
+  // The model sends them down the path a 1-token decode would take, so that their bits are the
+  // decode's.
   bool verify = false;
 };
 
@@ -54,16 +43,17 @@ struct BatchMeta {
   // block_table[blocks_start + j / block_size] * block_size + j % block_size, which
   // context_slots lists expanded. block_size 0: no block tables (slots are given directly).
   int32_t block_size = 0;
-  std::vector<int32_t> block_table;            // per sequence ceil(context_len / block_size) block ids
-  MlaPathPolicy policy = MlaPathPolicy::Auto;  // the policy the paths were chosen under (for traces)
+  std::vector<int32_t> block_table;  // per sequence ceil(context_len / block_size) block ids
+  // What the model decides each sequence's MLA path from (no path is chosen before the model).
+  MlaPathPolicy policy = MlaPathPolicy::Auto;
+  int32_t decode_threshold = 1;  // auto: a query length <= this goes down MQA (speculative verify rows count as 1)
 
   int64_t n_tokens() const { return static_cast<int64_t>(token_ids.size()); }
-  // Sets every sequence's path from policy.
-  void choose_paths(MlaPathPolicy p, int64_t decode_threshold = 1);
 };
 
 // One sequence whose cache holds `n_past` earlier tokens in slots 0..n_past-1 (slot = position),
-// extended by `tokens`. Logits for every new token when all_logits, else for the last one.
+// extended by `tokens`. Logits for every new token when all_logits, else for the last one. The
+// policy is the batch's; the model picks the path from it, as for an engine step.
 BatchMeta single_sequence_batch(const std::vector<int32_t>& tokens, int32_t n_past, bool all_logits,
                                 MlaPathPolicy policy);
 

@@ -36,7 +36,28 @@ void parallel_for_large(ThreadPool& pool, int64_t n, int64_t elems, F&& fn) {
 int rank_of(const Comm* comm) { return comm ? comm->rank() : 0; }
 int n_ranks_of(const Comm* comm) { return comm ? comm->size() : 1; }
 
+MlaPath other_path(MlaPath p) { return p == MlaPath::Mha ? MlaPath::Mqa : MlaPath::Mha; }
+
 }  // namespace
+
+MlaPath cheaper_prefill_path(int64_t kv_lora, int64_t qk_nope, int64_t qk_rope, int64_t v_head, bool exact_kernels) {
+  // Effective GMAC/s of each kernel per (query, row) pair and head, counting only the pair's own
+  // multiply-adds (below; MQA's absorb and MHA's decompression are inside the rates), from
+  // attn/[exact/]mqa_chunk and attn/[exact/]mha_chunk (512-token chunks at GLM-5 widths, depth
+  // 2048, one thread, CPU time; docs/PERF.md). The rates are the build target's, fixed for a
+  // binary, so the choice depends on the model's widths only, never on a chunk's length.
+#if defined(__AVX512F__)
+  // Zen 5, AVX-512: exact MQA 17.4, MHA 22.1; F32 MQA 58.3, MHA 39.3 (issue 25).
+  const double kMqaGmacs = exact_kernels ? 17.4 : 58, kMhaGmacs = exact_kernels ? 22.1 : 39;
+#else
+  // Exact: the x86-64-v3 build on Zen 5, MQA 11.1, MHA 13.6 (issue 25). F32: 2-core Zen 3, AVX2 +
+  // FMA, both kernels in 8-lane register tiles (MQA 23.0 / 27.0, MHA 15.9 / 16.0 at depth 2048 / 8192).
+  const double kMqaGmacs = exact_kernels ? 11.1 : 25, kMhaGmacs = exact_kernels ? 13.6 : 16;
+#endif
+  const double mqa = static_cast<double>(2 * kv_lora + qk_rope) / kMqaGmacs;
+  const double mha = static_cast<double>(qk_nope + qk_rope + v_head) / kMhaGmacs;
+  return mqa <= mha ? MlaPath::Mqa : MlaPath::Mha;
+}
 
 Deepseek2Bundle::~Deepseek2Bundle() = default;
 
@@ -77,7 +98,7 @@ Deepseek2Model::Deepseek2Model(const DeepseekConfig& c, const DeepseekWeights& w
   q_.resize(T * c.n_head * c.qk_head);
   kv_.resize(T * c.latent_dim);
   attn_.resize(T * c.n_head * c.v_head);
-  if (opt_.verify_paths) attn_alt_.resize(attn_.size());
+  prefill_path_ = cheaper_prefill_path(c.kv_lora_rank, c.qk_nope, c.qk_rope, c.v_head, opt_.exact_attention);
   proj_.resize(T * c.n_embd);
   gate_.resize(ffn_floats);
   up_.resize(ffn_floats);
@@ -90,6 +111,13 @@ Deepseek2Model::Deepseek2Model(const DeepseekConfig& c, const DeepseekWeights& w
     iw_.resize(T * c.n_indexer_head);
     sel_.resize(T * c.indexer_top_k);
     sel_count_.resize(T);
+  }
+  if (opt_.verify_paths) {
+    attn_ref_.resize(attn_.size());
+    x_other_.resize(x_.size());
+    sel_other_.resize(sel_.size());
+    sel_count_other_.resize(sel_count_.size());
+    verify_log_.layer_rel.assign(c.n_layer, 0.0);
   }
   experts_ = {0, c.n_expert};
   heads_ = {0, c.n_head};
@@ -229,36 +257,65 @@ void Deepseek2Model::forward(const BatchMeta& b, LatentCache& cache, float* logi
     }
   });
 
-  int64_t n_rows = T;  // rows of x_ still carried (shrinks to the logits rows in the last layer)
-  for (int64_t il = 0; il < c_.n_layer; ++il) {
-    const LayerWeights& L = w_.layers[il];
-    for (int64_t t = 0; t < T; ++t) rmsnorm(x_.data() + t * E, L.attn_norm.data(), h_.data() + t * E, E, c_.rms_eps);
-    attention(L, il, sparse(), b, cache);
-    // {n_head * v_head, T} -> {n_embd, T}, added to the residual.
-    mm_split(L.attn_output, attn_.data(), c_.n_head * c_.v_head, T, proj_.data(), E);
-    for (int64_t t = 0; t < T; ++t) add_inplace(x_.data() + t * E, proj_.data() + t * E, E);
+  // verify_paths: the other run starts from the same embedding rows.
+  const bool verify = opt_.verify_paths;
+  PathVerifyStep step;
+  step.n_tokens = T;
+  if (verify) std::copy_n(x_.data(), T * E, x_other_.data());
 
-    if (il == c_.n_layer - 1 && !hidden) {
-      // Only the rows whose logits are wanted go on; the caches are already written.
-      n_rows = static_cast<int64_t>(b.logits_rows.size());
-      for (int64_t i = 0; i < n_rows; ++i)
-        if (b.logits_rows[i] != i) std::memcpy(x_.data() + i * E, x_.data() + b.logits_rows[i] * E, sizeof(float) * E);
-      if (n_rows == 0) return;
-    }
-    ffn(L, n_rows);
+  int64_t n_rows = T, n_rows_other = T;  // rows of x_ still carried (the last layer keeps the logits rows)
+  for (int64_t il = 0; il < c_.n_layer; ++il) {
+    n_rows = trunk_layer(il, b, cache, n_rows, hidden != nullptr);
+    if (verify) n_rows_other = verify_layer(il, b, cache, n_rows_other, step);
   }
 
+  if (verify) {
+    // The other run's logits rows (it never keeps every row: a row's values do not depend on the others).
+    if (logits && n_rows_other > 0) {
+      logits_other_.resize(static_cast<size_t>(n_rows_other) * c_.n_vocab);
+      swap_run_state();
+      head(n_rows_other, logits_other_.data());
+      swap_run_state();
+    }
+  }
   if (hidden) {
     // Every row's normed state, then the logits rows gathered for the head.
     for (int64_t t = 0; t < T; ++t) rmsnorm(x_.data() + t * E, w_.output_norm.data(), hidden + t * E, E, c_.rms_eps);
-    if (!logits) return;
+    if (logits) {
+      const auto n_logits = static_cast<int64_t>(b.logits_rows.size());
+      for (int64_t i = 0; i < n_logits; ++i)
+        std::memcpy(h_.data() + i * E, hidden + b.logits_rows[i] * E, sizeof(float) * E);
+      if (n_logits > 0) mm(w_.output, h_.data(), E, n_logits, logits, c_.n_vocab);
+    }
+  } else if (logits && n_rows > 0) {  // no logits: a worker rank (rank 0 computes them)
+    head(n_rows, logits);
+  }
+  if (verify) verify_finish_step(b, logits, step);
+}
+
+int64_t Deepseek2Model::trunk_layer(int64_t il, const BatchMeta& b, LatentCache& cache, int64_t n_rows,
+                                    bool keep_rows) {
+  const LayerWeights& L = w_.layers[il];
+  const int64_t T = b.n_tokens(), E = c_.n_embd;
+  for (int64_t t = 0; t < T; ++t) rmsnorm(x_.data() + t * E, L.attn_norm.data(), h_.data() + t * E, E, c_.rms_eps);
+  attention(L, il, sparse(), b, cache);
+  // {n_head * v_head, T} -> {n_embd, T}, added to the residual.
+  mm_split(L.attn_output, attn_.data(), c_.n_head * c_.v_head, T, proj_.data(), E);
+  for (int64_t t = 0; t < T; ++t) add_inplace(x_.data() + t * E, proj_.data() + t * E, E);
+
+  if (il == c_.n_layer - 1 && !keep_rows) {
+    // Only the rows whose logits are wanted go on; the caches are already written.
     n_rows = static_cast<int64_t>(b.logits_rows.size());
     for (int64_t i = 0; i < n_rows; ++i)
-      std::memcpy(h_.data() + i * E, hidden + b.logits_rows[i] * E, sizeof(float) * E);
-    if (n_rows > 0) mm(w_.output, h_.data(), E, n_rows, logits, c_.n_vocab);
-    return;
+      if (b.logits_rows[i] != i) std::memcpy(x_.data() + i * E, x_.data() + b.logits_rows[i] * E, sizeof(float) * E);
+    if (n_rows == 0) return 0;
   }
-  if (!logits) return;  // a worker rank: rank 0 computes the logits
+  ffn(L, n_rows);
+  return n_rows;
+}
+
+void Deepseek2Model::head(int64_t n_rows, float* logits) {
+  const int64_t E = c_.n_embd;
   for (int64_t t = 0; t < n_rows; ++t)
     rmsnorm(x_.data() + t * E, w_.output_norm.data(), h_.data() + t * E, E, c_.rms_eps);
   mm(w_.output, h_.data(), E, n_rows, logits, c_.n_vocab);
@@ -347,79 +404,86 @@ void Deepseek2Model::attention(const LayerWeights& L, int64_t il, bool sparse, c
 
   if (sparse && c_.indexer_full[il]) run_indexer(il, b, cache);
 
-  // The dispatch decision point: each sequence goes down its path. In a sparse layer the auto
-  // policy weighs both paths' cost for the selection at hand.
-  // The attention calls: one per sequence, except speculative verify rows in a sparse layer under
-  // the auto policy, which go one query at a time so that each takes the path (and the kernel
-  // call) a 1-token decode at its position would; elsewhere verify rows keep the decode's path.
+  // The dispatch decision point (mla_path): one kernel call per sequence, except speculative
+  // verify rows in a sparse layer under the auto policy, which go one query at a time so that each
+  // takes the path (and the kernel call) a 1-token decode at its position would; elsewhere verify
+  // rows take the decode's path whole.
   attn_calls_.clear();
   for (const auto& s : b.seqs) {
-    if (!(sparse && b.policy == MlaPathPolicy::Auto)) {
-      attn_calls_.push_back({s, s.path});
-    } else if (!s.verify) {
-      attn_calls_.push_back({s, sparse_path(s)});
-    } else {
+    if (sparse && b.policy == MlaPathPolicy::Auto && s.verify) {
       for (int32_t i = 0; i < s.query_len; ++i) {
         SeqMeta q = s;
         q.query_start = s.query_start + i;
         q.query_len = 1;
         q.context_len = s.context_len - (s.query_len - 1 - i);
-        attn_calls_.push_back({q, sparse_path(q)});
+        attn_calls_.push_back({q, mla_path(b, q, sparse), i == s.query_len - 1});
+      }
+    } else {
+      attn_calls_.push_back({s, mla_path(b, s, sparse), true});
+    }
+  }
+  // What was decided, counted once here: sequences (a verifying one by its last query's path) and
+  // verify rows for the trace, tokens for the counters. The verify rerun counts nothing.
+  if (!other_run_) {
+    int num_mqa = 0, num_mha = 0, verify_mqa = 0, verify_mha = 0;
+    int64_t tokens_mqa = 0, tokens_mha = 0, selected = 0;
+    for (const auto& [s, path, last] : attn_calls_) {
+      const bool mqa = path == MlaPath::Mqa;
+      if (last) ++(mqa ? num_mqa : num_mha);
+      if (s.verify) (mqa ? verify_mqa : verify_mha) += s.query_len;
+      (mqa ? tokens_mqa : tokens_mha) += s.query_len;
+    }
+    if (il < c_.n_layer) {  // trunk layers
+      PathCounters& pc = path_counters_;
+      (sparse ? pc.sparse_layer_tokens_mha : pc.dense_layer_tokens_mha)
+          .fetch_add(tokens_mha, std::memory_order_relaxed);
+      (sparse ? pc.sparse_layer_tokens_mqa : pc.dense_layer_tokens_mqa)
+          .fetch_add(tokens_mqa, std::memory_order_relaxed);
+      if (il == 0) {
+        pc.tokens_mha.fetch_add(tokens_mha, std::memory_order_relaxed);
+        pc.tokens_mqa.fetch_add(tokens_mqa, std::memory_order_relaxed);
       }
     }
-  }
-  // num_mqa / num_mha count sequences (a verifying one by its last query's path), verify_* rows.
-  int num_mqa = 0, num_mha = 0, verify_mqa = 0, verify_mha = 0;
-  int64_t selected = 0;
-  for (const auto& s : b.seqs) {
-    MlaPath path = s.path;
-    if (sparse && b.policy == MlaPathPolicy::Auto) {
-      SeqMeta last = s;
-      if (s.verify) last.query_start = s.query_start + s.query_len - 1, last.query_len = 1;
-      path = sparse_path(last);
+    if (sparse) {
+      for (int64_t t = 0; t < T; ++t) selected += sel_count_[t];
+      sparse_counters_.layer_tokens.fetch_add(T, std::memory_order_relaxed);
+      sparse_counters_.selected_rows.fetch_add(selected, std::memory_order_relaxed);
     }
-    (path == MlaPath::Mqa ? num_mqa : num_mha)++;
+    trace_dispatch(static_cast<int>(il), sparse, num_mqa, num_mha, static_cast<int>(T), mla_path_policy_name(b.policy),
+                   sparse ? c_.indexer_top_k : 0, selected, verify_mqa, verify_mha);
   }
-  for (const auto& [s, path] : attn_calls_)
-    if (s.verify) (path == MlaPath::Mqa ? verify_mqa : verify_mha) += s.query_len;
-  if (sparse) {
-    for (int64_t t = 0; t < T; ++t) selected += sel_count_[t];
-    sparse_counters_.layer_tokens.fetch_add(T, std::memory_order_relaxed);
-    sparse_counters_.selected_rows.fetch_add(selected, std::memory_order_relaxed);
-  }
-  trace_dispatch(static_cast<int>(il), sparse, num_mqa, num_mha, static_cast<int>(T), mla_path_policy_name(b.policy),
-                 sparse ? c_.indexer_top_k : 0, selected, verify_mqa, verify_mha);
 
   // Both paths read the context as the cache stores it, in its dtype (this step's rows included),
   // so a row's value does not depend on whether it was computed in this step or an earlier one.
   const int64_t out_width = c_.n_head * c_.v_head;
-  for (const auto& [s, path] : attn_calls_) {
-    const int32_t* slots = b.context_slots.data() + s.slots_start;
-    run_mla_path(L, il, s, path, cache, slots, sparse, attn_.data() + s.query_start * out_width);
-    if (opt_.verify_paths) {
-      MlaPath other = path == MlaPath::Mha ? MlaPath::Mqa : MlaPath::Mha;
-      run_mla_path(L, il, s, other, cache, slots, sparse, attn_alt_.data() + s.query_start * out_width);
-    }
-  }
-
-  if (opt_.verify_paths) {
-    double max_abs = 0, max_ref = 0;
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t i = h0 * c_.v_head; i < heads_.end * c_.v_head; ++i) {  // this rank's heads
-        const float a = attn_[t * out_width + i], alt = attn_alt_[t * out_width + i];
-        max_abs = std::max(max_abs, static_cast<double>(std::fabs(a - alt)));
-        max_ref = std::max(max_ref, static_cast<double>(std::fabs(a)));
-      }
-    log().info(
-        "verify-paths layer=blk.{} is_sparse={} max_abs_diff={:.3e} max_rel_diff={:.3e} (mha vs mqa attention output)",
-        il, sparse ? 1 : 0, max_abs, max_ref > 0 ? max_abs / max_ref : max_abs);
-  }
+  for (const auto& [s, path, last] : attn_calls_)
+    run_mla_path(L, il, s, path, cache, b.context_slots.data() + s.slots_start, sparse,
+                 attn_.data() + s.query_start * out_width);
   // Every rank gets every head's output (the input of attn_output's rows).
   if (n_ranks_of(opt_.comm) > 1)
     all_gather_columns(*opt_.comm, attn_.data(), out_width, T, c_.n_head, c_.v_head, gather_scratch_);
   // Observation hook (mla doctor): nothing when no observer is set.
-  if (opt_.observer && il < c_.n_layer)
+  if (opt_.observer && il < c_.n_layer && !other_run_)
     opt_.observer->on_attention({il, &b, q_.data(), kv_.data(), attn_.data(), &cache});
+}
+
+MlaPath Deepseek2Model::mla_path(const BatchMeta& b, const SeqMeta& s, bool sparse) const {
+  MlaPath path = MlaPath::Mha;
+  switch (b.policy) {
+    case MlaPathPolicy::Mha:
+      path = MlaPath::Mha;
+      break;
+    case MlaPathPolicy::Mqa:
+      path = MlaPath::Mqa;
+      break;
+    case MlaPathPolicy::Auto:
+      if (sparse)
+        path = sparse_path(s);
+      else
+        path = (s.verify ? 1 : s.query_len) <= b.decode_threshold ? MlaPath::Mqa : prefill_path_;
+      break;
+  }
+  return other_run_ ? other_path(path) : path;
 }
 
 MlaPath Deepseek2Model::sparse_path(const SeqMeta& s) const {
@@ -626,9 +690,11 @@ void Deepseek2Model::moe_ffn(const LayerWeights& L, int64_t n) {
     const int64_t pa = expert_offsets_[experts_.begin], pb = expert_offsets_[experts_.end];
     const int64_t expert_bytes = L.gate_up_merged ? 2 * F * L.ffn_gate_up_exps.row_bytes
                                                   : F * (L.ffn_gate_exps.row_bytes + L.ffn_up_exps.row_bytes);
-    moe_counters_.experts_run.fetch_add(n_run, std::memory_order_relaxed);
-    moe_counters_.expert_bytes.fetch_add(n_run * (expert_bytes + E * L.ffn_down_exps.row_bytes),
-                                         std::memory_order_relaxed);
+    if (!other_run_) {
+      moe_counters_.experts_run.fetch_add(n_run, std::memory_order_relaxed);
+      moe_counters_.expert_bytes.fetch_add(n_run * (expert_bytes + E * L.ffn_down_exps.row_bytes),
+                                           std::memory_order_relaxed);
+    }
     std::copy(expert_offsets_.begin(), expert_offsets_.end() - 1, expert_cursor_.begin());
     for (int64_t i = 0; i < P; ++i) {
       const int32_t at = expert_cursor_[sel_experts_[p0 + i]]++;

@@ -53,8 +53,11 @@ bool default_exact_attention();
 
 struct ModelOptions {
   int n_threads = 1;
-  int64_t max_batch_tokens = 512;         // most tokens one forward call may carry
-  bool verify_paths = false;              // run both MLA paths per layer and log their largest difference
+  int64_t max_batch_tokens = 512;  // most tokens one forward call may carry
+  // After each forward call, run the same step again end to end with every sequence down the other
+  // MLA path (same weights, kernels and inputs; this step's cache rows restored afterwards) and
+  // compare attention outputs per layer and the logits: see PathVerifyLog.
+  bool verify_paths = false;
   // The MLA attention kernels: exact (double inside, one rounding to F32: the two paths give the
   // same bits) or the F32 kernels (faster; the paths differ by an ulp, which quantized matmuls
   // downstream can amplify). MLA_EXACT_ATTENTION=0 selects the F32 ones.
@@ -84,6 +87,54 @@ struct MoeCounters {
   std::atomic<int64_t> experts_run{0};
 };
 
+// The MLA paths the forward actually sent its queries down, counted at the one decision point
+// (Deepseek2Model::mla_path, after every override: a sparse layer's cost rule, speculative verify
+// rows). Trunk layers only (the MTP block is not counted); the --verify-paths rerun is not
+// counted. The engine's n_tokens_mha / n_tokens_mqa, /metrics, `mla run --json`, `mla perplexity`
+// and the doctor read these. Written by the forward's thread, read by anyone.
+struct PathCounters {
+  // Each forward call's tokens once, by the path their query took in layer 0. (Within one call
+  // every trunk layer is dense, or every one sparse, and a sequence's decision is the same in each
+  // of them; the per-layer counts below show it.)
+  std::atomic<int64_t> tokens_mha{0}, tokens_mqa{0};
+  // Tokens x layers, dense and sparse layers apart.
+  std::atomic<int64_t> dense_layer_tokens_mha{0}, dense_layer_tokens_mqa{0};
+  std::atomic<int64_t> sparse_layer_tokens_mha{0}, sparse_layer_tokens_mqa{0};
+};
+
+// ModelOptions::verify_paths: one entry per forward call (trunk), the primary run against the same
+// step rerun with every sequence down the other path. Relative differences are max |p - o| / max
+// |p| with p the primary's values (the absolute difference where p is all zeros; inf for a NaN).
+struct PathVerifyStep {
+  int64_t n_tokens = 0;
+  double logits_rel = 0;     // the largest over the call's logits rows, each row on its own
+  bool greedy_agree = true;  // each logits row's argmax is the other run's too (or a near tie: doctor's rule)
+  int64_t worst_layer = 0;   // the layer whose attention output differs most
+  double worst_layer_rel = 0;
+};
+struct PathVerifyLog {
+  std::vector<PathVerifyStep> steps;
+  std::vector<double> layer_rel;  // [n_layer] attention output, the largest over the steps
+  double max_logits_rel() const;
+  bool greedy_agree() const;
+};
+
+// The path `auto` gives prefill chunks for a model of these widths: the one with the lower
+// measured cost per (query, context row) pair. MQA does 2 kv_lora + qk_rope multiply-adds per
+// pair and head, MHA qk_nope + qk_rope + v_head plus the decompression of every context row; each
+// kernel's sustained rate (bench/attention_bench.cpp at GLM-5 widths, one core, per build target)
+// turns multiply-adds into time. It depends on the model and the binary alone, never on the chunk,
+// so a query's path (and its bits) does not depend on how the scheduler cut the prompt.
+// exact_kernels: the rates of the exact attention kernels (the default) or of the F32 ones.
+MlaPath cheaper_prefill_path(int64_t kv_lora, int64_t qk_nope, int64_t qk_rope, int64_t v_head,
+                             bool exact_kernels = true);
+
+// How two runs of the MLA paths are compared (--verify-paths and the doctor): max |ref - other| /
+// max |ref| over n values (max |ref - other| when ref is all zeros; inf when a difference is not
+// finite), and whether other's argmax is ref's, or within 1e-3 max |other| of it (a near tie).
+double path_rel_diff(const float* ref, const float* other, int64_t n);
+bool path_greedy_agrees(const float* ref, const float* other, int64_t n);
+
 class Deepseek2Model {
  public:
   // c and w must outlive the model (w points into the GGUF mapping).
@@ -110,6 +161,10 @@ class Deepseek2Model {
   bool sparse() const { return opt_.dsa && c_.has_indexer; }
   const SparseCounters& sparse_counters() const { return sparse_counters_; }
   const MoeCounters& moe_counters() const { return moe_counters_; }
+  const PathCounters& path_counters() const { return path_counters_; }
+  const PathVerifyLog& verify_log() const { return verify_log_; }
+  // The path `auto` sends prefill chunks of dense layers down (cheaper_prefill_path of the widths).
+  MlaPath auto_prefill_path() const { return prefill_path_; }
   // The routed experts and attention heads this rank computes (all of them in a single process).
   ShardRange expert_range() const { return experts_; }
   ShardRange head_range() const { return heads_; }
@@ -137,12 +192,30 @@ class Deepseek2Model {
   // The MLA attention of block il (weights L; the cache layer il): a trunk layer, or the MTP
   // block (il = n_layer, never sparse).
   void attention(const LayerWeights& L, int64_t il, bool sparse, const BatchMeta& b, LatentCache& cache);
+  // Trunk layer il over the residual x_ (its first n_rows rows; every batch row goes through the
+  // attention). Returns the rows carried on: the last layer keeps only the logits rows unless
+  // keep_rows (hidden states wanted).
+  int64_t trunk_layer(int64_t il, const BatchMeta& b, LatentCache& cache, int64_t n_rows, bool keep_rows);
+  // The output norm and lm_head over x_'s n_rows rows (the logits rows).
+  void head(int64_t n_rows, float* logits);
+  // verify_paths. The other run goes layer by layer beside the primary: after the primary's layer
+  // il, the other run's layer il on its own residual (its state exchanged in by swap_run_state),
+  // with the primary's cache rows of that layer saved before and restored after; later layers
+  // never read layer il's rows, so this is the other policy's forward end to end on the same
+  // inputs. verify_layer returns the other run's rows carried on; verify_finish_step compares the
+  // logits and logs the step.
+  void swap_run_state();
+  int64_t verify_layer(int64_t il, const BatchMeta& b, LatentCache& cache, int64_t n_rows, PathVerifyStep& step);
+  void verify_finish_step(const BatchMeta& b, const float* logits, PathVerifyStep& step);
+  // The one MLA path decision: the path sequence s takes in this layer (dense or sparse) under
+  // b.policy; during the verify rerun, the other one.
+  MlaPath mla_path(const BatchMeta& b, const SeqMeta& s, bool sparse) const;
   void ffn(const LayerWeights& L, int64_t n_rows);
   // The DSA lightning indexer of layer il: writes this step's indexer keys into the cache and
   // each query's selected context rows into sel_ / sel_count_.
   void run_indexer(int64_t il, const BatchMeta& b, LatentCache& cache);
   // The path a sequence takes in a sparse layer under the auto policy: the cheaper one for its
-  // query length, context and selection (both are exact).
+  // query length, context and selection (both are exact). Only mla_path calls it.
   MlaPath sparse_path(const SeqMeta& s) const;
   // The sequence's context row j is the cache's slot ctx_slots[j], read in the cache's dtype.
   void run_mla_path(const LayerWeights& L, int64_t il, const SeqMeta& s, MlaPath path, const LatentCache& cache,
@@ -179,17 +252,34 @@ class Deepseek2Model {
   AttnScratch attn_scratch_;
 
   // Activations, max_batch_tokens rows each (widths in comments).
-  std::vector<float> x_;                                 // n_embd: the residual stream
-  std::vector<float> h_;                                 // n_embd: normed input of a sub-block
-  std::vector<float> q_a_;                               // q_lora_rank
-  std::vector<float> q_;                                 // n_head * qk_head
-  std::vector<float> kv_;                                // latent_dim
-  std::vector<float> attn_;                              // n_head * v_head
-  std::vector<float> attn_alt_;                          // n_head * v_head (verify_paths)
-  std::vector<float> proj_;                              // n_embd: a sub-block's output
-  std::vector<float> gate_, up_;                         // max(n_ff, shared ffn, 2 * n_ff_exp)
-  std::vector<float> cos_, sin_;                         // qk_rope / 2 per token
-  std::vector<std::pair<SeqMeta, MlaPath>> attn_calls_;  // attention(): the kernel calls of a layer
+  std::vector<float> x_;          // n_embd: the residual stream
+  std::vector<float> h_;          // n_embd: normed input of a sub-block
+  std::vector<float> q_a_;        // q_lora_rank
+  std::vector<float> q_;          // n_head * qk_head
+  std::vector<float> kv_;         // latent_dim
+  std::vector<float> attn_;       // n_head * v_head
+  std::vector<float> attn_ref_;   // n_head * v_head: the primary's (verify_paths)
+  std::vector<float> proj_;       // n_embd: a sub-block's output
+  std::vector<float> gate_, up_;  // max(n_ff, shared ffn, 2 * n_ff_exp)
+  std::vector<float> cos_, sin_;  // qk_rope / 2 per token
+  struct AttnCall {
+    SeqMeta seq;       // a sequence, or one query of a verifying sequence in a sparse layer
+    MlaPath path;      // mla_path's decision
+    bool last_of_seq;  // the sequence's last call (what the trace counts sequences by)
+  };
+  std::vector<AttnCall> attn_calls_;     // attention(): the kernel calls of a layer
+  MlaPath prefill_path_ = MlaPath::Mha;  // cheaper_prefill_path of the model's widths
+  PathCounters path_counters_;
+  // verify_paths: the rerun down the other paths (other_run_ set while it runs; nothing is counted,
+  // traced or observed then) and its state: residual, DSA selection, logits, the primary's cache
+  // rows of the layer being rerun.
+  bool other_run_ = false;
+  std::vector<float> x_other_;
+  std::vector<int32_t> sel_other_, sel_count_other_;
+  std::vector<float> logits_other_;
+  std::vector<uint8_t> saved_rows_;
+  std::vector<double> layer_rel_step_;  // [n_layer] this step's attention output differences
+  PathVerifyLog verify_log_;
   std::vector<float> mtp_in_;  // 2 * n_embd: the MTP layer's [enorm(embed) ; hnorm(h)] (has_mtp)
   // DSA: indexer activations, and each query's selected context rows (kept across layers: shared
   // layers reuse the last full layer's selection).

@@ -5,7 +5,7 @@
 namespace mla {
 namespace {
 
-constexpr int kSeqInts = 6;  // query_start, query_len, context_len, slots_start, path, blocks_start
+constexpr int kSeqInts = 6;  // query_start, query_len, context_len, slots_start, verify, blocks_start
 
 void put(std::vector<int32_t>& out, const std::vector<int32_t>& v) { out.insert(out.end(), v.begin(), v.end()); }
 
@@ -21,6 +21,7 @@ StepHeader encode_step(const BatchMeta& meta, const BlockCopies& copies, std::ve
   h.block_size = meta.block_size;
   h.n_block_table = static_cast<int32_t>(meta.block_table.size());
   h.policy = static_cast<int32_t>(meta.policy);
+  h.decode_threshold = meta.decode_threshold;
   h.n_copies = static_cast<int32_t>(copies.size());
   payload.clear();
   put(payload, meta.token_ids);
@@ -28,7 +29,7 @@ StepHeader encode_step(const BatchMeta& meta, const BlockCopies& copies, std::ve
   put(payload, meta.slot_mapping);
   for (const SeqMeta& s : meta.seqs)
     payload.insert(payload.end(), {s.query_start, s.query_len, s.context_len, s.slots_start,
-                                   static_cast<int32_t>(s.path), s.blocks_start});
+                                   static_cast<int32_t>(s.verify), s.blocks_start});
   put(payload, meta.context_slots);
   put(payload, meta.logits_rows);
   put(payload, meta.block_table);
@@ -57,7 +58,7 @@ void decode_step(const StepHeader& h, const std::vector<int32_t>& payload, Batch
     s.query_len = p[1];
     s.context_len = p[2];
     s.slots_start = p[3];
-    s.path = p[4] == static_cast<int32_t>(MlaPath::Mqa) ? MlaPath::Mqa : MlaPath::Mha;
+    s.verify = p[4] != 0;
     s.blocks_start = p[5];
     p += kSeqInts;
   }
@@ -66,6 +67,7 @@ void decode_step(const StepHeader& h, const std::vector<int32_t>& payload, Batch
   take(meta.block_table, h.n_block_table);
   meta.block_size = h.block_size;
   meta.policy = static_cast<MlaPathPolicy>(h.policy);
+  meta.decode_threshold = h.decode_threshold;
   copies.resize(h.n_copies);
   for (auto& [src, dst] : copies) {
     src = p[0];

@@ -17,7 +17,7 @@ enum class StepCommand : int32_t { Forward = 1, Stop = 2, Stats = 3 };
 struct StepHeader {
   int32_t command = 0;  // StepCommand
   int32_t n_tokens = 0, n_seqs = 0, n_context_slots = 0, n_logits_rows = 0;
-  int32_t block_size = 0, n_block_table = 0, policy = 0, n_copies = 0;
+  int32_t block_size = 0, n_block_table = 0, policy = 0, decode_threshold = 1, n_copies = 0;
   int32_t payload_ints = 0;  // int32 values in the payload that follows
 };
 

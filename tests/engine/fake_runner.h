@@ -9,7 +9,9 @@
 // where L0_r / L1_r are the rows of position r read back from the cache through the block table,
 // so any error in slot mapping, block tables, copy-on-write or prefix caching changes the
 // outputs. The MHA path sums r = 0..p, the MQA path r = p..0 (same value, different rounding),
-// like the two MLA paths of the real model. Every sequence is computed on its own: the fake is
+// like the two MLA paths of the real model, and like the model it picks each sequence's path from
+// the batch's policy (auto: query length <= decode_threshold, or verify rows, down MQA, longer
+// ones down MHA) and counts the tokens it sent down each. Every sequence is computed on its own: the fake is
 // batch-invariant by construction.
 #include <cmath>
 #include <cstdint>
@@ -47,6 +49,7 @@ class FakeRunner : public ModelRunner {
   int n_vocab() const override { return n_vocab_; }
   int max_context() const override { return max_context_; }
   LatentCache& cache() override { return cache_; }
+  PathTokens path_tokens() const override { return tokens_; }
 
   static float weight(int d) { return 1.0f / (1.0f + static_cast<float>(d)); }
   static float embed(int32_t t, int p, int j) {
@@ -79,8 +82,13 @@ class FakeRunner : public ModelRunner {
     size_t out_row = 0;
     for (const SeqMeta& s : meta.seqs) {
       rec.query_lens.push_back(s.query_len);
-      rec.paths.push_back(s.path);
-      const bool mqa = s.path == MlaPath::Mqa;
+      const MlaPath path = meta.policy == MlaPathPolicy::Mqa                       ? MlaPath::Mqa
+                           : meta.policy == MlaPathPolicy::Mha                     ? MlaPath::Mha
+                           : (s.verify ? 1 : s.query_len) <= meta.decode_threshold ? MlaPath::Mqa
+                                                                                   : MlaPath::Mha;
+      rec.paths.push_back(path);
+      const bool mqa = path == MlaPath::Mqa;
+      (mqa ? tokens_.mqa : tokens_.mha) += s.query_len;
       const int32_t* slots = meta.context_slots.data() + s.slots_start;
       // The engine's block tables must expand to exactly these slots.
       for (int j = 0; j < s.context_len; ++j) {
@@ -140,6 +148,7 @@ class FakeRunner : public ModelRunner {
   int n_vocab_;
   int max_context_;
   LatentCache cache_;
+  PathTokens tokens_;
 };
 
 }  // namespace mla::testing

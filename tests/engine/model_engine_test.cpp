@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <sstream>
@@ -273,6 +274,63 @@ TEST(ModelEngine, DispatchTraceForTheHelloProbeAndAMixedBatch) {
   trace_reset();
   engine.run_until_idle();
   EXPECT_EQ(engine.kv().pool().n_free(), engine.kv().pool().n_blocks());
+}
+
+// The engine's path counters are the tokens the model sent down each path, after its own
+// overrides. Under auto a sparse (DSA) layer weighs both paths for the selection at hand
+// (Deepseek2Model::sparse_path), which here disagrees with the query-length rule both ways: a
+// 1-token prompt (context 1) costs less down MHA, a 20-token prefill too, while decodes over 21+
+// rows cost less down MQA. The trace lines of blk.0 and the model's per-layer counts agree.
+TEST(ModelEngine, PathCountersAreWhatTheModelSentThroughSparseLayers) {
+  SynthSpec s = small_spec();
+  s.arch = "glm-dsa";
+  s.n_layer = 3;
+  s.n_indexer_head = 4;
+  s.indexer_head_dim = 16;
+  s.indexer_top_k = 6;
+  s.seed = 21;
+  Engine engine(model_runner(synth_file("engine_dsa_paths", s), MlaPathPolicy::Auto, 16, 256)(),
+                config(MlaPathPolicy::Auto, 64, false));
+  const auto& runner = static_cast<const Deepseek2Runner&>(engine.runner());
+  const DeepseekConfig& c = runner.config();
+  ASSERT_TRUE(c.has_indexer);
+  // The cost rule's terms (per head): MHA decompresses every context row, MQA absorbs per query.
+  const int64_t proj = (c.qk_nope + c.v_head) * c.kv_lora_rank;
+  const int64_t mha_row = c.qk_head + c.v_head, mqa_row = 2 * c.kv_lora_rank + c.qk_rope;
+  ASSERT_LT(mha_row, mqa_row);                             // as many queries as rows (prompts): MHA
+  ASSERT_GT(21 * proj + 6 * mha_row, proj + 6 * mqa_row);  // 1 query, 21+ rows (6 selected): MQA
+  trace_configure("dispatch:100");
+  CaptureLog cap;
+  engine.add_request("one", {7}, greedy(1));  // one forward: the 1-token prompt
+  engine.run_until_idle();
+  EXPECT_EQ(engine.counters().n_tokens_mha, 1);  // the query-length rule alone would have said MQA
+  EXPECT_EQ(engine.counters().n_tokens_mqa, 0);
+  engine.add_request("long", prompt_of(20, 3, static_cast<int>(c.n_vocab)), greedy(6));  // prefill + 5 decodes
+  engine.run_until_idle();
+  const std::string t = cap.text();
+  trace_reset();
+  const EngineCounters k = engine.counters();
+  EXPECT_EQ(k.n_tokens_mha, 1 + 20);
+  EXPECT_EQ(k.n_tokens_mqa, 5);
+  const PathCounters& pc = runner.path_counters();
+  EXPECT_EQ(pc.sparse_layer_tokens_mha.load(), k.n_tokens_mha * c.n_layer);
+  EXPECT_EQ(pc.sparse_layer_tokens_mqa.load(), k.n_tokens_mqa * c.n_layer);
+  EXPECT_EQ(pc.dense_layer_tokens_mha.load() + pc.dense_layer_tokens_mqa.load(), 0);
+  // The trace of blk.0, one sequence per step: its tokens by the path the line names.
+  int64_t traced_mha = 0, traced_mqa = 0;
+  std::istringstream lines(t);
+  for (std::string line; std::getline(lines, line);) {
+    const auto at = line.find("dispatch layer=blk.0 is_sparse=1 ");
+    if (at == std::string::npos) continue;
+    int mqa = 0, mha = 0, toks = 0;
+    ASSERT_EQ(std::sscanf(line.c_str() + at, "dispatch layer=blk.0 is_sparse=1 num_mqa=%d num_mha=%d total_toks=%d",
+                          &mqa, &mha, &toks),
+              3)
+        << line;
+    (mqa ? traced_mqa : traced_mha) += toks;
+  }
+  EXPECT_EQ(traced_mha, k.n_tokens_mha) << t;
+  EXPECT_EQ(traced_mqa, k.n_tokens_mqa) << t;
 }
 
 }  // namespace

@@ -114,7 +114,6 @@ TEST(Dsa, SequenceIsBatchInvariant) {
   };
   add(p2, 0);
   add(p1, 32);
-  bm.choose_paths(MlaPathPolicy::Auto);
   std::vector<float> got(bm.token_ids.size() * V);
   m.forward(bm, both, got.data());
   EXPECT_EQ(std::vector<float>(got.begin() + p2.size() * V, got.end()), want);

@@ -141,7 +141,7 @@ TEST(Deepseek2Forward, BatchChunkingAndThreadsDoNotChangeBits) {
     std::vector<float> got(kPrompt.size() * V);
     auto two_seq_batch = [&](size_t a_begin, size_t a_end, int b_len) {
       BatchMeta bm;
-      SeqMeta sb{.query_start = 0, .query_len = b_len, .context_len = b_len, .slots_start = 0, .path = MlaPath::Mha};
+      SeqMeta sb{.query_start = 0, .query_len = b_len, .context_len = b_len, .slots_start = 0};
       for (int i = 0; i < b_len; ++i) {
         bm.token_ids.push_back(other[i]);
         bm.positions.push_back(i);
@@ -151,8 +151,7 @@ TEST(Deepseek2Forward, BatchChunkingAndThreadsDoNotChangeBits) {
       SeqMeta sa{.query_start = b_len,
                  .query_len = static_cast<int32_t>(a_end - a_begin),
                  .context_len = static_cast<int32_t>(a_end),
-                 .slots_start = b_len,
-                 .path = MlaPath::Mha};
+                 .slots_start = b_len};
       for (size_t i = a_begin; i < a_end; ++i) {
         bm.token_ids.push_back(kPrompt[i]);
         bm.positions.push_back(static_cast<int32_t>(i));
@@ -161,7 +160,7 @@ TEST(Deepseek2Forward, BatchChunkingAndThreadsDoNotChangeBits) {
       for (size_t j = 0; j < a_end; ++j) bm.context_slots.push_back(a_slots[j]);
       bm.seqs = {sb, sa};
       for (size_t i = 0; i < a_end - a_begin; ++i) bm.logits_rows.push_back(static_cast<int32_t>(b_len + i));
-      bm.choose_paths(policy);
+      bm.policy = policy;
       return bm;
     };
     m.forward(two_seq_batch(0, 7, 5), cache, got.data());

@@ -30,9 +30,11 @@ TEST(Trace, DispatchLogsFirstNCallsPerLayer) {
     m.forward(single_sequence_batch({5}, 4, false, MlaPathPolicy::Auto), cache, logits.data());
     m.forward(single_sequence_batch({6}, 5, false, MlaPathPolicy::Auto), cache, logits.data());
     std::string t = cap.text();
-    EXPECT_EQ(count_occurrences(t, "dispatch layer=blk.0 is_sparse=0 num_mqa=0 num_mha=1 total_toks=4 policy=auto"), 1)
+    // The 4-token prefill goes where the model's auto sends prefill chunks on this build target.
+    const std::string prefill = m.auto_prefill_path() == MlaPath::Mqa ? "num_mqa=1 num_mha=0" : "num_mqa=0 num_mha=1";
+    EXPECT_EQ(count_occurrences(t, "dispatch layer=blk.0 is_sparse=0 " + prefill + " total_toks=4 policy=auto"), 1)
         << t;
-    EXPECT_EQ(count_occurrences(t, "dispatch layer=blk.1 is_sparse=0 num_mqa=0 num_mha=1 total_toks=4 policy=auto"), 1)
+    EXPECT_EQ(count_occurrences(t, "dispatch layer=blk.1 is_sparse=0 " + prefill + " total_toks=4 policy=auto"), 1)
         << t;
     EXPECT_EQ(count_occurrences(t, "dispatch layer=blk.0 is_sparse=0 num_mqa=1 num_mha=0 total_toks=1 policy=auto"), 1)
         << t;
@@ -91,10 +93,43 @@ TEST(Trace, AutoPrefillPathFollowsThePerPairCost) {
   // heads to MQA.
   EXPECT_EQ(cheaper_prefill_path(8192, 16, 16, 16), MlaPath::Mha);
   EXPECT_EQ(cheaper_prefill_path(16, 512, 16, 512), MlaPath::Mqa);
-  EXPECT_EQ(choose_mla_path(MlaPathPolicy::Auto, 1, 1, MlaPath::Mha), MlaPath::Mqa);
-  EXPECT_EQ(choose_mla_path(MlaPathPolicy::Auto, 7, 1, MlaPath::Mqa), MlaPath::Mqa);
-  EXPECT_EQ(choose_mla_path(MlaPathPolicy::Auto, 7, 1, MlaPath::Mha), MlaPath::Mha);
-  EXPECT_EQ(choose_mla_path(MlaPathPolicy::Mha, 7, 1, MlaPath::Mqa), MlaPath::Mha);
+}
+
+// The model alone decides the path (Deepseek2Model::mla_path) and counts what it sent: auto sends
+// query lengths <= the batch's decode threshold (and speculative verify rows) down MQA and longer
+// ones down its auto_prefill_path(); mha / mqa force the path. Nothing before the model chooses.
+TEST(Trace, TheModelDecidesAndCountsThePaths) {
+  auto b = load_deepseek2(testing::synth_file("trace_model", testing::small_spec()), {});
+  Deepseek2Model m(b->config, b->weights, {});
+  const DeepseekConfig& c = b->config;
+  EXPECT_EQ(m.auto_prefill_path(), cheaper_prefill_path(c.kv_lora_rank, c.qk_nope, c.qk_rope, c.v_head));
+  LatentCache cache = m.make_cache(64);
+  std::vector<float> logits(16 * c.n_vocab);
+  const PathCounters& k = m.path_counters();
+  // Runs b and returns the (mha, mqa) tokens the model counted for it.
+  auto run = [&](BatchMeta bm) {
+    const int64_t mha = k.tokens_mha, mqa = k.tokens_mqa;
+    m.forward(bm, cache, logits.data());
+    return std::pair<int64_t, int64_t>{k.tokens_mha.load() - mha, k.tokens_mqa.load() - mqa};
+  };
+  const std::vector<int32_t> seven = {1, 2, 3, 4, 5, 6, 7};
+  const auto prefill =
+      m.auto_prefill_path() == MlaPath::Mha ? std::pair<int64_t, int64_t>{7, 0} : std::pair<int64_t, int64_t>{0, 7};
+  EXPECT_EQ(run(single_sequence_batch(seven, 0, false, MlaPathPolicy::Auto)), prefill);
+  EXPECT_EQ(run(single_sequence_batch({8}, 7, false, MlaPathPolicy::Auto)), (std::pair<int64_t, int64_t>{0, 1}));
+  EXPECT_EQ(run(single_sequence_batch(seven, 8, false, MlaPathPolicy::Mha)), (std::pair<int64_t, int64_t>{7, 0}));
+  EXPECT_EQ(run(single_sequence_batch({9}, 15, false, MlaPathPolicy::Mha)), (std::pair<int64_t, int64_t>{1, 0}));
+  EXPECT_EQ(run(single_sequence_batch(seven, 16, false, MlaPathPolicy::Mqa)), (std::pair<int64_t, int64_t>{0, 7}));
+  BatchMeta wide = single_sequence_batch(seven, 23, false, MlaPathPolicy::Auto);
+  wide.decode_threshold = 7;  // 7 tokens are a "decode" under this threshold
+  EXPECT_EQ(run(wide), (std::pair<int64_t, int64_t>{0, 7}));
+  BatchMeta verify = single_sequence_batch({1, 2, 3}, 30, true, MlaPathPolicy::Auto);
+  verify.seqs[0].verify = true;  // speculative verify rows take the decode's path
+  EXPECT_EQ(run(verify), (std::pair<int64_t, int64_t>{0, 3}));
+  // Every trunk layer is dense here: tokens x layers, each one's decision the same as layer 0's.
+  EXPECT_EQ(k.dense_layer_tokens_mha.load(), k.tokens_mha * c.n_layer);
+  EXPECT_EQ(k.dense_layer_tokens_mqa.load(), k.tokens_mqa * c.n_layer);
+  EXPECT_EQ(k.sparse_layer_tokens_mha.load() + k.sparse_layer_tokens_mqa.load(), 0);
 }
 
 }  // namespace

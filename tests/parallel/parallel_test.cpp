@@ -42,13 +42,15 @@ TEST(StepWire, BatchAndCopiesRoundTrip) {
   m.token_ids = {5, 6, 7, 9};
   m.positions = {0, 1, 2, 40};
   m.slot_mapping = {16, 17, 18, 71};
-  m.seqs = {{0, 3, 3, 0, MlaPath::Mha, 0}, {3, 1, 41, 3, MlaPath::Mqa, 1}};
+  m.seqs = {{.query_start = 0, .query_len = 3, .context_len = 3, .slots_start = 0, .blocks_start = 0},
+            {.query_start = 3, .query_len = 1, .context_len = 41, .slots_start = 3, .blocks_start = 1, .verify = true}};
   m.context_slots = {16, 17, 18};
   for (int j = 0; j < 41; ++j) m.context_slots.push_back(j < 32 ? 32 + j : 64 + j - 32);
   m.logits_rows = {2, 3};
   m.block_size = 16;
   m.block_table = {1, 2, 3, 4};
   m.policy = MlaPathPolicy::Mqa;
+  m.decode_threshold = 3;
   const BlockCopies copies = {{3, 9}, {4, 10}};
   std::vector<int32_t> payload;
   const StepHeader h = encode_step(m, copies, payload);
@@ -65,13 +67,14 @@ TEST(StepWire, BatchAndCopiesRoundTrip) {
   EXPECT_EQ(got.seqs[1].context_len, 41);
   EXPECT_EQ(got.seqs[1].slots_start, 3);
   EXPECT_EQ(got.seqs[1].blocks_start, 1);
-  EXPECT_EQ(got.seqs[1].path, MlaPath::Mqa);
-  EXPECT_EQ(got.seqs[0].path, MlaPath::Mha);
+  EXPECT_TRUE(got.seqs[1].verify);
+  EXPECT_FALSE(got.seqs[0].verify);
   EXPECT_EQ(got.context_slots, m.context_slots);
   EXPECT_EQ(got.logits_rows, m.logits_rows);
   EXPECT_EQ(got.block_table, m.block_table);
   EXPECT_EQ(got.block_size, 16);
   EXPECT_EQ(got.policy, MlaPathPolicy::Mqa);
+  EXPECT_EQ(got.decode_threshold, 3);
   EXPECT_EQ(got_copies, copies);
 
   payload.pop_back();  // a short payload is refused, not read past

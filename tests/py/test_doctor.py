@@ -81,10 +81,12 @@ def test_default_model_is_ok(healthy):
     greedy = [g["id"] for g in rep["output"]["greedy"]]
     assert greedy == golden["continuation_ids"][:len(greedy)]
     # Scheduling: a multi-token prompt is one prefill sequence (down the model's auto prefill
-    # path), decode steps and a 1-token prompt go down MQA.
+    # path, all its tokens on it, as the model counted them), decode steps and a 1-token prompt go
+    # down MQA.
     lines = "\n".join(rep["dispatch"])
-    assert re.search(r"step 1: dispatch layer=blk\.\* is_sparse=0 (num_mqa=0 num_mha=1|num_mqa=1 num_mha=0) total_toks=4", lines)
-    assert "(query 1->mqa)" in lines
+    assert re.search(r"step 1: model sent (tokens_mqa=0 tokens_mha=4|tokens_mqa=4 tokens_mha=0) total_toks=4 "
+                     r"is_sparse=0 policy=auto \(query 4->(mha|mqa)\)", lines), lines
+    assert "tokens_mqa=1 tokens_mha=0 total_toks=1 is_sparse=0 policy=auto (query 1->mqa)" in lines
 
 
 def test_text_report(mla_bin):

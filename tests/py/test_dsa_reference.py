@@ -146,10 +146,12 @@ def test_verify_paths_and_trace_cover_sparse_layers(model, tmp_path):
     n_layer = ref["hf_config"]["num_hidden_layers"]  # trunk; the MTP block blk.{n_layer} is not run
     _, _, err = run_mla(model, case["token_ids"], 3, "auto", tmp_path / "x.f32",
                         extra=["--verify-paths", "--trace", "dispatch:1"])
-    verify = re.findall(r"verify-paths layer=blk\.(\d+) .*max_rel_diff=([0-9.e+-]+)", err)
-    assert len(verify) == 3 * n_layer, err  # prefill + 2 decode steps, every trunk layer
-    assert {int(layer) for layer, _ in verify} == set(range(n_layer)), err
-    assert max(float(x) for _, x in verify) <= 1e-5, err
+    # One line per step (the step rerun end to end down the other paths), a value per trunk layer.
+    steps = re.findall(r"verify-paths step=\d+ .* logits_rel=([0-9.e+-]+) .* layers=\[([^\]]*)\]", err)
+    assert len(steps) == 3, err  # prefill + 2 decode steps
+    assert all(len(layers.split()) == n_layer for _, layers in steps), err
+    assert max(float(x) for _, layers in steps for x in layers.split()) <= 1e-5, err
+    assert "verify-paths: ok" in err, err
     sparse = re.findall(r"dispatch layer=blk\.(\d+) [^\n]*is_sparse=1[^\n]*", err)
     assert {int(layer) for layer in sparse} == set(range(n_layer)), err
     assert all(re.search(rf"index_topk={ref['index_topk']}\b", line) for line in

@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+import pytest
 from conftest import run_mla
 
 import gguf
@@ -104,3 +105,76 @@ def test_synth_json_config_and_errors(tmp_path):
     assert bad.returncode != 0 and "'x' is not a non-negative token id" in bad.stderr
     bad = mla("run", "-m", out, "--tokens", "999999", check=False)
     assert bad.returncode != 0 and "prompt token 999999 at position 0 is out of range" in bad.stderr
+
+
+def other(path):
+    return "mqa" if path == "mha" else "mha"
+
+
+def step0_rel(primary, other_run, n):
+    """The largest over the prompt's rows of max|p - o| / max|p|, in float64 (what --verify-paths
+    reports for a step: path_rel_diff per logits row, the largest row)."""
+    p, o = primary[:n].astype(np.float64), other_run[:n].astype(np.float64)
+    return max(float(np.abs(p[i] - o[i]).max() / np.abs(p[i]).max()) for i in range(n))
+
+
+@pytest.mark.parametrize("wtype", ["f32", "q4_k"])
+def test_verify_paths_step0_is_the_forced_runs_difference(tmp_path, wtype):
+    """--verify-paths reruns each step end to end down the other paths: at step 0 (the prompt, empty
+    cache) its logits difference is exactly that of two forced-path runs' --dump-logits, for each
+    policy, and the primary run's own logits are untouched by the rerun. It passes or fails by the
+    doctor's tolerances, with the exit status to match. (F32 weights: the paths' logits differ by
+    ~1e-7; Q4_K: the 8-bit activations round both paths' last hidden state alike here.)"""
+    model = tmp_path / f"{wtype}.gguf"
+    mla("gguf", "synth", "-o", model, "--type", wtype, "--seed", "9", *SMALL)
+    prompt = [5, 9, 200, 31, 7, 11, 64]
+    n = len(prompt)
+    base = ["run", "-m", model, "--tokens", ",".join(map(str, prompt)), "-n", "3", "--ignore-eos", "-t", "2"]
+    forced = {}
+    for p in ("mha", "mqa"):
+        dump = tmp_path / f"{p}.f32"
+        mla(*base, "--mla-path", p, "--dump-logits", dump)
+        forced[p] = np.fromfile(dump, dtype="<f4").reshape(-1, 512)
+    for policy in ("mha", "mqa", "auto"):
+        dump = tmp_path / f"verify-{policy}.f32"
+        r = mla(*base, "--mla-path", policy, "--verify-paths", "--json", "--dump-logits", dump, check=False)
+        res = json.loads(r.stdout)
+        v = res["verify_paths"]
+        primary = policy
+        if policy == "auto":  # the prompt goes where the model's auto sends prefill chunks
+            primary = re.search(r"mla path auto: .* longer \(prefill chunks\) down (mha|mqa)", r.stderr).group(1)
+        assert np.array_equal(np.fromfile(dump, dtype="<f4").reshape(-1, 512), forced[primary]), policy
+        assert len(v["steps"]) == 3 and v["steps"][0]["tokens"] == n  # the prompt, then 2 decode steps
+        assert v["steps"][0]["logits_rel"] == step0_rel(forced[primary], forced[other(primary)], n), (policy, v)
+        if wtype == "f32":  # a difference there is, and it is the forced runs' to the last bit
+            assert v["steps"][0]["logits_rel"] > 0
+        assert re.search(rf"verify-paths step=0 tokens={n} policy={policy} .* logits_rel=", r.stderr)
+        assert len(v["layer_rel"]) == 2 and v["max_logits_rel"] == max(s["logits_rel"] for s in v["steps"])
+        ok = v["greedy_agree"] and v["max_logits_rel"] <= v["tol_logits"] and v["max_layer_rel"] <= v["tol_layer"]
+        assert v["ok"] == ok and (r.returncode == 0) == ok, (policy, v)
+        assert v["verdict"].startswith("ok" if ok else "FAIL"), v
+
+
+def test_auto_is_one_decision_for_run_perplexity_and_doctor(tmp_path):
+    """`auto` is decided by the model alone, so the engine (`mla run`), `mla perplexity` and the
+    doctor's single-sequence runs send a prefill down the same path, and each reports the tokens
+    its model counted per path."""
+    tiny = ROOT / "models" / "tiny-q8_0.gguf"
+    r = mla("run", "-m", tiny, "--tokens", ",".join(map(str, range(10, 18))), "-n", "2", "--json", "--ignore-eos",
+            "-t", "2")
+    prefill = re.search(r"mla path auto: .* longer \(prefill chunks\) down (mha|mqa)", r.stderr).group(1)
+    res = json.loads(r.stdout)
+    assert res[f"tokens_{prefill}"] == 8 + (prefill == "mqa") and res[f"tokens_{other(prefill)}"] == (prefill == "mha")
+    text = tmp_path / "text.txt"
+    text.write_text("A function returns a value, and a class groups data with the methods that work on it. " * 8)
+    ppl = json.loads(mla("perplexity", "-m", tiny, "-f", text, "-c", "32", "--chunks", "2", "-t", "2", "--json").stdout)
+    assert ppl[f"tokens_{prefill}"] == 64 and ppl[f"tokens_{other(prefill)}"] == 0
+    d = run_mla(MLA, "doctor", tiny, "--json", "--no-layout", "-t", "2", "--n-greedy", "2", check=False)
+    rep = json.loads(d.stdout)
+    runs = {p["name"]: p for p in rep["paths"]}
+    # chunks of 3 (a last piece of 1 and each greedy step are decodes: MQA)
+    assert runs["chunked prefill (3)"]["tokens_" + prefill] > 0
+    assert (runs["chunked prefill (3)"]["tokens_mha"] > 0) == (prefill == "mha")
+    assert runs["mqa"]["tokens_mha"] == 0 and runs["1-token prefill"]["tokens_mha"] == 0
+    steps = "\n".join(rep["dispatch"])
+    assert re.search(rf"step 1: model sent .* total_toks=\d+ is_sparse=0 policy=auto \(query \d+->{prefill}\)", steps)

@@ -123,10 +123,14 @@ def test_verify_paths_reports_small_differences(model, model_files, tmp_path):
     case = ref["cases"]["short"] if "short" in ref["cases"] else next(iter(ref["cases"].values()))
     _, err = run_mla(model_files[model]["split"], case["token_ids"], 3, "auto", tmp_path / "x.f32",
                      extra=["--verify-paths", "--trace", "dispatch:1"])
-    rel = [float(x) for x in re.findall(r"verify-paths layer=blk\.\d+ .*max_rel_diff=([0-9.e+-]+)", err)]
+    # One line per step: the step rerun end to end down the other paths, every layer and the logits.
+    steps = re.findall(r"verify-paths step=\d+ .* logits_rel=([0-9.e+-]+) .* layers=\[([^\]]*)\]", err)
     n_layer = ref["hf_config"]["num_hidden_layers"]
-    assert len(rel) == 3 * n_layer, err  # prefill + 2 decode steps, every layer
-    assert max(rel) <= 1e-5, err
+    assert len(steps) == 3, err  # prefill + 2 decode steps
+    rel = [float(x) for _, layers in steps for x in layers.split()]
+    assert len(rel) == 3 * n_layer, err
+    assert max(rel) <= 1e-5 and max(float(x) for x, _ in steps) <= 1e-4, err
+    assert "verify-paths: ok" in err, err
     prefill = re.search(r"mla path auto: .* longer \(prefill chunks\) down (mha|mqa)", err).group(1)
     one = "num_mqa=0 num_mha=1" if prefill == "mha" else "num_mqa=1 num_mha=0"
     assert len(re.findall(rf"dispatch layer=blk\.\d+ is_sparse=0 {one} total_toks=(?:[2-9]|[1-9][0-9]+) ", err)) == n_layer, err

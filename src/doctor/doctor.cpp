@@ -624,7 +624,6 @@ PathTolerances path_tolerances(const DeepseekWeights& w, const DoctorOptions& op
   return {std::max({opt.tol_layer, 1e-3, 4 * step}), std::max(opt.tol_logits, 1e-2)};
 }
 
-
 DoctorReport run_doctor(const std::string& path, const DoctorOptions& opt) {
   const auto t0 = std::chrono::steady_clock::now();
   DoctorReport r;
@@ -674,7 +673,8 @@ void apply_self_check(std::string_view mode, const DoctorReport& r) {
       if (p.status == CheckStatus::NotApplicable && (p.name == "mha" || p.name == "mqa"))
         unchecked += fmt::format("; {} not checked: {}", p.name, p.note);
       // What the auto runs actually ran, as their models counted it.
-      if (p.name == "chunked prefill (3)") ran = fmt::format("; auto ran mqa {} / mha {} tokens", p.tokens_mqa, p.tokens_mha);
+      if (p.name == "chunked prefill (3)")
+        ran = fmt::format("; auto ran mqa {} / mha {} tokens", p.tokens_mqa, p.tokens_mha);
     }
     log().info("self-check: ok ({} agree on {} canaries{}{}; {:.2f} s)", agree, r.canary_tokens.size(), ran, unchecked,
                r.seconds);

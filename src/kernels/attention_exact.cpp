@@ -99,10 +99,20 @@ inline f64v exp_nonpos(f64v x) {
   const f64v n = t - magic;
   f64v r = vfma(n, vsplat(-6.93147180369123816490e-01), x);
   r = vfma(n, vsplat(-1.90821492927058770002e-10), r);
-  static constexpr double kC[] = {1.0 / 6227020800.0, 1.0 / 479001600.0, 1.0 / 39916800.0, 1.0 / 3628800.0,
-                                  1.0 / 362880.0,     1.0 / 40320.0,     1.0 / 5040.0,      1.0 / 720.0,
-                                  1.0 / 120.0,        1.0 / 24.0,        1.0 / 6.0,         0.5,
-                                  1.0,                1.0};
+  static constexpr double kC[] = {1.0 / 6227020800.0,
+                                  1.0 / 479001600.0,
+                                  1.0 / 39916800.0,
+                                  1.0 / 3628800.0,
+                                  1.0 / 362880.0,
+                                  1.0 / 40320.0,
+                                  1.0 / 5040.0,
+                                  1.0 / 720.0,
+                                  1.0 / 120.0,
+                                  1.0 / 24.0,
+                                  1.0 / 6.0,
+                                  0.5,
+                                  1.0,
+                                  1.0};
   f64v p = vsplat(kC[0]);
   for (size_t k = 1; k < sizeof kC / sizeof kC[0]; ++k) p = vfma(p, r, vsplat(kC[k]));
   i64v ti, mi;
@@ -318,7 +328,8 @@ void mla_attention_mqa_exact(const MlaAttnParams& p, ThreadPool& pool, AttnScrat
           const float* q = p.q + (qb + i) * p.q_stride + h * qk_head;
           for (int64_t d = 0; d < p.qk_nope; ++d) qd[d] = q[d];
           double* q_i = qt + i * L.row_len * L.hp;
-          for (int64_t c = 0; c < p.kv_lora; ++c) q_i[c * L.hp + h] = dot_d_f(qd, wk + c * p.qk_nope, p.qk_nope) * p.kq_scale;
+          for (int64_t c = 0; c < p.kv_lora; ++c)
+            q_i[c * L.hp + h] = dot_d_f(qd, wk + c * p.qk_nope, p.qk_nope) * p.kq_scale;
           for (int64_t d = 0; d < p.qk_rope; ++d)
             q_i[(p.kv_lora + d) * L.hp + h] = static_cast<double>(q[p.qk_nope + d]) * p.kq_scale;
         }
@@ -366,7 +377,8 @@ void mla_attention_mqa_exact(const MlaAttnParams& p, ThreadPool& pool, AttnScrat
           const double* o = first + 2 * L.hp + h * L.kvp;
           const double l = first[L.hp + h];
           float* out = p.out + (qb + i) * p.out_stride + h * p.v_dim;
-          for (int64_t e = 0; e < p.v_dim; ++e) out[e] = static_cast<float>(dot_d_f(o, wv + e * p.kv_lora, p.kv_lora) / l);
+          for (int64_t e = 0; e < p.v_dim; ++e)
+            out[e] = static_cast<float>(dot_d_f(o, wv + e * p.kv_lora, p.kv_lora) / l);
         }
       }
     });
@@ -581,8 +593,7 @@ void mla_attention_mha_exact(const MlaAttnParams& p, ThreadPool& pool, AttnScrat
             block_scores<1>(qs, kt, qk_head, sc);
           for (int u = 0; u < nq; ++u) {
             const int64_t i = rel[k + u];
-            block_softmax(sc + u * kKeyBlock, vis + u * kKeyBlock, p.kq_scale, m[i],
-                          l[i], accs[u], ldv);
+            block_softmax(sc + u * kKeyBlock, vis + u * kKeyBlock, p.kq_scale, m[i], l[i], accs[u], ldv);
           }
           if (nq == 2)
             block_values<2>(sc, vr, ldv, nr, accs);

@@ -371,7 +371,8 @@ struct StoredCache {
   MlaAttnParams params(Case& c, GgmlType type) {
     const int64_t row_len = c.kv_lora + c.qk_rope, rb = ggml_row_bytes(type, row_len);
     bytes.resize(c.n_slots * rb);
-    for (int64_t s = 0; s < c.n_slots; ++s) quantize_row(type, c.cache.data() + s * row_len, bytes.data() + s * rb, row_len);
+    for (int64_t s = 0; s < c.n_slots; ++s)
+      quantize_row(type, c.cache.data() + s * row_len, bytes.data() + s * rb, row_len);
     auto p = c.params();
     p.cache = bytes.data(), p.cache_type = type, p.cache_row_bytes = rb;
     return p;

@@ -21,8 +21,10 @@ struct Run {
 };
 
 // The prompt in one call, then n_decode steps fed fixed tokens (so runs stay comparable).
-Run run(const Deepseek2Bundle& b, MlaPathPolicy policy, bool verify, const std::vector<int32_t>& prompt, int n_decode) {
+Run run(const Deepseek2Bundle& b, MlaPathPolicy policy, bool verify, const std::vector<int32_t>& prompt, int n_decode,
+        bool exact) {
   ModelOptions o;
+  o.exact_attention = exact;
   o.n_threads = 2;
   o.max_batch_tokens = 32;
   o.verify_paths = verify;
@@ -44,18 +46,20 @@ Run run(const Deepseek2Bundle& b, MlaPathPolicy policy, bool verify, const std::
   return r;
 }
 
-void check(const std::string& path) {
+// With the F32 attention kernels (exact false) the paths round differently, so the rerun has a
+// difference to report; with the exact ones (the default) it must report none.
+void check(const std::string& path, bool exact) {
   auto b = load_deepseek2(path, {});
   const int64_t V = b->config.n_vocab;
   std::vector<int32_t> prompt;
   for (int i = 0; i < 12; ++i) prompt.push_back((i * 37 + 5) % static_cast<int32_t>(V));
   const int n = static_cast<int>(prompt.size()), n_decode = 3;
-  const Run mha = run(*b, MlaPathPolicy::Mha, false, prompt, n_decode);
-  const Run mqa = run(*b, MlaPathPolicy::Mqa, false, prompt, n_decode);
+  const Run mha = run(*b, MlaPathPolicy::Mha, false, prompt, n_decode, exact);
+  const Run mqa = run(*b, MlaPathPolicy::Mqa, false, prompt, n_decode, exact);
   for (MlaPathPolicy policy : {MlaPathPolicy::Mha, MlaPathPolicy::Mqa, MlaPathPolicy::Auto}) {
-    const std::string what = path + " " + std::string(mla_path_policy_name(policy));
-    const Run plain = run(*b, policy, false, prompt, n_decode);
-    const Run ver = run(*b, policy, true, prompt, n_decode);
+    const std::string what = path + " " + std::string(mla_path_policy_name(policy)) + (exact ? " exact" : " f32");
+    const Run plain = run(*b, policy, false, prompt, n_decode, exact);
+    const Run ver = run(*b, policy, true, prompt, n_decode, exact);
     ASSERT_EQ(0, std::memcmp(plain.logits.data(), ver.logits.data(), sizeof(float) * plain.logits.size())) << what;
     ASSERT_EQ(ver.verify.steps.size(), 1u + n_decode) << what;
     EXPECT_EQ(ver.verify.steps[0].n_tokens, n) << what;
@@ -68,7 +72,12 @@ void check(const std::string& path) {
     for (int i = 0; i < n; ++i)
       want = std::max(want, path_rel_diff(primary.logits.data() + i * V, other.logits.data() + i * V, V));
     EXPECT_EQ(ver.verify.steps[0].logits_rel, want) << what;
-    EXPECT_GT(ver.verify.steps[0].worst_layer_rel, 0) << what;  // the paths round differently
+    if (exact) {
+      EXPECT_EQ(want, 0) << what;
+      EXPECT_EQ(ver.verify.steps[0].worst_layer_rel, 0) << what;
+    } else {
+      EXPECT_GT(ver.verify.steps[0].worst_layer_rel, 0) << what;  // the paths round differently
+    }
   }
 }
 
@@ -76,7 +85,7 @@ TEST(VerifyPaths, RerunsTheOtherPathEndToEndAndLeavesThePrimaryUntouched) {
   SynthSpec dense;  // the default synth widths, every matrix Q8_0
   dense.type = GgmlType::Q8_0;
   dense.seed = 31;
-  check(synth_file("verify_dense_q8", dense));
+  for (bool exact : {false, true}) check(synth_file("verify_dense_q8", dense), exact);
 }
 
 TEST(VerifyPaths, SparseLayersRestoreTheIndexerKeysToo) {
@@ -87,7 +96,7 @@ TEST(VerifyPaths, SparseLayersRestoreTheIndexerKeysToo) {
   s.indexer_head_dim = 16;
   s.indexer_top_k = 6;  // the 12-token prompt and the decodes select: the sparse path runs
   s.seed = 21;
-  check(synth_file("verify_dsa", s));
+  for (bool exact : {false, true}) check(synth_file("verify_dsa", s), exact);
 }
 
 }  // namespace

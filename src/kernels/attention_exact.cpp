@@ -204,43 +204,51 @@ struct MqaLayout {
   }
 };
 
-// One (query, part, head group): the part's rows folded into (m, l, o) of the group's heads.
+// One (query, part) over head groups [g0, g1): the part's rows folded into (m, l, o) of each
+// group's heads. Each tile of rows is converted to double once for all the groups. q: the query's
+// absorbed rows [row elem][hp]; part: its partial, max[hp] | sum[hp] | out[hp][kvp].
 template <int NV>
 void mqa_part(const MlaAttnParams& p, DequantizeFn dq, const MqaLayout& L, const attn::QueryRows& rows, int64_t k0,
-              int64_t k1, const double* q, float* fbuf, double* tile, double* s, double* m, double* l, double* o) {
+              int64_t k1, int64_t g0, int64_t g1, const double* q, float* fbuf, double* tile, double* s, double* part) {
   constexpr int G = NV * kD;
-  for (int h = 0; h < G; ++h) m[h] = -std::numeric_limits<double>::infinity(), l[h] = 0;
-  std::fill(o, o + G * L.kvp, 0.0);
+  for (int64_t h = g0 * G; h < g1 * G; ++h) part[h] = -std::numeric_limits<double>::infinity(), part[L.hp + h] = 0;
+  std::fill(part + 2 * L.hp + g0 * G * L.kvp, part + 2 * L.hp + g1 * G * L.kvp, 0.0);
   for (int64_t t0 = k0; t0 < k1; t0 += kTile) {
     const int64_t nr = std::min(kTile, k1 - t0);
     for (int64_t r = 0; r < nr; ++r) {
       if (t0 + r + 4 < k1) attn::prefetch_row(p, rows[t0 + r + 4]);
       load_row_f64(p, dq, rows[t0 + r], fbuf, tile + r * L.ldt, L.ldt);
     }
-    int64_t r = 0;
-    for (; r + 4 <= nr; r += 4) score_rows<4, NV>(tile + r * L.ldt, L.ldt, q, L.hp, L.row_len, s + r * G, G);
-    for (; r < nr; ++r) score_rows<1, NV>(tile + r * L.ldt, L.ldt, q, L.hp, L.row_len, s + r * G, G);
-    // Online softmax in double: the tile's max, the running state rescaled to it, p = exp(s - m).
-    for (int v = 0; v < NV; ++v) {
-      f64v mx = vload(s + v * kD);
-      for (int64_t k = 1; k < nr; ++k) mx = vmax(mx, vload(s + k * G + v * kD));
-      const f64v m_old = vload(m + v * kD), m_new = vmax(m_old, mx);
-      const f64v alpha = exp_nonpos(m_old - m_new);
-      vstore(m + v * kD, m_new);
-      f64v sum = vload(l + v * kD) * alpha;
-      for (int64_t k = 0; k < nr; ++k) {
-        const f64v e = exp_nonpos(vload(s + k * G + v * kD) - m_new);
-        vstore(s + k * G + v * kD, e);
-        sum += e;
-      }
-      vstore(l + v * kD, sum);
-      for (int h = 0; h < kD; ++h)
-        if (alpha[h] != 1.0) {
-          double* oh = o + (v * kD + h) * L.kvp;
-          for (int64_t c = 0; c < L.kvp; ++c) oh[c] *= alpha[h];
+    for (int64_t g = g0; g < g1; ++g) {
+      const double* qg = q + g * G;
+      double* m = part + g * G;
+      double* l = part + L.hp + g * G;
+      double* o = part + 2 * L.hp + g * G * L.kvp;
+      int64_t r = 0;
+      for (; r + 4 <= nr; r += 4) score_rows<4, NV>(tile + r * L.ldt, L.ldt, qg, L.hp, L.row_len, s + r * G, G);
+      for (; r < nr; ++r) score_rows<1, NV>(tile + r * L.ldt, L.ldt, qg, L.hp, L.row_len, s + r * G, G);
+      // Online softmax in double: the tile's max, the running state rescaled to it, p = exp(s - m).
+      for (int v = 0; v < NV; ++v) {
+        f64v mx = vload(s + v * kD);
+        for (int64_t k = 1; k < nr; ++k) mx = vmax(mx, vload(s + k * G + v * kD));
+        const f64v m_old = vload(m + v * kD), m_new = vmax(m_old, mx);
+        const f64v alpha = exp_nonpos(m_old - m_new);
+        vstore(m + v * kD, m_new);
+        f64v sum = vload(l + v * kD) * alpha;
+        for (int64_t k = 0; k < nr; ++k) {
+          const f64v e = exp_nonpos(vload(s + k * G + v * kD) - m_new);
+          vstore(s + k * G + v * kD, e);
+          sum += e;
         }
+        vstore(l + v * kD, sum);
+        for (int h = 0; h < kD; ++h)
+          if (alpha[h] != 1.0 && t0 > k0) {  // the first tile's state is zero: nothing to rescale
+            double* oh = o + (v * kD + h) * L.kvp;
+            for (int64_t c = 0; c < L.kvp; ++c) oh[c] *= alpha[h];
+          }
+      }
+      weighted_rows<NV>(s, G, tile, L.ldt, nr, o, L.kvp, L.kvp);
     }
-    weighted_rows<NV>(s, G, tile, L.ldt, nr, o, L.kvp, L.kvp);
   }
 }
 
@@ -336,9 +344,11 @@ void mla_attention_mqa_exact(const MlaAttnParams& p, ThreadPool& pool, AttnScrat
       }
     });
 
-    // 2. Attend: units (query, part, head group), taken in any order by any thread; a unit's
-    //    arithmetic does not depend on who runs it.
-    const int64_t n_units = n_parts * L.n_groups;
+    // 2. Attend: units (query, part, share of the head groups), taken in any order by any thread;
+    //    the groups are split only when there are fewer parts than threads. A group's arithmetic
+    //    does not depend on the unit or the thread that runs it.
+    const int64_t n_split = std::clamp<int64_t>((nt + n_parts - 1) / n_parts, 1, L.n_groups);
+    const int64_t n_units = n_parts * n_split;
     std::atomic<int64_t> next{0};
     auto attend = [&](int t) {
       double* b = thread_buffer(scratch, t, per_thread);
@@ -346,14 +356,13 @@ void mla_attention_mqa_exact(const MlaAttnParams& p, ThreadPool& pool, AttnScrat
       double* tile = b + L.ldt;
       double* s = tile + kTile * L.ldt;
       for (int64_t u; (u = next.fetch_add(1, std::memory_order_relaxed)) < n_units;) {
-        const int64_t g = u % L.n_groups, part_index = u / L.n_groups;
+        const int64_t k = u % n_split, part_index = u / n_split;
         int64_t i = 0;
         while (part_base[i + 1] <= part_index) ++i;
         const attn::QueryRows rows = attn::rows_of(p, qb + i);
         const int64_t k0 = (part_index - part_base[i]) * kPartRows, k1 = std::min(rows.n, k0 + kPartRows);
-        double* dst = parts + part_index * L.part_doubles;
-        part_fn(p, dq, L, rows, k0, k1, qt + i * L.row_len * L.hp + g * L.group, fbuf, tile, s, dst + g * L.group,
-                dst + L.hp + g * L.group, dst + 2 * L.hp + g * L.group * L.kvp);
+        part_fn(p, dq, L, rows, k0, k1, k * L.n_groups / n_split, (k + 1) * L.n_groups / n_split,
+                qt + i * L.row_len * L.hp, fbuf, tile, s, parts + part_index * L.part_doubles);
       }
     };
     if (n_units > 0) pool.run(attend);

@@ -95,6 +95,24 @@ double max_rel(const std::vector<float>& a, const std::vector<float>& b) {
   return diff / mag;
 }
 
+// Each step-th query of c, alone in a call of p with the context it can see, gives the bits it
+// had in the whole batch's output `all` (run(params, threads) calls the kernel under test).
+template <class Run>
+void expect_queries_alone_give_their_batch_bits(const MlaAttnParams& p, const Case& c, const std::vector<float>& all,
+                                                Run run, int64_t step = 1) {
+  const int64_t width = c.n_head * c.v_dim;
+  for (int64_t i = 0; i < c.n_q; i += step) {
+    auto pi = p;
+    pi.n_q = 1;
+    pi.q = c.q.data() + i * pi.q_stride;
+    pi.n_ctx = c.n_ctx - c.n_q + i + 1;
+    std::vector<float> one(width);
+    pi.out = one.data();
+    run(pi, 2);
+    EXPECT_EQ(0, std::memcmp(one.data(), all.data() + i * width, sizeof(float) * width)) << "query " << i;
+  }
+}
+
 TEST(MlaAttention, PathsMatchReferencesAndEachOther) {
   Case c(1);
   ThreadPool pool(2);
@@ -148,17 +166,7 @@ TEST(MlaAttention, QueryOutputIsIndependentOfThreadsAndBatch) {
     run(p, 1);
     EXPECT_EQ(all, c.out) << "thread count changed the bits, path " << path;
     // Query i alone, with the context it can see, gives the same bits as within the batch.
-    const int64_t width = c.n_head * c.v_dim;
-    for (int64_t i = 0; i < c.n_q; ++i) {
-      auto pi = c.params();
-      pi.n_q = 1;
-      pi.q = c.q.data() + i * pi.q_stride;
-      pi.n_ctx = c.n_ctx - c.n_q + i + 1;
-      std::vector<float> one(width);
-      pi.out = one.data();
-      run(pi, 2);
-      EXPECT_EQ(0, std::memcmp(one.data(), all.data() + i * width, sizeof(float) * width)) << "query " << i;
-    }
+    expect_queries_alone_give_their_batch_bits(c.params(), c, all, run);
   }
 }
 
@@ -455,17 +463,7 @@ TEST(MlaAttentionExact, QueryBitsIndependentOfThreadsChunksAndWholeSelection) {
     const auto all = c.out;
     run(p, 1);
     EXPECT_EQ(all, c.out) << "thread count changed the bits, path " << path;
-    const int64_t width = c.n_head * c.v_dim;
-    for (int64_t i = 0; i < c.n_q; i += 4) {
-      auto pi = p;
-      pi.n_q = 1;
-      pi.q = c.q.data() + i * pi.q_stride;
-      pi.n_ctx = c.n_ctx - c.n_q + i + 1;
-      std::vector<float> one(width);
-      pi.out = one.data();
-      run(pi, 2);
-      EXPECT_EQ(0, std::memcmp(one.data(), all.data() + i * width, sizeof(float) * width)) << "query " << i;
-    }
+    expect_queries_alone_give_their_batch_bits(p, c, all, run, 4);
     std::vector<int32_t> sel(c.n_q * c.n_ctx), count(c.n_q);
     for (int64_t i = 0; i < c.n_q; ++i) {
       count[i] = static_cast<int32_t>(c.n_ctx - c.n_q + i + 1);

@@ -16,13 +16,14 @@
 //
 // Structure. MQA: per query the absorbed q (W_UKᵀ q_nope, and q_pe, times kq_scale) is laid out
 // [row element][head]; the query's rows go in 1024-row parts (fixed from its first row, so a part
-// is the same whatever the batch), each part in 32-row tiles converted to double once for a
-// group of up to 16 heads: scores (4 rows x the group's heads in registers), an online softmax
-// in double, Σ p c (a row element x 16 heads in registers). Parts are folded in order, then
-// un-absorbed by W_UV. MHA: per head, 64-row key blocks (aligned to context row 0) are
-// decompressed (k = W_UK c, v = W_UV c, in double) once for every query that sees a row of the
-// block, and folded into each such query's running softmax state. A query's arithmetic depends
-// only on its own rows: not on threads, other queries or how its prompt was chunked.
+// is the same whatever the batch), each part in 32-row tiles converted to double once for all
+// the head groups (up to 16 heads each) a thread takes: per group, scores (4 rows x the group's
+// heads in registers), an online softmax in double, Σ p c (a row element x 16 heads in
+// registers). Parts are folded in order, then un-absorbed by W_UV. MHA: per head, 64-row key
+// blocks (aligned to context row 0) are decompressed (k = W_UK c, v = W_UV c, in double) once for
+// every query that sees a row of the block, and folded into each such query's running softmax
+// state. A query's arithmetic depends only on its own rows: not on threads, other queries or how
+// its prompt was chunked.
 #include <algorithm>
 #include <atomic>
 #include <cmath>

@@ -20,9 +20,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "py"))
 
-from test_path_agreement import RANDOM_TYPES, SYNTH_TYPES, model_file  # noqa: E402
-
-from conftest import run_mla  # noqa: E402
+from conftest import run_mla
+from test_path_agreement import RANDOM_TYPES, SYNTH_TYPES, model_file
 
 
 def worst(mla: str, path: Path, kv: str, exact: bool) -> tuple[float, list[float], bool]:
@@ -40,7 +39,7 @@ def main() -> None:
     ap.add_argument("--kv", default="f32")
     ap.add_argument("files", nargs="*")
     a = ap.parse_args()
-    print(f"| file | F32 kernels: logits | layers | greedy | exact kernels: logits | layers | greedy |")
+    print("| file | F32 kernels: logits | layers | greedy | exact kernels: logits | layers | greedy |")
     print("|---|---:|---|---|---:|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         files = [(n, model_file(a.mla, Path(tmp), n, dense=False)) for n in SYNTH_TYPES + list(RANDOM_TYPES)]

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-import gguf
 from conftest import run_mla
 from gguf_f32 import writer_with_keys
+
+import gguf
 
 QT = gguf.GGMLQuantizationType
 SHAPE = ["--n-embd", "512", "--n-head", "16", "--v-head", "64", "--qk-nope", "64", "--kv-lora-rank", "256",

@@ -95,8 +95,9 @@ struct AttnScratch {
   std::vector<std::vector<float>> heads;  // per thread: one head's projection rows converted to F32
   // The exact kernels' buffers (attention_exact.cpp), in double.
   std::vector<std::vector<double>> exact_per_thread;
-  std::vector<double> exact_q;      // MQA: absorbed, scaled queries [query][row elem][head]
-  std::vector<double> exact_parts;  // MQA: per query and part: max, sum, output per head
+  std::vector<double> exact_q;                   // MQA: absorbed, scaled queries [query][row elem][head]
+  std::vector<double> exact_parts;               // MQA: per query and part: max, sum, output per head
+  std::vector<std::vector<int64_t>> exact_rows;  // MHA, per thread: each query's selection cursor, a block's queries
 };
 
 void mla_attention_mha(const MlaAttnParams& p, ThreadPool& pool, AttnScratch& scratch);

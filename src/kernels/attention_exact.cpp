@@ -520,6 +520,9 @@ void mla_attention_mha_exact(const MlaAttnParams& p, ThreadPool& pool, AttnScrat
   if (static_cast<int>(scratch.exact_per_thread.size()) < nt) scratch.exact_per_thread.resize(nt);
   for (int t = 0; t < nt; ++t) thread_buffer(scratch, t, per_thread);
   attn::reserve_head_buffers(scratch, nt, static_cast<size_t>((p.qk_nope + p.v_dim) * p.kv_lora));
+  if (static_cast<int>(scratch.exact_rows.size()) < nt) scratch.exact_rows.resize(nt);
+  for (auto& v : scratch.exact_rows)
+    if (v.size() < static_cast<size_t>(2 * p.n_q)) v.resize(static_cast<size_t>(2 * p.n_q));
   // The rows past the last one any query sees are never read.
   int64_t n_rows = 0;
   for (int64_t i = 0; i < p.n_q; ++i) {
@@ -539,9 +542,11 @@ void mla_attention_mha_exact(const MlaAttnParams& p, ThreadPool& pool, AttnScrat
     double* m = qd + p.n_q * qk_head;
     double* l = m + p.n_q;
     double* acc = l + p.n_q;
-    std::vector<int64_t> cursor(static_cast<size_t>(p.n_q)), rel;  // sparse: next selected row; the block's queries
+    // Per query: the next selected row (sparse); the block's queries, n_rel of them.
+    int64_t* cursor = scratch.exact_rows[t].data();
+    int64_t* rel = cursor + p.n_q;
+    int64_t n_rel = 0;
     bool vis[2 * kKeyBlock];  // which rows of the block each of the two queries sees
-    rel.reserve(static_cast<size_t>(p.n_q));
     for (int64_t h = h0; h < h1; ++h) {
       float* wbuf = scratch.heads[t].data();
       const float* wk = mla_proj_head(p.w_uk_t, h, p.qk_nope, p.kv_lora, wbuf);  // [qk_nope][kv_lora]
@@ -557,12 +562,12 @@ void mla_attention_mha_exact(const MlaAttnParams& p, ThreadPool& pool, AttnScrat
       for (int64_t j0 = 0; j0 < n_rows; j0 += kKeyBlock) {
         const int64_t nr = std::min(kKeyBlock, n_rows - j0);
         // The queries that see a row of this block.
-        rel.clear();
+        n_rel = 0;
         for (int64_t i = 0; i < p.n_q; ++i) {
           const attn::QueryRows rows = attn::rows_of(p, i);
-          if (rows.list ? (cursor[i] < rows.n && rows[cursor[i]] < j0 + nr) : rows.n > j0) rel.push_back(i);
+          if (rows.list ? (cursor[i] < rows.n && rows[cursor[i]] < j0 + nr) : rows.n > j0) rel[n_rel++] = i;
         }
-        if (rel.empty()) continue;
+        if (n_rel == 0) continue;
         for (int64_t r = 0; r < kKeyBlock; ++r) {
           if (r < nr) {
             attn::load_row(p, dq, j0 + r, fbuf);
@@ -580,8 +585,8 @@ void mla_attention_mha_exact(const MlaAttnParams& p, ThreadPool& pool, AttnScrat
           for (int64_t e = p.v_dim; e < ldv; ++e) vr[j * ldv + e] = 0.0;
         }
         // Queries two at a time: scores, each one's softmax step, then the weighted values.
-        for (size_t k = 0; k < rel.size(); k += 2) {
-          const int nq = k + 1 < rel.size() ? 2 : 1;
+        for (int64_t k = 0; k < n_rel; k += 2) {
+          const int nq = k + 1 < n_rel ? 2 : 1;
           const double* qs[2];
           double* accs[2];
           for (int u = 0; u < nq; ++u) {

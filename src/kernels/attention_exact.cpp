@@ -293,10 +293,12 @@ void fold(double* m, double* l, double* o, const double* m2, const double* l2, c
   }
 }
 
-// Per-thread buffers of the exact kernels, in doubles (one F32 row buffer in front).
-double* thread_buffer(AttnScratch& s, int t, size_t n) {
-  if (s.exact_per_thread[t].size() < n) s.exact_per_thread[t].resize(n);
-  return s.exact_per_thread[t].data();
+// Grows every thread's double buffer (AttnScratch::exact_per_thread) to n values; before a
+// parallel region, where resizing would race. Inside it, thread t uses exact_per_thread[t].data().
+void reserve_thread_buffers(AttnScratch& s, int n_threads, size_t n) {
+  if (static_cast<int>(s.exact_per_thread.size()) < n_threads) s.exact_per_thread.resize(n_threads);
+  for (auto& v : s.exact_per_thread)
+    if (v.size() < n) v.resize(n);
 }
 
 }  // namespace
@@ -307,10 +309,9 @@ void mla_attention_mqa_exact(const MlaAttnParams& p, ThreadPool& pool, AttnScrat
   const int64_t qk_head = p.qk_nope + p.qk_rope;
   const DequantizeFn dq = p.cache_type == GgmlType::F32 ? nullptr : dequantize_fn(p.cache_type);
   const MqaPartFn part_fn = mqa_part_fn(L.group);
-  if (static_cast<int>(scratch.exact_per_thread.size()) < nt) scratch.exact_per_thread.resize(nt);
   // Per thread: the F32 row (as doubles' room), the tile, the scores, one query in double.
   const size_t per_thread = static_cast<size_t>(L.ldt + kTile * L.ldt + kTile * L.group + qk_head + p.kv_lora);
-  for (int t = 0; t < nt; ++t) thread_buffer(scratch, t, per_thread);
+  reserve_thread_buffers(scratch, nt, per_thread);
   attn::reserve_head_buffers(scratch, nt, static_cast<size_t>(std::max(p.qk_nope, p.v_dim) * p.kv_lora));
   auto parts_of = [&](int64_t i) { return (attn::rows_of(p, i).n + kPartRows - 1) / kPartRows; };
 
@@ -330,7 +331,7 @@ void mla_attention_mqa_exact(const MlaAttnParams& p, ThreadPool& pool, AttnScrat
 
     // 1. Absorb: qt[i][c][h] = kq_scale · Σ_d W_UK[h][c][d] q_nope[i][h][d]; q_pe · kq_scale after it.
     pool.parallel_for(p.n_head, [&](int64_t h0, int64_t h1, int t) {
-      double* qd = thread_buffer(scratch, t, per_thread) + per_thread - (qk_head + p.kv_lora);
+      double* qd = scratch.exact_per_thread[t].data() + per_thread - (qk_head + p.kv_lora);
       for (int64_t h = h0; h < h1; ++h) {
         const float* wk = mla_proj_head(p.w_uk, h, p.kv_lora, p.qk_nope, scratch.heads[t].data());
         for (int64_t i = 0; i < nq; ++i) {
@@ -352,7 +353,7 @@ void mla_attention_mqa_exact(const MlaAttnParams& p, ThreadPool& pool, AttnScrat
     const int64_t n_units = n_parts * n_split;
     std::atomic<int64_t> next{0};
     auto attend = [&](int t) {
-      double* b = thread_buffer(scratch, t, per_thread);
+      double* b = scratch.exact_per_thread[t].data();
       float* fbuf = reinterpret_cast<float*>(b);
       double* tile = b + L.ldt;
       double* s = tile + kTile * L.ldt;
@@ -517,8 +518,7 @@ void mla_attention_mha_exact(const MlaAttnParams& p, ThreadPool& pool, AttnScrat
   // and the head's queries in double qd [n_q][qk_head] with their state m, l, acc [n_q][ldv].
   const int64_t tile = row_len * kKeyBlock + qk_head * kKeyBlock + p.v_dim * kKeyBlock + kKeyBlock * ldv;
   const size_t per_thread = static_cast<size_t>(row_len + tile + 2 * kKeyBlock + p.n_q * (qk_head + 2 + ldv));
-  if (static_cast<int>(scratch.exact_per_thread.size()) < nt) scratch.exact_per_thread.resize(nt);
-  for (int t = 0; t < nt; ++t) thread_buffer(scratch, t, per_thread);
+  reserve_thread_buffers(scratch, nt, per_thread);
   attn::reserve_head_buffers(scratch, nt, static_cast<size_t>((p.qk_nope + p.v_dim) * p.kv_lora));
   if (static_cast<int>(scratch.exact_rows.size()) < nt) scratch.exact_rows.resize(nt);
   for (auto& v : scratch.exact_rows)
@@ -531,7 +531,7 @@ void mla_attention_mha_exact(const MlaAttnParams& p, ThreadPool& pool, AttnScrat
   }
 
   pool.parallel_for(p.n_head, [&](int64_t h0, int64_t h1, int t) {
-    double* b = thread_buffer(scratch, t, per_thread);
+    double* b = scratch.exact_per_thread[t].data();
     float* fbuf = reinterpret_cast<float*>(b);
     double* ct = b + row_len;
     double* kt = ct + row_len * kKeyBlock;

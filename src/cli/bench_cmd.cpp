@@ -9,16 +9,21 @@
 // Decode tests also show the weight bytes read per token (every matrix but the embedding table
 // and the routed experts, plus the routed experts' rows the forward counted) and the GB/s that
 // makes, as a share of `mla bench --membw` (a read-bandwidth probe over all threads).
+// --profile adds, per test, where a token's time goes: each forward stage's ms and bytes read per
+// token and the GB/s that makes (model/stage_counters.h), and the time outside the stages.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -48,6 +53,7 @@ struct BenchArgs {
   int reps = 5;
   bool json = false;
   bool membw = false;
+  bool profile = false;
   std::string membw_size = "512M";
   int max_num_batched_tokens = 512;
   std::string kv_dtype = "f16";
@@ -158,6 +164,17 @@ struct Sample {
   // forward time, and the speculation counters.
   int64_t steps = 0, spec_steps = 0, drafts = 0, draft_tokens = 0, accepted = 0;
   double forward_s = 0, mtp_s = 0;
+  // Per token of the timed part (decode: first token to last; prompt: the prefill): each stage's
+  // seconds and bytes read (Deepseek2Model's StageCounters, this rank's).
+  std::array<double, kStageCount> stage_s{}, stage_bytes{};
+};
+
+// The stage counters now, to subtract.
+struct StageSnapshot {
+  std::array<int64_t, kStageCount> ns{}, bytes{};
+  explicit StageSnapshot(const StageCounters& c) {
+    for (int i = 0; i < kStageCount; ++i) ns[i] = c.ns[i].load(), bytes[i] = c.bytes[i].load();
+  }
 };
 
 class Bencher {
@@ -190,6 +207,8 @@ class Bencher {
     const CommCounters& cc = world().counters();
     auto comm_bytes = [&cc] { return cc.bytes_sent.load() + cc.bytes_received.load(); };
     const auto t0 = Clock::now();
+    const StageSnapshot stages0(runner_.stage_counters());
+    std::optional<StageSnapshot> stages_first;
     int64_t bytes0 = 0, comm0 = comm_bytes(), comm_first = 0;
     EngineCounters c_first;
     while (engine_.has_unfinished()) {
@@ -199,6 +218,7 @@ class Bencher {
         bytes0 = runner_.moe_counters().expert_bytes.load();
         comm_first = comm_bytes();
         c_first = engine_.counters();
+        stages_first.emplace(runner_.stage_counters());
       }
     }
     const EngineCounters c_end = engine_.counters();
@@ -206,13 +226,22 @@ class Bencher {
     if (!error.empty()) fail("bench: {}: {}", t.name(), error);
     if (!first) fail("bench: {}: the request produced no token", t.name());
     Sample s;
+    // The timed part's stage time and bytes per token.
+    auto stage_rates = [&s](const StageSnapshot& a, const StageSnapshot& b, double tokens) {
+      for (int i = 0; i < kStageCount; ++i) {
+        s.stage_s[i] = static_cast<double>(b.ns[i] - a.ns[i]) * 1e-9 / tokens;
+        s.stage_bytes[i] = static_cast<double>(b.bytes[i] - a.bytes[i]) / tokens;
+      }
+    };
     if (t.n_prompt > 0) {
+      stage_rates(stages0, *stages_first, t.n_prompt);
       s.tps = t.n_prompt / std::max(seconds(t0, *first), 1e-9);
       s.comm_bytes_per_token = static_cast<double>(comm_first - comm0) / t.n_prompt;
     } else {
       const int64_t decoded = got - 1;
       if (decoded != t.n_gen) fail("bench: {}: decoded {} tokens, expected {}", t.name(), decoded, t.n_gen);
       s.tps = decoded / std::max(seconds(*first, t_end), 1e-9);
+      stage_rates(*stages_first, StageSnapshot(runner_.stage_counters()), static_cast<double>(decoded));
       const int64_t routed = runner_.moe_counters().expert_bytes.load() - bytes0;
       s.weight_bytes_per_token = static_cast<double>(dense_bytes_) + static_cast<double>(routed) / decoded;
       s.comm_bytes_per_token = static_cast<double>(comm_bytes() - comm_first) / decoded;
@@ -237,6 +266,28 @@ class Bencher {
 };
 
 double mean_of(const std::vector<double>& v);
+
+// --profile: one test's time and bytes per token by forward stage.
+struct StageProfileRow {
+  std::string test;
+  double s_per_token;  // wall time per token of the whole test (1 / t/s)
+  std::array<double, kStageCount> stage_s, stage_bytes;
+};
+
+void print_stage_profile(const StageProfileRow& r) {
+  double sum = 0, bytes = 0;
+  for (int i = 0; i < kStageCount; ++i) sum += r.stage_s[i], bytes += r.stage_bytes[i];
+  fmt::print("\n{}: {:.3f} ms per token, {:.3f} ms of it in the forward's stages\n", r.test, 1e3 * r.s_per_token,
+             1e3 * sum);
+  fmt::print("| stage | ms/token | share | MB/token | GB/s |\n| --- | ---: | ---: | ---: | ---: |\n");
+  auto row = [&](const char* name, double sec, double b) {
+    fmt::print("| {} | {:.3f} | {:.1f}% | {:.2f} | {} |\n", name, 1e3 * sec, 100.0 * sec / r.s_per_token, b / 1e6,
+               sec > 0 && b > 0 ? fmt::format("{:.2f}", b / sec / 1e9) : std::string("-"));
+  };
+  for (int i = 0; i < kStageCount; ++i) row(kStageNames[i], r.stage_s[i], r.stage_bytes[i]);
+  row("outside the stages (sampling, scheduling, hand-offs)", std::max(0.0, r.s_per_token - sum), 0);
+  row("all", r.s_per_token, bytes);
+}
 
 // --speculative-config: each decode test alternates repetitions without and with the MTP layer on
 // the same engine and model, decoding greedily (so both produce the same tokens), and reports
@@ -408,11 +459,17 @@ void bench(const BenchArgs& a) {
   }
   std::vector<std::string> comm_notes;
   std::vector<RankStats> last_ranks;
+  std::vector<StageProfileRow> profiles;
   for (const Test& t : tests) {
     bencher.run(t);  // warm-up: cold caches, first-touch faults, scratch growth
     std::vector<double> tps, bpt, cpt;
+    std::array<double, kStageCount> stage_s{}, stage_bytes{};  // per token, mean over repetitions
     for (int r = 0; r < a.reps; ++r) {
       const Sample s = bencher.run(t);
+      for (int i = 0; i < kStageCount; ++i) {
+        stage_s[i] += s.stage_s[i] / a.reps;
+        stage_bytes[i] += s.stage_bytes[i] / a.reps;
+      }
       tps.push_back(s.tps);
       bpt.push_back(s.weight_bytes_per_token);
       cpt.push_back(s.comm_bytes_per_token);
@@ -449,6 +506,10 @@ void bench(const BenchArgs& a) {
                               {"comm_sent_bytes", ranks[r].comm_sent_bytes},
                               {"comm_received_bytes", ranks[r].comm_received_bytes},
                               {"expert_bytes", ranks[r].expert_bytes}});
+      j["stages"] = nlohmann::json::array();
+      for (int i = 0; i < kStageCount; ++i)
+        j["stages"].push_back(
+            {{"stage", kStageNames[i]}, {"seconds_per_token", stage_s[i]}, {"bytes_per_token", stage_bytes[i]}});
       if (t.n_gen > 0) {
         j["weight_bytes_per_token"] = bytes;
         j["gbps"] = gbps;
@@ -470,7 +531,9 @@ void bench(const BenchArgs& a) {
     std::fflush(stdout);
     comm_notes.push_back(fmt::format("{} {:.1f} KB", t.name(), comm / 1e3));
     last_ranks = ranks;
+    if (a.profile) profiles.push_back({t.name(), 1.0 / m, stage_s, stage_bytes});
   }
+  for (const StageProfileRow& pr : profiles) print_stage_profile(pr);
   if (a.json) {
     fmt::print("{}\n", out.dump(1));
     return;
@@ -508,6 +571,8 @@ void register_bench(CLI::App& app) {
   cmd->add_option("-r,--repetitions", a.reps, "Timed repetitions per test (after one warm-up)")->capture_default_str();
   cmd->add_flag("--json", a.json, "Print a JSON array (llama-bench's field names where they exist)");
   cmd->add_flag("--membw", a.membw, "Without -m: only measure the read bandwidth with all threads");
+  cmd->add_flag("--profile", a.profile,
+                "After the table: each test's time and bytes read per token by forward stage, and the GB/s of each");
   cmd->add_option("--membw-size", a.membw_size, "Buffer the bandwidth probe reads")->capture_default_str();
   cmd->add_option("--max-num-batched-tokens", a.max_num_batched_tokens, "Token budget per engine step (prefill chunk)")
       ->capture_default_str();

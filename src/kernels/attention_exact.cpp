@@ -15,11 +15,13 @@
 // downstream.
 //
 // Structure. MQA: per query the absorbed q (W_UKᵀ q_nope, and q_pe, times kq_scale) is laid out
-// [row element][head]; the query's rows go in 1024-row parts (fixed from its first row, so a part
-// is the same whatever the batch), each part in 32-row tiles converted to double once for all
-// the head groups (up to 16 heads each) a thread takes: per group, scores (4 rows x the group's
-// heads in registers), an online softmax in double, Σ p c (a row element x 16 heads in
-// registers). Parts are folded in order, then un-absorbed by W_UV. MHA: per head, 64-row key
+// [row element][head]; the query's rows go in parts (at most 32, whole 256-row units, fixed by
+// its row count alone, so a part is the same whatever the batch or the threads), each part in
+// 32-row tiles converted to double once for all the head groups (up to 16 heads each) a thread
+// takes. Per group, both products run with the heads along the vector and a tile value broadcast:
+// scores 8 rows x 16 heads in registers, then an online softmax in double, then Σ p c 8 row
+// elements x 16 heads (the output kept [row element][head]). Parts are folded in order, then
+// un-absorbed by W_UV. MHA: per head, 64-row key
 // blocks (aligned to context row 0) are decompressed (k = W_UK c, v = W_UV c, in double) once for
 // every query that sees a row of the block, and folded into each such query's running softmax
 // state. A query's arithmetic depends only on its own rows: not on threads, other queries or how
@@ -56,7 +58,16 @@ inline f64v vload(const double* p) {
   return v;
 }
 inline void vstore(double* p, f64v v) { std::memcpy(p, &v, sizeof v); }
-inline f64v vsplat(double x) { return f64v{} + x; }
+// (Not f64v{} + x: adding 0.0 is an operation the compiler must keep, since -0.0 + 0.0 is +0.0.)
+inline f64v vsplat(double x) {
+#if defined(__AVX512F__)
+  return (f64v)_mm512_set1_pd(x);
+#elif defined(__AVX__)
+  return (f64v)_mm256_set1_pd(x);
+#else
+  return f64v{x, x};
+#endif
+}
 inline f64v vfma(f64v a, f64v b, f64v c) {
 #if defined(__AVX512F__)
   return (f64v)_mm512_fmadd_pd((__m512d)a, (__m512d)b, (__m512d)c);
@@ -145,6 +156,31 @@ inline double dot_d_f(const double* a, const float* b, int64_t n) {
   return s;
 }
 
+// out[r] = Σ_k a[k] · b[r · ldb + k] for R rows of b (F32, widened on load) against one vector a:
+// R independent accumulators share each load of a.
+template <int R>
+void dots_d_f(const double* a, const float* b, int64_t ldb, int64_t n, double* out) {
+  f64v acc[R] = {};
+  int64_t k = 0;
+  for (; k + kD <= n; k += kD) {
+    const f64v x = vload(a + k);
+    for (int r = 0; r < R; ++r) acc[r] = vfma(x, vload_f32(b + r * ldb + k), acc[r]);
+  }
+  for (int r = 0; r < R; ++r) {
+    double t = hsum(acc[r]);
+    for (int64_t j = k; j < n; ++j) t += a[j] * static_cast<double>(b[r * ldb + j]);
+    out[r] = t;
+  }
+}
+
+// out[r] = Σ_k a[k] · b[r · ldb + k] for rows r < n_rows, R at a time.
+void rows_dot_d_f(const double* a, const float* b, int64_t ldb, int64_t n, int64_t n_rows, double* out) {
+  constexpr int R = 8;
+  int64_t r = 0;
+  for (; r + R <= n_rows; r += R) dots_d_f<R>(a, b + r * ldb, ldb, n, out + r);
+  for (; r < n_rows; ++r) dots_d_f<1>(a, b + r * ldb, ldb, n, out + r);
+}
+
 // Context row j as doubles into out (n = kv_lora + qk_rope values, then zeros up to ld).
 inline void load_row_f64(const MlaAttnParams& p, DequantizeFn dq, int64_t j, float* fbuf, double* out, int64_t ld) {
   const int64_t n = p.kv_lora + p.qk_rope;
@@ -155,10 +191,18 @@ inline void load_row_f64(const MlaAttnParams& p, DequantizeFn dq, int64_t j, flo
 
 // ---- MQA ----
 
-constexpr int64_t kPartRows = 1024;  // rows folded into one partial result, from the query's first row
+constexpr int64_t kPartUnit = 256;   // a part is a whole number of these rows
+constexpr int64_t kMaxParts = 32;    // a query's rows are split into at most this many parts
 constexpr int64_t kTile = 32;        // rows converted to double at a time
 constexpr int64_t kQueryBlock = 8;   // queries absorbed and attended per round (bounds the buffers)
 constexpr int kMaxGroup = 16;        // heads whose scores and sums stay in registers together
+// Accumulator registers a register tile uses: 16 of AVX-512's 32 (two FMA pipes of latency 4
+// need 8 in flight), fewer where the register file has 16.
+constexpr int kAccRegs = kD == 8 ? 16 : 8;
+
+// Rows of a part of a query that attends n rows: a function of n alone (not of the batch or the
+// threads), at most kMaxParts parts.
+int64_t part_rows(int64_t n) { return kPartUnit * std::max<int64_t>(1, (n + kPartUnit * kMaxParts - 1) / (kPartUnit * kMaxParts)); }
 
 // Scores of R tile rows for the NV head vectors of a group: s[r][lane] = Σ_c tile[r][c] · q[c][lane].
 template <int R, int NV>
@@ -176,20 +220,24 @@ void score_rows(const double* tile, int64_t ldt, const double* q, int64_t ldq, i
     for (int v = 0; v < NV; ++v) vstore(s + r * lds + v * kD, acc[r][v]);
 }
 
-// o[h][c] += Σ_r w[r][h] · tile[r][c] for the G = NV · kD heads of a group, c < kvp.
-template <int NV>
-void weighted_rows(const double* w, int64_t ldw, const double* tile, int64_t ldt, int64_t nr, double* o, int64_t ldo,
-                   int64_t kvp) {
-  constexpr int G = NV * kD;
-  for (int64_t c = 0; c < kvp; c += kD) {
-    f64v acc[G];
-    for (int h = 0; h < G; ++h) acc[h] = vload(o + h * ldo + c);
-    for (int64_t r = 0; r < nr; ++r) {
-      const f64v t = vload(tile + r * ldt + c);
-      for (int h = 0; h < G; ++h) acc[h] = vfma(vsplat(w[r * ldw + h]), t, acc[h]);
+// For C consecutive row elements c: o[c][lane] = alpha[lane] · o[c][lane] + Σ_r w[r][lane] ·
+// tile[r][c], the NV head vectors of a group (o: [row elem][ldo], the group's heads at its start).
+template <int C, int NV>
+void weighted_cols(const double* w, int64_t ldw, const double* tile, int64_t ldt, int64_t nr, const f64v* alpha,
+                   double* o, int64_t ldo) {
+  f64v acc[C][NV];
+  for (int c = 0; c < C; ++c)
+    for (int v = 0; v < NV; ++v) acc[c][v] = vload(o + c * ldo + v * kD) * alpha[v];
+  for (int64_t r = 0; r < nr; ++r) {
+    f64v wv[NV];
+    for (int v = 0; v < NV; ++v) wv[v] = vload(w + r * ldw + v * kD);
+    for (int c = 0; c < C; ++c) {
+      const f64v b = vsplat(tile[r * ldt + c]);
+      for (int v = 0; v < NV; ++v) acc[c][v] = vfma(b, wv[v], acc[c][v]);
     }
-    for (int h = 0; h < G; ++h) vstore(o + h * ldo + c, acc[h]);
   }
+  for (int c = 0; c < C; ++c)
+    for (int v = 0; v < NV; ++v) vstore(o + c * ldo + v * kD, acc[c][v]);
 }
 
 struct MqaLayout {
@@ -201,19 +249,23 @@ struct MqaLayout {
     group = std::min<int64_t>(kMaxGroup, round_up(p.n_head, kD));
     hp = round_up(p.n_head, group);
     n_groups = hp / group;
-    part_doubles = hp * (2 + kvp);  // max[hp], sum[hp], out[hp][kvp]
+    part_doubles = hp * (2 + kvp);  // max[hp], sum[hp], out[kvp][hp]
   }
 };
 
 // One (query, part) over head groups [g0, g1): the part's rows folded into (m, l, o) of each
 // group's heads. Each tile of rows is converted to double once for all the groups. q: the query's
-// absorbed rows [row elem][hp]; part: its partial, max[hp] | sum[hp] | out[hp][kvp].
+// absorbed rows [row elem][hp]; part: its partial, max[hp] | sum[hp] | out[kvp][hp].
 template <int NV>
 void mqa_part(const MlaAttnParams& p, DequantizeFn dq, const MqaLayout& L, const attn::QueryRows& rows, int64_t k0,
               int64_t k1, int64_t g0, int64_t g1, const double* q, float* fbuf, double* tile, double* s, double* part) {
   constexpr int G = NV * kD;
+  constexpr int R = std::max(1, kAccRegs / NV);  // tile rows per score register tile
+  constexpr int C = kD == 8 ? 8 : std::max(1, std::min(kD, kAccRegs / NV));  // row elements per weighted tile
+  static_assert(kD % C == 0, "a weighted tile never crosses kvp");
   for (int64_t h = g0 * G; h < g1 * G; ++h) part[h] = -std::numeric_limits<double>::infinity(), part[L.hp + h] = 0;
-  std::fill(part + 2 * L.hp + g0 * G * L.kvp, part + 2 * L.hp + g1 * G * L.kvp, 0.0);
+  double* out = part + 2 * L.hp;
+  for (int64_t c = 0; c < L.kvp; ++c) std::fill(out + c * L.hp + g0 * G, out + c * L.hp + g1 * G, 0.0);
   for (int64_t t0 = k0; t0 < k1; t0 += kTile) {
     const int64_t nr = std::min(kTile, k1 - t0);
     for (int64_t r = 0; r < nr; ++r) {
@@ -224,31 +276,27 @@ void mqa_part(const MlaAttnParams& p, DequantizeFn dq, const MqaLayout& L, const
       const double* qg = q + g * G;
       double* m = part + g * G;
       double* l = part + L.hp + g * G;
-      double* o = part + 2 * L.hp + g * G * L.kvp;
+      double* o = out + g * G;
       int64_t r = 0;
-      for (; r + 4 <= nr; r += 4) score_rows<4, NV>(tile + r * L.ldt, L.ldt, qg, L.hp, L.row_len, s + r * G, G);
+      for (; r + R <= nr; r += R) score_rows<R, NV>(tile + r * L.ldt, L.ldt, qg, L.hp, L.row_len, s + r * G, G);
       for (; r < nr; ++r) score_rows<1, NV>(tile + r * L.ldt, L.ldt, qg, L.hp, L.row_len, s + r * G, G);
       // Online softmax in double: the tile's max, the running state rescaled to it, p = exp(s - m).
+      f64v alpha[NV];
       for (int v = 0; v < NV; ++v) {
         f64v mx = vload(s + v * kD);
         for (int64_t k = 1; k < nr; ++k) mx = vmax(mx, vload(s + k * G + v * kD));
         const f64v m_old = vload(m + v * kD), m_new = vmax(m_old, mx);
-        const f64v alpha = exp_nonpos(m_old - m_new);
+        alpha[v] = exp_nonpos(m_old - m_new);  // 0 on the first tile (m_old = -inf), where o is 0
         vstore(m + v * kD, m_new);
-        f64v sum = vload(l + v * kD) * alpha;
+        f64v sum = vload(l + v * kD) * alpha[v];
         for (int64_t k = 0; k < nr; ++k) {
           const f64v e = exp_nonpos(vload(s + k * G + v * kD) - m_new);
           vstore(s + k * G + v * kD, e);
           sum += e;
         }
         vstore(l + v * kD, sum);
-        for (int h = 0; h < kD; ++h)
-          if (alpha[h] != 1.0 && t0 > k0) {  // the first tile's state is zero: nothing to rescale
-            double* oh = o + (v * kD + h) * L.kvp;
-            for (int64_t c = 0; c < L.kvp; ++c) oh[c] *= alpha[h];
-          }
       }
-      weighted_rows<NV>(s, G, tile, L.ldt, nr, o, L.kvp, L.kvp);
+      for (int64_t c = 0; c < L.kvp; c += C) weighted_cols<C, NV>(s, G, tile + c, L.ldt, nr, alpha, o + c * L.hp, L.hp);
     }
   }
 }
@@ -281,16 +329,17 @@ MqaPartFn mqa_part_fn(int64_t group) {
   }
 }
 
-// (m, l, o) <- the fold of (m, l, o) and (m2, l2, o2), head by head.
+// (m, l, o) <- the fold of (m, l, o) and (m2, l2, o2) for heads h < n_heads (o: [kvp][hp]).
 void fold(double* m, double* l, double* o, const double* m2, const double* l2, const double* o2, int64_t n_heads,
-          int64_t kvp) {
+          int64_t hp, int64_t kvp, double* a, double* b) {
   for (int64_t h = 0; h < n_heads; ++h) {
     const double mx = std::max(m[h], m2[h]);
-    const double a = exp_nonpos1(m[h] - mx), b = exp_nonpos1(m2[h] - mx);
+    a[h] = exp_nonpos1(m[h] - mx), b[h] = exp_nonpos1(m2[h] - mx);
     m[h] = mx;
-    l[h] = l[h] * a + l2[h] * b;
-    for (int64_t c = 0; c < kvp; ++c) o[h * kvp + c] = o[h * kvp + c] * a + o2[h * kvp + c] * b;
+    l[h] = l[h] * a[h] + l2[h] * b[h];
   }
+  for (int64_t c = 0; c < kvp; ++c)
+    for (int64_t h = 0; h < n_heads; ++h) o[c * hp + h] = o[c * hp + h] * a[h] + o2[c * hp + h] * b[h];
 }
 
 // Grows every thread's double buffer (AttnScratch::exact_per_thread) to n values; before a
@@ -313,7 +362,10 @@ void mla_attention_mqa_exact(const MlaAttnParams& p, ThreadPool& pool, AttnScrat
   const size_t per_thread = static_cast<size_t>(L.ldt + kTile * L.ldt + kTile * L.group + qk_head + p.kv_lora);
   reserve_thread_buffers(scratch, nt, per_thread);
   attn::reserve_head_buffers(scratch, nt, static_cast<size_t>(std::max(p.qk_nope, p.v_dim) * p.kv_lora));
-  auto parts_of = [&](int64_t i) { return (attn::rows_of(p, i).n + kPartRows - 1) / kPartRows; };
+  auto parts_of = [&](int64_t i) {
+    const int64_t n = attn::rows_of(p, i).n;
+    return (n + part_rows(n) - 1) / part_rows(n);
+  };
 
   for (int64_t qb = 0; qb < p.n_q; qb += kQueryBlock) {
     const int64_t nq = std::min(kQueryBlock, p.n_q - qb);
@@ -338,8 +390,9 @@ void mla_attention_mqa_exact(const MlaAttnParams& p, ThreadPool& pool, AttnScrat
           const float* q = p.q + (qb + i) * p.q_stride + h * qk_head;
           for (int64_t d = 0; d < p.qk_nope; ++d) qd[d] = q[d];
           double* q_i = qt + i * L.row_len * L.hp;
-          for (int64_t c = 0; c < p.kv_lora; ++c)
-            q_i[c * L.hp + h] = dot_d_f(qd, wk + c * p.qk_nope, p.qk_nope) * p.kq_scale;
+          double* dots = qd + qk_head;
+          rows_dot_d_f(qd, wk, p.qk_nope, p.qk_nope, p.kv_lora, dots);
+          for (int64_t c = 0; c < p.kv_lora; ++c) q_i[c * L.hp + h] = dots[c] * p.kq_scale;
           for (int64_t d = 0; d < p.qk_rope; ++d)
             q_i[(p.kv_lora + d) * L.hp + h] = static_cast<double>(q[p.qk_nope + d]) * p.kq_scale;
         }
@@ -362,7 +415,8 @@ void mla_attention_mqa_exact(const MlaAttnParams& p, ThreadPool& pool, AttnScrat
         int64_t i = 0;
         while (part_base[i + 1] <= part_index) ++i;
         const attn::QueryRows rows = attn::rows_of(p, qb + i);
-        const int64_t k0 = (part_index - part_base[i]) * kPartRows, k1 = std::min(rows.n, k0 + kPartRows);
+        const int64_t pr = part_rows(rows.n);
+        const int64_t k0 = (part_index - part_base[i]) * pr, k1 = std::min(rows.n, k0 + pr);
         part_fn(p, dq, L, rows, k0, k1, k * L.n_groups / n_split, (k + 1) * L.n_groups / n_split,
                 qt + i * L.row_len * L.hp, fbuf, tile, s, parts + part_index * L.part_doubles);
       }
@@ -371,25 +425,29 @@ void mla_attention_mqa_exact(const MlaAttnParams& p, ThreadPool& pool, AttnScrat
 
     // 3. Fold each query's parts in order, then un-absorb and normalize:
     //    out[i][h][e] = (Σ_c W_UV[h][e][c] o[i][h][c]) / l[i][h], rounded to F32 once.
-    pool.parallel_for(nq, [&](int64_t i0, int64_t i1, int) {
+    pool.parallel_for(nq, [&](int64_t i0, int64_t i1, int t) {
+      double* ab = scratch.exact_per_thread[t].data();  // the fold's per-head scales
       for (int64_t i = i0; i < i1; ++i) {
         double* first = parts + part_base[i] * L.part_doubles;
         for (int64_t k = part_base[i] + 1; k < part_base[i + 1]; ++k) {
           const double* other = parts + k * L.part_doubles;
-          fold(first, first + L.hp, first + 2 * L.hp, other, other + L.hp, other + 2 * L.hp, p.n_head, L.kvp);
+          fold(first, first + L.hp, first + 2 * L.hp, other, other + L.hp, other + 2 * L.hp, p.n_head, L.hp, L.kvp,
+               ab, ab + L.hp);
         }
       }
     });
     pool.parallel_for(p.n_head, [&](int64_t h0, int64_t h1, int t) {
       for (int64_t h = h0; h < h1; ++h) {
         const float* wv = mla_proj_head(p.w_uv, h, p.v_dim, p.kv_lora, scratch.heads[t].data());
+        double* o = scratch.exact_per_thread[t].data();  // head h's column of the folded output
         for (int64_t i = 0; i < nq; ++i) {
           const double* first = parts + part_base[i] * L.part_doubles;
-          const double* o = first + 2 * L.hp + h * L.kvp;
+          for (int64_t c = 0; c < p.kv_lora; ++c) o[c] = first[2 * L.hp + c * L.hp + h];
           const double l = first[L.hp + h];
           float* out = p.out + (qb + i) * p.out_stride + h * p.v_dim;
-          for (int64_t e = 0; e < p.v_dim; ++e)
-            out[e] = static_cast<float>(dot_d_f(o, wv + e * p.kv_lora, p.kv_lora) / l);
+          double* dots = o + p.kv_lora;
+          rows_dot_d_f(o, wv, p.kv_lora, p.kv_lora, p.v_dim, dots);
+          for (int64_t e = 0; e < p.v_dim; ++e) out[e] = static_cast<float>(dots[e] / l);
         }
       }
     });

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <tuple>
 
 #include "gguf/gguf.h"
@@ -149,6 +150,7 @@ Deepseek2Model::Deepseek2Model(const DeepseekConfig& c, const DeepseekWeights& w
 
 void Deepseek2Model::mm(const WeightMatrix& w, const float* x, int64_t x_stride, int64_t n, float* y,
                         int64_t y_stride) {
+  count_weight_bytes(w);
   matmul(w, x, x_stride, n, y, y_stride, pool_, mm_scratch_);
   if (w.scale != 1.0f)
     for (int64_t t = 0; t < n; ++t)
@@ -157,6 +159,8 @@ void Deepseek2Model::mm(const WeightMatrix& w, const float* x, int64_t x_stride,
 
 void Deepseek2Model::mm2(const WeightMatrix& w1, float* y1, int64_t y1_stride, const WeightMatrix& w2, float* y2,
                          int64_t y2_stride, const float* x, int64_t x_stride, int64_t n) {
+  count_weight_bytes(w1);
+  count_weight_bytes(w2);
   matmul_multi({{&w1, y1, y1_stride}, {&w2, y2, y2_stride}}, x, x_stride, n, w1.n_cols, pool_, mm_scratch_);
   for (auto [w, y, stride] : {std::tuple{&w1, y1, y1_stride}, std::tuple{&w2, y2, y2_stride}})
     if (w->scale != 1.0f)
@@ -248,6 +252,7 @@ void Deepseek2Model::forward(const BatchMeta& b, LatentCache& cache, float* logi
   const int64_t T = b.n_tokens(), E = c_.n_embd, half = c_.qk_rope / 2;
 
   // Embedding rows, any type; cos/sin per token once for all layers.
+  std::optional<StageTimer> embed_timer(std::in_place, stage_sink(), Stage::Embed, &stage_);
   pool_.parallel_for(T, [&](int64_t t0, int64_t t1, int) {
     for (int64_t t = t0; t < t1; ++t) {
       dequantize_row(w_.token_embd.type, w_.token_embd.row(b.token_ids[t]), x_.data() + t * E, E);
@@ -262,6 +267,7 @@ void Deepseek2Model::forward(const BatchMeta& b, LatentCache& cache, float* logi
   PathVerifyStep step;
   step.n_tokens = T;
   if (verify) std::copy_n(x_.data(), T * E, x_other_.data());
+  embed_timer.reset();
 
   int64_t n_rows = T, n_rows_other = T;  // rows of x_ still carried (the last layer keeps the logits rows)
   for (int64_t il = 0; il < c_.n_layer; ++il) {
@@ -285,6 +291,7 @@ void Deepseek2Model::forward(const BatchMeta& b, LatentCache& cache, float* logi
       const auto n_logits = static_cast<int64_t>(b.logits_rows.size());
       for (int64_t i = 0; i < n_logits; ++i)
         std::memcpy(h_.data() + i * E, hidden + b.logits_rows[i] * E, sizeof(float) * E);
+      const StageTimer timer(stage_sink(), Stage::Head, &stage_);
       if (n_logits > 0) mm(w_.output, h_.data(), E, n_logits, logits, c_.n_vocab);
     }
   } else if (logits && n_rows > 0) {  // no logits: a worker rank (rank 0 computes them)
@@ -297,11 +304,17 @@ int64_t Deepseek2Model::trunk_layer(int64_t il, const BatchMeta& b, LatentCache&
                                     bool keep_rows) {
   const LayerWeights& L = w_.layers[il];
   const int64_t T = b.n_tokens(), E = c_.n_embd;
-  for (int64_t t = 0; t < T; ++t) rmsnorm(x_.data() + t * E, L.attn_norm.data(), h_.data() + t * E, E, c_.rms_eps);
+  {
+    const StageTimer timer(stage_sink(), Stage::AttnIn, &stage_);
+    for (int64_t t = 0; t < T; ++t) rmsnorm(x_.data() + t * E, L.attn_norm.data(), h_.data() + t * E, E, c_.rms_eps);
+  }
   attention(L, il, sparse(), b, cache);
-  // {n_head * v_head, T} -> {n_embd, T}, added to the residual.
-  mm_split(L.attn_output, attn_.data(), c_.n_head * c_.v_head, T, proj_.data(), E);
-  for (int64_t t = 0; t < T; ++t) add_inplace(x_.data() + t * E, proj_.data() + t * E, E);
+  {
+    // {n_head * v_head, T} -> {n_embd, T}, added to the residual.
+    const StageTimer timer(stage_sink(), Stage::AttnOut, &stage_);
+    mm_split(L.attn_output, attn_.data(), c_.n_head * c_.v_head, T, proj_.data(), E);
+    for (int64_t t = 0; t < T; ++t) add_inplace(x_.data() + t * E, proj_.data() + t * E, E);
+  }
 
   if (il == c_.n_layer - 1 && !keep_rows) {
     // Only the rows whose logits are wanted go on; the caches are already written.
@@ -315,6 +328,7 @@ int64_t Deepseek2Model::trunk_layer(int64_t il, const BatchMeta& b, LatentCache&
 }
 
 void Deepseek2Model::head(int64_t n_rows, float* logits) {
+  const StageTimer timer(stage_sink(), Stage::Head, &stage_);
   const int64_t E = c_.n_embd;
   for (int64_t t = 0; t < n_rows; ++t)
     rmsnorm(x_.data() + t * E, w_.output_norm.data(), h_.data() + t * E, E, c_.rms_eps);
@@ -323,11 +337,18 @@ void Deepseek2Model::head(int64_t n_rows, float* logits) {
 
 void Deepseek2Model::ffn(const LayerWeights& L, int64_t n_rows) {
   const int64_t E = c_.n_embd;
-  for (int64_t t = 0; t < n_rows; ++t) rmsnorm(x_.data() + t * E, L.ffn_norm.data(), h_.data() + t * E, E, c_.rms_eps);
-  if (L.is_moe)
+  {
+    const StageTimer timer(stage_sink(), L.is_moe ? Stage::Router : Stage::DenseFfn, &stage_);
+    for (int64_t t = 0; t < n_rows; ++t)
+      rmsnorm(x_.data() + t * E, L.ffn_norm.data(), h_.data() + t * E, E, c_.rms_eps);
+  }
+  if (L.is_moe) {
     moe_ffn(L, n_rows);
-  else
+  } else {
+    const StageTimer timer(stage_sink(), Stage::DenseFfn, &stage_);
     dense_ffn(L, n_rows);
+  }
+  const StageTimer timer(stage_sink(), L.is_moe ? Stage::Experts : Stage::DenseFfn, &stage_);
   for (int64_t t = 0; t < n_rows; ++t) add_inplace(x_.data() + t * E, proj_.data() + t * E, E);
 }
 
@@ -372,6 +393,7 @@ void Deepseek2Model::attention(const LayerWeights& L, int64_t il, bool sparse, c
   // outputs in attn_ (every head in a single process). The latent is every head's: all ranks
   // compute and cache all of it.
   const int64_t h0 = heads_.begin, n_own = heads_.size();
+  std::optional<StageTimer> in_timer(std::in_place, stage_sink(), Stage::AttnIn, &stage_);
   const WeightMatrix q_rows = (c_.is_lite ? L.attn_q : L.attn_q_b).rows(h0 * c_.qk_head, n_own * c_.qk_head);
 
   // Query: {n_embd, T} -> {n_head * qk_head, T} directly (lite) or through the q LoRA.
@@ -455,6 +477,8 @@ void Deepseek2Model::attention(const LayerWeights& L, int64_t il, bool sparse, c
 
   // Both paths read the context as the cache stores it, in its dtype (this step's rows included),
   // so a row's value does not depend on whether it was computed in this step or an earlier one.
+  in_timer.reset();
+  const StageTimer timer(stage_sink(), Stage::Attention, &stage_);
   const int64_t out_width = c_.n_head * c_.v_head;
   for (const auto& [s, path, last] : attn_calls_)
     run_mla_path(L, il, s, path, cache, b.context_slots.data() + s.slots_start, sparse,
@@ -580,6 +604,20 @@ void Deepseek2Model::run_mla_path(const LayerWeights& L, int64_t il, const SeqMe
     p.sel_count = sel_count_.data() + s.query_start;
     p.sel_stride = c_.indexer_top_k;
   }
+  if (!other_run_) {
+    // What the kernel reads: the attended cache rows once, and this rank's W_UK (or W_UKᵀ) and W_UV.
+    auto proj_bytes = [&](const MlaProj& w, int64_t rows, int64_t cols) {
+      return p.n_head * rows * (w.row_bytes ? w.row_bytes : cols * static_cast<int64_t>(sizeof(float)));
+    };
+    int64_t rows_read = s.context_len;
+    if (p.sel) {
+      rows_read = 0;
+      for (int32_t i = 0; i < s.query_len; ++i) rows_read = std::max<int64_t>(rows_read, p.sel_count[i]);
+    }
+    stage_counters_.add_bytes(Stage::Attention,
+                              rows_read * p.cache_row_bytes + proj_bytes(p.w_uv, c_.v_head, R) +
+                                  (path == MlaPath::Mha ? proj_bytes(p.w_uk_t, N, R) : proj_bytes(p.w_uk, R, N)));
+  }
   if (path == MlaPath::Mha) {
     if (!p.w_uk_t) fail("model: the MHA path was requested but the model was loaded for MQA only");
     (opt_.exact_attention ? mla_attention_mha_exact : mla_attention_mha)(p, pool_, attn_scratch_);
@@ -655,6 +693,7 @@ void Deepseek2Model::moe_ffn(const LayerWeights& L, int64_t n) {
   const int64_t E = c_.n_embd, F = c_.n_ff_exp, X = c_.n_expert, K = c_.n_expert_used;
   const int rank = rank_of(opt_.comm), n_ranks = n_ranks_of(opt_.comm);
   // Routing: {n_embd, n} -> {n_expert, n} logits -> k experts and weights per token.
+  std::optional<StageTimer> router_timer(std::in_place, stage_sink(), Stage::Router, &stage_);
   mm(L.ffn_gate_inp, h_.data(), E, n, router_.data(), X);
   MoeRouting r;
   r.n_expert = static_cast<int>(X);
@@ -673,6 +712,8 @@ void Deepseek2Model::moe_ffn(const LayerWeights& L, int64_t n) {
   // chunk every routed expert's work is one parallel region per stage (inputs quantized once,
   // then gate/up rows, SwiGLU, down rows), handed out to threads in small pieces; each output is
   // one dot product, so the results do not depend on chunking, scheduling or threads.
+  router_timer.reset();
+  std::optional<StageTimer> experts_timer(std::in_place, stage_sink(), Stage::Experts, &stage_);
   float* acc = proj_.data();
   const int64_t chunk = std::max<int64_t>(1, pair_capacity_ / K);
   for (int64_t c0 = 0; c0 < n; c0 += chunk) {
@@ -694,6 +735,7 @@ void Deepseek2Model::moe_ffn(const LayerWeights& L, int64_t n) {
       moe_counters_.experts_run.fetch_add(n_run, std::memory_order_relaxed);
       moe_counters_.expert_bytes.fetch_add(n_run * (expert_bytes + E * L.ffn_down_exps.row_bytes),
                                            std::memory_order_relaxed);
+      stage_counters_.add_bytes(Stage::Experts, n_run * (expert_bytes + E * L.ffn_down_exps.row_bytes));
     }
     std::copy(expert_offsets_.begin(), expert_offsets_.end() - 1, expert_cursor_.begin());
     for (int64_t i = 0; i < P; ++i) {
@@ -744,6 +786,8 @@ void Deepseek2Model::moe_ffn(const LayerWeights& L, int64_t n) {
     if (rank < n_ranks - 1) opt_.comm->send(acc + c0 * E, chunk_bytes, rank + 1);
   }
   // The shared experts come last in the sum: the last rank, which holds the routed sums, adds them.
+  experts_timer.reset();
+  const StageTimer timer(stage_sink(), Stage::DenseFfn, &stage_);
   if (c_.n_expert_shared > 0) {
     swiglu_ffn(L.ffn_gate_shexp, L.ffn_up_shexp, L.ffn_down_shexp, F * c_.n_expert_shared, n, ex_out_.data());
     if (rank == n_ranks - 1)

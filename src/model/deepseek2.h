@@ -23,6 +23,7 @@
 #include "kv/latent_cache.h"
 #include "model/batch.h"
 #include "model/config.h"
+#include "model/stage_counters.h"
 #include "model/weights.h"
 #include "parallel/comm.h"
 
@@ -161,6 +162,7 @@ class Deepseek2Model {
   bool sparse() const { return opt_.dsa && c_.has_indexer; }
   const SparseCounters& sparse_counters() const { return sparse_counters_; }
   const MoeCounters& moe_counters() const { return moe_counters_; }
+  const StageCounters& stage_counters() const { return stage_counters_; }
   const PathCounters& path_counters() const { return path_counters_; }
   const PathVerifyLog& verify_log() const { return verify_log_; }
   // The path `auto` sends prefill chunks of dense layers down (cheaper_prefill_path of the widths).
@@ -291,6 +293,13 @@ class Deepseek2Model {
   IndexerScratch idx_scratch_;
   SparseCounters sparse_counters_;
   MoeCounters moe_counters_;
+  StageCounters stage_counters_;
+  Stage stage_ = Stage::Embed;  // the stage the weight bytes read now are counted under
+  // Where a StageTimer counts (nowhere in the verify rerun).
+  StageCounters* stage_sink() { return other_run_ ? nullptr : &stage_counters_; }
+  void count_weight_bytes(const WeightMatrix& w) {
+    if (!other_run_) stage_counters_.add_bytes(stage_, w.n_rows * w.row_bytes);
+  }
   // MoE routing and expert gather buffers.
   std::vector<float> router_;         // n_expert per token
   std::vector<int32_t> sel_experts_;  // n_expert_used per token

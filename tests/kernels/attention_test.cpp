@@ -389,8 +389,10 @@ struct StoredCache {
 
 // Both exact paths, and the double references, give the same F32 bits: each is the exact result
 // rounded once (a mismatch would need an output within ~1e-15 of a rounding midpoint; with these
-// fixed inputs there is none). Shapes cross the 64-row key blocks, the 32-row tiles and the
-// 1024-row parts, with head counts below, at and above the 16-head group, in every cache dtype.
+// fixed inputs there is none). Shapes cross the 64-row key blocks, the 32-row tiles, the MQA
+// register tiles (8 rows, 8 row elements) and the 256-row parts (and, past 8192 rows, parts of
+// 512: at most 32 parts), with head counts below, at and above the 16-head group, in every cache
+// dtype.
 TEST(MlaAttentionExact, PathsAndReferencesGiveTheSameBits) {
   struct Shape {
     int64_t n_head, qk_nope, qk_rope, kv_lora, v_dim, n_ctx, n_q;
@@ -398,7 +400,8 @@ TEST(MlaAttentionExact, PathsAndReferencesGiveTheSameBits) {
   const Shape shapes[] = {{3, 16, 8, 32, 12, 19, 5},
                           {16, 32, 16, 64, 32, 130, 7},
                           {20, 16, 32, 64, 16, 1100, 3},
-                          {4, 24, 8, 40, 20, 67, 67}};
+                          {4, 24, 8, 40, 20, 67, 67},
+                          {5, 16, 16, 32, 16, 8300, 2}};
   int64_t n_compared = 0;
   for (const Shape& sh : shapes)
     for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0}) {

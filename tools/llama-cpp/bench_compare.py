@@ -1,7 +1,8 @@
 """Prompt processing and decode speed: mla.cpp against llama.cpp's llama-bench, same GGUF, same run.
 
     python3 tools/llama-cpp/bench_compare.py MODEL.gguf [MODEL.gguf ...] [-p 512] [-n 128] [-d 0,4096]
-        [-t 2] [--reps 5] [--repack auto|0|1] [--mla build/mla] [--llama-bench PATH] [--json OUT.json]
+        [-t 2] [--reps 5] [--repack auto|0|1] [--mla build/mla] [--llama-bench PATH] [--ik-bench PATH]
+        [--json OUT.json]
 
 For each file and repetition, interleaved so that both tools see the same machine load:
   - llama-bench -p P -n N -d D -r 1 -> ppP (P prompt tokens in one batch) and tgN (N tokens
@@ -9,9 +10,12 @@ For each file and repetition, interleaved so that both tools see the same machin
     CPU weight repack, its default) is on with --repack 1, off with 0; auto (the default) tries it
     on and falls back to off for a file where llama-bench fails with it (llama.cpp 0.3.36 aborts on
     some deepseek2 files with repacking), and the table says which was used;
+  - with --ik-bench: ik_llama.cpp's llama-bench (built outside the repository, target llama-bench)
+    with its MLA settings spelled out, -mla 3 -fa 1 -fmoe 1: ppP, tgN, and for each depth D > 0
+    -gp D,N (tgN timed after an untimed D-token prompt; its llama-bench has no -d);
   - mla bench -p P -n N -d D -r 1 --json: the same tests through mla.cpp's serving engine (one
     untimed warm-up per test, as llama-bench does).
-Prints the median and best of each and the ratio mla.cpp / llama.cpp of the medians, as a
+Prints the median and best of each and the ratios of mla.cpp's median to the peers', as a
 markdown table. llama-bench is built by tools/llama-cpp/build-perplexity.sh.
 """
 
@@ -42,6 +46,24 @@ def llama_rows(args, model: str, repack: str):
     return json.loads(p.stdout), ""
 
 
+def ik_rows(args, model: str):
+    depths = [d for d in (int(x) for x in args.d.split(",")) if d > 0]
+    cmd = [args.ik_bench, "-m", model, "-p", str(args.p), "-n", str(args.n), "-t", str(args.t), "-r", "1",
+           "-mla", "3", "-fa", "1", "-fmoe", "1", "-o", "json"]
+    for d in depths:
+        cmd += ["-gp", f"{d},{args.n}"]
+    rows = []
+    for e in run_json(cmd):
+        label = e.get("test", "")
+        if "@pp" in label:  # -gp D,N: N tokens decoded after a D-token prompt
+            rows.append((f"tg{e['n_gen']}@d{e['n_prompt']}", e["avg_ts"]))
+        elif e["n_prompt"] > 0 and e["n_gen"] == 0:
+            rows.append((f"pp{e['n_prompt']}", e["avg_ts"]))
+        elif e["n_gen"] > 0 and e["n_prompt"] == 0:
+            rows.append((f"tg{e['n_gen']}", e["avg_ts"]))
+    return rows
+
+
 def test_name(e) -> str:
     base = f"pp{e['n_prompt']}" if e["n_prompt"] > 0 else f"tg{e['n_gen']}"
     return base + (f"@d{e['n_depth']}" if e.get("n_depth", 0) > 0 else "")
@@ -59,6 +81,7 @@ def main() -> None:
     ap.add_argument("--repack", choices=["auto", "0", "1"], default="auto")
     ap.add_argument("--mla", default=str(REPO / "build" / "mla"))
     ap.add_argument("--llama-bench", default=str(Path.home() / ".cache/mla/llama.cpp-0.3.36-build/bin/llama-bench"))
+    ap.add_argument("--ik-bench", help="ik_llama.cpp's llama-bench binary: a third column")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
 
@@ -74,24 +97,35 @@ def main() -> None:
             if rows is None:
                 raise SystemExit(f"bench_compare: llama-bench failed on {model}:\n{err}")
             for e in rows:
-                r.setdefault(test_name(e), {"llama": [], "mla": []})["llama"].append(e["avg_ts"])
+                r.setdefault(test_name(e), {"llama": [], "mla": [], "ik": []})["llama"].append(e["avg_ts"])
+            if args.ik_bench:
+                for name, ts in ik_rows(args, model):
+                    r.setdefault(name, {"llama": [], "mla": [], "ik": []})["ik"].append(ts)
             for e in run_json([args.mla, "bench", "-m", model, "-p", str(args.p), "-n", str(args.n), "-d", args.d,
                                "-t", str(args.t), "-r", "1", "--json", "--log-level", "warn"]):
-                r.setdefault(e["test"], {"llama": [], "mla": []})["mla"].append(e["avg_ts"])
+                r.setdefault(e["test"], {"llama": [], "mla": [], "ik": []})["mla"].append(e["avg_ts"])
         results[model] = {"repack": repack, "tests": r}
 
     print(f"{args.reps} interleaved repetitions, {args.t} threads; ppP = a P-token prompt in one batch, tgN = N "
           f"tokens decoded one at a time (@dD: after a D-token context)\n")
-    print("| model | llama.cpp repack | test | mla.cpp median (best) tok/s | llama.cpp median (best) tok/s | mla/llama |")
-    print("|---|---|---|---:|---:|---:|")
+    ik = bool(args.ik_bench)
+    print("| model | llama.cpp repack | test | mla.cpp median (best) tok/s | llama.cpp median (best) tok/s | "
+          + ("ik_llama.cpp median (best) tok/s | " if ik else "") + "mla/llama |" + (" mla/ik |" if ik else ""))
+    print("|---|---|---|---:|---:|" + ("---:|" if ik else "") + "---:|" + ("---:|" if ik else ""))
+
+    def cell(v: list[float]) -> str:
+        return f"{statistics.median(v):.1f} ({max(v):.1f})" if v else "-"
+
+    def ratio(a: list[float], b: list[float]) -> str:
+        return f"{statistics.median(a) / statistics.median(b):.2f}" if a and b else "-"
+
     for model, res in results.items():
         for test, v in res["tests"].items():
-            m, l = v["mla"], v["llama"]
-            if not m or not l:
+            m, l, k = v["mla"], v["llama"], v["ik"]
+            if not m or not (l or k):
                 continue
-            print(f"| {Path(model).name} | {'on' if res['repack'] == '1' else 'off'} | {test} | "
-                  f"{statistics.median(m):.1f} ({max(m):.1f}) | {statistics.median(l):.1f} ({max(l):.1f}) | "
-                  f"{statistics.median(m) / statistics.median(l):.2f} |")
+            print(f"| {Path(model).name} | {'on' if res['repack'] == '1' else 'off'} | {test} | {cell(m)} | {cell(l)} | "
+                  + (f"{cell(k)} | " if ik else "") + f"{ratio(m, l)} |" + (f" {ratio(m, k)} |" if ik else ""))
     if args.json:
         args.json.write_text(json.dumps(results, indent=1) + "\n")
 

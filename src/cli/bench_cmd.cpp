@@ -167,12 +167,15 @@ struct Sample {
   // Per token of the timed part (decode: first token to last; prompt: the prefill): each stage's
   // seconds and bytes read (Deepseek2Model's StageCounters, this rank's).
   std::array<double, kStageCount> stage_s{}, stage_bytes{};
+  double regions = 0;  // the model's thread-pool regions (hand-offs) per token
 };
 
-// The stage counters now, to subtract.
+// The stage counters and the pool's region count now, to subtract.
 struct StageSnapshot {
   std::array<int64_t, kStageCount> ns{}, bytes{};
-  explicit StageSnapshot(const StageCounters& c) {
+  int64_t regions = 0;
+  explicit StageSnapshot(const Deepseek2Runner& r) : regions(r.parallel_regions()) {
+    const StageCounters& c = r.stage_counters();
     for (int i = 0; i < kStageCount; ++i) ns[i] = c.ns[i].load(), bytes[i] = c.bytes[i].load();
   }
 };
@@ -207,7 +210,7 @@ class Bencher {
     const CommCounters& cc = world().counters();
     auto comm_bytes = [&cc] { return cc.bytes_sent.load() + cc.bytes_received.load(); };
     const auto t0 = Clock::now();
-    const StageSnapshot stages0(runner_.stage_counters());
+    const StageSnapshot stages0(runner_);
     std::optional<StageSnapshot> stages_first;
     int64_t bytes0 = 0, comm0 = comm_bytes(), comm_first = 0;
     EngineCounters c_first;
@@ -218,7 +221,7 @@ class Bencher {
         bytes0 = runner_.moe_counters().expert_bytes.load();
         comm_first = comm_bytes();
         c_first = engine_.counters();
-        stages_first.emplace(runner_.stage_counters());
+        stages_first.emplace(runner_);
       }
     }
     const EngineCounters c_end = engine_.counters();
@@ -232,6 +235,7 @@ class Bencher {
         s.stage_s[i] = static_cast<double>(b.ns[i] - a.ns[i]) * 1e-9 / tokens;
         s.stage_bytes[i] = static_cast<double>(b.bytes[i] - a.bytes[i]) / tokens;
       }
+      s.regions = static_cast<double>(b.regions - a.regions) / tokens;
     };
     if (t.n_prompt > 0) {
       stage_rates(stages0, *stages_first, t.n_prompt);
@@ -241,7 +245,7 @@ class Bencher {
       const int64_t decoded = got - 1;
       if (decoded != t.n_gen) fail("bench: {}: decoded {} tokens, expected {}", t.name(), decoded, t.n_gen);
       s.tps = decoded / std::max(seconds(*first, t_end), 1e-9);
-      stage_rates(*stages_first, StageSnapshot(runner_.stage_counters()), static_cast<double>(decoded));
+      stage_rates(*stages_first, StageSnapshot(runner_), static_cast<double>(decoded));
       const int64_t routed = runner_.moe_counters().expert_bytes.load() - bytes0;
       s.weight_bytes_per_token = static_cast<double>(dense_bytes_) + static_cast<double>(routed) / decoded;
       s.comm_bytes_per_token = static_cast<double>(comm_bytes() - comm_first) / decoded;
@@ -272,13 +276,15 @@ struct StageProfileRow {
   std::string test;
   double s_per_token;  // wall time per token of the whole test (1 / t/s)
   std::array<double, kStageCount> stage_s, stage_bytes;
+  double regions;
 };
 
 void print_stage_profile(const StageProfileRow& r) {
   double sum = 0, bytes = 0;
   for (int i = 0; i < kStageCount; ++i) sum += r.stage_s[i], bytes += r.stage_bytes[i];
-  fmt::print("\n{}: {:.3f} ms per token, {:.3f} ms of it in the forward's stages\n", r.test, 1e3 * r.s_per_token,
-             1e3 * sum);
+  fmt::print("\n{}: {:.3f} ms per token, {:.3f} ms of it in the forward's stages; {:.1f} thread-pool regions "
+             "(hand-offs to the workers and back) per token\n",
+             r.test, 1e3 * r.s_per_token, 1e3 * sum, r.regions);
   fmt::print("| stage | ms/token | share | MB/token | GB/s |\n| --- | ---: | ---: | ---: | ---: |\n");
   auto row = [&](const char* name, double sec, double b) {
     fmt::print("| {} | {:.3f} | {:.1f}% | {:.2f} | {} |\n", name, 1e3 * sec, 100.0 * sec / r.s_per_token, b / 1e6,
@@ -464,12 +470,14 @@ void bench(const BenchArgs& a) {
     bencher.run(t);  // warm-up: cold caches, first-touch faults, scratch growth
     std::vector<double> tps, bpt, cpt;
     std::array<double, kStageCount> stage_s{}, stage_bytes{};  // per token, mean over repetitions
+    double regions = 0;
     for (int r = 0; r < a.reps; ++r) {
       const Sample s = bencher.run(t);
       for (int i = 0; i < kStageCount; ++i) {
         stage_s[i] += s.stage_s[i] / a.reps;
         stage_bytes[i] += s.stage_bytes[i] / a.reps;
       }
+      regions += s.regions / a.reps;
       tps.push_back(s.tps);
       bpt.push_back(s.weight_bytes_per_token);
       cpt.push_back(s.comm_bytes_per_token);
@@ -510,6 +518,7 @@ void bench(const BenchArgs& a) {
       for (int i = 0; i < kStageCount; ++i)
         j["stages"].push_back(
             {{"stage", kStageNames[i]}, {"seconds_per_token", stage_s[i]}, {"bytes_per_token", stage_bytes[i]}});
+      j["pool_regions_per_token"] = regions;
       if (t.n_gen > 0) {
         j["weight_bytes_per_token"] = bytes;
         j["gbps"] = gbps;
@@ -531,7 +540,7 @@ void bench(const BenchArgs& a) {
     std::fflush(stdout);
     comm_notes.push_back(fmt::format("{} {:.1f} KB", t.name(), comm / 1e3));
     last_ranks = ranks;
-    if (a.profile) profiles.push_back({t.name(), 1.0 / m, stage_s, stage_bytes});
+    if (a.profile) profiles.push_back({t.name(), 1.0 / m, stage_s, stage_bytes, regions});
   }
   for (const StageProfileRow& pr : profiles) print_stage_profile(pr);
   if (a.json) {

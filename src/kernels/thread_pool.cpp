@@ -31,6 +31,7 @@ void ThreadPool::run(const std::function<void(int)>& fn) {
     fn(0);
     return;
   }
+  regions_.fetch_add(1, std::memory_order_relaxed);
   job_ = &fn;
   pending_.store(n_threads_ - 1, std::memory_order_relaxed);
   generation_.fetch_add(1);  // seq_cst: ordered against the sleepers_ load below

@@ -30,6 +30,9 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int n_threads() const { return n_threads_; }
+  // Parallel regions run so far (run() calls with more than one thread: each is one hand-off to
+  // the workers and one wait for the last of them), for `mla bench --profile`.
+  int64_t regions() const { return regions_.load(std::memory_order_relaxed); }
 
   // Runs fn(thread_index) once on every thread and returns when all have finished. Not
   // reentrant: fn must not call run() again.
@@ -64,6 +67,7 @@ class ThreadPool {
   std::atomic<int> sleepers_{0};           // workers in generation_.wait
   std::atomic<bool> main_waiting_{false};  // run() in pending_.wait
   std::atomic<bool> stop_{false};
+  std::atomic<int64_t> regions_{0};
 };
 
 }  // namespace mla

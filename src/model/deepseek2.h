@@ -171,6 +171,7 @@ class Deepseek2Model {
   ShardRange expert_range() const { return experts_; }
   ShardRange head_range() const { return heads_; }
   ThreadPool& pool() { return pool_; }
+  int64_t parallel_regions() const { return pool_.regions(); }
   // An F32 cache of n_slots rows with one-slot blocks (slot = position for
   // single_sequence_batch); the engine makes its own paged cache from latent_shape().
   LatentCache make_cache(int64_t n_slots, GgmlType dtype = GgmlType::F32) const {

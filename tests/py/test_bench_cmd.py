@@ -75,6 +75,41 @@ def test_bench_table_and_membw(model):
     assert j["membw_gbps"] > 0.1 and j["n_threads"] == 2
 
 
+def test_bench_stage_profile(model):
+    """--profile / the JSON stages: a decode token's bytes by forward stage add up to the file's
+    matrices as gguf-py sizes them (the head: output.weight; the MLA kernels: attn_k_b and attn_v_b
+    plus the cached rows), and the pool's regions are counted only when there are workers."""
+    rd = GGUFReader(str(model))
+    size = {t.name: int(t.n_bytes) for t in rd.tensors}
+    by_suffix = {}
+    for name, b in size.items():
+        if name.startswith("blk."):
+            suffix = name.split(".", 2)[2]
+            by_suffix[suffix] = by_suffix.get(suffix, 0) + b
+    for threads in (1, 2):
+        r = mla("bench", "-m", model, "-p", "16", "-n", "4", "-r", "1", "-t", str(threads), "--json",
+                "--membw-size", "8M", "--log-level", "warn")
+        pp, tg = json.loads(r.stdout)
+        st = {s["stage"]: s for s in tg["stages"]}
+        assert list(st) == ["embed", "attn_in", "attention", "attn_out", "router", "experts", "dense_ffn", "head"]
+        assert st["head"]["bytes_per_token"] == size["output.weight"]
+        assert st["attn_out"]["bytes_per_token"] == by_suffix["attn_output.weight"]
+        assert st["router"]["bytes_per_token"] == by_suffix["ffn_gate_inp.weight"]
+        # The MQA kernel reads W_UK and W_UV once per layer, and the context rows (a few per token).
+        proj = by_suffix["attn_k_b.weight"] + by_suffix["attn_v_b.weight"]
+        assert proj < st["attention"]["bytes_per_token"] < proj + 3 * 64 * 1024
+        # The stages count the matrices they read (not the norm vectors and the router bias, nor
+        # the embedding table); with the latent rows taken out, they are weight_bytes_per_token.
+        vectors = sum(int(t.n_bytes) for t in rd.tensors if len(t.shape) == 1)
+        matrices = sum(s["bytes_per_token"] for s in tg["stages"]) - (st["attention"]["bytes_per_token"] - proj)
+        assert vectors > 0 and matrices + vectors == tg["weight_bytes_per_token"]
+        assert all(s["seconds_per_token"] >= 0 for s in tg["stages"]) and st["head"]["seconds_per_token"] > 0
+        assert (tg["pool_regions_per_token"] > 0) == (threads > 1)
+    r = mla("bench", "-m", model, "-p", "0", "-n", "4", "-r", "1", "-t", "2", "--profile", "--membw-size", "8M",
+            "--log-level", "warn")
+    assert "tg4:" in r.stdout and "| head |" in r.stdout and "thread-pool regions" in r.stdout
+
+
 @pytest.mark.parametrize("args, msg", [
     (["-r", "0"], "-r must be >= 1"),
     (["-p", "0", "-n", "0"], "no tests"),

@@ -166,17 +166,18 @@ struct Sample {
   double forward_s = 0, mtp_s = 0;
   // Per token of the timed part (decode: first token to last; prompt: the prefill): each stage's
   // seconds and bytes read (Deepseek2Model's StageCounters, this rank's).
-  std::array<double, kStageCount> stage_s{}, stage_bytes{};
+  std::array<double, kStageCount> stage_s{}, stage_bytes{}, stage_regions{};
   double regions = 0;  // the model's thread-pool regions (hand-offs) per token
 };
 
 // The stage counters and the pool's region count now, to subtract.
 struct StageSnapshot {
-  std::array<int64_t, kStageCount> ns{}, bytes{};
+  std::array<int64_t, kStageCount> ns{}, bytes{}, stage_regions{};
   int64_t regions = 0;
   explicit StageSnapshot(const Deepseek2Runner& r) : regions(r.parallel_regions()) {
     const StageCounters& c = r.stage_counters();
-    for (int i = 0; i < kStageCount; ++i) ns[i] = c.ns[i].load(), bytes[i] = c.bytes[i].load();
+    for (int i = 0; i < kStageCount; ++i)
+      ns[i] = c.ns[i].load(), bytes[i] = c.bytes[i].load(), stage_regions[i] = c.regions[i].load();
   }
 };
 
@@ -234,6 +235,7 @@ class Bencher {
       for (int i = 0; i < kStageCount; ++i) {
         s.stage_s[i] = static_cast<double>(b.ns[i] - a.ns[i]) * 1e-9 / tokens;
         s.stage_bytes[i] = static_cast<double>(b.bytes[i] - a.bytes[i]) / tokens;
+        s.stage_regions[i] = static_cast<double>(b.stage_regions[i] - a.stage_regions[i]) / tokens;
       }
       s.regions = static_cast<double>(b.regions - a.regions) / tokens;
     };
@@ -275,7 +277,7 @@ double mean_of(const std::vector<double>& v);
 struct StageProfileRow {
   std::string test;
   double s_per_token;  // wall time per token of the whole test (1 / t/s)
-  std::array<double, kStageCount> stage_s, stage_bytes;
+  std::array<double, kStageCount> stage_s, stage_bytes, stage_regions;
   double regions;
 };
 
@@ -285,14 +287,15 @@ void print_stage_profile(const StageProfileRow& r) {
   fmt::print("\n{}: {:.3f} ms per token, {:.3f} ms of it in the forward's stages; {:.1f} thread-pool regions "
              "(hand-offs to the workers and back) per token\n",
              r.test, 1e3 * r.s_per_token, 1e3 * sum, r.regions);
-  fmt::print("| stage | ms/token | share | MB/token | GB/s |\n| --- | ---: | ---: | ---: | ---: |\n");
-  auto row = [&](const char* name, double sec, double b) {
-    fmt::print("| {} | {:.3f} | {:.1f}% | {:.2f} | {} |\n", name, 1e3 * sec, 100.0 * sec / r.s_per_token, b / 1e6,
-               sec > 0 && b > 0 ? fmt::format("{:.2f}", b / sec / 1e9) : std::string("-"));
+  fmt::print("| stage | ms/token | share | MB/token | GB/s | regions/token |\n| --- | ---: | ---: | ---: | ---: | ---: |\n");
+  auto row = [&](const char* name, double sec, double b, double regions) {
+    fmt::print("| {} | {:.3f} | {:.1f}% | {:.2f} | {} | {} |\n", name, 1e3 * sec, 100.0 * sec / r.s_per_token,
+               b / 1e6, sec > 0 && b > 0 ? fmt::format("{:.2f}", b / sec / 1e9) : std::string("-"),
+               regions >= 0 ? fmt::format("{:.1f}", regions) : std::string("-"));
   };
-  for (int i = 0; i < kStageCount; ++i) row(kStageNames[i], r.stage_s[i], r.stage_bytes[i]);
-  row("outside the stages (sampling, scheduling, hand-offs)", std::max(0.0, r.s_per_token - sum), 0);
-  row("all", r.s_per_token, bytes);
+  for (int i = 0; i < kStageCount; ++i) row(kStageNames[i], r.stage_s[i], r.stage_bytes[i], r.stage_regions[i]);
+  row("outside the stages (sampling, scheduling, hand-offs)", std::max(0.0, r.s_per_token - sum), 0, -1);
+  row("all", r.s_per_token, bytes, r.regions);
 }
 
 // --speculative-config: each decode test alternates repetitions without and with the MTP layer on
@@ -469,13 +472,14 @@ void bench(const BenchArgs& a) {
   for (const Test& t : tests) {
     bencher.run(t);  // warm-up: cold caches, first-touch faults, scratch growth
     std::vector<double> tps, bpt, cpt;
-    std::array<double, kStageCount> stage_s{}, stage_bytes{};  // per token, mean over repetitions
+    std::array<double, kStageCount> stage_s{}, stage_bytes{}, stage_regions{};  // per token, mean of the reps
     double regions = 0;
     for (int r = 0; r < a.reps; ++r) {
       const Sample s = bencher.run(t);
       for (int i = 0; i < kStageCount; ++i) {
         stage_s[i] += s.stage_s[i] / a.reps;
         stage_bytes[i] += s.stage_bytes[i] / a.reps;
+        stage_regions[i] += s.stage_regions[i] / a.reps;
       }
       regions += s.regions / a.reps;
       tps.push_back(s.tps);
@@ -517,7 +521,8 @@ void bench(const BenchArgs& a) {
       j["stages"] = nlohmann::json::array();
       for (int i = 0; i < kStageCount; ++i)
         j["stages"].push_back(
-            {{"stage", kStageNames[i]}, {"seconds_per_token", stage_s[i]}, {"bytes_per_token", stage_bytes[i]}});
+            {{"stage", kStageNames[i]}, {"seconds_per_token", stage_s[i]}, {"bytes_per_token", stage_bytes[i]},
+             {"regions_per_token", stage_regions[i]}});
       j["pool_regions_per_token"] = regions;
       if (t.n_gen > 0) {
         j["weight_bytes_per_token"] = bytes;
@@ -540,7 +545,7 @@ void bench(const BenchArgs& a) {
     std::fflush(stdout);
     comm_notes.push_back(fmt::format("{} {:.1f} KB", t.name(), comm / 1e3));
     last_ranks = ranks;
-    if (a.profile) profiles.push_back({t.name(), 1.0 / m, stage_s, stage_bytes, regions});
+    if (a.profile) profiles.push_back({t.name(), 1.0 / m, stage_s, stage_bytes, stage_regions, regions});
   }
   for (const StageProfileRow& pr : profiles) print_stage_profile(pr);
   if (a.json) {

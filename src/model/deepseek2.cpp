@@ -254,7 +254,7 @@ void Deepseek2Model::forward(const BatchMeta& b, LatentCache& cache, float* logi
   const int64_t T = b.n_tokens(), E = c_.n_embd, half = c_.qk_rope / 2;
 
   // Embedding rows, any type; cos/sin per token once for all layers.
-  std::optional<StageTimer> embed_timer(std::in_place, stage_sink(), Stage::Embed, &stage_);
+  std::optional<StageTimer> embed_timer(std::in_place, stage_sink(), Stage::Embed, &stage_, pool_);
   pool_.parallel_for(T, [&](int64_t t0, int64_t t1, int) {
     for (int64_t t = t0; t < t1; ++t) {
       dequantize_row(w_.token_embd.type, w_.token_embd.row(b.token_ids[t]), x_.data() + t * E, E);
@@ -293,7 +293,7 @@ void Deepseek2Model::forward(const BatchMeta& b, LatentCache& cache, float* logi
       const auto n_logits = static_cast<int64_t>(b.logits_rows.size());
       for (int64_t i = 0; i < n_logits; ++i)
         std::memcpy(h_.data() + i * E, hidden + b.logits_rows[i] * E, sizeof(float) * E);
-      const StageTimer timer(stage_sink(), Stage::Head, &stage_);
+      const StageTimer timer(stage_sink(), Stage::Head, &stage_, pool_);
       if (n_logits > 0) mm(w_.output, h_.data(), E, n_logits, logits, c_.n_vocab);
     }
   } else if (logits && n_rows > 0) {  // no logits: a worker rank (rank 0 computes them)
@@ -307,13 +307,13 @@ int64_t Deepseek2Model::trunk_layer(int64_t il, const BatchMeta& b, LatentCache&
   const LayerWeights& L = w_.layers[il];
   const int64_t T = b.n_tokens(), E = c_.n_embd;
   {
-    const StageTimer timer(stage_sink(), Stage::AttnIn, &stage_);
+    const StageTimer timer(stage_sink(), Stage::AttnIn, &stage_, pool_);
     for (int64_t t = 0; t < T; ++t) rmsnorm(x_.data() + t * E, L.attn_norm.data(), h_.data() + t * E, E, c_.rms_eps);
   }
   attention(L, il, sparse(), b, cache);
   {
     // {n_head * v_head, T} -> {n_embd, T}, added to the residual.
-    const StageTimer timer(stage_sink(), Stage::AttnOut, &stage_);
+    const StageTimer timer(stage_sink(), Stage::AttnOut, &stage_, pool_);
     mm_split(L.attn_output, attn_.data(), c_.n_head * c_.v_head, T, proj_.data(), E);
     for (int64_t t = 0; t < T; ++t) add_inplace(x_.data() + t * E, proj_.data() + t * E, E);
   }
@@ -330,7 +330,7 @@ int64_t Deepseek2Model::trunk_layer(int64_t il, const BatchMeta& b, LatentCache&
 }
 
 void Deepseek2Model::head(int64_t n_rows, float* logits) {
-  const StageTimer timer(stage_sink(), Stage::Head, &stage_);
+  const StageTimer timer(stage_sink(), Stage::Head, &stage_, pool_);
   const int64_t E = c_.n_embd;
   for (int64_t t = 0; t < n_rows; ++t)
     rmsnorm(x_.data() + t * E, w_.output_norm.data(), h_.data() + t * E, E, c_.rms_eps);
@@ -340,17 +340,17 @@ void Deepseek2Model::head(int64_t n_rows, float* logits) {
 void Deepseek2Model::ffn(const LayerWeights& L, int64_t n_rows) {
   const int64_t E = c_.n_embd;
   {
-    const StageTimer timer(stage_sink(), L.is_moe ? Stage::Router : Stage::DenseFfn, &stage_);
+    const StageTimer timer(stage_sink(), L.is_moe ? Stage::Router : Stage::DenseFfn, &stage_, pool_);
     for (int64_t t = 0; t < n_rows; ++t)
       rmsnorm(x_.data() + t * E, L.ffn_norm.data(), h_.data() + t * E, E, c_.rms_eps);
   }
   if (L.is_moe) {
     moe_ffn(L, n_rows);
   } else {
-    const StageTimer timer(stage_sink(), Stage::DenseFfn, &stage_);
+    const StageTimer timer(stage_sink(), Stage::DenseFfn, &stage_, pool_);
     dense_ffn(L, n_rows);
   }
-  const StageTimer timer(stage_sink(), L.is_moe ? Stage::Experts : Stage::DenseFfn, &stage_);
+  const StageTimer timer(stage_sink(), L.is_moe ? Stage::Experts : Stage::DenseFfn, &stage_, pool_);
   for (int64_t t = 0; t < n_rows; ++t) add_inplace(x_.data() + t * E, proj_.data() + t * E, E);
 }
 
@@ -395,7 +395,7 @@ void Deepseek2Model::attention(const LayerWeights& L, int64_t il, bool sparse, c
   // outputs in attn_ (every head in a single process). The latent is every head's: all ranks
   // compute and cache all of it.
   const int64_t h0 = heads_.begin, n_own = heads_.size();
-  std::optional<StageTimer> in_timer(std::in_place, stage_sink(), Stage::AttnIn, &stage_);
+  std::optional<StageTimer> in_timer(std::in_place, stage_sink(), Stage::AttnIn, &stage_, pool_);
   const WeightMatrix q_rows = (c_.is_lite ? L.attn_q : L.attn_q_b).rows(h0 * c_.qk_head, n_own * c_.qk_head);
 
   // Query: {n_embd, T} -> {n_head * qk_head, T} directly (lite) or through the q LoRA.
@@ -480,7 +480,7 @@ void Deepseek2Model::attention(const LayerWeights& L, int64_t il, bool sparse, c
   // Both paths read the context as the cache stores it, in its dtype (this step's rows included),
   // so a row's value does not depend on whether it was computed in this step or an earlier one.
   in_timer.reset();
-  const StageTimer timer(stage_sink(), Stage::Attention, &stage_);
+  const StageTimer timer(stage_sink(), Stage::Attention, &stage_, pool_);
   const int64_t out_width = c_.n_head * c_.v_head;
   for (const auto& [s, path, last] : attn_calls_)
     run_mla_path(L, il, s, path, cache, b.context_slots.data() + s.slots_start, sparse,
@@ -700,7 +700,7 @@ void Deepseek2Model::moe_ffn(const LayerWeights& L, int64_t n) {
   const int64_t E = c_.n_embd, F = c_.n_ff_exp, X = c_.n_expert, K = c_.n_expert_used;
   const int rank = rank_of(opt_.comm), n_ranks = n_ranks_of(opt_.comm);
   // Routing: {n_embd, n} -> {n_expert, n} logits -> k experts and weights per token.
-  std::optional<StageTimer> router_timer(std::in_place, stage_sink(), Stage::Router, &stage_);
+  std::optional<StageTimer> router_timer(std::in_place, stage_sink(), Stage::Router, &stage_, pool_);
   mm(L.ffn_gate_inp, h_.data(), E, n, router_.data(), X);
   MoeRouting r;
   r.n_expert = static_cast<int>(X);
@@ -720,7 +720,7 @@ void Deepseek2Model::moe_ffn(const LayerWeights& L, int64_t n) {
   // then gate/up rows, SwiGLU, down rows), handed out to threads in small pieces; each output is
   // one dot product, so the results do not depend on chunking, scheduling or threads.
   router_timer.reset();
-  std::optional<StageTimer> experts_timer(std::in_place, stage_sink(), Stage::Experts, &stage_);
+  std::optional<StageTimer> experts_timer(std::in_place, stage_sink(), Stage::Experts, &stage_, pool_);
   float* acc = proj_.data();
   const int64_t chunk = std::max<int64_t>(1, pair_capacity_ / K);
   for (int64_t c0 = 0; c0 < n; c0 += chunk) {
@@ -794,7 +794,7 @@ void Deepseek2Model::moe_ffn(const LayerWeights& L, int64_t n) {
   }
   // The shared experts come last in the sum: the last rank, which holds the routed sums, adds them.
   experts_timer.reset();
-  const StageTimer timer(stage_sink(), Stage::DenseFfn, &stage_);
+  const StageTimer timer(stage_sink(), Stage::DenseFfn, &stage_, pool_);
   if (c_.n_expert_shared > 0) {
     swiglu_ffn(L.ffn_gate_shexp, L.ffn_up_shexp, L.ffn_down_shexp, F * c_.n_expert_shared, n, ex_out_.data());
     if (rank == n_ranks - 1)

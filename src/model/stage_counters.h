@@ -7,6 +7,8 @@
 #include <chrono>
 #include <cstdint>
 
+#include "kernels/thread_pool.h"
+
 namespace mla {
 
 enum class Stage : int {
@@ -27,24 +29,29 @@ constexpr const char* kStageNames[kStageCount] = {"embed",   "attn_in", "attenti
 struct StageCounters {
   std::array<std::atomic<int64_t>, kStageCount> ns{};
   std::array<std::atomic<int64_t>, kStageCount> bytes{};
+  std::array<std::atomic<int64_t>, kStageCount> regions{};  // thread-pool regions (hand-offs)
   void add_bytes(Stage s, int64_t b) { bytes[static_cast<int>(s)].fetch_add(b, std::memory_order_relaxed); }
 };
 
-// Times its scope into counters under stage s, and makes s the stage that byte counts go to
-// (*current); restores the previous stage on exit. counters == nullptr: does nothing (a rerun that
-// must not be counted).
+// Times its scope into counters under stage s, with the parallel regions pool ran in it, and
+// makes s the stage that byte counts go to (*current); restores the previous stage on exit.
+// counters == nullptr: does nothing (a rerun that must not be counted).
 class StageTimer {
  public:
-  StageTimer(StageCounters* counters, Stage s, Stage* current)
-      : counters_(counters), stage_(s), current_(current), prev_(*current) {
+  StageTimer(StageCounters* counters, Stage s, Stage* current, const ThreadPool& pool)
+      : counters_(counters), stage_(s), current_(current), prev_(*current), pool_(pool) {
     *current_ = s;
-    if (counters_) t0_ = std::chrono::steady_clock::now();
+    if (!counters_) return;
+    regions0_ = pool_.regions();
+    t0_ = std::chrono::steady_clock::now();
   }
   ~StageTimer() {
     *current_ = prev_;
     if (!counters_) return;
     const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0_);
-    counters_->ns[static_cast<int>(stage_)].fetch_add(ns.count(), std::memory_order_relaxed);
+    const int i = static_cast<int>(stage_);
+    counters_->ns[i].fetch_add(ns.count(), std::memory_order_relaxed);
+    counters_->regions[i].fetch_add(pool_.regions() - regions0_, std::memory_order_relaxed);
   }
   StageTimer(const StageTimer&) = delete;
   StageTimer& operator=(const StageTimer&) = delete;
@@ -54,6 +61,8 @@ class StageTimer {
   Stage stage_;
   Stage* current_;
   Stage prev_;
+  const ThreadPool& pool_;
+  int64_t regions0_ = 0;
   std::chrono::steady_clock::time_point t0_;
 };
 

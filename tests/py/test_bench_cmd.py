@@ -105,6 +105,8 @@ def test_bench_stage_profile(model):
         assert vectors > 0 and matrices + vectors == tg["weight_bytes_per_token"]
         assert all(s["seconds_per_token"] >= 0 for s in tg["stages"]) and st["head"]["seconds_per_token"] > 0
         assert (tg["pool_regions_per_token"] > 0) == (threads > 1)
+        # The stages' regions are the pool's, but for those outside them (none in a decode step).
+        assert sum(s["regions_per_token"] for s in tg["stages"]) == pytest.approx(tg["pool_regions_per_token"])
     r = mla("bench", "-m", model, "-p", "0", "-n", "4", "-r", "1", "-t", "2", "--profile", "--membw-size", "8M",
             "--log-level", "warn")
     assert "tg4:" in r.stdout and "| head |" in r.stdout and "thread-pool regions" in r.stdout

@@ -184,7 +184,9 @@ BENCHMARK(BM_MhaChunk<false>)->Name("attn/mha_chunk")->Apply([](auto* b) { depth
 BENCHMARK(BM_MqaChunk<false, 1>)->Name("attn/v2lite_mqa_chunk")->Apply([](auto* b) { depth_args(b, {512}); });
 BENCHMARK(BM_MhaChunk<false, 1>)->Name("attn/v2lite_mha_chunk")->Apply([](auto* b) { depth_args(b, {512}); });
 BENCHMARK(BM_MqaDecode<true>)->Name("attn/exact/mqa_decode")->Apply([](auto* b) { depth_args(b, {1, 2048, 8192}); });
-BENCHMARK(BM_MqaDecodeQ8w<1, true>)->Name("attn/exact/v2lite_decode")->Apply([](auto* b) { depth_args(b, {1, 4096, 4160}); });
+BENCHMARK(BM_MqaDecodeQ8w<1, true>)->Name("attn/exact/v2lite_decode")->Apply([](auto* b) {
+  depth_args(b, {1, 4096, 4160});
+});
 BENCHMARK(BM_MqaChunk<true>)->Name("attn/exact/mqa_chunk")->Apply([](auto* b) { depth_args(b, {2048}); });
 BENCHMARK(BM_MhaChunk<true>)->Name("attn/exact/mha_chunk")->Apply([](auto* b) { depth_args(b, {2048}); });
 BENCHMARK(BM_MqaChunk<true, 1>)->Name("attn/exact/v2lite_mqa_chunk")->Apply([](auto* b) { depth_args(b, {512}); });

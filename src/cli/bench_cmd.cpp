@@ -284,13 +284,15 @@ struct StageProfileRow {
 void print_stage_profile(const StageProfileRow& r) {
   double sum = 0, bytes = 0;
   for (int i = 0; i < kStageCount; ++i) sum += r.stage_s[i], bytes += r.stage_bytes[i];
-  fmt::print("\n{}: {:.3f} ms per token, {:.3f} ms of it in the forward's stages; {:.1f} thread-pool regions "
-             "(hand-offs to the workers and back) per token\n",
-             r.test, 1e3 * r.s_per_token, 1e3 * sum, r.regions);
-  fmt::print("| stage | ms/token | share | MB/token | GB/s | regions/token |\n| --- | ---: | ---: | ---: | ---: | ---: |\n");
+  fmt::print(
+      "\n{}: {:.3f} ms per token, {:.3f} ms of it in the forward's stages; {:.1f} thread-pool regions "
+      "(hand-offs to the workers and back) per token\n",
+      r.test, 1e3 * r.s_per_token, 1e3 * sum, r.regions);
+  fmt::print(
+      "| stage | ms/token | share | MB/token | GB/s | regions/token |\n| --- | ---: | ---: | ---: | ---: | ---: |\n");
   auto row = [&](const char* name, double sec, double b, double regions) {
-    fmt::print("| {} | {:.3f} | {:.1f}% | {:.2f} | {} | {} |\n", name, 1e3 * sec, 100.0 * sec / r.s_per_token,
-               b / 1e6, sec > 0 && b > 0 ? fmt::format("{:.2f}", b / sec / 1e9) : std::string("-"),
+    fmt::print("| {} | {:.3f} | {:.1f}% | {:.2f} | {} | {} |\n", name, 1e3 * sec, 100.0 * sec / r.s_per_token, b / 1e6,
+               sec > 0 && b > 0 ? fmt::format("{:.2f}", b / sec / 1e9) : std::string("-"),
                regions >= 0 ? fmt::format("{:.1f}", regions) : std::string("-"));
   };
   for (int i = 0; i < kStageCount; ++i) row(kStageNames[i], r.stage_s[i], r.stage_bytes[i], r.stage_regions[i]);
@@ -520,9 +522,10 @@ void bench(const BenchArgs& a) {
                               {"expert_bytes", ranks[r].expert_bytes}});
       j["stages"] = nlohmann::json::array();
       for (int i = 0; i < kStageCount; ++i)
-        j["stages"].push_back(
-            {{"stage", kStageNames[i]}, {"seconds_per_token", stage_s[i]}, {"bytes_per_token", stage_bytes[i]},
-             {"regions_per_token", stage_regions[i]}});
+        j["stages"].push_back({{"stage", kStageNames[i]},
+                               {"seconds_per_token", stage_s[i]},
+                               {"bytes_per_token", stage_bytes[i]},
+                               {"regions_per_token", stage_regions[i]}});
       j["pool_regions_per_token"] = regions;
       if (t.n_gen > 0) {
         j["weight_bytes_per_token"] = bytes;

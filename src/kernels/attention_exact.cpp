@@ -193,18 +193,20 @@ inline void load_row_f64(const MlaAttnParams& p, DequantizeFn dq, int64_t j, flo
 
 // ---- MQA ----
 
-constexpr int64_t kPartUnit = 256;   // a part is a whole number of these rows
-constexpr int64_t kMaxParts = 32;    // a query's rows are split into at most this many parts
-constexpr int64_t kTile = 32;        // rows converted to double at a time
-constexpr int64_t kQueryBlock = 8;   // queries absorbed and attended per round (bounds the buffers)
-constexpr int kMaxGroup = 16;        // heads whose scores and sums stay in registers together
+constexpr int64_t kPartUnit = 256;  // a part is a whole number of these rows
+constexpr int64_t kMaxParts = 32;   // a query's rows are split into at most this many parts
+constexpr int64_t kTile = 32;       // rows converted to double at a time
+constexpr int64_t kQueryBlock = 8;  // queries absorbed and attended per round (bounds the buffers)
+constexpr int kMaxGroup = 16;       // heads whose scores and sums stay in registers together
 // Accumulator registers a register tile uses: 16 of AVX-512's 32 (two FMA pipes of latency 4
 // need 8 in flight), fewer where the register file has 16.
 constexpr int kAccRegs = kD == 8 ? 16 : 8;
 
 // Rows of a part of a query that attends n rows: a function of n alone (not of the batch or the
 // threads), at most kMaxParts parts.
-int64_t part_rows(int64_t n) { return kPartUnit * std::max<int64_t>(1, (n + kPartUnit * kMaxParts - 1) / (kPartUnit * kMaxParts)); }
+int64_t part_rows(int64_t n) {
+  return kPartUnit * std::max<int64_t>(1, (n + kPartUnit * kMaxParts - 1) / (kPartUnit * kMaxParts));
+}
 
 // Scores of R tile rows for the NV head vectors of a group: s[r][lane] = Σ_c tile[r][c] · q[c][lane].
 template <int R, int NV>
@@ -434,8 +436,8 @@ void mla_attention_mqa_exact(const MlaAttnParams& p, ThreadPool& pool, AttnScrat
         double* first = parts + part_base[i] * L.part_doubles;
         for (int64_t k = part_base[i] + 1; k < part_base[i + 1]; ++k) {
           const double* other = parts + k * L.part_doubles;
-          fold(first, first + L.hp, first + 2 * L.hp, other, other + L.hp, other + 2 * L.hp, p.n_head, L.hp, L.kvp,
-               ab, ab + L.hp);
+          fold(first, first + L.hp, first + 2 * L.hp, other, other + L.hp, other + 2 * L.hp, p.n_head, L.hp, L.kvp, ab,
+               ab + L.hp);
         }
       }
     });
@@ -602,8 +604,8 @@ void mla_attention_mha_exact(const MlaAttnParams& p, ThreadPool& pool, AttnScrat
   // (W_UK c, then k_pe), vt [v_dim][kKeyBlock] (W_UV c) and v [kKeyBlock][ldv], kTQ queries' scores,
   // and the head's queries in double qd [n_q][qk_head] with their state m, l, acc [n_q][ldv].
   const int64_t tile = row_len * kKeyBlock + qk_head * kKeyBlock + p.v_dim * kKeyBlock + kKeyBlock * ldv;
-  const size_t per_thread = static_cast<size_t>(4 * row_len + tile + kTQ * kKeyBlock + kTQ * kRChunk +
-                                                p.n_q * (qk_head + 2 + ldv));
+  const size_t per_thread =
+      static_cast<size_t>(4 * row_len + tile + kTQ * kKeyBlock + kTQ * kRChunk + p.n_q * (qk_head + 2 + ldv));
   reserve_thread_buffers(scratch, nt, per_thread);
   attn::reserve_head_buffers(scratch, nt, static_cast<size_t>((p.qk_nope + p.v_dim) * p.kv_lora));
   if (static_cast<int>(scratch.exact_rows.size()) < nt) scratch.exact_rows.resize(nt);

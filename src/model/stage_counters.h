@@ -23,8 +23,8 @@ enum class Stage : int {
   kCount
 };
 constexpr int kStageCount = static_cast<int>(Stage::kCount);
-constexpr const char* kStageNames[kStageCount] = {"embed",   "attn_in", "attention", "attn_out",
-                                                  "router",  "experts", "dense_ffn", "head"};
+constexpr const char* kStageNames[kStageCount] = {"embed",  "attn_in", "attention", "attn_out",
+                                                  "router", "experts", "dense_ffn", "head"};
 
 struct StageCounters {
   std::array<std::atomic<int64_t>, kStageCount> ns{};

@@ -89,7 +89,7 @@ def test_bench_stage_profile(model):
     for threads in (1, 2):
         r = mla("bench", "-m", model, "-p", "16", "-n", "4", "-r", "1", "-t", str(threads), "--json",
                 "--membw-size", "8M", "--log-level", "warn")
-        pp, tg = json.loads(r.stdout)
+        _, tg = json.loads(r.stdout)
         st = {s["stage"]: s for s in tg["stages"]}
         assert list(st) == ["embed", "attn_in", "attention", "attn_out", "router", "experts", "dense_ffn", "head"]
         assert st["head"]["bytes_per_token"] == size["output.weight"]

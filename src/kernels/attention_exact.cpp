@@ -144,20 +144,6 @@ inline double exp_nonpos1(double x) {
   return exp_nonpos(v)[0];
 }
 
-// Σ_k a[k] · b[k] over n doubles, b given as F32 (widened on load).
-inline double dot_d_f(const double* a, const float* b, int64_t n) {
-  f64v acc0{}, acc1{};
-  int64_t k = 0;
-  for (; k + 2 * kD <= n; k += 2 * kD) {
-    acc0 = vfma(vload(a + k), vload_f32(b + k), acc0);
-    acc1 = vfma(vload(a + k + kD), vload_f32(b + k + kD), acc1);
-  }
-  for (; k + kD <= n; k += kD) acc0 = vfma(vload(a + k), vload_f32(b + k), acc0);
-  double s = hsum(acc0 + acc1);
-  for (; k < n; ++k) s += a[k] * static_cast<double>(b[k]);
-  return s;
-}
-
 // out[r] = Σ_k a[k] · b[r · ldb + k] for R rows of b (F32, widened on load) against one vector a:
 // R independent accumulators share each load of a.
 template <int R>

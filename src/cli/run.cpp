@@ -18,7 +18,7 @@
 #include "engine/deepseek2_runner.h"
 #include "engine/engine.h"
 #include "engine/speculative.h"
-#include "engine/tokenizer_decoder.h"
+#include "engine/text_decoder.h"
 #include "gguf/gguf.h"
 #include "grammar/grammar.h"
 #include "kv/kv_manager.h"

@@ -12,7 +12,7 @@
 #include "kernels/moe.h"
 #include "kernels/ops.h"
 #include "kernels/rope.h"
-#include "parallel/gather.h"
+#include "model/model_comm.h"
 #include "quant/quant.h"
 #include "util/env.h"
 #include "util/error.h"
@@ -34,8 +34,8 @@ void parallel_for_large(ThreadPool& pool, int64_t n, int64_t elems, F&& fn) {
     pool.parallel_for(n, fn);
 }
 
-int rank_of(const Comm* comm) { return comm ? comm->rank() : 0; }
-int n_ranks_of(const Comm* comm) { return comm ? comm->size() : 1; }
+int rank_of(const ModelComm* comm) { return comm ? comm->rank() : 0; }
+int n_ranks_of(const ModelComm* comm) { return comm ? comm->size() : 1; }
 
 MlaPath other_path(MlaPath p) { return p == MlaPath::Mha ? MlaPath::Mqa : MlaPath::Mha; }
 

@@ -23,9 +23,9 @@
 #include "kv/latent_cache.h"
 #include "model/batch.h"
 #include "model/config.h"
+#include "model/model_comm.h"
 #include "model/stage_counters.h"
 #include "model/weights.h"
-#include "parallel/comm.h"
 
 namespace mla {
 
@@ -66,12 +66,13 @@ struct ModelOptions {
   bool dsa = true;                        // DeepSeek Sparse Attention where the model has an indexer (--dsa)
   bool mtp = false;                       // load the MTP (nextn) layer for speculative decoding (the runner)
   AttentionObserver* observer = nullptr;  // see AttentionObservation; must outlive the model
-  // Several processes (src/parallel/): this rank computes the routed experts of its
-  // shard_range(n_expert, rank, size), summed across ranks in rank order (expert parallelism), and
-  // its shard_range(n_head, ...) attention heads and its share of the output rows of attn_output,
-  // the dense FFNs and the shared experts, exchanged whole (tensor parallelism): the results are
-  // the single-process forward's bit for bit. nullptr or size 1: one process. Must outlive the model.
-  Comm* comm = nullptr;
+  // Several processes (model/model_comm.h; src/parallel/ implements it over MPI): this rank
+  // computes the routed experts of its shard_range(n_expert, rank, size), summed across ranks in
+  // rank order (expert parallelism), and its shard_range(n_head, ...) attention heads and its share
+  // of the output rows of attn_output, the dense FFNs and the shared experts, exchanged whole
+  // (tensor parallelism): the results are the single-process forward's bit for bit. nullptr or
+  // size 1: one process. Must outlive the model.
+  ModelComm* comm = nullptr;
 };
 
 // Tokens that went through sparse (DSA) layers, summed over layers, and the context rows they

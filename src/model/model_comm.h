@@ -29,6 +29,10 @@ class ModelComm {
   virtual void all_gather(const void* mine, size_t bytes, void* all) = 0;
 };
 
+// A model without a communicator (nullptr) runs in one process: rank 0 of 1.
+inline int rank_of(const ModelComm* comm) { return comm ? comm->rank() : 0; }
+inline int n_ranks_of(const ModelComm* comm) { return comm ? comm->size() : 1; }
+
 // The contiguous ranges [begin, end) of n items given to each of n_ranks ranks, balanced by
 // count: the first n % n_ranks ranks get one more. Used for routed experts and attention heads.
 struct ShardRange {

@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "engine/batch_meta.h"
 #include "engine/model_runner.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
@@ -142,17 +143,7 @@ void Speculator::on_fork(Sequence& first) {
 }
 
 void Speculator::begin_batch() {
-  BatchMeta& m = mtp_meta_;
-  m.token_ids.clear();
-  m.positions.clear();
-  m.slot_mapping.clear();
-  m.seqs.clear();
-  m.context_slots.clear();
-  m.logits_rows.clear();
-  m.block_table.clear();
-  m.block_size = 0;  // context_slots are given
-  m.policy = cfg_.path_policy;
-  m.decode_threshold = cfg_.decode_threshold;
+  reset_batch_meta(mtp_meta_, 0, cfg_.path_policy, cfg_.decode_threshold);  // add_rows lists the context slots
   mtp_h_in_.clear();
 }
 

@@ -23,6 +23,7 @@
 #include "grammar/grammar.h"
 #include "kv/kv_manager.h"
 #include "parallel/dist_runner.h"
+#include "tokenizer/tokenizer.h"
 #include "util/error.h"
 #include "util/log.h"
 

@@ -18,11 +18,12 @@
 #include "engine/deepseek2_runner.h"
 #include "engine/engine.h"
 #include "engine/speculative.h"
-#include "engine/tokenizer_decoder.h"
+#include "engine/text_decoder.h"
 #include "gguf/gguf.h"
 #include "grammar/grammar.h"
 #include "kv/kv_manager.h"
 #include "parallel/dist_runner.h"
+#include "tokenizer/tokenizer.h"
 #include "util/error.h"
 #include "util/log.h"
 

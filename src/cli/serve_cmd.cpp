@@ -23,6 +23,7 @@
 #include "engine/deepseek2_runner.h"
 #include "engine/engine.h"
 #include "engine/scripted_runner.h"
+#include "engine/text_decoder.h"
 #include "gguf/gguf.h"
 #include "grammar/grammar.h"
 #include "parallel/dist_runner.h"
@@ -30,7 +31,6 @@
 #include "server/http_server.h"
 #include "server/openai_api.h"
 #include "server/reasoning.h"
-#include "server/tokenizer_decoder.h"
 #include "server/tool_choice.h"
 #include "server/tool_parsers/tool_parser.h"
 #include "tokenizer/chat_template/chat_template.h"
@@ -276,7 +276,7 @@ void serve(ServeArgs& a) {
   if (!distributed)
     prefetch_file(a.model, fmt::format("loading {}", std::filesystem::path(a.model).filename().string()));
   std::unique_ptr<ModelRunner> runner;
-  std::unique_ptr<Tokenizer> tokenizer;
+  std::shared_ptr<Tokenizer> tokenizer;
   std::vector<int32_t> eos_ids;
   std::unique_ptr<GgufFile> vocab_file;  // scripted: the file is read for its vocabulary only
   if (a.scripted_output.empty()) {
@@ -315,7 +315,7 @@ void serve(ServeArgs& a) {
   ec.eos_token_ids = eos_ids;
   ec.num_speculative_tokens = n_spec;
   const int n_threads = mo.n_threads;
-  auto engine = std::make_unique<Engine>(std::move(runner), ec, std::make_shared<server::TokenizerDecoder>(*tokenizer));
+  auto engine = std::make_unique<Engine>(std::move(runner), ec, std::make_shared<TokenizerDecoder>(tokenizer));
   engine->start();
   server::ServedModel sm;
   sm.parsers = choose_parsers(a, tmpl_src);

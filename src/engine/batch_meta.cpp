@@ -4,8 +4,7 @@
 
 namespace mla {
 
-void build_batch_meta(std::span<const ScheduledSeq> seqs, int block_size, MlaPathPolicy policy, int decode_threshold,
-                      bool all_logits, BatchMeta& meta) {
+void reset_batch_meta(BatchMeta& meta, int block_size, MlaPathPolicy policy, int decode_threshold) {
   meta.token_ids.clear();
   meta.positions.clear();
   meta.slot_mapping.clear();
@@ -14,6 +13,13 @@ void build_batch_meta(std::span<const ScheduledSeq> seqs, int block_size, MlaPat
   meta.logits_rows.clear();
   meta.block_table.clear();
   meta.block_size = block_size;
+  meta.policy = policy;
+  meta.decode_threshold = decode_threshold;
+}
+
+void build_batch_meta(std::span<const ScheduledSeq> seqs, int block_size, MlaPathPolicy policy, int decode_threshold,
+                      bool all_logits, BatchMeta& meta) {
+  reset_batch_meta(meta, block_size, policy, decode_threshold);
   for (const ScheduledSeq& s : seqs) {
     const int n_ctx = s.n_computed + s.n_new;
     assert(s.n_new >= 1 && n_ctx <= static_cast<int>(s.tokens.size()));
@@ -41,8 +47,6 @@ void build_batch_meta(std::span<const ScheduledSeq> seqs, int block_size, MlaPat
     }
     meta.seqs.push_back(m);
   }
-  meta.policy = policy;
-  meta.decode_threshold = decode_threshold;
 }
 
 }  // namespace mla

@@ -22,6 +22,10 @@ struct ScheduledSeq {
   bool verify = false;
 };
 
+// Empties meta (keeping its buffers) for a new batch of the given geometry and path policy.
+// block_size 0: the batch lists each sequence's context_slots itself (the MTP layer's batches).
+void reset_batch_meta(BatchMeta& meta, int block_size, MlaPathPolicy policy, int decode_threshold);
+
 // Fills meta (reusing its buffers) for the scheduled sequences, in order. all_logits: every row
 // gets logits (tools that dump them), not only the rows that will be sampled.
 void build_batch_meta(std::span<const ScheduledSeq> seqs, int block_size, MlaPathPolicy policy, int decode_threshold,

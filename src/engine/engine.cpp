@@ -1,5 +1,5 @@
 // The engine loop: inbox (add/abort from any thread) → scheduler → BatchMeta → model forward →
-// sampler → stop checks and text → per-request outputs.
+// sampler (and speculative acceptance) → stop checks and text → per-request outputs.
 #include "engine/engine.h"
 
 #include <algorithm>
@@ -14,6 +14,7 @@
 #include "engine/model_runner.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
+#include "engine/speculative.h"
 #include "grammar/token_mask.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -23,20 +24,24 @@ namespace mla {
 struct Engine::Impl {
   Impl(std::unique_ptr<ModelRunner> r, EngineConfig c, std::shared_ptr<const TextDecoder> d);
 
-  // Engine thread only.
+  // Engine thread only. A step: schedule → build_batch → run_forward → sample → update.
   bool step();
+  SchedulerOutput schedule(std::vector<Request*>& touched);
+  void build_batch(const SchedulerOutput& plan);
+  void run_forward();
+  void sample(const SchedulerOutput& plan, std::vector<Request*>& touched);
+  void update(const SchedulerOutput& plan, std::vector<Request*>& touched);
+
   void drain_inbox(std::vector<Request*>& touched);
   void admit(std::unique_ptr<Request> req);
   void finish_request(Request& req, FinishReason reason, const std::string& error);
   void start_masks(const SchedulerOutput& plan);
   void sample_seq(Sequence* seq, const float* row, const MaskJob* mask, std::vector<Request*>& touched);
+  // The first sequence of a request with n > 1 has sampled from `row`: its siblings start from
+  // the same logits and share its prompt's blocks.
+  void fork(Sequence* seq, const float* row, std::span<const uint32_t> allowed);
   void append_token(Sequence* seq, const SampleResult& res);
-  // Speculative decoding: the verify rows of seq (its last accepted token, then its drafts).
-  void accept_drafts(Sequence* seq, const float* rows, int n_rows, int position, std::vector<Request*>& touched);
-  // After the step's sampling: the MTP layer's rows of every scheduled sequence, then the drafts.
-  void run_mtp(const SchedulerOutput& plan);
-  int draft_budget(const Sequence* seq) const;  // drafts seq may carry into the next step
-  void flush_finished();                        // frees the sequences that finished this step
+  void flush_finished();  // frees the sequences that finished this step
   void emit(std::vector<Request*>& touched);
   void update_counters();
   void enqueue(std::unique_ptr<Request> req);  // any thread
@@ -49,6 +54,7 @@ struct Engine::Impl {
   kv::KvManager kv;
   Scheduler sched;
   Sampler sampler;
+  Speculator spec;  // speculative decoding (cfg.num_speculative_tokens > 0)
   BatchMeta meta;
   std::vector<ScheduledSeq> scheduled;
   std::vector<float> logits;
@@ -60,19 +66,6 @@ struct Engine::Impl {
   std::unordered_map<std::string, std::unique_ptr<Request>> requests;
   EngineCounters totals;                    // the cumulative part, engine thread
   std::vector<Sequence*> finished_pending;  // finished in this step; their blocks are freed at its end
-  std::vector<int> n_before;                // per plan item: n_computed before the step
-  // Speculative decoding (cfg.num_speculative_tokens > 0).
-  int n_embd = 0;
-  int configured_spec = 0;    // cfg.num_speculative_tokens at start-up (set_speculative_tokens changes the other)
-  std::vector<float> hidden;  // the trunk's final normed state of every batch row
-  BatchMeta mtp_meta;
-  std::vector<float> mtp_h_in, mtp_h_out, mtp_h_prev, mtp_logits;
-  struct Drafting {
-    Sequence* seq;
-    int h_row;  // its last row in mtp_h_out
-    int n_draft;
-  };
-  std::vector<Drafting> drafting;
 
   // Shared with other threads.
   mutable std::mutex mu;
@@ -94,7 +87,8 @@ Engine::Impl::Impl(std::unique_ptr<ModelRunner> r, EngineConfig c, std::shared_p
       n_vocab(runner->n_vocab()),
       kv(runner->cache().n_blocks(), runner->cache().block_size(), cfg.enable_prefix_caching),
       sched({cfg.max_num_batched_tokens, cfg.max_num_seqs}, kv),
-      sampler(n_vocab) {
+      sampler(n_vocab),
+      spec(*runner, cfg, kv, n_vocab) {
   if (cfg.max_num_batched_tokens < 1)
     fail("engine: max-num-batched-tokens must be >= 1, got {}", cfg.max_num_batched_tokens);
   if (cfg.max_num_seqs < 1) fail("engine: max-num-seqs must be >= 1, got {}", cfg.max_num_seqs);
@@ -109,22 +103,8 @@ Engine::Impl::Impl(std::unique_ptr<ModelRunner> r, EngineConfig c, std::shared_p
   }
   if (max_len < 2) fail("engine: max model length {} leaves no room to generate", max_len);
   cfg.max_model_len = static_cast<int>(max_len);
-  if (cfg.num_speculative_tokens < 0 || cfg.num_speculative_tokens > 4)
-    fail("engine: num_speculative_tokens must be 1 to 4 (0: off), got {}", cfg.num_speculative_tokens);
-  if (cfg.num_speculative_tokens > 0) {
-    if (!runner->has_mtp()) fail("engine: speculative decoding needs the model's MTP layer, which is not loaded");
-    const int64_t need = int64_t{cfg.max_num_batched_tokens} + cfg.max_num_seqs;
-    if (runner->max_batch_tokens() < need)
-      fail(
-          "engine: with speculative decoding the model's batch must hold max-num-batched-tokens + max-num-seqs = {} "
-          "tokens, it holds {}",
-          need, runner->max_batch_tokens());
-    n_embd = runner->hidden_dim();
-    sched.configure_speculation(cfg.num_speculative_tokens, cfg.max_model_len);
-    totals.n_spec_accepted_per_pos.assign(cfg.num_speculative_tokens, 0);
-    configured_spec = cfg.num_speculative_tokens;
-    log().info("speculative decoding: method mtp, {} draft token(s) per step", cfg.num_speculative_tokens);
-  }
+  spec.start();
+  sched.configure_speculation(cfg.num_speculative_tokens, cfg.max_model_len);
   if (cfg.path_policy == MlaPathPolicy::Auto)
     log().info("mla path auto: query length <= {} down mqa, longer (prefill chunks) down {}", cfg.decode_threshold,
                mla_path_name(runner->auto_prefill_path()));
@@ -134,17 +114,7 @@ Engine::Impl::Impl(std::unique_ptr<ModelRunner> r, EngineConfig c, std::shared_p
 
 void Engine::Impl::admit(std::unique_ptr<Request> req) {
   Request* r = req.get();
-  auto seq = std::make_unique<Sequence>();
-  seq->req = r;
-  seq->tokens = r->prompt;
-  seq->n_prompt = static_cast<int>(r->prompt.size());
-  seq->n_slots = r->params.n;
-  seq->rng = Rng(*r->params.seed);
-  seq->penalties.set_prompt(r->prompt);
-  seq->output.start(decoder.get(), r->prompt, r->params);
-  if (r->params.grammar) seq->grammar = std::make_unique<GrammarMatcher>(r->params.grammar);
-  sched.add_waiting(seq.get());
-  r->seqs.push_back(std::move(seq));
+  sched.add_waiting(&r->add_sequence(0, decoder.get()));
   totals.n_prompt_tokens += static_cast<int64_t>(r->prompt.size());
   requests.emplace(r->id, std::move(req));
 }
@@ -179,14 +149,9 @@ void Engine::Impl::finish_request(Request& req, FinishReason reason, const std::
   // Before the fork the other n - 1 sequences do not exist yet; they end with it.
   if (!req.forked) {
     for (int i = 1; i < req.params.n; ++i) {
-      auto s = std::make_unique<Sequence>();
-      s->req = &req;
-      s->index = i;
-      s->tokens = req.prompt;
-      s->n_prompt = static_cast<int>(req.prompt.size());
-      s->status = SeqStatus::kFinished;
-      s->output.finish_external(reason);
-      req.seqs.push_back(std::move(s));
+      Sequence& s = req.add_sequence(i, decoder.get());
+      s.status = SeqStatus::kFinished;
+      s.output.finish_external(reason);
       ++req.n_finished;
     }
     req.forked = true;
@@ -230,181 +195,6 @@ void Engine::Impl::flush_finished() {
   finished_pending.clear();
 }
 
-int Engine::Impl::draft_budget(const Sequence* seq) const {
-  if (cfg.num_speculative_tokens <= 0 || seq->grammar) return 0;
-  const int n_tokens = static_cast<int>(seq->tokens.size());
-  // The verify step computes positions n_tokens - 1 .. n_tokens - 1 + k and yields up to k + 1 tokens.
-  const int by_len = cfg.max_model_len - n_tokens;
-  const int by_max = seq->req->params.max_tokens - seq->n_generated() - 1;
-  return std::max(0, std::min({cfg.num_speculative_tokens, by_len, by_max}));
-}
-
-void Engine::Impl::accept_drafts(Sequence* seq, const float* rows, int n_rows, int position,
-                                 std::vector<Request*>& touched) {
-  Request& r = *seq->req;
-  touched.push_back(&r);
-  const int k = n_rows - 1;
-  seq->tokens.resize(seq->tokens.size() - k);  // the drafts were appended for the batch
-  int n_accepted = 0;
-  for (int i = 0; i <= k; ++i) {
-    const float* row = rows + static_cast<size_t>(i) * n_vocab;
-    if (cfg.on_logits) cfg.on_logits(r.id, seq->index, position + i, std::span<const float>(row, n_vocab));
-    bool accepted = false;
-    const SampleResult res =
-        i < k ? sampler.sample_draft(row, r.params, seq->penalties, seq->n_generated(), cfg.eos_token_ids, seq->rng,
-                                     seq->drafts[i], accepted)
-              : sampler.sample(row, r.params, seq->penalties, seq->n_generated(), cfg.eos_token_ids, seq->rng);
-    if (accepted) {
-      ++n_accepted;
-      ++totals.n_spec_accepted_per_pos[i];
-    }
-    append_token(seq, res);
-    if (!accepted || seq->status == SeqStatus::kFinished || r.aborted) break;
-  }
-  ++totals.n_spec_drafts;
-  totals.n_spec_draft_tokens += k;
-  totals.n_spec_accepted_tokens += n_accepted;
-  seq->drafts.clear();
-  // The trunk rows of the accepted tokens are final; those of rejected drafts are past
-  // n_computed and will be overwritten before anything reads them.
-  seq->n_computed = static_cast<int>(seq->tokens.size()) - 1;
-}
-
-namespace {
-
-int32_t argmax_row(const float* row, int n) {
-  int32_t best = 0;
-  for (int32_t i = 1; i < n; ++i)
-    if (row[i] > row[best]) best = i;
-  return best;
-}
-
-int32_t slot_of(const Sequence* s, int position, int block_size) {
-  return s->blocks.table[position / block_size] * block_size + position % block_size;
-}
-
-}  // namespace
-
-void Engine::Impl::run_mtp(const SchedulerOutput& plan) {
-  const int bs = kv.block_size();
-  const size_t E = static_cast<size_t>(n_embd);
-  auto begin_batch = [&] {
-    BatchMeta& m = mtp_meta;
-    m.token_ids.clear();
-    m.positions.clear();
-    m.slot_mapping.clear();
-    m.seqs.clear();
-    m.context_slots.clear();
-    m.logits_rows.clear();
-    m.block_table.clear();
-    m.block_size = 0;  // context_slots are given
-    m.policy = cfg.path_policy;
-    m.decode_threshold = cfg.decode_threshold;
-    mtp_h_in.clear();
-  };
-  // One sequence's MTP rows at positions q0..q1 (tokens[q], or `token` for a single chained row),
-  // attending positions 1..q1; h(q) gives the h input of row q.
-  auto add_rows = [&](Sequence* s, int q0, int q1, const int32_t* chained_token, auto&& h) {
-    BatchMeta& m = mtp_meta;
-    SeqMeta sm;
-    sm.query_start = static_cast<int32_t>(m.token_ids.size());
-    sm.query_len = q1 - q0 + 1;
-    sm.context_len = q1;
-    sm.slots_start = static_cast<int32_t>(m.context_slots.size());
-    for (int p = 1; p <= q1; ++p) m.context_slots.push_back(slot_of(s, p, bs));
-    for (int q = q0; q <= q1; ++q) {
-      m.token_ids.push_back(chained_token ? *chained_token : s->tokens[q]);
-      m.positions.push_back(q);
-      m.slot_mapping.push_back(slot_of(s, q, bs));
-      const float* hq = h(q);
-      mtp_h_in.insert(mtp_h_in.end(), hq, hq + E);
-    }
-    m.seqs.push_back(sm);
-  };
-  auto run = [&] {
-    const size_t n = mtp_meta.token_ids.size();
-    if (mtp_h_out.size() < n * E) mtp_h_out.resize(n * E);
-    const size_t n_logits = mtp_meta.logits_rows.size() * static_cast<size_t>(n_vocab);
-    if (mtp_logits.size() < n_logits) mtp_logits.resize(n_logits);
-    const auto t0 = std::chrono::steady_clock::now();
-    runner->forward_mtp(mtp_meta, mtp_h_in.data(), mtp_logits.data(), mtp_h_out.data());
-    totals.mtp_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  };
-
-  // The rows that became computable: position q pairs the trunk's h at q - 1 with token q.
-  begin_batch();
-  drafting.clear();
-  for (size_t i = 0; i < plan.items.size(); ++i) {
-    Sequence* s = plan.items[i].seq;
-    if (s->blocks.table.empty()) continue;  // ended by an error this step
-    const bool finished = s->status == SeqStatus::kFinished;
-    const int a = n_before[i], b = s->n_computed;
-    const int32_t row0 = meta.seqs[i].query_start;  // the trunk row of position a
-    auto h = [&, s, a, row0](int q) {
-      return q - 1 == a - 1 ? s->pending_h.data() : hidden.data() + (row0 + q - 1 - a) * E;
-    };
-    const int q0 = std::max(s->mtp_valid + 1, 1);
-    const int q1 = finished || s->mtp_hold ? b - 1 : b;
-    if (q0 <= q1) {
-      if (q0 < a || (q0 == a && s->pending_h.size() != E)) {
-        // Cannot happen by construction (the rows before a step's first position are final).
-        log().error("mtp: sequence of {} lacks the hidden state for position {}; it stops speculating", s->req->id,
-                    q0 - 1);
-        continue;
-      }
-      add_rows(s, q0, q1, nullptr, h);
-      s->mtp_valid = q1;
-      // Drafts only in the decode state: every token but the last one computed.
-      const bool decoding = static_cast<int>(s->tokens.size()) == b + 1;
-      const int n_draft = finished || q1 != b || !decoding ? 0 : draft_budget(s);
-      if (n_draft > 0) {
-        mtp_meta.logits_rows.push_back(static_cast<int32_t>(mtp_meta.token_ids.size()) - 1);
-        drafting.push_back({s, static_cast<int>(mtp_meta.token_ids.size()) - 1, n_draft});
-      }
-    }
-    if (s->mtp_valid < b) {  // the next step's first MTP row needs the trunk's h at b - 1
-      const float* hb = hidden.data() + (row0 + b - 1 - a) * E;
-      s->pending_h.assign(hb, hb + E);
-    }
-  }
-  if (!mtp_meta.token_ids.empty()) run();
-  for (size_t j = 0; j < drafting.size(); ++j)
-    drafting[j].seq->drafts.assign(1, argmax_row(mtp_logits.data() + j * n_vocab, n_vocab));
-
-  // Chained drafts: draft k + 1 from the MTP layer's own output at draft k.
-  for (int k = 1; k < cfg.num_speculative_tokens; ++k) {
-    std::swap(mtp_h_out, mtp_h_prev);  // the previous call's outputs are this call's h inputs
-    begin_batch();
-    size_t n_chain = 0;
-    for (Drafting& d : drafting) {
-      if (d.n_draft <= k) continue;
-      Sequence* s = d.seq;
-      const int q = s->n_computed + k;
-      const float* hq = mtp_h_prev.data() + static_cast<size_t>(d.h_row) * E;
-      add_rows(s, q, q, &s->drafts.back(), [hq](int) { return hq; });
-      mtp_meta.logits_rows.push_back(static_cast<int32_t>(n_chain));
-      d.h_row = static_cast<int>(n_chain++);
-    }
-    if (n_chain == 0) break;
-    run();
-    for (Drafting& d : drafting)
-      if (d.n_draft > k)
-        d.seq->drafts.push_back(argmax_row(mtp_logits.data() + static_cast<size_t>(d.h_row) * n_vocab, n_vocab));
-  }
-
-  // A request that forked this step: its siblings start from the first sequence's MTP state.
-  for (const auto& item : plan.items) {
-    Sequence* s = item.seq;
-    if (!s->mtp_hold) continue;
-    s->mtp_hold = false;
-    for (auto& sib : s->req->seqs) {
-      if (sib.get() == s) continue;
-      sib->mtp_valid = s->mtp_valid;
-      sib->pending_h = s->pending_h;
-    }
-  }
-}
-
 // Fills the token masks of the constrained sequences that sample in this step on the mask
 // worker; the caller runs the forward pass meanwhile and then waits.
 void Engine::Impl::start_masks(const SchedulerOutput& plan) {
@@ -437,38 +227,26 @@ void Engine::Impl::sample_seq(Sequence* seq, const float* row, const MaskJob* ma
   const bool fork_now = !r.forked && seq->index == 0;
   SampleResult res =
       sampler.sample(row, r.params, seq->penalties, seq->n_generated(), cfg.eos_token_ids, seq->rng, allowed);
-  if (fork_now) {
-    r.forked = true;
-    seq->n_slots = 1;
-    if (cfg.num_speculative_tokens > 0 && r.params.n > 1) {
-      // Share only the blocks that hold the prompt, and hold the MTP row after it (each sibling's
-      // differs) until each has its own copy of the block.
-      kv.truncate(seq->blocks, seq->n_computed);
-      seq->mtp_hold = true;
-    }
-    // Siblings share the prompt's blocks (copy-on-write of the partial last block happens when
-    // one of them writes into it) and sample their first token from the same logits.
-    for (int i = 1; i < r.params.n; ++i) {
-      auto sib = std::make_unique<Sequence>();
-      sib->req = &r;
-      sib->index = i;
-      sib->tokens = r.prompt;
-      sib->n_prompt = seq->n_prompt;
-      sib->n_computed = seq->n_computed;
-      kv.fork(seq->blocks, sib->blocks);
-      sib->rng = Rng(*r.params.seed + 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(i));
-      sib->penalties.set_prompt(r.prompt);
-      sib->output.start(decoder.get(), r.prompt, r.params);
-      // A fresh matcher is in the same state as seq's before its first token: same mask.
-      if (r.params.grammar) sib->grammar = std::make_unique<GrammarMatcher>(r.params.grammar);
-      Sequence* s = sib.get();
-      r.seqs.push_back(std::move(sib));
-      sched.add_running(s);
-      SampleResult sib_res = sampler.sample(row, r.params, s->penalties, 0, cfg.eos_token_ids, s->rng, allowed);
-      append_token(s, sib_res);
-    }
-  }
+  if (fork_now) fork(seq, row, allowed);
   append_token(seq, res);
+}
+
+void Engine::Impl::fork(Sequence* seq, const float* row, std::span<const uint32_t> allowed) {
+  Request& r = *seq->req;
+  r.forked = true;
+  seq->n_slots = 1;
+  spec.on_fork(*seq);
+  // Siblings share the prompt's blocks (copy-on-write of the partial last block happens when
+  // one of them writes into it) and sample their first token from the same logits. A fresh
+  // grammar matcher is in the same state as seq's before its first token: same mask.
+  for (int i = 1; i < r.params.n; ++i) {
+    Sequence& sib = r.add_sequence(i, decoder.get());
+    sib.n_computed = seq->n_computed;
+    kv.fork(seq->blocks, sib.blocks);
+    sched.add_running(&sib);
+    SampleResult sib_res = sampler.sample(row, r.params, sib.penalties, 0, cfg.eos_token_ids, sib.rng, allowed);
+    append_token(&sib, sib_res);
+  }
 }
 
 void Engine::Impl::emit(std::vector<Request*>& touched) {
@@ -524,6 +302,7 @@ void Engine::Impl::update_counters() {
   c.kv_usage = 1.0 - static_cast<double>(c.n_kv_blocks_free) / static_cast<double>(c.n_kv_blocks);
   c.n_sparse_layer_tokens = runner->sparse_layer_tokens();
   c.n_sparse_selected_rows = runner->sparse_selected_rows();
+  spec.write_counters(c);
   std::lock_guard lk(counters_mu);
   snapshot = c;
 }
@@ -531,6 +310,22 @@ void Engine::Impl::update_counters() {
 bool Engine::Impl::step() {
   std::vector<Request*> touched;
   drain_inbox(touched);
+  const SchedulerOutput plan = schedule(touched);
+  if (plan.empty()) {
+    const bool did = !touched.empty();
+    emit(touched);
+    return did;
+  }
+  build_batch(plan);
+  run_forward();
+  sched.on_forward_done(plan);
+  sample(plan, touched);
+  update(plan, touched);
+  return true;
+}
+
+// The scheduler's plan for this step; requests that cannot fit the cache end with an error.
+SchedulerOutput Engine::Impl::schedule(std::vector<Request*>& touched) {
   SchedulerOutput plan = sched.schedule();
   for (Sequence* seq : plan.failed) {
     Request& r = *seq->req;
@@ -543,36 +338,35 @@ bool Engine::Impl::step() {
   totals.n_preemptions += plan.n_preempted;
   totals.n_prefix_queries += plan.n_prefix_query_tokens;
   totals.n_prefix_hits += plan.n_prefix_hit_tokens;
-  if (plan.empty()) {
-    const bool did = !touched.empty();
-    emit(touched);
-    return did;
-  }
+  return plan;
+}
 
+// The block copies, the model's BatchMeta and the logits buffer for the plan; the grammar masks
+// start filling on their worker.
+void Engine::Impl::build_batch(const SchedulerOutput& plan) {
   for (const auto& c : plan.copies) runner->copy_block(c.src, c.dst);
   scheduled.clear();
   for (const auto& item : plan.items) {
     Sequence* s = item.seq;
-    // A speculating sequence's drafts ride with its last token (taken off again after the forward).
-    const bool verify = !s->drafts.empty();
-    if (verify) s->tokens.insert(s->tokens.end(), s->drafts.begin(), s->drafts.end());
+    if (item.verify) Speculator::append_drafts(*s);
     scheduled.push_back({s->tokens, s->blocks.table, s->n_computed, item.n_new,
-                         s->n_computed + item.n_new == static_cast<int>(s->tokens.size()), verify});
+                         s->n_computed + item.n_new == static_cast<int>(s->tokens.size()), item.verify});
   }
   build_batch_meta(scheduled, kv.block_size(), cfg.path_policy, cfg.decode_threshold, cfg.all_logits, meta);
   const int n_rows = static_cast<int>(meta.logits_rows.size());
   if (logits.size() < static_cast<size_t>(n_rows) * n_vocab) logits.resize(static_cast<size_t>(n_rows) * n_vocab);
   start_masks(plan);
+}
+
+// The model's forward over the batch, then the grammar masks it overlapped with.
+void Engine::Impl::run_forward() {
   const auto t_forward = std::chrono::steady_clock::now();
   const PathTokens paths_before = runner->path_tokens();
   try {
-    if (cfg.num_speculative_tokens > 0) {
-      const size_t n_hidden = static_cast<size_t>(meta.n_tokens()) * n_embd;
-      if (hidden.size() < n_hidden) hidden.resize(n_hidden);
-      runner->forward_hidden(meta, logits.data(), hidden.data());
-    } else {
+    if (spec.active())
+      spec.forward(meta, logits.data());
+    else
       runner->forward(meta, logits.data());
-    }
   } catch (...) {
     mask_worker.wait();  // the worker still reads the matchers
     throw;
@@ -585,30 +379,24 @@ bool Engine::Impl::step() {
     totals.n_masks += static_cast<int64_t>(mask_jobs.size());
   }
   ++totals.n_steps;
-  for (const ScheduledSeq& s : scheduled)
-    if (s.verify) {
-      ++totals.n_spec_steps;
-      break;
-    }
   // The paths the model actually sent this step's tokens down (its own count, after every override).
   const PathTokens paths_after = runner->path_tokens();
   totals.n_tokens_mha += paths_after.mha - paths_before.mha;
   totals.n_tokens_mqa += paths_after.mqa - paths_before.mqa;
+}
 
-  n_before.resize(plan.items.size());
-  for (size_t i = 0; i < plan.items.size(); ++i) {
-    Sequence* s = plan.items[i].seq;
-    n_before[i] = s->n_computed;
-    if (!scheduled[i].verify) s->n_computed += plan.items[i].n_new;  // verify: what is accepted
-  }
-  // logits_rows is ascending and grouped by sequence; a sequence samples from its last row, a
-  // verifying one from each row in turn.
+// logits_rows is ascending and grouped by sequence; a sequence samples from its last row, a
+// verifying one has each of its rows judged in turn.
+void Engine::Impl::sample(const SchedulerOutput& plan, std::vector<Request*>& touched) {
+  const Speculator::AppendToken append = [this](Sequence& s, const SampleResult& res) { append_token(&s, res); };
   size_t k = 0;
   for (size_t i = 0; i < plan.items.size(); ++i) {
     const SeqMeta& m = meta.seqs[i];
     Sequence* seq = plan.items[i].seq;
-    if (scheduled[i].verify) {
-      accept_drafts(seq, logits.data() + k * static_cast<size_t>(n_vocab), m.query_len, n_before[i], touched);
+    if (plan.items[i].verify) {
+      touched.push_back(seq->req);
+      spec.accept(*seq, logits.data() + k * static_cast<size_t>(n_vocab), m.query_len, plan.items[i].n_computed,
+                  sampler, append);
       k += m.query_len;
       continue;
     }
@@ -623,15 +411,15 @@ bool Engine::Impl::step() {
     if (scheduled[i].needs_logits)
       sample_seq(seq, last, mask_of_item[i] >= 0 ? &mask_jobs[mask_of_item[i]] : nullptr, touched);
   }
-  if (cfg.num_speculative_tokens > 0) run_mtp(plan);
-  // Full blocks enter the prefix cache once both layers' rows in them are final.
-  for (const auto& item : plan.items) {
-    Sequence* s = item.seq;
-    if (!s->blocks.table.empty()) kv.cache_full_blocks(s->blocks, s->tokens, s->n_computed);
-  }
+}
+
+// After sampling: the MTP rows and next drafts, then full blocks into the prefix cache (both
+// layers' rows in them are final now), finished sequences' blocks freed, outputs delivered.
+void Engine::Impl::update(const SchedulerOutput& plan, std::vector<Request*>& touched) {
+  if (spec.active()) spec.draft(plan, meta);
+  sched.on_step_done(plan);
   flush_finished();
   emit(touched);
-  return true;
 }
 
 void Engine::Impl::enqueue(std::unique_ptr<Request> req) {
@@ -766,9 +554,10 @@ bool Engine::step() { return impl_->step(); }
 
 void Engine::set_speculative_tokens(int k) {
   Impl& m = *impl_;
-  if (k < 0 || k > m.configured_spec) fail("engine: speculative tokens {} outside 0..{}", k, m.configured_spec);
+  const int configured = m.spec.configured();
+  if (k < 0 || k > configured) fail("engine: speculative tokens {} outside 0..{}", k, configured);
   if (has_unfinished()) fail("engine: speculation can change only while no request is active");
-  if (m.cfg.enable_prefix_caching && k != m.configured_spec)
+  if (m.cfg.enable_prefix_caching && k != configured)
     fail("engine: speculation can be switched off only with prefix caching off");
   m.cfg.num_speculative_tokens = k;
   m.sched.configure_speculation(k, m.cfg.max_model_len);

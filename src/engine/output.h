@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/detok.h"
-#include "engine/engine.h"
+#include "engine/text_decoder.h"
+#include "engine/types.h"
 
 namespace mla {
 

@@ -1,7 +1,7 @@
 // SamplingParams validation, enum names, and RequestStream (the blocking output queue).
 #include <cmath>
 
-#include "engine/engine.h"
+#include "engine/types.h"
 #include "grammar/grammar.h"
 #include "util/error.h"
 

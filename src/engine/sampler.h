@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/engine.h"
+#include "engine/types.h"
 
 namespace mla {
 

@@ -73,7 +73,7 @@ SchedulerOutput Scheduler::schedule() {
       }
     }
     if (!fits) break;
-    out.items.push_back({seq, n_new});
+    out.items.push_back({seq, seq->n_computed, n_new, !seq->drafts.empty()});
     budget -= n_new;
     ++i;
   }
@@ -111,7 +111,7 @@ SchedulerOutput Scheduler::schedule() {
       seq->status = SeqStatus::kRunning;
       running_.push_back(seq);
       slots += seq->n_slots;
-      out.items.push_back({seq, n_new});
+      out.items.push_back({seq, n_cached, n_new, false});
       budget -= n_new;
       if (kv_.prefix_caching()) {
         out.n_prefix_query_tokens += n_tokens;
@@ -124,11 +124,15 @@ SchedulerOutput Scheduler::schedule() {
   return out;
 }
 
+void Scheduler::on_forward_done(const SchedulerOutput& out) {
+  for (const auto& item : out.items)
+    if (!item.verify) item.seq->n_computed = item.n_computed + item.n_new;
+}
+
 void Scheduler::on_step_done(const SchedulerOutput& out) {
   for (const auto& item : out.items) {
     Sequence* seq = item.seq;
-    seq->n_computed += item.n_new;
-    kv_.cache_full_blocks(seq->blocks, seq->tokens, seq->n_computed);
+    if (!seq->blocks.table.empty()) kv_.cache_full_blocks(seq->blocks, seq->tokens, seq->n_computed);
   }
 }
 

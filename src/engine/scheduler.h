@@ -33,7 +33,9 @@ struct SchedulerConfig {
 struct SchedulerOutput {
   struct Item {
     Sequence* seq = nullptr;
-    int n_new = 0;  // computes tokens [seq->n_computed, seq->n_computed + n_new)
+    int n_computed = 0;   // seq->n_computed when scheduled
+    int n_new = 0;        // computes tokens [n_computed, n_computed + n_new)
+    bool verify = false;  // speculative verify rows: its last token, then its drafts (seq->drafts)
   };
   std::vector<Item> items;            // in batch order
   std::vector<kv::BlockCopy> copies;  // apply to the cache before the forward, in order
@@ -61,7 +63,11 @@ class Scheduler {
   void remove(Sequence* seq);
 
   SchedulerOutput schedule();
-  // After the forward: the scheduled tokens are computed; full blocks enter the prefix cache.
+  // After the forward: the scheduled tokens are computed. A verifying sequence is left as it was:
+  // its computed length is what the sampler accepts of its drafts.
+  void on_forward_done(const SchedulerOutput& out);
+  // At the end of the step, once sampling and the MTP rows are done: full blocks enter the prefix
+  // cache (both layers' rows in them are final then).
   void on_step_done(const SchedulerOutput& out);
 
   int n_running() const { return static_cast<int>(running_.size()); }

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/engine.h"
 #include "engine/output.h"
 #include "engine/sampler.h"
+#include "engine/types.h"
 #include "grammar/grammar.h"
 #include "kv/kv_manager.h"
 
@@ -58,6 +58,13 @@ struct Request {
   bool aborted = false;
   std::string error;
   int error_status = 500;  // HTTP status of the error: 503 when the engine itself became unavailable
+
+  // The one way a sequence is made: sequence `index` (0..n-1) of this request, appended to seqs,
+  // with the prompt as its tokens, its generator seeded from params.seed and index, its penalty
+  // state, its output (decoder may be null: no text) and a fresh grammar matcher. Sequence 0 holds
+  // the running-set slots of all n until the fork. params.seed must be set (Engine::add_request
+  // does).
+  Sequence& add_sequence(int index, const TextDecoder* decoder);
 };
 
 }  // namespace mla

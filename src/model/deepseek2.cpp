@@ -1,7 +1,6 @@
 #include "model/deepseek2.h"
 
 #include <algorithm>
-#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -9,10 +8,9 @@
 #include <tuple>
 
 #include "gguf/gguf.h"
-#include "kernels/moe.h"
 #include "kernels/ops.h"
 #include "kernels/rope.h"
-#include "parallel/gather.h"
+#include "model/model_comm.h"
 #include "quant/quant.h"
 #include "util/env.h"
 #include "util/error.h"
@@ -21,21 +19,6 @@
 
 namespace mla {
 namespace {
-
-// Element-wise work below this many values runs on the calling thread: a decode step's few
-// (token, expert) pairs cost less than a hand-off to the pool. The results do not depend on it.
-constexpr int64_t kInlineElems = 16 * 1024;
-
-template <typename F>
-void parallel_for_large(ThreadPool& pool, int64_t n, int64_t elems, F&& fn) {
-  if (elems <= kInlineElems)
-    fn(int64_t{0}, n, 0);
-  else
-    pool.parallel_for(n, fn);
-}
-
-int rank_of(const Comm* comm) { return comm ? comm->rank() : 0; }
-int n_ranks_of(const Comm* comm) { return comm ? comm->size() : 1; }
 
 MlaPath other_path(MlaPath p) { return p == MlaPath::Mha ? MlaPath::Mqa : MlaPath::Mha; }
 
@@ -389,13 +372,36 @@ void Deepseek2Model::forward_mtp(const BatchMeta& b, const float* h_in, LatentCa
 }
 
 void Deepseek2Model::attention(const LayerWeights& L, int64_t il, bool sparse, const BatchMeta& b, LatentCache& cache) {
+  const int64_t T = b.n_tokens();
+  std::optional<StageTimer> in_timer(std::in_place, stage_sink(), Stage::AttnIn, &stage_, pool_);
+  attention_inputs(L, il, b, cache);
+  if (sparse && c_.indexer_full[il]) run_indexer(il, b, cache);
+  plan_attention_calls(b, sparse);
+  if (!other_run_) count_attention_calls(il, sparse, b);  // the verify rerun counts nothing
+
+  // Both paths read the context as the cache stores it, in its dtype (this step's rows included),
+  // so a row's value does not depend on whether it was computed in this step or an earlier one.
+  in_timer.reset();
+  const StageTimer timer(stage_sink(), Stage::Attention, &stage_, pool_);
+  const int64_t out_width = c_.n_head * c_.v_head;
+  for (const auto& [s, path, last] : attn_calls_)
+    run_mla_path(L, il, s, path, cache, b.context_slots.data() + s.slots_start, sparse,
+                 attn_.data() + s.query_start * out_width);
+  // Every rank gets every head's output (the input of attn_output's rows).
+  if (n_ranks_of(opt_.comm) > 1)
+    all_gather_columns(*opt_.comm, attn_.data(), out_width, T, c_.n_head, c_.v_head, gather_scratch_);
+  // Observation hook (mla doctor): nothing when no observer is set.
+  if (opt_.observer && il < c_.n_layer && !other_run_)
+    opt_.observer->on_attention({il, &b, q_.data(), kv_.data(), attn_.data(), &cache});
+}
+
+void Deepseek2Model::attention_inputs(const LayerWeights& L, int64_t il, const BatchMeta& b, LatentCache& cache) {
   const int64_t T = b.n_tokens(), E = c_.n_embd, R = c_.kv_lora_rank, half = c_.qk_rope / 2;
   const int64_t q_width = c_.n_head * c_.qk_head;
   // This rank's heads [heads_.begin, heads_.end): their query columns of q_, their attention
   // outputs in attn_ (every head in a single process). The latent is every head's: all ranks
   // compute and cache all of it.
   const int64_t h0 = heads_.begin, n_own = heads_.size();
-  std::optional<StageTimer> in_timer(std::in_place, stage_sink(), Stage::AttnIn, &stage_, pool_);
   const WeightMatrix q_rows = (c_.is_lite ? L.attn_q : L.attn_q_b).rows(h0 * c_.qk_head, n_own * c_.qk_head);
 
   // Query: {n_embd, T} -> {n_head * qk_head, T} directly (lite) or through the q LoRA.
@@ -425,9 +431,9 @@ void Deepseek2Model::attention(const LayerWeights& L, int64_t il, bool sparse, c
                  static_cast<int>(c_.qk_rope), cs, sn);
     }
   });
+}
 
-  if (sparse && c_.indexer_full[il]) run_indexer(il, b, cache);
-
+void Deepseek2Model::plan_attention_calls(const BatchMeta& b, bool sparse) {
   // The dispatch decision point (mla_path): one kernel call per sequence, except speculative
   // verify rows in a sparse layer under the auto policy, which go one query at a time so that each
   // takes the path (and the kernel call) a 1-token decode at its position would; elsewhere verify
@@ -446,51 +452,36 @@ void Deepseek2Model::attention(const LayerWeights& L, int64_t il, bool sparse, c
       attn_calls_.push_back({s, mla_path(b, s, sparse), true});
     }
   }
-  // What was decided, counted once here: sequences (a verifying one by its last query's path) and
-  // verify rows for the trace, tokens for the counters. The verify rerun counts nothing.
-  if (!other_run_) {
-    int num_mqa = 0, num_mha = 0, verify_mqa = 0, verify_mha = 0;
-    int64_t tokens_mqa = 0, tokens_mha = 0, selected = 0;
-    for (const auto& [s, path, last] : attn_calls_) {
-      const bool mqa = path == MlaPath::Mqa;
-      if (last) ++(mqa ? num_mqa : num_mha);
-      if (s.verify) (mqa ? verify_mqa : verify_mha) += s.query_len;
-      (mqa ? tokens_mqa : tokens_mha) += s.query_len;
-    }
-    if (il < c_.n_layer) {  // trunk layers
-      PathCounters& pc = path_counters_;
-      (sparse ? pc.sparse_layer_tokens_mha : pc.dense_layer_tokens_mha)
-          .fetch_add(tokens_mha, std::memory_order_relaxed);
-      (sparse ? pc.sparse_layer_tokens_mqa : pc.dense_layer_tokens_mqa)
-          .fetch_add(tokens_mqa, std::memory_order_relaxed);
-      if (il == 0) {
-        pc.tokens_mha.fetch_add(tokens_mha, std::memory_order_relaxed);
-        pc.tokens_mqa.fetch_add(tokens_mqa, std::memory_order_relaxed);
-      }
-    }
-    if (sparse) {
-      for (int64_t t = 0; t < T; ++t) selected += sel_count_[t];
-      sparse_counters_.layer_tokens.fetch_add(T, std::memory_order_relaxed);
-      sparse_counters_.selected_rows.fetch_add(selected, std::memory_order_relaxed);
-    }
-    trace_dispatch(static_cast<int>(il), sparse, num_mqa, num_mha, static_cast<int>(T), mla_path_policy_name(b.policy),
-                   sparse ? c_.indexer_top_k : 0, selected, verify_mqa, verify_mha);
-  }
+}
 
-  // Both paths read the context as the cache stores it, in its dtype (this step's rows included),
-  // so a row's value does not depend on whether it was computed in this step or an earlier one.
-  in_timer.reset();
-  const StageTimer timer(stage_sink(), Stage::Attention, &stage_, pool_);
-  const int64_t out_width = c_.n_head * c_.v_head;
-  for (const auto& [s, path, last] : attn_calls_)
-    run_mla_path(L, il, s, path, cache, b.context_slots.data() + s.slots_start, sparse,
-                 attn_.data() + s.query_start * out_width);
-  // Every rank gets every head's output (the input of attn_output's rows).
-  if (n_ranks_of(opt_.comm) > 1)
-    all_gather_columns(*opt_.comm, attn_.data(), out_width, T, c_.n_head, c_.v_head, gather_scratch_);
-  // Observation hook (mla doctor): nothing when no observer is set.
-  if (opt_.observer && il < c_.n_layer && !other_run_)
-    opt_.observer->on_attention({il, &b, q_.data(), kv_.data(), attn_.data(), &cache});
+// What was decided, counted once: sequences (a verifying one by its last query's path) and
+// verify rows for the trace, tokens for the counters.
+void Deepseek2Model::count_attention_calls(int64_t il, bool sparse, const BatchMeta& b) {
+  const int64_t T = b.n_tokens();
+  int num_mqa = 0, num_mha = 0, verify_mqa = 0, verify_mha = 0;
+  int64_t tokens_mqa = 0, tokens_mha = 0, selected = 0;
+  for (const auto& [s, path, last] : attn_calls_) {
+    const bool mqa = path == MlaPath::Mqa;
+    if (last) ++(mqa ? num_mqa : num_mha);
+    if (s.verify) (mqa ? verify_mqa : verify_mha) += s.query_len;
+    (mqa ? tokens_mqa : tokens_mha) += s.query_len;
+  }
+  if (il < c_.n_layer) {  // trunk layers
+    PathCounters& pc = path_counters_;
+    (sparse ? pc.sparse_layer_tokens_mha : pc.dense_layer_tokens_mha).fetch_add(tokens_mha, std::memory_order_relaxed);
+    (sparse ? pc.sparse_layer_tokens_mqa : pc.dense_layer_tokens_mqa).fetch_add(tokens_mqa, std::memory_order_relaxed);
+    if (il == 0) {
+      pc.tokens_mha.fetch_add(tokens_mha, std::memory_order_relaxed);
+      pc.tokens_mqa.fetch_add(tokens_mqa, std::memory_order_relaxed);
+    }
+  }
+  if (sparse) {
+    for (int64_t t = 0; t < T; ++t) selected += sel_count_[t];
+    sparse_counters_.layer_tokens.fetch_add(T, std::memory_order_relaxed);
+    sparse_counters_.selected_rows.fetch_add(selected, std::memory_order_relaxed);
+  }
+  trace_dispatch(static_cast<int>(il), sparse, num_mqa, num_mha, static_cast<int>(T), mla_path_policy_name(b.policy),
+                 sparse ? c_.indexer_top_k : 0, selected, verify_mqa, verify_mha);
 }
 
 MlaPath Deepseek2Model::mla_path(const BatchMeta& b, const SeqMeta& s, bool sparse) const {
@@ -631,176 +622,6 @@ void Deepseek2Model::run_mla_path(const LayerWeights& L, int64_t il, const SeqMe
 
 void Deepseek2Model::dense_ffn(const LayerWeights& L, int64_t n) {
   swiglu_ffn(L.ffn_gate, L.ffn_up, L.ffn_down, c_.n_ff, n, proj_.data());
-}
-
-std::array<QuantizedActivations, 2> Deepseek2Model::expert_inputs(std::initializer_list<const WeightMatrix*> ws,
-                                                                  int64_t c0, int64_t c1, int64_t n_pairs) {
-  const int64_t E = c_.n_embd, K = c_.n_expert_used;
-  const WeightMatrix* const* w = ws.begin();
-  std::array<QuantizedActivations, 2> out;
-  for (size_t i = 0; i < ws.size(); ++i) {
-    if (i == 1 && vec_dot_type(w[1]->type) == vec_dot_type(w[0]->type)) {
-      out[1] = out[0];  // gate and up nearly always share the activation type
-      break;
-    }
-    // Each token's row quantized once, then copied to each of its pairs' rows.
-    const QuantizedActivations tok =
-        quantize_activations(w[i]->type, h_.data() + c0 * E, E, c1 - c0, E, &pool_, moe_act_[i]);
-    const int64_t rb = tok.row_bytes;
-    std::vector<uint8_t>& rows = moe_pair_act_[i];
-    if (rows.size() < static_cast<size_t>(n_pairs * rb)) rows.resize(static_cast<size_t>(n_pairs * rb));
-    // Only the pairs of this rank's experts (all of them in a single process).
-    const int64_t j0 = expert_offsets_[experts_.begin], j1 = expert_offsets_[experts_.end];
-    parallel_for_large(pool_, j1 - j0, (j1 - j0) * rb / 4, [&](int64_t b0, int64_t b1, int) {
-      for (int64_t j = j0 + b0; j < j0 + b1; ++j)
-        std::memcpy(rows.data() + j * rb, tok.data + (expert_rows_[j] / K - c0) * rb, rb);
-    });
-    out[i] = {rows.data(), rb};
-  }
-  return out;
-}
-
-void Deepseek2Model::expert_matmuls(std::initializer_list<const WeightMatrix*> ws, int64_t out_rows,
-                                    const std::array<QuantizedActivations, 2>& act, std::initializer_list<float*> ys,
-                                    int64_t act_row0) {
-  const WeightMatrix* const* w = ws.begin();
-  float* const* y = ys.begin();
-  const int n_mat = static_cast<int>(ws.size());
-  // Pieces of kRows output rows of one expert's matrix, handed out first come first served: the
-  // experts' pair counts differ, so a static split would leave threads idle. Where every expert
-  // has a token or two (decode) a piece is a short stream of weight rows: 128 rows make fewer
-  // hand-offs and longer prefetched runs (V2-Lite decode: the experts' stage from ~36 to ~39 GB/s).
-  int64_t max_pairs = 0;
-  for (auto e = experts_.begin; e < experts_.end; ++e)
-    max_pairs = std::max<int64_t>(max_pairs, expert_offsets_[e + 1] - expert_offsets_[e]);
-  const int32_t kRows = max_pairs <= 2 ? 128 : 32;
-  expert_pieces_.clear();
-  for (auto e = static_cast<int32_t>(experts_.begin); e < static_cast<int32_t>(experts_.end); ++e)
-    if (expert_offsets_[e + 1] > expert_offsets_[e])
-      for (int32_t i = 0; i < n_mat; ++i)
-        for (int32_t r0 = 0; r0 < out_rows; r0 += kRows) expert_pieces_.push_back({i, e, r0});
-  std::atomic<size_t> next{0};
-  pool_.run([&](int) {
-    for (size_t k; (k = next.fetch_add(1, std::memory_order_relaxed)) < expert_pieces_.size();) {
-      const ExpertPiece& pc = expert_pieces_[k];
-      const int32_t b0 = expert_offsets_[pc.expert], m = expert_offsets_[pc.expert + 1] - b0;
-      const QuantizedActivations a{act[pc.matrix].data + (b0 - act_row0) * act[pc.matrix].row_bytes,
-                                   act[pc.matrix].row_bytes};
-      matmul_rows(w[pc.matrix]->rows(pc.expert * out_rows, out_rows), a, m, y[pc.matrix] + b0 * out_rows, out_rows,
-                  pc.row0, std::min<int64_t>(out_rows, pc.row0 + kRows));
-    }
-  });
-  const int64_t j0 = expert_offsets_[experts_.begin] * out_rows, j1 = expert_offsets_[experts_.end] * out_rows;
-  for (int i = 0; i < n_mat; ++i)
-    if (w[i]->scale != 1.0f)
-      for (int64_t j = j0; j < j1; ++j) y[i][j] *= w[i]->scale;
-}
-
-void Deepseek2Model::moe_ffn(const LayerWeights& L, int64_t n) {
-  const int64_t E = c_.n_embd, F = c_.n_ff_exp, X = c_.n_expert, K = c_.n_expert_used;
-  const int rank = rank_of(opt_.comm), n_ranks = n_ranks_of(opt_.comm);
-  // Routing: {n_embd, n} -> {n_expert, n} logits -> k experts and weights per token.
-  std::optional<StageTimer> router_timer(std::in_place, stage_sink(), Stage::Router, &stage_, pool_);
-  mm(L.ffn_gate_inp, h_.data(), E, n, router_.data(), X);
-  MoeRouting r;
-  r.n_expert = static_cast<int>(X);
-  r.n_expert_used = static_cast<int>(K);
-  r.n_group = static_cast<int>(c_.n_expert_groups);
-  r.n_group_used = static_cast<int>(c_.n_expert_groups_used);
-  r.gating = c_.gating;
-  r.norm_weights = c_.expert_weights_norm;
-  r.weights_scale = static_cast<float>(c_.expert_weights_scale);
-  r.bias = L.exp_probs_b.empty() ? nullptr : L.exp_probs_b.data();
-  for (int64_t t = 0; t < n; ++t)
-    moe_route(r, router_.data() + t * X, sel_experts_.data() + t * K, sel_weights_.data() + t * K,
-              route_scratch_.data());
-
-  // Tokens are taken a chunk at a time so that their (token, expert) pairs fit the buffers. In a
-  // chunk every routed expert's work is one parallel region per stage (inputs quantized once,
-  // then gate/up rows, SwiGLU, down rows), handed out to threads in small pieces; each output is
-  // one dot product, so the results do not depend on chunking, scheduling or threads.
-  router_timer.reset();
-  std::optional<StageTimer> experts_timer(std::in_place, stage_sink(), Stage::Experts, &stage_, pool_);
-  float* acc = proj_.data();
-  const int64_t chunk = std::max<int64_t>(1, pair_capacity_ / K);
-  for (int64_t c0 = 0; c0 < n; c0 += chunk) {
-    const int64_t c1 = std::min(n, c0 + chunk);
-    const int64_t p0 = c0 * K, P = (c1 - c0) * K;  // pairs p0 .. p0 + P - 1 (token * K + k)
-    // Group the chunk's pairs by expert, tokens ascending within an expert.
-    std::fill(expert_offsets_.begin(), expert_offsets_.end(), 0);
-    for (int64_t i = 0; i < P; ++i) expert_offsets_[sel_experts_[p0 + i] + 1]++;
-    int64_t n_run = 0;
-    for (int64_t e = 0; e < X; ++e) {
-      n_run += expert_offsets_[e + 1] > 0 && experts_.contains(e);
-      expert_offsets_[e + 1] += expert_offsets_[e];
-    }
-    // This rank's experts own the pairs [pa, pb) of the grouped order.
-    const int64_t pa = expert_offsets_[experts_.begin], pb = expert_offsets_[experts_.end];
-    const int64_t expert_bytes = L.gate_up_merged ? 2 * F * L.ffn_gate_up_exps.row_bytes
-                                                  : F * (L.ffn_gate_exps.row_bytes + L.ffn_up_exps.row_bytes);
-    if (!other_run_) {
-      moe_counters_.experts_run.fetch_add(n_run, std::memory_order_relaxed);
-      moe_counters_.expert_bytes.fetch_add(n_run * (expert_bytes + E * L.ffn_down_exps.row_bytes),
-                                           std::memory_order_relaxed);
-      stage_counters_.add_bytes(Stage::Experts, n_run * (expert_bytes + E * L.ffn_down_exps.row_bytes));
-    }
-    std::copy(expert_offsets_.begin(), expert_offsets_.end() - 1, expert_cursor_.begin());
-    for (int64_t i = 0; i < P; ++i) {
-      const int32_t at = expert_cursor_[sel_experts_[p0 + i]]++;
-      expert_rows_[at] = static_cast<int32_t>(p0 + i);
-      pair_pos_[i] = at;
-    }
-    if (L.gate_up_merged) {
-      // {n_embd, m} -> {2 * n_ff_exp, m} per expert: gate rows then up rows, into up_.
-      expert_matmuls({&L.ffn_gate_up_exps}, 2 * F, expert_inputs({&L.ffn_gate_up_exps}, c0, c1, P), {up_.data()});
-      parallel_for_large(pool_, pb - pa, (pb - pa) * F, [&](int64_t b0, int64_t b1, int) {
-        for (int64_t i = pa + b0; i < pa + b1; ++i)
-          swiglu(up_.data() + i * 2 * F, up_.data() + i * 2 * F + F, gate_.data() + i * F, F);
-      });
-    } else {
-      expert_matmuls({&L.ffn_gate_exps, &L.ffn_up_exps}, F,
-                     expert_inputs({&L.ffn_gate_exps, &L.ffn_up_exps}, c0, c1, P), {gate_.data(), up_.data()});
-      parallel_for_large(pool_, pb - pa, (pb - pa) * F, [&](int64_t b0, int64_t b1, int) {
-        swiglu(gate_.data() + (pa + b0) * F, up_.data() + (pa + b0) * F, gate_.data() + (pa + b0) * F, (b1 - b0) * F);
-      });
-    }
-    // The down projection's inputs are already one row per pair, in grouped order.
-    const QuantizedActivations down_in =
-        quantize_activations(L.ffn_down_exps.type, gate_.data() + pa * F, F, pb - pa, F, &pool_, moe_act_[0]);
-    expert_matmuls({&L.ffn_down_exps}, E, {down_in, down_in}, {ex_out_.data()}, pa);
-
-    // transformers' summation order: routed experts in expert order starting from zero (the
-    // shared experts follow below), which is the order moe_route returns a token's experts in.
-    // With several ranks the experts are contiguous ranges in rank order, so the same order is
-    // a chain: rank r continues the sums rank r - 1 hands it (bit for bit the single-process
-    // sums), and the last rank's are broadcast below. The ranks computed their experts in
-    // parallel; only this addition waits on the previous rank.
-    const size_t chunk_bytes = sizeof(float) * (c1 - c0) * E;
-    if (rank > 0) opt_.comm->recv(acc + c0 * E, chunk_bytes, rank - 1);
-    pool_.parallel_for(c1 - c0, [&](int64_t b0, int64_t b1, int) {
-      for (int64_t t = c0 + b0; t < c0 + b1; ++t) {
-        float* dst = acc + t * E;
-        if (rank == 0) std::fill(dst, dst + E, 0.0f);
-        for (int64_t pair = t * K; pair < (t + 1) * K; ++pair) {
-          const int64_t at = pair_pos_[pair - p0];
-          if (at < pa || at >= pb) continue;  // another rank's expert
-          const float wgt = sel_weights_[pair];
-          const float* src = ex_out_.data() + at * E;
-          for (int64_t j = 0; j < E; ++j) dst[j] += src[j] * wgt;
-        }
-      }
-    });
-    if (rank < n_ranks - 1) opt_.comm->send(acc + c0 * E, chunk_bytes, rank + 1);
-  }
-  // The shared experts come last in the sum: the last rank, which holds the routed sums, adds them.
-  experts_timer.reset();
-  const StageTimer timer(stage_sink(), Stage::DenseFfn, &stage_, pool_);
-  if (c_.n_expert_shared > 0) {
-    swiglu_ffn(L.ffn_gate_shexp, L.ffn_up_shexp, L.ffn_down_shexp, F * c_.n_expert_shared, n, ex_out_.data());
-    if (rank == n_ranks - 1)
-      for (int64_t t = 0; t < n; ++t) add_inplace(acc + t * E, ex_out_.data() + t * E, E);
-  }
-  if (n_ranks > 1) opt_.comm->broadcast(acc, sizeof(float) * n * E, n_ranks - 1);
 }
 
 }  // namespace mla

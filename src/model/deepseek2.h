@@ -23,9 +23,9 @@
 #include "kv/latent_cache.h"
 #include "model/batch.h"
 #include "model/config.h"
+#include "model/model_comm.h"
 #include "model/stage_counters.h"
 #include "model/weights.h"
-#include "parallel/comm.h"
 
 namespace mla {
 
@@ -66,12 +66,13 @@ struct ModelOptions {
   bool dsa = true;                        // DeepSeek Sparse Attention where the model has an indexer (--dsa)
   bool mtp = false;                       // load the MTP (nextn) layer for speculative decoding (the runner)
   AttentionObserver* observer = nullptr;  // see AttentionObservation; must outlive the model
-  // Several processes (src/parallel/): this rank computes the routed experts of its
-  // shard_range(n_expert, rank, size), summed across ranks in rank order (expert parallelism), and
-  // its shard_range(n_head, ...) attention heads and its share of the output rows of attn_output,
-  // the dense FFNs and the shared experts, exchanged whole (tensor parallelism): the results are
-  // the single-process forward's bit for bit. nullptr or size 1: one process. Must outlive the model.
-  Comm* comm = nullptr;
+  // Several processes (model/model_comm.h; src/parallel/ implements it over MPI): this rank
+  // computes the routed experts of its shard_range(n_expert, rank, size), summed across ranks in
+  // rank order (expert parallelism), and its shard_range(n_head, ...) attention heads and its share
+  // of the output rows of attn_output, the dense FFNs and the shared experts, exchanged whole
+  // (tensor parallelism): the results are the single-process forward's bit for bit. nullptr or
+  // size 1: one process. Must outlive the model.
+  ModelComm* comm = nullptr;
 };
 
 // Tokens that went through sparse (DSA) layers, summed over layers, and the context rows they
@@ -195,6 +196,12 @@ class Deepseek2Model {
   // The MLA attention of block il (weights L; the cache layer il): a trunk layer, or the MTP
   // block (il = n_layer, never sparse).
   void attention(const LayerWeights& L, int64_t il, bool sparse, const BatchMeta& b, LatentCache& cache);
+  // attention's steps: the queries of this rank's heads into q_ and the latent rows into kv_ and
+  // the cache (both roped); the kernel calls the path decisions give (attn_calls_); what they
+  // decided, counted and traced.
+  void attention_inputs(const LayerWeights& L, int64_t il, const BatchMeta& b, LatentCache& cache);
+  void plan_attention_calls(const BatchMeta& b, bool sparse);
+  void count_attention_calls(int64_t il, bool sparse, const BatchMeta& b);
   // Trunk layer il over the residual x_ (its first n_rows rows; every batch row goes through the
   // attention). Returns the rows carried on: the last layer keeps only the logits rows unless
   // keep_rows (hidden states wanted).
@@ -224,7 +231,20 @@ class Deepseek2Model {
   void run_mla_path(const LayerWeights& L, int64_t il, const SeqMeta& s, MlaPath path, const LatentCache& cache,
                     const int32_t* ctx_slots, bool sparse, float* out);
   void dense_ffn(const LayerWeights& L, int64_t n_rows);
+  // The MoE FFN (model/deepseek2_moe.cpp) of n_rows tokens into proj_: route_tokens, then per chunk
+  // of tokens group_pairs, expert_ffns and sum_expert_outputs, then the shared experts.
   void moe_ffn(const LayerWeights& L, int64_t n_rows);
+  // The router's top-k experts and weights of each token into sel_experts_ / sel_weights_.
+  void route_tokens(const LayerWeights& L, int64_t n_rows);
+  // The (token, expert) pairs p0 .. p0 + n_pairs - 1 grouped by expert (expert_offsets_,
+  // expert_rows_, pair_pos_), and the expert bytes counted. Returns this rank's pairs [begin, end)
+  // of the grouped order.
+  ShardRange group_pairs(const LayerWeights& L, int64_t p0, int64_t n_pairs);
+  // Tokens [c0, c1): the gate/up rows, SwiGLU and down rows of this rank's pairs `own`, into ex_out_.
+  void expert_ffns(const LayerWeights& L, int64_t c0, int64_t c1, int64_t n_pairs, ShardRange own);
+  // Tokens [c0, c1) (pairs from p0): the weighted sums of their routed experts' outputs into proj_,
+  // continuing the previous rank's sums.
+  void sum_expert_outputs(int64_t c0, int64_t c1, int64_t p0, ShardRange own);
   // The MoE input rows of tokens [c0, c1) for weights ws (one or two matrices), one row per
   // (token, expert) pair in the expert-grouped order: each token quantized once, then copied.
   std::array<QuantizedActivations, 2> expert_inputs(std::initializer_list<const WeightMatrix*> ws, int64_t c0,

@@ -7,7 +7,7 @@
 #include <random>
 #include <thread>
 
-#include "engine/detok.h"
+#include "engine/text_decoder.h"
 #include "engine_harness.h"
 #include "fake_runner.h"
 #include "util/error.h"

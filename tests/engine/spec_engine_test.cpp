@@ -14,7 +14,7 @@
 #include "../support/model_engine.h"
 #include "engine/deepseek2_runner.h"
 #include "engine/speculative.h"
-#include "engine/tokenizer_decoder.h"
+#include "engine/text_decoder.h"
 #include "engine_harness.h"
 #include "gguf/gguf.h"
 #include "kernels/moe.h"

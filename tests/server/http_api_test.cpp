@@ -15,9 +15,9 @@
 #include "../engine/fake_runner.h"
 #include "../tokenizer/test_data.h"
 #include "engine/engine.h"
+#include "engine/text_decoder.h"
 #include "server/http_server.h"
 #include "server/openai_api.h"
-#include "server/tokenizer_decoder.h"
 #include "tokenizer/chat_template/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -112,7 +112,7 @@ class LiveServer {
     ec.eos_token_ids = {tok_->vocab().eos};
     engine_ =
         std::make_unique<Engine>(std::make_unique<testing::FakeRunner>(n_vocab, /*block_size=*/16, /*n_blocks=*/256),
-                                 ec, std::make_shared<TokenizerDecoder>(*tok_));
+                                 ec, std::make_shared<TokenizerDecoder>(tok_));
     engine_->start();
   }
   void make_ready() {
@@ -140,7 +140,7 @@ class LiveServer {
   HttpServer& http() { return http_; }
 
  private:
-  std::unique_ptr<Tokenizer> tok_;
+  std::shared_ptr<Tokenizer> tok_;
   ChatTemplate chat_;
   OpenAiApi api_;
   HttpServer http_;

@@ -1,12 +1,12 @@
-#include "parallel/gather.h"
+#include "model/model_comm.h"
 
 #include <algorithm>
 #include <cstring>
 
 namespace mla {
 
-void all_gather_columns(Comm& comm, float* y, int64_t y_stride, int64_t n_rows, int64_t n_units, int64_t unit_width,
-                        std::vector<float>& scratch) {
+void all_gather_columns(ModelComm& comm, float* y, int64_t y_stride, int64_t n_rows, int64_t n_units,
+                        int64_t unit_width, std::vector<float>& scratch) {
   const int n_ranks = comm.size();
   if (n_ranks == 1 || n_rows == 0) return;
   // Every rank sends the same number of floats (the largest share), its rows packed.

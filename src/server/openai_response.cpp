@@ -29,26 +29,26 @@ void OpenAiWriter::stream_error(const ApiError& e, Events& out) const {
 // ---------------------------------------------------------------------------------------------
 
 CompletionWriter::CompletionWriter(OpenAiResponseOptions opt, bool echo, std::vector<std::string> prompt_texts)
-    : OpenAiWriter(std::move(opt), "text_completion", "text_completion"),
+    : OpenAiWriter(std::move(opt), "text_completion", "text_completion", prompt_texts.size()),
       echo_(echo),
-      prompt_texts_(std::move(prompt_texts)) {
-  choices_.resize(prompt_texts_.size() * static_cast<size_t>(opt_.n));
+      prompt_texts_(std::move(prompt_texts)),
+      text_offsets_(gathered_.size()) {
   if (echo_)
-    for (size_t ci = 0; ci < choices_.size(); ++ci) choices_[ci].text_offset = utf8_length(prompt_texts_[ci / opt_.n]);
+    for (size_t ci = 0; ci < text_offsets_.size(); ++ci) text_offsets_[ci] = utf8_length(prompt_texts_[ci / opt_.n]);
 }
 
 void CompletionWriter::output(size_t ci, const CompletionOutput& o, bool first, Events& out) {
-  Choice& c = choices_[ci];
   const std::string& prefix = echo_ && first ? prompt_texts_[ci / opt_.n] : std::string();
   if (!opt_.stream) {
-    if (first) c.text = prefix;
-    c.text += o.text;
-    if (opt_.logprobs) append_completion_logprobs(c.logprobs, o.logprobs, opt_.token_text, c.text_offset);
+    Gathered& g = gathered_[ci];
+    if (first) g.text = prefix;
+    g.text += o.text;
+    if (opt_.logprobs) append_completion_logprobs(g.logprobs, o.logprobs, opt_.token_text, text_offsets_[ci]);
     return;
   }
   json logprobs = nullptr;
   if (opt_.logprobs && !o.logprobs.empty())
-    append_completion_logprobs(logprobs, o.logprobs, opt_.token_text, c.text_offset);
+    append_completion_logprobs(logprobs, o.logprobs, opt_.token_text, text_offsets_[ci]);
   std::string text = prefix + o.text;
   if (text.empty() && !o.finish_reason && logprobs.is_null()) return;
   json chunk = chunk_base();
@@ -62,10 +62,10 @@ void CompletionWriter::output(size_t ci, const CompletionOutput& o, bool first, 
 
 json CompletionWriter::body(std::span<const ChoiceState> states, const JobUsage& usage) {
   json choices = json::array();
-  for (size_t ci = 0; ci < choices_.size(); ++ci) {
+  for (size_t ci = 0; ci < gathered_.size(); ++ci) {
     json choice = {{"index", ci}};
-    choice["text"] = std::move(choices_[ci].text);
-    choice["logprobs"] = std::move(choices_[ci].logprobs);
+    choice["text"] = std::move(gathered_[ci].text);
+    choice["logprobs"] = std::move(gathered_[ci].logprobs);
     choice["finish_reason"] = finish_reason_json(states[ci].finish);
     choice["stop_reason"] = stop_reason_json(states[ci].stop_reason);
     choices.push_back(std::move(choice));
@@ -76,21 +76,20 @@ json CompletionWriter::body(std::span<const ChoiceState> states, const JobUsage&
 // ---------------------------------------------------------------------------------------------
 
 ChatWriter::ChatWriter(OpenAiResponseOptions opt, OutputParsing parsing, bool named_tool_choice)
-    : OpenAiWriter(std::move(opt), "chat.completion.chunk", "chat.completion"),
+    : OpenAiWriter(std::move(opt), "chat.completion.chunk", "chat.completion", 1),
       parsing_(std::move(parsing)),
-      named_tool_choice_(named_tool_choice) {
-  choices_.resize(static_cast<size_t>(opt_.n));
-}
+      named_tool_choice_(named_tool_choice),
+      parsers_(gathered_.size()) {}
 
-json ChatWriter::parsed_delta(Choice& c, const CompletionOutput& o, json& finish) const {
-  if (!c.parser) c.parser.emplace(parsing_);
-  ChatDelta d = c.parser->feed(o.text);
+json ChatWriter::parsed_delta(std::optional<ChatOutputStream>& parser, const CompletionOutput& o, json& finish) const {
+  if (!parser) parser.emplace(parsing_);
+  ChatDelta d = parser->feed(o.text);
   if (o.finish_reason) {
-    ChatDelta rest = c.parser->finish();
+    ChatDelta rest = parser->finish();
     d.reasoning += rest.reasoning;
     d.content += rest.content;
     for (auto& t : rest.tool_calls) d.tool_calls.push_back(std::move(t));
-    if (c.parser->any_tool_call() && *o.finish_reason == FinishReason::kStop && !named_tool_choice_)
+    if (parser->any_tool_call() && *o.finish_reason == FinishReason::kStop && !named_tool_choice_)
       finish = "tool_calls";
   }
   json delta = json::object();
@@ -104,10 +103,9 @@ json ChatWriter::parsed_delta(Choice& c, const CompletionOutput& o, json& finish
 }
 
 void ChatWriter::output(size_t ci, const CompletionOutput& o, bool first, Events& out) {
-  Choice& c = choices_[ci];
   if (!opt_.stream) {
-    c.text += o.text;
-    if (opt_.logprobs) append_chat_logprobs(c.logprobs, o.logprobs, opt_.token_text);
+    gathered_[ci].text += o.text;
+    if (opt_.logprobs) append_chat_logprobs(gathered_[ci].logprobs, o.logprobs, opt_.token_text);
     return;
   }
   json logprobs = nullptr;
@@ -123,7 +121,7 @@ void ChatWriter::output(size_t ci, const CompletionOutput& o, bool first, Events
   json finish = finish_reason_json(o.finish_reason);
   json delta = json::object();
   if (parsing_.active())
-    delta = parsed_delta(c, o, finish);
+    delta = parsed_delta(parsers_[ci], o, finish);
   else if (!o.text.empty())
     delta["content"] = o.text;
   if (delta.empty() && !o.finish_reason && logprobs.is_null()) return;
@@ -137,9 +135,9 @@ void ChatWriter::output(size_t ci, const CompletionOutput& o, bool first, Events
   out.push_back(sse_event(chunk));
 }
 
-json ChatWriter::message(const Choice& c, const ChoiceState& state, json& finish) const {
-  if (!parsing_.active()) return {{"role", "assistant"}, {"content", c.text}};
-  ChatMessageOut m = parse_chat_output(parsing_, c.text);
+json ChatWriter::message(const std::string& text, const ChoiceState& state, json& finish) const {
+  if (!parsing_.active()) return {{"role", "assistant"}, {"content", text}};
+  ChatMessageOut m = parse_chat_output(parsing_, text);
   json msg = {{"role", "assistant"}};
   msg["content"] = m.content.empty() && !m.tool_calls.empty() ? json(nullptr) : json(std::move(m.content));
   if (m.reasoning) {
@@ -155,11 +153,11 @@ json ChatWriter::message(const Choice& c, const ChoiceState& state, json& finish
 
 json ChatWriter::body(std::span<const ChoiceState> states, const JobUsage& usage) {
   json choices = json::array();
-  for (size_t ci = 0; ci < choices_.size(); ++ci) {
+  for (size_t ci = 0; ci < gathered_.size(); ++ci) {
     json finish = finish_reason_json(states[ci].finish);
     json choice = {{"index", ci}};
-    choice["message"] = message(choices_[ci], states[ci], finish);
-    choice["logprobs"] = std::move(choices_[ci].logprobs);
+    choice["message"] = message(gathered_[ci].text, states[ci], finish);
+    choice["logprobs"] = std::move(gathered_[ci].logprobs);
     choice["finish_reason"] = std::move(finish);
     choice["stop_reason"] = stop_reason_json(states[ci].stop_reason);
     choices.push_back(std::move(choice));

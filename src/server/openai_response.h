@@ -35,14 +35,22 @@ class OpenAiWriter : public ResponseWriter {
 
  protected:
   // The "object" of a streamed chunk and of a whole response ("chat.completion.chunk",
-  // "chat.completion").
-  OpenAiWriter(OpenAiResponseOptions opt, const char* stream_object, const char* object)
-      : opt_(std::move(opt)), object_(opt_.stream ? stream_object : object) {}
+  // "chat.completion"); n_prompts x opt.n choices.
+  OpenAiWriter(OpenAiResponseOptions opt, const char* stream_object, const char* object, size_t n_prompts)
+      : opt_(std::move(opt)),
+        gathered_(n_prompts * static_cast<size_t>(opt_.n)),
+        object_(opt_.stream ? stream_object : object) {}
   json chunk_base() const;
   // body's frame: chunk_base() with the choices and the usage.
   json response(json choices, const JobUsage& usage) const;
 
+  // What a whole response gathers of one choice.
+  struct Gathered {
+    std::string text;
+    json logprobs;  // null until the first logprobs
+  };
   const OpenAiResponseOptions opt_;
+  std::vector<Gathered> gathered_;  // not streaming: per choice
 
  private:
   const char* object_;
@@ -57,14 +65,9 @@ class CompletionWriter final : public OpenAiWriter {
   json body(std::span<const ChoiceState> choices, const JobUsage& usage) override;
 
  private:
-  struct Choice {
-    std::string text;
-    json logprobs;  // null until the first logprobs
-    int64_t text_offset = 0;
-  };
   const bool echo_;
   const std::vector<std::string> prompt_texts_;
-  std::vector<Choice> choices_;
+  std::vector<int64_t> text_offsets_;  // per choice: where its next token's text starts, in code points
 };
 
 // /v1/chat/completions, with the reasoning and tool calls parsed out of the text.
@@ -78,18 +81,13 @@ class ChatWriter final : public OpenAiWriter {
   json body(std::span<const ChoiceState> choices, const JobUsage& usage) override;
 
  private:
-  struct Choice {
-    std::string text;
-    json logprobs;                           // null until the first logprobs
-    std::optional<ChatOutputStream> parser;  // stream with parsing: the incremental parser
-  };
   // The delta of a parsed stream; finish becomes "tool_calls" when a call ended the choice.
-  json parsed_delta(Choice& c, const CompletionOutput& o, json& finish) const;
-  json message(const Choice& c, const ChoiceState& state, json& finish) const;
+  json parsed_delta(std::optional<ChatOutputStream>& parser, const CompletionOutput& o, json& finish) const;
+  json message(const std::string& text, const ChoiceState& state, json& finish) const;
 
   const OutputParsing parsing_;
   const bool named_tool_choice_;
-  std::vector<Choice> choices_;
+  std::vector<std::optional<ChatOutputStream>> parsers_;  // streaming with parsing: per choice
 };
 
 }  // namespace mla::server

@@ -53,8 +53,12 @@ void Router::handle(HttpRequest&& req, const std::shared_ptr<HttpResponder>& res
   auto fail = [&](const ApiError& e) {
     const ErrorShape* shape = nullptr;
     size_t matched = 0;  // the longest prefix wins
-    for (const auto& [prefix, s] : error_shapes_)
-      if (req.path.starts_with(prefix) && prefix.size() >= matched) shape = &s, matched = prefix.size();
+    for (const auto& [prefix, s] : error_shapes_) {
+      if (req.path.starts_with(prefix) && prefix.size() >= matched) {
+        shape = &s;
+        matched = prefix.size();
+      }
+    }
     send_json(*res, e.status(), shape ? (*shape)(e) : e.to_json());
   };
   try {

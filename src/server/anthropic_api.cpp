@@ -4,6 +4,7 @@
 #include "server/anthropic_protocol.h"
 #include "server/anthropic_response.h"
 #include "server/generation_job.h"
+#include "server/request.h"
 #include "server/router.h"
 #include "server/server_state.h"
 

@@ -45,6 +45,7 @@ class OpenAiWriter : public ResponseWriter {
   json response(json choices, const JobUsage& usage) const;
 
   // What a whole response gathers of one choice.
+  // NOLINTNEXTLINE(bugprone-exception-escape): the implicit moves of its string and json do not throw
   struct Gathered {
     std::string text;
     json logprobs;  // null until the first logprobs

@@ -85,8 +85,8 @@ class RequestParserHarness {
   // the SSE writer).
   virtual void text_prompt(const std::string& text) {}
 
-  // What OpenAiApi::render_chat and the context check do with the parsed messages; here only
-  // their shape and max_tokens against the context (RequestHarness renders them).
+  // What render_chat (server/served_model.h) and the context check do with the parsed messages;
+  // here only their shape and max_tokens against the context (RequestHarness renders them).
   virtual void chat_prompt(const server::json& messages, const server::json& tools, const server::json& kwargs,
                            bool add_generation_prompt, std::optional<int> max_tokens) {
     check_messages(messages);

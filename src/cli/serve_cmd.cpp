@@ -28,9 +28,12 @@
 #include "grammar/grammar.h"
 #include "parallel/dist_runner.h"
 #include "parallel/world.h"
+#include "server/anthropic_api.h"
 #include "server/http_server.h"
 #include "server/openai_api.h"
 #include "server/reasoning.h"
+#include "server/router.h"
+#include "server/server_state.h"
 #include "server/tool_choice.h"
 #include "server/tool_parsers/tool_parser.h"
 #include "tokenizer/chat_template/chat_template.h"
@@ -205,15 +208,19 @@ void serve(ServeArgs& a) {
     return;
   }
 
-  server::OpenAiApi api({name, a.model, a.api_key});
+  server::ServerState api({name, a.model});
+  server::Router router(a.api_key);
+  server::register_server_routes(router, api);
+  server::register_openai_routes(router, api);
+  server::register_anthropic_routes(router, api);
   server::HttpServerConfig hc;
   hc.host = a.host;
   hc.port = static_cast<uint16_t>(a.port);
   hc.n_threads = a.http_threads;
   hc.limits.max_body_bytes = static_cast<size_t>(parse_byte_size(a.max_request_bytes, "--max-request-bytes"));
   hc.limits.keep_alive = std::chrono::milliseconds(static_cast<int64_t>(a.timeout_keep_alive * 1000));
-  server::HttpServer http(hc, [&api](server::HttpRequest&& r, const std::shared_ptr<server::HttpResponder>& res) {
-    api.handle(std::move(r), res);
+  server::HttpServer http(hc, [&router](server::HttpRequest&& r, const std::shared_ptr<server::HttpResponder>& res) {
+    router.handle(std::move(r), res);
   });
   http.start();
   const std::string url = fmt::format("http://{}:{}", a.host, http.port());

@@ -136,24 +136,14 @@ json anthropic_error_json(const ApiError& e) {
   return {{"type", "error"}, {"error", {{"type", anthropic_error_type(e.status())}, {"message", e.what()}}}};
 }
 
-AnthropicRequest parse_anthropic_request(const json& body, const ModelLimits& lim, bool count_only) {
-  AnthropicRequest r;
-  if (const json* m = field(body, "model")) {
-    if (!m->is_string()) wrong_type("model", "a string", *m);
-    r.model = m->get<std::string>();
-  }
-  if (const json* sys = field(body, "system"))
-    r.messages.push_back({{"role", "system"}, {"content", text_of(*sys, "system")}});
-  const json* msgs = field(body, "messages");
-  if (!msgs) bad_request("'messages' is required", "messages", "missing_field");
-  if (!msgs->is_array()) wrong_type("messages", "a list of messages", *msgs);
-  if (msgs->empty()) bad_request("'messages' must not be empty", "messages");
-  for (size_t i = 0; i < msgs->size(); ++i) convert_message((*msgs)[i], i, r.messages);
-  r.continue_final_message = string_or_empty(msgs->back(), "role") == "assistant";
-  if (const json* t = field(body, "tools")) r.tools = convert_tools(*t);
-  // tool_choice: {"type": "auto" | "any" | "tool" | "none", "name"?}
+namespace {
+
+// tool_choice {"type": "auto" | "any" | "tool" | "none", "name"?, "disable_parallel_tool_use"?}
+// → the OpenAI tool_choice it means, checked against tools.
+ChatToolOptions parse_tool_choice(const json& body, const json& tools) {
   json openai_choice;
-  if (const json* tc = field(body, "tool_choice")) {
+  const json* tc = field(body, "tool_choice");
+  if (tc) {
     if (!tc->is_object() || !tc->contains("type") || !(*tc)["type"].is_string())
       bad_request("'tool_choice' must be an object with a 'type'", "tool_choice");
     const std::string type = (*tc)["type"].get<std::string>();
@@ -168,33 +158,38 @@ AnthropicRequest parse_anthropic_request(const json& body, const ModelLimits& li
       bad_request(fmt::format("'tool_choice.type' must be auto, any, tool or none, got '{}'", type), "tool_choice");
   }
   json choice_body = {{"tool_choice", openai_choice}};
-  if (const json* tc = field(body, "tool_choice"); tc && tc->contains("disable_parallel_tool_use")) {
+  if (tc && tc->contains("disable_parallel_tool_use")) {
     const json& d = (*tc)["disable_parallel_tool_use"];
     if (!d.is_boolean()) wrong_type("tool_choice.disable_parallel_tool_use", "a boolean", d);
     choice_body["parallel_tool_calls"] = !d.get<bool>();
   }
-  r.tool_options = parse_tool_options(choice_body, r.tools);
-  if (const json* th = field(body, "thinking")) {
-    if (!th->is_object()) wrong_type("thinking", "an object", *th);
-    // "adaptive" / "between_tools" leave the choice to the model: thinking on, as "enabled".
-    // budget_tokens is checked but not enforced (the model stops thinking when it does).
-    const std::string type = string_or_empty(*th, "type");
-    if (type != "enabled" && type != "disabled" && type != "adaptive" && type != "between_tools")
-      bad_request(
-          "'thinking.type' must be \"enabled\", \"disabled\", \"adaptive\" or "
-          "\"between_tools\"",
-          "thinking");
-    if (type == "enabled") {
-      const json* budget = field(*th, "budget_tokens");
-      if (!budget || !budget->is_number_integer() || budget->get<int64_t>() < 1)
-        bad_request("'thinking.budget_tokens' must be an integer >= 1", "thinking");
-    }
-    r.chat_template_kwargs["enable_thinking"] = type != "disabled";
-    r.chat_template_kwargs["thinking"] = type != "disabled";
-  }
-  if (count_only) return r;
+  return parse_tool_options(choice_body, tools);
+}
 
-  SamplingParams& p = r.params;
+// thinking {"type", "budget_tokens"?} → the template's thinking switches in kwargs.
+void parse_thinking(const json& body, json& kwargs) {
+  const json* th = field(body, "thinking");
+  if (!th) return;
+  if (!th->is_object()) wrong_type("thinking", "an object", *th);
+  // "adaptive" / "between_tools" leave the choice to the model: thinking on, as "enabled".
+  // budget_tokens is checked but not enforced (the model stops thinking when it does).
+  const std::string type = string_or_empty(*th, "type");
+  if (type != "enabled" && type != "disabled" && type != "adaptive" && type != "between_tools")
+    bad_request(
+        "'thinking.type' must be \"enabled\", \"disabled\", \"adaptive\" or "
+        "\"between_tools\"",
+        "thinking");
+  if (type == "enabled") {
+    const json* budget = field(*th, "budget_tokens");
+    if (!budget || !budget->is_number_integer() || budget->get<int64_t>() < 1)
+      bad_request("'thinking.budget_tokens' must be an integer >= 1", "thinking");
+  }
+  kwargs["enable_thinking"] = type != "disabled";
+  kwargs["thinking"] = type != "disabled";
+}
+
+// max_tokens (required), temperature, top_p, top_k, stop_sequences.
+void parse_sampling(const json& body, SamplingParams& p) {
   const json* mt = field(body, "max_tokens");
   if (!mt) bad_request("'max_tokens' is required", "max_tokens", "missing_field");
   if (!mt->is_number_integer() || mt->get<int64_t>() < 1 || mt->get<int64_t>() > std::numeric_limits<int32_t>::max())
@@ -224,6 +219,29 @@ AnthropicRequest parse_anthropic_request(const json& body, const ModelLimits& li
       p.stop.push_back(s.get<std::string>());
     }
   }
+}
+
+}  // namespace
+
+AnthropicRequest parse_anthropic_request(const json& body, const ModelLimits& lim, bool count_only) {
+  AnthropicRequest r;
+  if (const json* m = field(body, "model")) {
+    if (!m->is_string()) wrong_type("model", "a string", *m);
+    r.model = m->get<std::string>();
+  }
+  if (const json* sys = field(body, "system"))
+    r.messages.push_back({{"role", "system"}, {"content", text_of(*sys, "system")}});
+  const json* msgs = field(body, "messages");
+  if (!msgs) bad_request("'messages' is required", "messages", "missing_field");
+  if (!msgs->is_array()) wrong_type("messages", "a list of messages", *msgs);
+  if (msgs->empty()) bad_request("'messages' must not be empty", "messages");
+  for (size_t i = 0; i < msgs->size(); ++i) convert_message((*msgs)[i], i, r.messages);
+  r.continue_final_message = string_or_empty(msgs->back(), "role") == "assistant";
+  if (const json* t = field(body, "tools")) r.tools = convert_tools(*t);
+  r.tool_options = parse_tool_choice(body, r.tools);
+  parse_thinking(body, r.chat_template_kwargs);
+  if (count_only) return r;
+  parse_sampling(body, r.params);
   if (const json* s = field(body, "stream")) {
     if (!s->is_boolean()) wrong_type("stream", "a boolean", *s);
     r.stream = s->get<bool>();

@@ -5,8 +5,9 @@
 // (input_schema → parameters). No engine, no template: the handlers are in anthropic_api.cpp.
 #include <string>
 
+#include "engine/engine.h"
 #include "server/chat_tools.h"
-#include "server/openai_protocol.h"
+#include "server/request.h"
 
 namespace mla::server {
 

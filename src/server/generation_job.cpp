@@ -1,46 +1,121 @@
+// One generation request in flight (see generation_job.h).
 #include "server/generation_job.h"
 
 #include <fmt/format.h>
 
-#include "engine/engine.h"
-#include "server/openai_api.h"
 #include "server/sse.h"
-#include "util/log.h"
+#include "util/error.h"
 
 namespace mla::server {
 
-GenerationJob::GenerationJob(OpenAiApi& api, std::shared_ptr<HttpResponder> res, Options opt,
-                             std::vector<std::string> prompt_texts, std::vector<int> prompt_lens)
-    : api_(api),
+void JobRegistry::add(const std::string& id, const std::shared_ptr<GenerationJob>& job) {
+  std::lock_guard lk(mu_);
+  jobs_.emplace(id, job);
+}
+
+void JobRegistry::remove(const std::string& id) {
+  std::lock_guard lk(mu_);
+  jobs_.erase(id);
+}
+
+int JobRegistry::size() const {
+  std::lock_guard lk(mu_);
+  return static_cast<int>(jobs_.size());
+}
+
+void JobRegistry::abort_all() {
+  std::vector<std::shared_ptr<GenerationJob>> jobs;
+  {
+    std::lock_guard lk(mu_);
+    for (auto& [id, w] : jobs_)
+      if (auto j = w.lock()) jobs.push_back(std::move(j));
+  }
+  for (auto& j : jobs) j->abort();
+}
+
+// ---------------------------------------------------------------------------------------------
+
+void GenerationJob::start(JobServices services, std::shared_ptr<HttpResponder> res, JobRequest req,
+                          std::unique_ptr<ResponseWriter> writer) {
+  // The engine's own validation, with its message, before anything is queued.
+  try {
+    req.params.validate(services.engine.n_vocab());
+  } catch (const Error& e) {
+    bad_request(e.what());
+  }
+  std::vector<int> lens;
+  for (const auto& p : req.prompts) lens.push_back(static_cast<int>(p.size()));
+  auto job = std::make_shared<GenerationJob>(services, std::move(res), req.id, req.stream, req.params.n,
+                                             std::move(lens), std::move(writer));
+  services.jobs.add(req.id, job);
+  job->add_requests(std::move(req.prompts), req.params);
+}
+
+GenerationJob::GenerationJob(JobServices services, std::shared_ptr<HttpResponder> res, std::string id, bool stream,
+                             int n, std::vector<int> prompt_lens, std::unique_ptr<ResponseWriter> writer)
+    : services_(services),
       res_(std::move(res)),
-      opt_(std::move(opt)),
-      prompt_texts_(std::move(prompt_texts)),
-      prompt_lens_(std::move(prompt_lens)) {
-  choices_.resize(prompt_lens_.size() * static_cast<size_t>(opt_.n));
+      id_(std::move(id)),
+      stream_(stream),
+      n_(n),
+      prompt_lens_(std::move(prompt_lens)),
+      writer_(std::move(writer)) {
+  choices_.resize(prompt_lens_.size() * static_cast<size_t>(n_));
   prompts_.resize(prompt_lens_.size());
-  if (opt_.echo)
-    for (size_t ci = 0; ci < choices_.size(); ++ci) choices_[ci].text_offset = utf8_length(prompt_texts_[ci / opt_.n]);
 }
 
 std::string GenerationJob::engine_id(size_t prompt) const {
-  return prompt_lens_.size() == 1 ? opt_.id : fmt::format("{}-{}", opt_.id, prompt);
+  return prompt_lens_.size() == 1 ? id_ : fmt::format("{}-{}", id_, prompt);
+}
+
+void GenerationJob::add_requests(std::vector<std::vector<int32_t>> prompts, const SamplingParams& params) {
+  auto self = shared_from_this();
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    try {
+      services_.engine.add_request(engine_id(p), std::move(prompts[p]), params,
+                                   [self, p](RequestOutput&& out) { self->on_output(p, std::move(out)); });
+    } catch (const Error& e) {
+      fail_start(p, ApiError(400, e.what()));
+      return;
+    }
+  }
+  begin();
+  // Registered after the requests exist, so an early disconnect aborts them all.
+  std::weak_ptr<GenerationJob> weak = self;
+  res_->on_disconnect([weak] {
+    if (auto j = weak.lock()) j->abort();
+  });
+}
+
+int64_t GenerationJob::prompt_tokens() const {
+  int64_t n = 0;
+  for (int len : prompt_lens_) n += len;
+  return n;
 }
 
 void GenerationJob::begin() {
   std::lock_guard lk(mu_);
   if (begun_ || failed_) return;
   begun_ = true;
-  if (opt_.stream) res_->start_stream("text/event-stream", {{"Cache-Control", "no-cache"}});
-  for (auto& b : pending_) res_->write(std::move(b));
+  if (stream_) {
+    res_->start_stream("text/event-stream", {{"Cache-Control", "no-cache"}});
+    Events head;
+    writer_->stream_head(prompt_tokens(), head);
+    for (auto& e : head) res_->write(std::move(e));
+  }
+  for (auto& e : pending_) res_->write(std::move(e));
   pending_.clear();
   if (pending_end_) res_->end_stream();
 }
 
-void GenerationJob::emit(std::string bytes) {
-  if (begun_)
-    res_->write(std::move(bytes));
-  else
-    pending_.push_back(std::move(bytes));
+void GenerationJob::emit(Events& events) {
+  for (auto& e : events) {
+    if (begun_)
+      res_->write(std::move(e));
+    else
+      pending_.push_back(std::move(e));
+  }
+  events.clear();
 }
 
 void GenerationJob::emit_end() {
@@ -50,20 +125,15 @@ void GenerationJob::emit_end() {
     pending_end_ = true;
 }
 
-json GenerationJob::chunk_base() const {
-  const bool chat = opt_.kind == Kind::kChat;
-  const char* object = chat ? (opt_.stream ? "chat.completion.chunk" : "chat.completion") : "text_completion";
-  return {{"id", opt_.id}, {"object", object}, {"created", opt_.created}, {"model", api_.config().served_model_name}};
-}
-
 void GenerationJob::observe(size_t p, const RequestOutput& out, Clock::time_point now) {
   auto seconds = [](Clock::duration d) { return std::chrono::duration<double>(d).count(); };
+  ServerMetrics& metrics = services_.metrics;
   for (const auto& o : out.outputs) {
-    if (o.token_ids.empty()) continue;
-    Choice& c = choices_[p * opt_.n + o.index];
+    if (o.token_ids.empty() || o.index < 0 || o.index >= n_) continue;
+    Choice& c = choices_[p * n_ + o.index];
     if (!prompts_[p].first_token_seen) {
       prompts_[p].first_token_seen = true;
-      api_.metrics().observe_ttft(seconds(now - start_));
+      metrics.observe_ttft(seconds(now - start_));
     }
     // Time per output token: the gap since the sequence's previous output, shared by the
     // tokens of this delta (the first token of a sequence counts toward TTFT instead).
@@ -71,14 +141,13 @@ void GenerationJob::observe(size_t p, const RequestOutput& out, Clock::time_poin
     if (k > 0) {
       const auto since = c.last_token == Clock::time_point{} ? start_ : c.last_token;
       const double per = seconds(now - since) / static_cast<double>(k);
-      for (size_t i = 0; i < k; ++i) api_.metrics().observe_tpot(per);
+      for (size_t i = 0; i < k; ++i) metrics.observe_tpot(per);
     }
     c.last_token = now;
   }
   if (out.finished) {
-    api_.metrics().observe_e2e(seconds(now - start_));
-    const Choice& first = choices_[p * opt_.n];
-    api_.metrics().count_finished(first.finish.value_or(FinishReason::kAbort));
+    metrics.observe_e2e(seconds(now - start_));
+    metrics.count_finished(choices_[p * n_].state.finish.value_or(FinishReason::kAbort));
   }
 }
 
@@ -86,32 +155,20 @@ void GenerationJob::on_output(size_t p, RequestOutput&& out) {
   std::lock_guard lk(mu_);
   if (done_ || p >= prompts_.size() || prompts_[p].finished) return;
   const auto now = Clock::now();
-  const TokenTextFn token_text = [this](int32_t id) { return api_.token_text(id); };
+  Events events;
   for (const auto& o : out.outputs) {
-    if (o.index < 0 || o.index >= opt_.n) continue;
-    const size_t ci = p * opt_.n + o.index;
+    if (o.index < 0 || o.index >= n_) continue;
+    const size_t ci = p * n_ + o.index;
     Choice& c = choices_[ci];
-    std::string prefix;
-    if (opt_.echo && !c.started && opt_.kind == Kind::kCompletion) prefix = prompt_texts_[p];
-    c.n_generated = o.n_generated;
+    c.state.n_generated = o.n_generated;
     if (o.finish_reason) {
-      c.finish = o.finish_reason;
-      c.stop_reason = o.stop_reason;
+      c.state.finish = o.finish_reason;
+      c.state.stop_reason = o.stop_reason;
     }
-    if (opt_.stream && !failed_) {
-      stream_choice(ci, o, prefix);
-    } else {
-      if (!c.started) c.text = prefix;
-      c.text += o.text;
-      if (opt_.logprobs) {
-        if (opt_.kind == Kind::kChat)
-          append_chat_logprobs(c.logprobs, o.logprobs, token_text);
-        else
-          append_completion_logprobs(c.logprobs, o.logprobs, token_text, c.text_offset);
-      }
-    }
+    if (!failed_) writer_->output(ci, o, !c.started, events);
     c.started = true;
   }
+  emit(events);
   if (!out.error.empty() && error_.empty()) {
     error_ = out.error;
     error_status_ = out.error_status;
@@ -123,128 +180,34 @@ void GenerationJob::on_output(size_t p, RequestOutput&& out) {
   }
 }
 
-void GenerationJob::stream_choice(size_t ci, const CompletionOutput& o, const std::string& prefix) {
-  Choice& c = choices_[ci];
-  const TokenTextFn token_text = [this](int32_t id) { return api_.token_text(id); };
-  json logprobs = nullptr;
-  if (opt_.logprobs && !o.logprobs.empty()) {
-    if (opt_.kind == Kind::kChat)
-      append_chat_logprobs(logprobs, o.logprobs, token_text);
-    else
-      append_completion_logprobs(logprobs, o.logprobs, token_text, c.text_offset);
-  }
-  json chunk = chunk_base();
-  if (opt_.kind == Kind::kChat) {
-    if (!c.started) {
-      json role = chunk;
-      role["choices"] = json::array({{{"index", ci},
-                                      {"delta", {{"role", "assistant"}, {"content", ""}}},
-                                      {"logprobs", nullptr},
-                                      {"finish_reason", nullptr}}});
-      emit(sse_event(role));
-    }
-    json delta = json::object();
-    json finish = finish_reason_json(o.finish_reason);
-    if (opt_.parsing.active()) {
-      if (!c.parser) c.parser.emplace(opt_.parsing);
-      ChatDelta d = c.parser->feed(o.text);
-      if (o.finish_reason) {
-        ChatDelta rest = c.parser->finish();
-        d.reasoning += rest.reasoning;
-        d.content += rest.content;
-        for (auto& t : rest.tool_calls) d.tool_calls.push_back(std::move(t));
-        if (c.parser->any_tool_call() && *o.finish_reason == FinishReason::kStop && !opt_.named_tool_choice)
-          finish = "tool_calls";
-      }
-      if (!d.reasoning.empty()) {  // both names: DeepSeek's API and older vLLM, newer vLLM
-        delta["reasoning"] = d.reasoning;
-        delta["reasoning_content"] = std::move(d.reasoning);
-      }
-      if (!d.content.empty()) delta["content"] = std::move(d.content);
-      if (!d.tool_calls.empty()) delta["tool_calls"] = tool_call_deltas_json(d.tool_calls);
-    } else if (!o.text.empty()) {
-      delta["content"] = o.text;
-    }
-    if (delta.empty() && !o.finish_reason && logprobs.is_null()) return;
-    json choice = {{"index", ci},
-                   {"delta", std::move(delta)},
-                   {"logprobs", std::move(logprobs)},
-                   {"finish_reason", std::move(finish)}};
-    if (o.finish_reason) choice["stop_reason"] = stop_reason_json(o.stop_reason);
-    chunk["choices"] = json::array({std::move(choice)});
-  } else {
-    const std::string text = prefix + o.text;
-    if (text.empty() && !o.finish_reason && logprobs.is_null()) return;
-    chunk["choices"] = json::array({{{"index", ci},
-                                     {"text", text},
-                                     {"logprobs", std::move(logprobs)},
-                                     {"finish_reason", finish_reason_json(o.finish_reason)},
-                                     {"stop_reason", stop_reason_json(o.stop_reason)}}});
-  }
-  emit(sse_event(chunk));
-}
-
 void GenerationJob::finish_all() {
   done_ = true;
-  int64_t prompt_tokens = 0, completion_tokens = 0;
-  for (int n : prompt_lens_) prompt_tokens += n;
-  for (const auto& c : choices_) completion_tokens += c.n_generated;
   if (!failed_) {
-    if (opt_.stream) {
-      if (!error_.empty()) {
-        emit(sse_event(ApiError(error_status_, "generation failed: " + error_, "", "engine_error").to_json()));
-      } else if (opt_.include_usage) {
-        json u = chunk_base();
-        u["choices"] = json::array();
-        u["usage"] = usage_json(prompt_tokens, completion_tokens);
-        emit(sse_event(u));
+    JobUsage usage{prompt_tokens(), 0};
+    std::vector<ChoiceState> states;
+    for (const auto& c : choices_) {
+      usage.completion_tokens += c.state.n_generated;
+      states.push_back(c.state);
+    }
+    Events events;
+    if (!error_.empty()) {
+      const ApiError err(error_status_, "generation failed: " + error_, "", "engine_error");
+      if (stream_) {
+        writer_->stream_error(err, events);
+        emit(events);
+        emit_end();
+      } else {
+        res_->send(err.status(), "application/json", dump_json(writer_->error_json(err)));
       }
-      emit(std::string(kSseDone));
+    } else if (stream_) {
+      writer_->stream_end(states, usage, events);
+      emit(events);
       emit_end();
-    } else if (!error_.empty()) {
-      send_error(error_status_, "generation failed: " + error_);
     } else {
-      json body = chunk_base();
-      json choices = json::array();
-      for (size_t ci = 0; ci < choices_.size(); ++ci) {
-        Choice& c = choices_[ci];
-        json choice = {{"index", ci}};
-        json finish = finish_reason_json(c.finish);
-        if (opt_.kind == Kind::kChat && opt_.parsing.active()) {
-          ChatMessageOut m = parse_chat_output(opt_.parsing, c.text);
-          json msg = {{"role", "assistant"}};
-          msg["content"] = m.content.empty() && !m.tool_calls.empty() ? json(nullptr) : json(std::move(m.content));
-          if (m.reasoning) {
-            msg["reasoning"] = *m.reasoning;
-            msg["reasoning_content"] = std::move(*m.reasoning);
-          }
-          if (!m.tool_calls.empty()) {
-            msg["tool_calls"] = tool_calls_json(m.tool_calls);
-            if (c.finish == FinishReason::kStop && !opt_.named_tool_choice) finish = "tool_calls";
-          }
-          choice["message"] = std::move(msg);
-        } else if (opt_.kind == Kind::kChat) {
-          choice["message"] = {{"role", "assistant"}, {"content", std::move(c.text)}};
-        } else {
-          choice["text"] = std::move(c.text);
-        }
-        choice["logprobs"] = std::move(c.logprobs);
-        choice["finish_reason"] = std::move(finish);
-        choice["stop_reason"] = stop_reason_json(c.stop_reason);
-        choices.push_back(std::move(choice));
-      }
-      body["choices"] = std::move(choices);
-      body["usage"] = usage_json(prompt_tokens, completion_tokens);
-      res_->send(200, "application/json", dump_json(body));
+      res_->send(200, "application/json", dump_json(writer_->body(states, usage)));
     }
   }
-  api_.job_finished(opt_.id);
-}
-
-void GenerationJob::send_error(int status, const std::string& message) {
-  failed_ = true;
-  res_->send(status, "application/json",
-             dump_json(ApiError(status, message, "", status >= 500 ? "engine_error" : "").to_json()));
+  services_.jobs.remove(id_);
 }
 
 void GenerationJob::abort() {
@@ -255,7 +218,7 @@ void GenerationJob::abort() {
     for (size_t p = 0; p < prompts_.size(); ++p)
       if (!prompts_[p].finished) ids.push_back(engine_id(p));
   }
-  for (const auto& id : ids) api_.model().engine->abort(id);
+  for (const auto& id : ids) services_.engine.abort(id);
 }
 
 void GenerationJob::fail_start(size_t failed_at, const ApiError& err) {
@@ -266,14 +229,14 @@ void GenerationJob::fail_start(size_t failed_at, const ApiError& err) {
     for (size_t p = failed_at; p < prompts_.size(); ++p)
       if (!prompts_[p].finished) prompts_[p].finished = true, ++n_finished_;
     // Nothing was sent yet (begin() was not called): a plain error response, streaming or not.
-    res_->send(err.status(), "application/json", dump_json(err.to_json()));
+    res_->send(err.status(), "application/json", dump_json(writer_->error_json(err)));
     if (n_finished_ == prompts_.size()) {
       done_ = true;
-      api_.job_finished(opt_.id);
+      services_.jobs.remove(id_);
       return;
     }
   }
-  for (size_t p = 0; p < failed_at; ++p) api_.model().engine->abort(engine_id(p));
+  for (size_t p = 0; p < failed_at; ++p) services_.engine.abort(engine_id(p));
 }
 
 }  // namespace mla::server

@@ -1,91 +1,122 @@
 #pragma once
-// One /v1/completions or /v1/chat/completions request in flight: one engine request per prompt,
-// each with n sequences (choice index = prompt * n + sequence). Engine outputs arrive on the
-// engine thread (on_output) and are turned into SSE chunks at once, or gathered into one JSON
-// response sent when every prompt has finished. A client that goes away aborts the engine
-// requests (abort()).
+// One generation request in flight, whatever protocol asked for it: one engine request per
+// prompt, each with n sequences (choice index = prompt * n + sequence). The job admits the
+// request (the engine's own validation, then the engine requests), delivers the engine's outputs
+// (on the engine thread) to the protocol's ResponseWriter, and sends what it writes: stream
+// events at once, or one response when every prompt has finished. It records the latency and
+// finish metrics, and aborts its engine requests when the client goes away or the server shuts
+// down. What the job needs (engine, metrics, the registry of jobs) is injected; it knows no
+// protocol: the writer holds every response shape.
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
+#include <unordered_map>
 #include <variant>
 #include <vector>
 
-#include "server/chat_output.h"
+#include "engine/engine.h"
+#include "server/api_error.h"
 #include "server/http_server.h"
-#include "server/openai_protocol.h"
+#include "server/json.h"
+#include "server/metrics.h"
 
 namespace mla::server {
 
-class OpenAiApi;
-
-// A request in flight as OpenAiApi drives it: engine requests added, their outputs delivered on
-// the engine thread, aborted on disconnect. GenerationJob (OpenAI shapes) and AnthropicJob
-// (anthropic_api.h) implement it.
-class ApiJob {
- public:
-  virtual ~ApiJob() = default;
-  virtual std::string engine_id(size_t prompt) const = 0;
-  virtual const std::string& id() const = 0;
-  virtual const std::shared_ptr<HttpResponder>& responder() const = 0;
-  virtual void on_output(size_t prompt, RequestOutput&& out) = 0;
-  virtual void abort() = 0;
-  virtual void fail_start(size_t failed_at, const ApiError& err) = 0;
-  virtual void begin() = 0;
+// One sequence of a job as the engine has reported it so far.
+struct ChoiceState {
+  int n_generated = 0;
+  std::optional<FinishReason> finish;
+  std::variant<std::monostate, std::string, int32_t> stop_reason;
 };
 
-class GenerationJob : public ApiJob {
+// A finished job's token counts.
+struct JobUsage {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+};
+
+// Stream events, each sent as one HTTP chunk, in order.
+using Events = std::vector<std::string>;
+
+// What a protocol makes of a job's outputs: its stream events, its whole response, its errors.
+// The job calls it under its lock, one call at a time; a streaming writer appends events, a
+// non-streaming one keeps what body() needs.
+class ResponseWriter {
  public:
-  enum class Kind { kCompletion, kChat };
+  virtual ~ResponseWriter() = default;
+  // Streaming: the events sent right after the response header, before any output.
+  virtual void stream_head(int64_t prompt_tokens, Events& out) = 0;
+  // New output of one sequence; `first`: its first output.
+  virtual void output(size_t choice, const CompletionOutput& o, bool first, Events& out) = 0;
+  // Every prompt finished without an engine error. Streaming: the closing events.
+  virtual void stream_end(std::span<const ChoiceState> choices, const JobUsage& usage, Events& out) = 0;
+  // Not streaming: the response body.
+  virtual json body(std::span<const ChoiceState> choices, const JobUsage& usage) = 0;
+  // An error response's body in the protocol's shape.
+  virtual json error_json(const ApiError& e) const = 0;
+  // The events that report an engine error on a started stream (the stream then ends).
+  virtual void stream_error(const ApiError& e, Events& out) const = 0;
+};
+
+class GenerationJob;
+
+// The jobs in flight, for a shutdown: how many, and aborting them all. Thread-safe.
+class JobRegistry {
+ public:
+  void add(const std::string& id, const std::shared_ptr<GenerationJob>& job);
+  void remove(const std::string& id);
+  int size() const;
+  void abort_all();
+
+ private:
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, std::weak_ptr<GenerationJob>> jobs_;
+};
+
+// What a job uses; each must outlive every job.
+struct JobServices {
+  Engine& engine;
+  ServerMetrics& metrics;
+  JobRegistry& jobs;
+};
+
+// A request ready for the engine.
+struct JobRequest {
+  std::string id;  // the response's id; the engine request ids are derived from it
+  bool stream = false;
+  std::vector<std::vector<int32_t>> prompts;  // >= 1
+  SamplingParams params;                      // params.n sequences per prompt
+};
+
+class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
+ public:
   using Clock = std::chrono::steady_clock;
 
-  // NOLINTNEXTLINE(bugprone-exception-escape): the implicit moves of its strings and json do not throw
-  struct Options {
-    Kind kind = Kind::kCompletion;
-    std::string id;       // "cmpl-..." / "chatcmpl-..."
-    int64_t created = 0;  // unix seconds
-    int n = 1;            // sequences per prompt
-    bool stream = false;
-    bool include_usage = false;
-    bool logprobs = false;
-    bool echo = false;      // completions: the prompt text starts each choice
-    OutputParsing parsing;  // chat: reasoning / tool calls split out of the text
-    // tool_choice named a function: the call is the answer, finish_reason stays "stop" (as
-    // OpenAI and vLLM); otherwise a parsed call makes a stopped choice "tool_calls".
-    bool named_tool_choice = false;
-  };
+  // Admits the request and starts it. Throws ApiError (400, nothing started) when the engine's
+  // validation refuses params; a prompt the engine refuses is answered with writer's error
+  // (400) instead.
+  static void start(JobServices services, std::shared_ptr<HttpResponder> res, JobRequest req,
+                    std::unique_ptr<ResponseWriter> writer);
 
-  GenerationJob(OpenAiApi& api, std::shared_ptr<HttpResponder> res, Options opt, std::vector<std::string> prompt_texts,
-                std::vector<int> prompt_lens);
+  // Use start().
+  GenerationJob(JobServices services, std::shared_ptr<HttpResponder> res, std::string id, bool stream, int n,
+                std::vector<int> prompt_lens, std::unique_ptr<ResponseWriter> writer);
 
   // Engine request id of prompt i.
-  std::string engine_id(size_t prompt) const override;
-  const std::string& id() const override { return opt_.id; }
-  size_t n_prompts() const { return prompt_lens_.size(); }
-  const std::shared_ptr<HttpResponder>& responder() const override { return res_; }
-
+  std::string engine_id(size_t prompt) const;
   // Engine thread. prompt: which engine request.
-  void on_output(size_t prompt, RequestOutput&& out) override;
+  void on_output(size_t prompt, RequestOutput&& out);
   // Any thread: abort every engine request still running (client gone, or shutdown).
-  void abort() override;
-  // The engine refused prompt `failed_at` (the ones before it were added): abort those and
-  // answer with err (instead of begin()).
-  void fail_start(size_t failed_at, const ApiError& err) override;
-  // Every engine request is added: start the response (streaming: the header, then the chunks
-  // that arrived meanwhile).
-  void begin() override;
+  void abort();
 
  private:
   struct Choice {
-    std::string text;
-    json logprobs;  // null until the first logprobs
-    int64_t text_offset = 0;
-    int n_generated = 0;
-    std::optional<FinishReason> finish;
-    std::variant<std::monostate, std::string, int32_t> stop_reason;
-    bool started = false;                    // stream: role / echo chunk sent
-    std::optional<ChatOutputStream> parser;  // stream with parsing: the incremental parser
+    ChoiceState state;
+    bool started = false;  // an output was delivered
     Clock::time_point last_token{};
   };
   struct Prompt {
@@ -93,21 +124,28 @@ class GenerationJob : public ApiJob {
     bool finished = false;
   };
 
-  json chunk_base() const;
-  void stream_choice(size_t ci, const CompletionOutput& o, const std::string& prefix);
+  void add_requests(std::vector<std::vector<int32_t>> prompts, const SamplingParams& params);
+  // The engine refused prompt `failed_at` (the ones before it were added): abort those and
+  // answer with err (instead of begin()).
+  void fail_start(size_t failed_at, const ApiError& err);
+  // Every engine request is added: start the response (streaming: the header, then the events
+  // that arrived meanwhile).
+  void begin();
   void finish_all();
-  void send_error(int status, const std::string& message);
-  // Stream bytes, held until begin().
-  void emit(std::string bytes);
-  void emit_end();
+  int64_t prompt_tokens() const;
   void observe(size_t prompt, const RequestOutput& out, Clock::time_point now);
+  // Stream events, held until begin().
+  void emit(Events& events);
+  void emit_end();
 
-  OpenAiApi& api_;
+  JobServices services_;
   std::shared_ptr<HttpResponder> res_;
-  Options opt_;
-  std::vector<std::string> prompt_texts_;
-  std::vector<int> prompt_lens_;
-  Clock::time_point start_ = Clock::now();
+  const std::string id_;
+  const bool stream_;
+  const int n_;  // sequences per prompt
+  const std::vector<int> prompt_lens_;
+  const std::unique_ptr<ResponseWriter> writer_;
+  const Clock::time_point start_ = Clock::now();
 
   std::mutex mu_;
   std::vector<Choice> choices_;

@@ -1,8 +1,8 @@
 #pragma once
 // HTTP/1.1 server on Boost.Beast (Asio): keep-alive, size limits, timeouts, streamed (chunked)
 // responses, client-disconnect notification and a graceful drain. It knows nothing about the
-// OpenAI API: every parsed request goes to one handler (see openai_api.h), which answers through
-// an HttpResponder — right away or later, from any thread.
+// APIs: every parsed request goes to one handler (the Router, router.h), which answers through an
+// HttpResponder — right away or later, from any thread.
 //
 //   HttpServer http(cfg, handler);  http.start();   // binds, then serves on cfg.n_threads threads
 //   ...                              http.drain();   // stop accepting, close idle connections

@@ -8,38 +8,6 @@
 
 namespace mla::server {
 
-const char* error_type_for_status(int status) {
-  static constexpr ErrorTypeName kTypes[] = {
-      {400, "invalid_request_error"},   {401, "authentication_error"},     {403, "permission_error"},
-      {404, "not_found_error"},         {405, "method_not_allowed_error"}, {408, "timeout_error"},
-      {413, "request_too_large_error"}, {431, "request_too_large_error"},  {503, "service_unavailable_error"},
-  };
-  return error_type_lookup(kTypes, status, "invalid_request_error", "internal_error");
-}
-
-json ApiError::to_json() const {
-  json err = {{"message", what()},
-              {"type", error_type_for_status(status_)},
-              {"param", param_.empty() ? json(nullptr) : json(param_)},
-              {"code", code_.empty() ? json(status_) : json(code_)}};
-  return json{{"error", std::move(err)}};
-}
-
-json parse_json_object(std::string_view body) {
-  if (!json_depth_ok(body))
-    bad_request(fmt::format("request body nests arrays and objects deeper than {} levels", kMaxJsonDepth), "",
-                "invalid_json");
-  json j;
-  try {
-    j = json::parse(body);
-  } catch (const json::exception& e) {  // a syntax error (with its byte position) or a number overflow
-    bad_request(fmt::format("request body is not valid JSON: {}", e.what()), "", "invalid_json");
-  }
-  if (!j.is_object())
-    bad_request(fmt::format("request body must be a JSON object, got {}", j.type_name()), "", "invalid_json");
-  return j;
-}
-
 namespace {
 
 // A present, non-null field, or nullptr.
@@ -283,45 +251,42 @@ void parse_chat_options(const json& body, json& tools, json& kwargs, bool& add_g
   if (continue_final_message) add_generation_prompt = false;
 }
 
-// response_format / structured_outputs → the grammar to constrain the output with (nullopt:
-// free text). structured_outputs follows vLLM's StructuredOutputsParams: exactly one of json,
-// regex, choice, grammar, json_object, structural_tag; disable_any_whitespace for the JSON kinds.
-std::optional<StructuredOutput> parse_structured_output(const json& body) {
-  std::optional<StructuredOutput> out;
-  if (const json* rf = field(body, "response_format")) {
-    if (!rf->is_object()) wrong_type("response_format", "an object", *rf);
-    auto t = rf->find("type");
-    if (t == rf->end() || !t->is_string())
-      bad_request("'response_format.type' must be one of text, json_object, json_schema", "response_format");
-    const std::string type = t->get<std::string>();
-    if (type == "json_object") {
-      out = StructuredOutput{GrammarSpec::json_object(), "response_format"};
-    } else if (type == "json_schema") {
-      const json* js = field(*rf, "json_schema");
-      if (!js)
-        bad_request("'response_format.json_schema' is required for type json_schema", "response_format",
-                    "missing_field");
-      if (!js->is_object()) wrong_type("response_format.json_schema", "an object", *js);
-      if (const json* name = field(*js, "name"); name && !name->is_string())
-        wrong_type("response_format.json_schema.name", "a string", *name);
-      if (const json* strict = field(*js, "strict"); strict && !strict->is_boolean())
-        wrong_type("response_format.json_schema.strict", "a boolean", *strict);
-      const json* schema = field(*js, "schema");
-      if (!schema) bad_request("'response_format.json_schema.schema' is required", "response_format", "missing_field");
-      if (!schema->is_object() && !schema->is_boolean())
-        wrong_type("response_format.json_schema.schema", "a JSON Schema object", *schema);
-      out = StructuredOutput{GrammarSpec::json_schema(schema->dump()), "response_format"};
-    } else if (type != "text") {
-      bad_request(fmt::format("'response_format.type' must be one of text, json_object, "
-                              "json_schema, got '{}'",
-                              type),
-                  "response_format", "unsupported");
-    }
-  }
+// response_format → its constraint (nullopt: text).
+std::optional<StructuredOutput> parse_response_format(const json& body) {
+  const json* rf = field(body, "response_format");
+  if (!rf) return std::nullopt;
+  if (!rf->is_object()) wrong_type("response_format", "an object", *rf);
+  auto t = rf->find("type");
+  if (t == rf->end() || !t->is_string())
+    bad_request("'response_format.type' must be one of text, json_object, json_schema", "response_format");
+  const std::string type = t->get<std::string>();
+  if (type == "json_object") return StructuredOutput{GrammarSpec::json_object(), "response_format"};
+  if (type == "text") return std::nullopt;
+  if (type != "json_schema")
+    bad_request(fmt::format("'response_format.type' must be one of text, json_object, "
+                            "json_schema, got '{}'",
+                            type),
+                "response_format", "unsupported");
+  const json* js = field(*rf, "json_schema");
+  if (!js)
+    bad_request("'response_format.json_schema' is required for type json_schema", "response_format", "missing_field");
+  if (!js->is_object()) wrong_type("response_format.json_schema", "an object", *js);
+  if (const json* name = field(*js, "name"); name && !name->is_string())
+    wrong_type("response_format.json_schema.name", "a string", *name);
+  if (const json* strict = field(*js, "strict"); strict && !strict->is_boolean())
+    wrong_type("response_format.json_schema.strict", "a boolean", *strict);
+  const json* schema = field(*js, "schema");
+  if (!schema) bad_request("'response_format.json_schema.schema' is required", "response_format", "missing_field");
+  if (!schema->is_object() && !schema->is_boolean())
+    wrong_type("response_format.json_schema.schema", "a JSON Schema object", *schema);
+  return StructuredOutput{GrammarSpec::json_schema(schema->dump()), "response_format"};
+}
+
+// The structured_outputs object, or nullptr. vLLM's older top-level names (guided_json,
+// guided_regex, guided_choice, guided_grammar, guided_whitespace_pattern) are read as the
+// structured_outputs fields they became, gathered into `legacy`.
+const json* structured_outputs_field(const json& body, json& legacy) {
   const json* so = field(body, "structured_outputs");
-  // vLLM's older top-level names (guided_json, guided_regex, guided_choice, guided_grammar,
-  // guided_whitespace_pattern) are read as the structured_outputs fields they became.
-  json legacy;
   for (const char* key : {"json", "regex", "choice", "grammar", "whitespace_pattern"}) {
     if (const json* v = field(body, fmt::format("guided_{}", key).c_str())) {
       if (so)
@@ -330,17 +295,19 @@ std::optional<StructuredOutput> parse_structured_output(const json& body) {
       legacy[key] = *v;
     }
   }
-  if (!legacy.is_null()) so = &legacy;
-  if (!so) return out;
-  if (!so->is_object()) wrong_type("structured_outputs", "an object", *so);
+  return legacy.is_null() ? so : &legacy;
+}
+
+// The constraint kinds a structured_outputs object gives, in the order read.
+std::vector<GrammarSpec> structured_output_specs(const json& so) {
   std::vector<GrammarSpec> specs;
   auto string_of = [&](const char* key) -> std::optional<std::string> {
-    const json* v = field(*so, key);
+    const json* v = field(so, key);
     if (!v) return std::nullopt;
     if (!v->is_string()) wrong_type(fmt::format("structured_outputs.{}", key).c_str(), "a string", *v);
     return v->get<std::string>();
   };
-  if (const json* j = field(*so, "json")) {
+  if (const json* j = field(so, "json")) {
     if (j->is_string())
       specs.push_back(GrammarSpec::json_schema(j->get<std::string>()));
     else if (j->is_object() || j->is_boolean())
@@ -349,7 +316,7 @@ std::optional<StructuredOutput> parse_structured_output(const json& body) {
       wrong_type("structured_outputs.json", "a JSON Schema (object or string)", *j);
   }
   if (auto r = string_of("regex")) specs.push_back(GrammarSpec::regex(*r));
-  if (const json* c = field(*so, "choice")) {
+  if (const json* c = field(so, "choice")) {
     if (!c->is_array() || c->empty())
       bad_request("'structured_outputs.choice' must be a non-empty list of strings", "structured_outputs");
     std::vector<std::string> choices;
@@ -361,12 +328,25 @@ std::optional<StructuredOutput> parse_structured_output(const json& body) {
   }
   if (auto g = string_of("grammar")) specs.push_back(GrammarSpec::ebnf(*g));
   if (auto t = string_of("structural_tag")) specs.push_back(GrammarSpec::structural_tag(*t));
-  if (const json* jo = field(*so, "json_object")) {
+  if (const json* jo = field(so, "json_object")) {
     if (!jo->is_boolean()) wrong_type("structured_outputs.json_object", "a boolean", *jo);
     if (jo->get<bool>()) specs.push_back(GrammarSpec::json_object());
   }
-  if (field(*so, "whitespace_pattern"))
+  if (field(so, "whitespace_pattern"))
     bad_request("'structured_outputs.whitespace_pattern' is not supported", "structured_outputs", "unsupported");
+  return specs;
+}
+
+// response_format / structured_outputs → the grammar to constrain the output with (nullopt:
+// free text). structured_outputs follows vLLM's StructuredOutputsParams: exactly one of json,
+// regex, choice, grammar, json_object, structural_tag; disable_any_whitespace for the JSON kinds.
+std::optional<StructuredOutput> parse_structured_output(const json& body) {
+  std::optional<StructuredOutput> out = parse_response_format(body);
+  json legacy;
+  const json* so = structured_outputs_field(body, legacy);
+  if (!so) return out;
+  if (!so->is_object()) wrong_type("structured_outputs", "an object", *so);
+  std::vector<GrammarSpec> specs = structured_output_specs(*so);
   // As vLLM: a response_format constraint goes into structured_outputs, whose options then
   // apply to it; a second constraint kind there is an error.
   if (out && !specs.empty())
@@ -493,20 +473,6 @@ std::vector<int32_t> parse_detokenize_request(const json& body, const ModelLimit
   std::vector<int32_t> ids;
   for (const auto& v : *toks) ids.push_back(token_id(v, "tokens", lim.n_vocab));
   return ids;
-}
-
-void check_context_length(int prompt_len, std::optional<int> max_tokens, int max_model_len) {
-  if (prompt_len < 1) bad_request("the prompt is empty (0 tokens)", "prompt");
-  if (prompt_len > max_model_len)
-    bad_request(fmt::format("the prompt is {} tokens long, over this model's maximum context "
-                            "length of {} tokens",
-                            prompt_len, max_model_len),
-                "prompt", "context_length_exceeded");
-  if (max_tokens && static_cast<int64_t>(prompt_len) + *max_tokens > max_model_len)
-    bad_request(fmt::format("this model's maximum context length is {} tokens, but {} tokens were "
-                            "requested ({} in the prompt + {} max_tokens for the completion)",
-                            max_model_len, static_cast<int64_t>(prompt_len) + *max_tokens, prompt_len, *max_tokens),
-                "max_tokens", "context_length_exceeded");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -18,14 +18,9 @@
 #include "server/api_error.h"
 #include "server/json.h"
 #include "server/json_limits.h"
+#include "server/request.h"
 
 namespace mla::server {
-
-// What validation needs to know about the model.
-struct ModelLimits {
-  int n_vocab = 0;
-  int max_model_len = 0;
-};
 
 // A request's output constraint (response_format or structured_outputs) before it is compiled.
 struct StructuredOutput {
@@ -86,14 +81,6 @@ struct TokenizeRequest {
 TokenizeRequest parse_tokenize_request(const json& body);
 // /detokenize body: "tokens" (ids < n_vocab).
 std::vector<int32_t> parse_detokenize_request(const json& body, const ModelLimits& limits, std::string* model);
-
-// 400 unless prompt_len >= 1 and prompt_len + max_tokens <= max_model_len; the message says
-// both numbers. max_tokens nullopt: only the prompt is checked.
-void check_context_length(int prompt_len, std::optional<int> max_tokens, int max_model_len);
-
-// Parses a JSON body; 400 (code "invalid_json") on a syntax error, a nesting deeper than
-// kMaxJsonDepth, or when it is not an object.
-json parse_json_object(std::string_view body);
 
 // ---------------------------------------------------------------------------------------------
 // Response shaping.

@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "engine/scripted_runner.h"
-#include "server/anthropic_api.h"
+#include "server/anthropic_protocol.h"
 #include "server/chat_tools.h"
 #include "server/reasoning.h"
 #include "server/tool_parsers/tool_parser.h"

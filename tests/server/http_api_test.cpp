@@ -1,5 +1,6 @@
-// The HTTP server + OpenAI API + engine, live on a loopback port, with the engine's fake model
-// (tests/engine/fake_runner.h) and the real DeepSeek-LLM vocabulary. What this proves without a
+// The HTTP server + the API (router, server routes, OpenAI and Anthropic routes) + engine, live
+// on a loopback port, with the engine's fake model (tests/engine/fake_runner.h) and the real
+// DeepSeek-LLM vocabulary. What this proves without a
 // model file: routing and statuses, keep-alive, streaming framing, stream == non-stream text,
 // disconnect → abort with the KV blocks freed, and the size limits. (tests/py/test_server_*.py
 // run the same server binary with a real synthetic model and the official openai client.)
@@ -16,8 +17,11 @@
 #include "../tokenizer/test_data.h"
 #include "engine/engine.h"
 #include "engine/text_decoder.h"
+#include "server/anthropic_api.h"
 #include "server/http_server.h"
 #include "server/openai_api.h"
+#include "server/router.h"
+#include "server/server_state.h"
 #include "tokenizer/chat_template/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -101,10 +105,13 @@ class LiveServer {
       : tok_(Tokenizer::open(test::fixture_file("vocab/ggml-vocab-deepseek-llm.gguf"))),
         chat_(R"({{ bos_token }}{% for m in messages %}{{ m.role }}: {{ m.content }}
 {% endfor %}{% if add_generation_prompt %}assistant:{% endif %})"),
-        api_(ApiConfig{"fake", "fake.gguf", std::move(api_key)}),
-        http_(HttpServerConfig{"127.0.0.1", 0, 2, limits}, [this](HttpRequest&& r, std::shared_ptr<HttpResponder> res) {
-          api_.handle(std::move(r), std::move(res));
-        }) {
+        api_(ApiConfig{"fake", "fake.gguf"}),
+        router_(std::move(api_key)),
+        http_(HttpServerConfig{"127.0.0.1", 0, 2, limits},
+              [this](HttpRequest&& r, std::shared_ptr<HttpResponder> res) { router_.handle(std::move(r), res); }) {
+    register_server_routes(router_, api_);
+    register_openai_routes(router_, api_);
+    register_anthropic_routes(router_, api_);
     http_.start();
     const int n_vocab = static_cast<int>(tok_->n_tokens());
     EngineConfig ec;
@@ -142,7 +149,8 @@ class LiveServer {
  private:
   std::shared_ptr<Tokenizer> tok_;
   ChatTemplate chat_;
-  OpenAiApi api_;
+  ServerState api_;
+  Router router_;
   HttpServer http_;
   std::unique_ptr<Engine> engine_;
 };

@@ -16,9 +16,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
-#include <thread>
 
 #include "cli/commands.h"
+#include "cli/engine_args.h"
 #include "gguf/gguf.h"
 #include "model/deepseek2.h"
 #include "tokenizer/tokenizer.h"
@@ -34,8 +34,7 @@ struct PerplexityArgs {
   int n_ctx = 0;      // 0: the model's context length
   int n_chunks = -1;  // -1: all
   int batch = 0;      // 0: n_ctx
-  int threads = 0;
-  std::string mla_path = "auto";
+  EngineArgs engine;  // -t and --mla-path
   std::string dsa = "on";
   bool json = false;
 };
@@ -58,7 +57,7 @@ double token_nll(const float* logits, int64_t n_vocab, int32_t tok) {
 }
 
 void run_perplexity(const PerplexityArgs& a) {
-  const MlaPathPolicy policy = parse_mla_path_policy(a.mla_path);
+  const MlaPathPolicy policy = parse_mla_path_policy(a.engine.mla_path);
   auto bundle = load_deepseek2(a.model, weight_options_for(policy, false));
   const DeepseekConfig& c = bundle->config;
   auto tokenizer = Tokenizer::from_gguf(*bundle->file);
@@ -89,7 +88,7 @@ void run_perplexity(const PerplexityArgs& a) {
   const int first = n_ctx / 2;
 
   ModelOptions mo;
-  mo.n_threads = a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  mo.n_threads = resolve_threads(a.engine.threads);
   mo.max_batch_tokens = batch;
   mo.dsa = a.dsa == "on";
   Deepseek2Model model(c, bundle->weights, mo);
@@ -100,7 +99,7 @@ void run_perplexity(const PerplexityArgs& a) {
     fmt::print(
         stderr,
         "perplexity: {} tokens (tokenized in {:.2f} s); {} chunks, n_ctx={}, batch={}, mla-path {}, {} threads\n",
-        tokens.size(), tok_s, n_chunk, n_ctx, batch, a.mla_path, mo.n_threads);
+        tokens.size(), tok_s, n_chunk, n_ctx, batch, a.engine.mla_path, mo.n_threads);
 
   double nll = 0, nll2 = 0;
   int64_t count = 0;
@@ -146,7 +145,7 @@ void run_perplexity(const PerplexityArgs& a) {
     j["n_ctx"] = n_ctx;
     j["chunks"] = n_chunk;
     j["scored_tokens"] = count;
-    j["mla_path"] = a.mla_path;
+    j["mla_path"] = a.engine.mla_path;
     // The tokens the model sent down each path (its own count: what `auto` decided).
     j["tokens_mha"] = model.path_counters().tokens_mha.load();
     j["tokens_mqa"] = model.path_counters().tokens_mqa.load();
@@ -162,7 +161,7 @@ void run_perplexity(const PerplexityArgs& a) {
   fmt::print(
       stderr,
       "perplexity: {} tokens scored in {:.2f} s ({:.1f} tokens/s evaluated); mla path {}: mha {} / mqa {} tokens\n",
-      count, seconds, static_cast<double>(n_chunk) * n_ctx / std::max(seconds, 1e-9), a.mla_path,
+      count, seconds, static_cast<double>(n_chunk) * n_ctx / std::max(seconds, 1e-9), a.engine.mla_path,
       model.path_counters().tokens_mha.load(), model.path_counters().tokens_mqa.load());
 }
 
@@ -176,10 +175,8 @@ void register_perplexity(CLI::App& app) {
   cmd->add_option("-c,--ctx-size", a.n_ctx, "Tokens per chunk (default: the model's context length)");
   cmd->add_option("--chunks", a.n_chunks, "Most chunks to evaluate (default: all)");
   cmd->add_option("-b,--batch", a.batch, "Most tokens per forward call (default: the chunk)");
-  cmd->add_option("-t,--threads", a.threads, "Threads (default: all hardware threads)");
-  cmd->add_option("--mla-path", a.mla_path, "MLA attention path: auto | mha | mqa")
-      ->check(CLI::IsMember({"auto", "mha", "mqa"}))
-      ->capture_default_str();
+  add_engine_args(cmd, a.engine,
+                  {.max_num_batched_tokens = false, .kv_cache_dtype = false, .speculative_config = false, .capacity = false});
   cmd->add_option("--dsa", a.dsa, "on | off: sparse attention for models with a DSA indexer")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();

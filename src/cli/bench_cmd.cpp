@@ -544,7 +544,8 @@ void run_tests(const BenchContext& ctx, Bencher& bencher, const std::vector<Test
 void print_membw(const BenchArgs& a, int n_threads, int64_t probe_bytes) {
   const double bw = measure_read_bandwidth(n_threads, probe_bytes, 5);
   if (a.json)
-    fmt::print("{}\n", nlohmann::json{{"membw_gbps", bw / 1e9}, {"n_threads", n_threads}, {"bytes", probe_bytes}}.dump());
+    fmt::print("{}\n",
+               nlohmann::json{{"membw_gbps", bw / 1e9}, {"n_threads", n_threads}, {"bytes", probe_bytes}}.dump());
   else
     fmt::print("read bandwidth: {:.2f} GB/s ({} threads, {} buffer, best of 5)\n", bw / 1e9, n_threads,
                human_bytes(static_cast<double>(probe_bytes)));

@@ -54,8 +54,7 @@ KvCacheOptions kv_cache_options(const EngineArgs& a, std::string_view command) {
   kv.block_size = a.block_size;
   kv.tokens = a.kv_cache_tokens;
   if (!a.kv_cache_memory.empty()) kv.memory_bytes = parse_byte_size(a.kv_cache_memory, "--kv-cache-memory");
-  if (kv.tokens > 0 && kv.memory_bytes > 0)
-    fail("{}: give --kv-cache-tokens or --kv-cache-memory, not both", command);
+  if (kv.tokens > 0 && kv.memory_bytes > 0) fail("{}: give --kv-cache-tokens or --kv-cache-memory, not both", command);
   return kv;
 }
 

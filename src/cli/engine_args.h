@@ -18,19 +18,20 @@ namespace mla::cli {
 
 struct CommonOptions;
 
-// The values of the shared flags; the initializers are the defaults every command shows.
+// The values of the shared flags; the initializers are the defaults every command shows (the
+// engine's and the cache's own, where they have one).
 struct EngineArgs {
-  int threads = 0;                    // -t: 0 → every hardware thread
-  std::string mla_path = "auto";      // auto | mha | mqa
-  int max_num_batched_tokens = 2048;  // token budget per engine step (prefill chunks + decodes)
+  int threads = 0;                                                     // -t: 0 → every hardware thread
+  std::string mla_path = "auto";                                       // auto | mha | mqa
+  int max_num_batched_tokens = EngineConfig{}.max_num_batched_tokens;  // token budget per engine step
   std::string kv_cache_dtype = "f16";
   std::string speculative_config;  // {"method": "mtp", "num_speculative_tokens": K}; "": off
-  int max_num_seqs = 64;
-  int max_model_len = 0;  // 0: the model's context length, capped by the KV cache
-  bool enable_prefix_caching = true;
+  int max_num_seqs = EngineConfig{}.max_num_seqs;
+  int max_model_len = EngineConfig{}.max_model_len;  // 0: the model's context length, capped by the KV cache
+  bool enable_prefix_caching = EngineConfig{}.enable_prefix_caching;
   int64_t kv_cache_tokens = 0;  // 0 and no memory: KvCacheOptions::kDefaultTokens
   std::string kv_cache_memory;  // bytes, e.g. "2G"
-  int block_size = 16;
+  int block_size = KvCacheOptions{}.block_size;
   // One line per deprecated spelling on this command line ("OLD is deprecated, use NEW"),
   // logged as a warning by build_engine_setup.
   std::vector<std::string> deprecated_used;

@@ -213,30 +213,31 @@ void constrain_jobs(const RunArgs& a, const Tokenizer* tok, const Deepseek2Runne
   if (n_constraints > 1) fail("run: give at most one of --json-schema, --regex, --grammar");
   if (n_constraints == 0) return;
   if (!tok) fail("run: a grammar needs the model file's tokenizer, and it has none");
-  GrammarSpec spec = !a.regex.empty()          ? GrammarSpec::regex(a.regex)
-                     : !a.grammar_file.empty() ? GrammarSpec::ebnf(read_text_file(a.grammar_file, "--grammar"))
-                                               : GrammarSpec::json_schema(read_text_file(a.json_schema_file, "--json-schema"));
+  GrammarSpec spec = !a.regex.empty() ? GrammarSpec::regex(a.regex)
+                     : !a.grammar_file.empty()
+                         ? GrammarSpec::ebnf(read_text_file(a.grammar_file, "--grammar"))
+                         : GrammarSpec::json_schema(read_text_file(a.json_schema_file, "--json-schema"));
   GrammarCompiler compiler(grammar_vocab(*tok), static_cast<int>(runner.config().n_vocab), runner.eos_token_ids(),
                            n_threads);
   auto grammar = compiler.compile(spec);
   for (Job& job : jobs) job.params.grammar = grammar;
 }
 
+using FilePtr = std::unique_ptr<std::FILE, int (*)(std::FILE*)>;
+
 // --mtp-logits, before the engine uses the cache: one prefill of the prompt, then its MTP rows.
-void write_mtp_logits(const std::string& path, const Deepseek2Runner& runner, const std::vector<int32_t>& prompt,
+void write_mtp_logits(const std::string& path, Deepseek2Runner& runner, const std::vector<int32_t>& prompt,
                       MlaPathPolicy policy) {
   const std::vector<float> rows = runner.mtp_prompt_logits(prompt, policy);
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> fp(std::fopen(path.c_str(), "wb"), std::fclose);
+  const FilePtr fp(std::fopen(path.c_str(), "wb"), std::fclose);
   if (!fp || std::fwrite(rows.data(), sizeof(float), rows.size(), fp.get()) != rows.size())
     fail("run: cannot write '{}'", path);
   log().info("mtp logits: {} rows x {} written to {}", prompt.size() - 1, runner.config().n_vocab, path);
 }
 
-using LogitsFile = std::unique_ptr<std::FILE, int (*)(std::FILE*)>;
-
 // --dump-logits: every row of logits the engine computes, appended to the file in order.
-LogitsFile dump_logits_to(const std::string& path, EngineConfig& ec) {
-  LogitsFile dump(nullptr, std::fclose);
+FilePtr dump_logits_to(const std::string& path, EngineConfig& ec) {
+  FilePtr dump(nullptr, std::fclose);
   if (path.empty()) return dump;
   dump.reset(std::fopen(path.c_str(), "wb"));
   if (!dump) fail("run: cannot write '{}'", path);
@@ -320,9 +321,10 @@ VerifyVerdict judge_verify_paths(const Deepseek2Runner& runner, GgmlType kv_dtyp
     why = fmt::format("blk.{} attention differs by {:.2e} (tolerance {:.0e})", worst, worst_rel, tol.layer);
   VerifyVerdict r;
   r.ok = why.empty();
-  r.line = r.ok ? fmt::format("ok (over {} steps: logits <= {:.2e}, layers <= {:.2e} at blk.{}; tolerances {:.0e} / {:.0e})",
-                              v.steps.size(), v.max_logits_rel(), worst_rel, worst, tol.logits, tol.layer)
-                : "FAIL: " + why;
+  r.line =
+      r.ok ? fmt::format("ok (over {} steps: logits <= {:.2e}, layers <= {:.2e} at blk.{}; tolerances {:.0e} / {:.0e})",
+                         v.steps.size(), v.max_logits_rel(), worst_rel, worst, tol.logits, tol.layer)
+           : "FAIL: " + why;
   nlohmann::json steps = nlohmann::json::array();
   for (size_t i = 0; i < v.steps.size(); ++i)
     steps.push_back({{"step", i},
@@ -390,8 +392,8 @@ void print_speed_lines(const RunReport& r, const std::string& decode_extra) {
   const Throughput t = throughput(r);
   const EngineCounters& c = r.counters;
   fmt::print("prefill: {} tokens in {:.3f} s ({:.1f} tokens/s)\n", c.n_prompt_tokens, t.prefill_s, t.prefill_tps);
-  fmt::print("decode:  {} tokens in {:.3f} s ({:.1f} tokens/s{})\n", r.outcome.decode_tokens, t.decode_s,
-             t.decode_tps, decode_extra);
+  fmt::print("decode:  {} tokens in {:.3f} s ({:.1f} tokens/s{})\n", r.outcome.decode_tokens, t.decode_s, t.decode_tps,
+             decode_extra);
   if (r.n_spec > 0) {
     const SpecAcceptance acc = spec_acceptance(c.n_spec_drafts, c.n_spec_draft_tokens, c.n_spec_accepted_tokens);
     fmt::print(
@@ -424,8 +426,7 @@ void print_batch(const RunArgs& a, const RunReport& r) {
   const EngineCounters& c = r.counters;
   int n_seqs = 0;
   for (const Job& j : r.jobs) n_seqs += j.params.n;
-  const double prefix_rate =
-      c.n_prefix_queries > 0 ? static_cast<double>(c.n_prefix_hits) / c.n_prefix_queries : 0.0;
+  const double prefix_rate = c.n_prefix_queries > 0 ? static_cast<double>(c.n_prefix_hits) / c.n_prefix_queries : 0.0;
   if (a.json) {
     nlohmann::json j;
     j["requests"] = nlohmann::json::array();
@@ -488,7 +489,7 @@ void run(const RunArgs& a) {
   if (!a.mtp_logits.empty()) write_mtp_logits(a.mtp_logits, *runner, r.jobs.front().prompt, setup.policy);
 
   setup.engine.eos_token_ids = runner->eos_token_ids();
-  const LogitsFile dump = dump_logits_to(a.dump_logits, setup.engine);
+  const FilePtr dump = dump_logits_to(a.dump_logits, setup.engine);
   const auto n_vocab = static_cast<int32_t>(c.n_vocab);
   const Deepseek2Runner& model_runner = *runner;  // owned by the engine from here on
   Engine engine(std::move(runner), setup.engine, tok ? std::make_shared<TokenizerDecoder>(tok) : nullptr);

@@ -274,7 +274,8 @@ ServedRunner load_runner(const ServeArgs& a, const EngineSetup& setup, bool dist
 
 // The chat template's source (--chat-template, else the model's), "" when there is none.
 std::string chat_template_source(const ServeArgs& a, const Tokenizer& tok) {
-  std::string src = a.chat_template.empty() ? tok.vocab().chat_template : read_text_file(a.chat_template, "--chat-template");
+  std::string src =
+      a.chat_template.empty() ? tok.vocab().chat_template : read_text_file(a.chat_template, "--chat-template");
   if (src.empty())
     log().warn(
         "the model has no chat template (tokenizer.chat_template): /v1/chat/completions will answer 400; "
@@ -361,8 +362,8 @@ void serve(ServeArgs& a) {
   if (!tmpl_src.empty()) tmpl = std::make_shared<ChatTemplate>(tmpl_src);
   setup.engine.eos_token_ids = eos_ids;
   const int n_threads = setup.model.n_threads;
-  auto engine =
-      std::make_unique<Engine>(std::move(loaded.runner), setup.engine, std::make_shared<server::TokenizerDecoder>(*tokenizer));
+  auto engine = std::make_unique<Engine>(std::move(loaded.runner), setup.engine,
+                                         std::make_shared<server::TokenizerDecoder>(*tokenizer));
   engine->start();
   server::ServedModel sm;
   sm.parsers = choose_parsers(a, tmpl_src);

@@ -157,10 +157,9 @@ struct Sample {
   double tps = 0;
   double weight_bytes_per_token = 0;  // decode tests
   double comm_bytes_per_token = 0;    // rank 0's bytes sent + received per token (several ranks)
-  // Decode tests, from the first token to the last: engine steps, the trunk's and the MTP layer's
-  // forward time, and the speculation counters.
-  int64_t steps = 0, spec_steps = 0, drafts = 0, draft_tokens = 0, accepted = 0;
-  double forward_s = 0, mtp_s = 0;
+  // Decode tests: the engine's counters from the first token to the last (steps, the trunk's and
+  // the MTP layer's forward time, the speculation counters).
+  EngineCounters decode;
   // Per token of the timed part (decode: first token to last; prompt: the prefill): each stage's
   // seconds and bytes read (Deepseek2Model's StageCounters, this rank's).
   std::array<double, kStageCount> stage_s{}, stage_bytes{}, stage_regions{};
@@ -247,14 +246,7 @@ class Bencher {
       const int64_t routed = runner_.moe_counters().expert_bytes.load() - bytes0;
       s.weight_bytes_per_token = static_cast<double>(dense_bytes_) + static_cast<double>(routed) / decoded;
       s.comm_bytes_per_token = static_cast<double>(comm_bytes() - comm_first) / decoded;
-      const EngineCounters d = engine_.counters() - c_first;
-      s.steps = d.n_steps;
-      s.spec_steps = d.n_spec_steps;
-      s.drafts = d.n_spec_drafts;
-      s.draft_tokens = d.n_spec_draft_tokens;
-      s.accepted = d.n_spec_accepted_tokens;
-      s.forward_s = d.forward_seconds;
-      s.mtp_s = d.mtp_seconds;
+      s.decode = engine_.counters() - c_first;
     }
     return s;
   }
@@ -312,31 +304,32 @@ void spec_bench(Engine& engine, const Deepseek2Runner& runner, int n_vocab, cons
     fmt::print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   }
   for (const Test& t : tests) {
-    if (t.n_gen == 0) continue;  // prompt processing does not speculate
-    Sample off_sum, on_sum;
+    if (t.n_gen == 0) continue;      // prompt processing does not speculate
+    EngineCounters off_sum, on_sum;  // the decode parts' counters, summed over the timed repetitions
     std::vector<double> off_tps, on_tps;
     for (int r = 0; r <= a.reps; ++r) {  // repetition 0 warms up
       for (int on = 0; on < 2; ++on) {
         engine.set_speculative_tokens(on ? n_spec : 0);
         const Sample s = bencher.run(t, /*greedy=*/true);
         if (r == 0) continue;
-        Sample& sum = on ? on_sum : off_sum;
+        EngineCounters& sum = on ? on_sum : off_sum;
         (on ? on_tps : off_tps).push_back(s.tps);
-        sum.steps += s.steps;
-        sum.spec_steps += s.spec_steps;
-        sum.drafts += s.drafts;
-        sum.draft_tokens += s.draft_tokens;
-        sum.accepted += s.accepted;
-        sum.forward_s += s.forward_s;
-        sum.mtp_s += s.mtp_s;
+        sum.n_steps += s.decode.n_steps;
+        sum.n_spec_steps += s.decode.n_spec_steps;
+        sum.n_spec_drafts += s.decode.n_spec_drafts;
+        sum.n_spec_draft_tokens += s.decode.n_spec_draft_tokens;
+        sum.n_spec_accepted_tokens += s.decode.n_spec_accepted_tokens;
+        sum.forward_seconds += s.decode.forward_seconds;
+        sum.mtp_seconds += s.decode.mtp_seconds;
       }
     }
     const double off = mean_of(off_tps), on = mean_of(on_tps);
     // Never the "no drafts" 0s: -r >= 1, and every timed decode of at least one token drafts.
-    const auto [rate, mean_len] = spec_acceptance(on_sum.drafts, on_sum.draft_tokens, on_sum.accepted);
-    const double step_off = off_sum.steps > 0 ? off_sum.forward_s / off_sum.steps : 0.0;
-    const double step_on = on_sum.steps > 0 ? on_sum.forward_s / on_sum.steps : 0.0;
-    const double mtp_step = on_sum.steps > 0 ? on_sum.mtp_s / on_sum.steps : 0.0;
+    const auto [rate, mean_len] =
+        spec_acceptance(on_sum.n_spec_drafts, on_sum.n_spec_draft_tokens, on_sum.n_spec_accepted_tokens);
+    const double step_off = off_sum.n_steps > 0 ? off_sum.forward_seconds / off_sum.n_steps : 0.0;
+    const double step_on = on_sum.n_steps > 0 ? on_sum.forward_seconds / on_sum.n_steps : 0.0;
+    const double mtp_step = on_sum.n_steps > 0 ? on_sum.mtp_seconds / on_sum.n_steps : 0.0;
     if (a.json) {
       out.push_back({{"model_filename", a.model},
                      {"model_type", facts.description},
@@ -351,9 +344,9 @@ void spec_bench(Engine& engine, const Deepseek2Runner& runner, int n_vocab, cons
                      {"speedup", off > 0 ? on / off : 0.0},
                      {"acceptance_rate", rate},
                      {"mean_accepted_length", mean_len},
-                     {"steps_off", off_sum.steps},
-                     {"steps_mtp", on_sum.steps},
-                     {"verify_steps", on_sum.spec_steps},
+                     {"steps_off", off_sum.n_steps},
+                     {"steps_mtp", on_sum.n_steps},
+                     {"verify_steps", on_sum.n_spec_steps},
                      {"trunk_seconds_per_step_off", step_off},
                      {"trunk_seconds_per_step_mtp", step_on},
                      {"verify_over_decode", step_off > 0 ? step_on / step_off : 0.0},

@@ -20,6 +20,9 @@ struct AnyField {
   operator T() const;  // NOLINT(google-explicit-constructor): declared only, for the count below
 };
 
+// The probes initialize fewer fields than the struct has, on purpose.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 template <class T, class... Fields>
 constexpr size_t n_aggregate_fields() {
   if constexpr (requires { T{Fields{}..., AnyField{}}; })
@@ -27,6 +30,7 @@ constexpr size_t n_aggregate_fields() {
   else
     return sizeof...(Fields);
 }
+#pragma GCC diagnostic pop
 
 template <class Tuple>
 std::vector<ptrdiff_t> field_offsets(const Tuple& fields) {

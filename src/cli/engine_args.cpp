@@ -102,7 +102,9 @@ int resolve_threads(int threads) {
 
 EngineSetup build_engine_setup(const EngineArgs& a, const CommonOptions& common, std::string_view command,
                                bool need_mtp) {
-  for (const std::string& d : a.deprecated_used) log().warn("{}: {}", command, d);
+  const bool log_here = !is_worker();  // under mpirun rank 0 speaks for every rank: they share the flags
+  if (log_here)
+    for (const std::string& d : a.deprecated_used) log().warn("{}: {}", command, d);
   EngineSetup s;
   s.policy = parse_mla_path_policy(a.mla_path);
   s.model.n_threads = resolve_threads(a.threads);
@@ -116,7 +118,7 @@ EngineSetup build_engine_setup(const EngineArgs& a, const CommonOptions& common,
   ec.max_model_len = a.max_model_len;
   ec.enable_prefix_caching = a.enable_prefix_caching;
   ec.path_policy = s.policy;
-  log().info("engine: {}", describe_engine_setup(s));
+  if (log_here) log().info("engine: {}", describe_engine_setup(s));
   return s;
 }
 

@@ -64,7 +64,7 @@ struct EngineSetup {
 };
 
 // The one builder: logs a warning for each deprecated spelling used, checks the values, and logs
-// one line with the result ("engine: ..."). need_mtp loads the model's MTP layer even without
+// one line with the result ("engine: ..."; rank 0 only under mpirun). need_mtp loads the model's MTP layer even without
 // --speculative-config (run's --mtp-logits). With the MTP layer the run must be one process, and
 // model.max_batch_tokens is widened by max_num_seqs (the MTP pass carries up to one row more per
 // sequence). Throws mla::Error naming the command and the flag.

@@ -355,8 +355,8 @@ void serve(ServeArgs& a) {
 
   const auto t0 = std::chrono::steady_clock::now();
   ServedRunner loaded = load_runner(a, setup, distributed);
-  const std::unique_ptr<Tokenizer> tokenizer = std::move(loaded.tokenizer);
-  const std::vector<int32_t> eos_ids = loaded.eos_ids;
+  const std::unique_ptr<Tokenizer>& tokenizer = loaded.tokenizer;
+  const std::vector<int32_t>& eos_ids = loaded.eos_ids;
   const std::string tmpl_src = chat_template_source(a, *tokenizer);
   std::shared_ptr<ChatTemplate> tmpl;
   if (!tmpl_src.empty()) tmpl = std::make_shared<ChatTemplate>(tmpl_src);

@@ -78,7 +78,8 @@ TEST(EngineCounters, DifferenceSubtractsTotalsAndKeepsLaterGauges) {
   fill(earlier, kEngineCounterGauges, 3);
   fill(earlier, kEngineCounterTotals, 3);
   const EngineCounters d = later - earlier;
-  std::apply([&](auto... f) { (EXPECT_EQ(d.*f, later.*f), ...); }, kEngineCounterGauges);
+  auto check_gauge = [&](auto field) { EXPECT_EQ(d.*field, later.*field); };
+  std::apply([&](auto... f) { (check_gauge(f), ...); }, kEngineCounterGauges);
   auto check_total = [&](auto field) {
     using T = std::remove_cvref_t<decltype(d.*field)>;
     if constexpr (std::is_same_v<T, std::vector<int64_t>>)

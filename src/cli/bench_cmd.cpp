@@ -600,6 +600,7 @@ void bench(const BenchArgs& a) {
   auto rank_stats = [&] { return dist ? dist->rank_stats() : std::vector<RankStats>{own_rank_stats(runner, world())}; };
   if (runner.max_context() < need_ctx)
     fail("bench: the tests need {} tokens of context, the model allows {}", need_ctx, runner.max_context());
+  log_engine_setup(setup);
   BenchContext ctx{a, describe(runner.file()), n_threads, world().size()};
   for (const Test& t : tests) ctx.any_decode |= t.n_gen > 0;
   // The bandwidth probe before the engine starts, so that it has the machine to itself.

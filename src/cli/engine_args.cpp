@@ -58,7 +58,7 @@ KvCacheOptions kv_cache_options(const EngineArgs& a, std::string_view command) {
   return kv;
 }
 
-// The resolved configuration in one line, as build_engine_setup logs it.
+// The resolved configuration in one line, as log_engine_setup logs it.
 std::string describe_engine_setup(const EngineSetup& s) {
   const EngineConfig& ec = s.engine;
   const std::string capacity = s.kv.tokens > 0         ? fmt::format("{} tokens", s.kv.tokens)
@@ -102,8 +102,7 @@ int resolve_threads(int threads) {
 
 EngineSetup build_engine_setup(const EngineArgs& a, const CommonOptions& common, std::string_view command,
                                bool need_mtp) {
-  const bool log_here = !is_worker();  // under mpirun rank 0 speaks for every rank: they share the flags
-  if (log_here)
+  if (!is_worker())  // under mpirun rank 0 speaks for every rank: they share the flags
     for (const std::string& d : a.deprecated_used) log().warn("{}: {}", command, d);
   EngineSetup s;
   s.policy = parse_mla_path_policy(a.mla_path);
@@ -118,8 +117,9 @@ EngineSetup build_engine_setup(const EngineArgs& a, const CommonOptions& common,
   ec.max_model_len = a.max_model_len;
   ec.enable_prefix_caching = a.enable_prefix_caching;
   ec.path_policy = s.policy;
-  if (log_here) log().info("engine: {}", describe_engine_setup(s));
   return s;
 }
+
+void log_engine_setup(const EngineSetup& s) { log().info("engine: {}", describe_engine_setup(s)); }
 
 }  // namespace mla::cli

@@ -63,12 +63,16 @@ struct EngineSetup {
   EngineConfig engine;
 };
 
-// The one builder: logs a warning for each deprecated spelling used, checks the values, and logs
-// one line with the result ("engine: ..."; rank 0 only under mpirun). need_mtp loads the model's MTP layer even without
-// --speculative-config (run's --mtp-logits). With the MTP layer the run must be one process, and
-// model.max_batch_tokens is widened by max_num_seqs (the MTP pass carries up to one row more per
-// sequence). Throws mla::Error naming the command and the flag.
+// The one builder: logs a warning for each deprecated spelling used (rank 0 only under mpirun) and
+// checks the values. need_mtp loads the model's MTP layer even without --speculative-config (run's
+// --mtp-logits). With the MTP layer the run must be one process, and model.max_batch_tokens is
+// widened by max_num_seqs (the MTP pass carries up to one row more per sequence). Throws
+// mla::Error naming the command and the flag.
 EngineSetup build_engine_setup(const EngineArgs& a, const CommonOptions& common, std::string_view command,
                                bool need_mtp = false);
+
+// One info line with what the engine runs with ("engine: max_num_batched_tokens 2048, ..."), logged
+// by each command once its model has loaded (so a file that does not load stays a one-line error).
+void log_engine_setup(const EngineSetup& s);
 
 }  // namespace mla::cli

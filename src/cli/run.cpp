@@ -473,6 +473,7 @@ void run(const RunArgs& a) {
   const auto t_load = Clock::now();
   auto runner = open_runner(a.model, setup.policy, setup.model, setup.kv);
   if (!runner) return;  // a worker rank under mpirun: rank 0 has finished
+  log_engine_setup(setup);
   const DeepseekConfig& c = runner->config();
   log().info("loaded {} in {:.2f} s: {} layers, {} heads, kv_lora_rank {}, {} experts (top {}), vocab {}, {} threads",
              a.model, seconds(t_load, Clock::now()), c.n_layer, c.n_head, c.kv_lora_rank, c.n_expert, c.n_expert_used,

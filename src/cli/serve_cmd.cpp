@@ -355,6 +355,7 @@ void serve(ServeArgs& a) {
 
   const auto t0 = std::chrono::steady_clock::now();
   ServedRunner loaded = load_runner(a, setup, distributed);
+  log_engine_setup(setup);
   const std::unique_ptr<Tokenizer>& tokenizer = loaded.tokenizer;
   const std::vector<int32_t>& eos_ids = loaded.eos_ids;
   const std::string tmpl_src = chat_template_source(a, *tokenizer);

@@ -173,11 +173,14 @@ struct RunOutcome {
   int64_t decode_tokens = 0;  // tokens made in the steps after t_all_first
 };
 
-// --verify-paths' judgement of the whole run, as printed and as put into --json.
+// --verify-paths' judgement of the whole run: the model's log of the reruns and what it was held to.
 struct VerifyVerdict {
+  const PathVerifyLog* log = nullptr;
+  PathTolerances tol{};
+  int64_t worst = 0;  // the layer whose attention output differed most
+  double worst_rel = 0;
   bool ok = true;
   std::string line;  // "ok (...)" or "FAIL: ..."
-  nlohmann::json json;
 };
 
 // Everything the report prints, after the run.
@@ -303,28 +306,34 @@ void generate(Engine& engine, const std::vector<Job>& jobs, RunOutcome& out) {
 // path-check tolerances (logits, each layer's attention output) and its greedy rule, so this
 // fails where `mla doctor` would.
 VerifyVerdict judge_verify_paths(const Deepseek2Runner& runner, GgmlType kv_dtype) {
+  VerifyVerdict r;
   const PathVerifyLog& v = runner.verify_log();
+  r.log = &v;
   DoctorOptions dopt;
   dopt.kv_dtype = kv_dtype;
-  const PathTolerances tol = path_tolerances(runner.weights(), dopt);
-  auto finite = [](double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json("inf"); };
-  int64_t worst = 0;
+  r.tol = path_tolerances(runner.weights(), dopt);
   for (size_t l = 0; l < v.layer_rel.size(); ++l)
-    if (v.layer_rel[l] > v.layer_rel[worst]) worst = static_cast<int64_t>(l);
-  const double worst_rel = v.layer_rel.empty() ? 0.0 : v.layer_rel[worst];
+    if (v.layer_rel[l] > v.layer_rel[r.worst]) r.worst = static_cast<int64_t>(l);
+  r.worst_rel = v.layer_rel.empty() ? 0.0 : v.layer_rel[r.worst];
   std::string why;
   if (!v.greedy_agree())
     why = "greedy tokens differ";
-  else if (!(v.max_logits_rel() <= tol.logits))
-    why = fmt::format("logits differ by {:.2e} (tolerance {:.0e})", v.max_logits_rel(), tol.logits);
-  else if (!(worst_rel <= tol.layer))
-    why = fmt::format("blk.{} attention differs by {:.2e} (tolerance {:.0e})", worst, worst_rel, tol.layer);
-  VerifyVerdict r;
+  else if (!(v.max_logits_rel() <= r.tol.logits))
+    why = fmt::format("logits differ by {:.2e} (tolerance {:.0e})", v.max_logits_rel(), r.tol.logits);
+  else if (!(r.worst_rel <= r.tol.layer))
+    why = fmt::format("blk.{} attention differs by {:.2e} (tolerance {:.0e})", r.worst, r.worst_rel, r.tol.layer);
   r.ok = why.empty();
   r.line =
       r.ok ? fmt::format("ok (over {} steps: logits <= {:.2e}, layers <= {:.2e} at blk.{}; tolerances {:.0e} / {:.0e})",
-                         v.steps.size(), v.max_logits_rel(), worst_rel, worst, tol.logits, tol.layer)
+                         v.steps.size(), v.max_logits_rel(), r.worst_rel, r.worst, r.tol.logits, r.tol.layer)
            : "FAIL: " + why;
+  return r;
+}
+
+// The verdict as `verify_paths` in --json: per-step values, per-layer maxima, tolerances.
+nlohmann::json verify_json(const VerifyVerdict& r) {
+  const PathVerifyLog& v = *r.log;
+  auto finite = [](double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json("inf"); };
   nlohmann::json steps = nlohmann::json::array();
   for (size_t i = 0; i < v.steps.size(); ++i)
     steps.push_back({{"step", i},
@@ -335,17 +344,16 @@ VerifyVerdict judge_verify_paths(const Deepseek2Runner& runner, GgmlType kv_dtyp
                      {"worst_layer_rel", finite(v.steps[i].worst_layer_rel)}});
   nlohmann::json layers = nlohmann::json::array();
   for (double x : v.layer_rel) layers.push_back(finite(x));
-  r.json = {{"ok", r.ok},
-            {"verdict", r.line},
-            {"max_logits_rel", finite(v.max_logits_rel())},
-            {"greedy_agree", v.greedy_agree()},
-            {"worst_layer", worst},
-            {"max_layer_rel", finite(worst_rel)},
-            {"layer_rel", layers},
-            {"tol_logits", tol.logits},
-            {"tol_layer", tol.layer},
-            {"steps", steps}};
-  return r;
+  return {{"ok", r.ok},
+          {"verdict", r.line},
+          {"max_logits_rel", finite(v.max_logits_rel())},
+          {"greedy_agree", v.greedy_agree()},
+          {"worst_layer", r.worst},
+          {"max_layer_rel", finite(r.worst_rel)},
+          {"layer_rel", layers},
+          {"tol_logits", r.tol.logits},
+          {"tol_layer", r.tol.layer},
+          {"steps", steps}};
 }
 
 struct Throughput {
@@ -374,7 +382,7 @@ void add_timing(const RunArgs& a, const RunReport& r, nlohmann::json& j) {
   j["mla_path"] = a.engine.mla_path;
   j["tokens_mha"] = c.n_tokens_mha;  // as the model counted the paths it took
   j["tokens_mqa"] = c.n_tokens_mqa;
-  if (r.verify) j["verify_paths"] = r.verify->json;
+  if (r.verify) j["verify_paths"] = verify_json(*r.verify);
   if (r.n_spec > 0) {
     j["spec_tokens"] = r.n_spec;
     j["spec_drafts"] = c.n_spec_drafts;

@@ -19,16 +19,17 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/engine_args.h"
 #include "engine/deepseek2_runner.h"
 #include "engine/engine.h"
 #include "engine/speculative.h"
@@ -49,17 +50,13 @@ struct BenchArgs {
   std::vector<int> n_prompt{512};
   std::vector<int> n_gen{128};
   std::vector<int> depth{0};
-  int threads = 0;
   int reps = 5;
   bool json = false;
   bool membw = false;
   bool profile = false;
   std::string membw_size = "512M";
-  int max_num_batched_tokens = 512;
-  std::string kv_dtype = "f16";
-  std::string mla_path = "auto";
   uint64_t seed = 1;
-  std::string speculative_config;  // {"method": "mtp", "num_speculative_tokens": K}
+  EngineArgs engine;  // the model's flags; one sequence at a time, no prefix caching
   CommonOptions common;
 };
 
@@ -160,10 +157,9 @@ struct Sample {
   double tps = 0;
   double weight_bytes_per_token = 0;  // decode tests
   double comm_bytes_per_token = 0;    // rank 0's bytes sent + received per token (several ranks)
-  // Decode tests, from the first token to the last: engine steps, the trunk's and the MTP layer's
-  // forward time, and the speculation counters.
-  int64_t steps = 0, spec_steps = 0, drafts = 0, draft_tokens = 0, accepted = 0;
-  double forward_s = 0, mtp_s = 0;
+  // Decode tests: the engine's counters from the first token to the last (steps, the trunk's and
+  // the MTP layer's forward time, the speculation counters).
+  EngineCounters decode;
   // Per token of the timed part (decode: first token to last; prompt: the prefill): each stage's
   // seconds and bytes read (Deepseek2Model's StageCounters, this rank's).
   std::array<double, kStageCount> stage_s{}, stage_bytes{}, stage_regions{};
@@ -225,7 +221,6 @@ class Bencher {
         stages_first.emplace(runner_);
       }
     }
-    const EngineCounters c_end = engine_.counters();
     const auto t_end = Clock::now();
     if (!error.empty()) fail("bench: {}: {}", t.name(), error);
     if (!first) fail("bench: {}: the request produced no token", t.name());
@@ -251,13 +246,7 @@ class Bencher {
       const int64_t routed = runner_.moe_counters().expert_bytes.load() - bytes0;
       s.weight_bytes_per_token = static_cast<double>(dense_bytes_) + static_cast<double>(routed) / decoded;
       s.comm_bytes_per_token = static_cast<double>(comm_bytes() - comm_first) / decoded;
-      s.steps = c_end.n_steps - c_first.n_steps;
-      s.spec_steps = c_end.n_spec_steps - c_first.n_spec_steps;
-      s.drafts = c_end.n_spec_drafts - c_first.n_spec_drafts;
-      s.draft_tokens = c_end.n_spec_draft_tokens - c_first.n_spec_draft_tokens;
-      s.accepted = c_end.n_spec_accepted_tokens - c_first.n_spec_accepted_tokens;
-      s.forward_s = c_end.forward_seconds - c_first.forward_seconds;
-      s.mtp_s = c_end.mtp_seconds - c_first.mtp_seconds;
+      s.decode = engine_.counters() - c_first;
     }
     return s;
   }
@@ -315,31 +304,32 @@ void spec_bench(Engine& engine, const Deepseek2Runner& runner, int n_vocab, cons
     fmt::print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   }
   for (const Test& t : tests) {
-    if (t.n_gen == 0) continue;  // prompt processing does not speculate
-    Sample off_sum, on_sum;
+    if (t.n_gen == 0) continue;      // prompt processing does not speculate
+    EngineCounters off_sum, on_sum;  // the decode parts' counters, summed over the timed repetitions
     std::vector<double> off_tps, on_tps;
     for (int r = 0; r <= a.reps; ++r) {  // repetition 0 warms up
       for (int on = 0; on < 2; ++on) {
         engine.set_speculative_tokens(on ? n_spec : 0);
         const Sample s = bencher.run(t, /*greedy=*/true);
         if (r == 0) continue;
-        Sample& sum = on ? on_sum : off_sum;
+        EngineCounters& sum = on ? on_sum : off_sum;
         (on ? on_tps : off_tps).push_back(s.tps);
-        sum.steps += s.steps;
-        sum.spec_steps += s.spec_steps;
-        sum.drafts += s.drafts;
-        sum.draft_tokens += s.draft_tokens;
-        sum.accepted += s.accepted;
-        sum.forward_s += s.forward_s;
-        sum.mtp_s += s.mtp_s;
+        sum.n_steps += s.decode.n_steps;
+        sum.n_spec_steps += s.decode.n_spec_steps;
+        sum.n_spec_drafts += s.decode.n_spec_drafts;
+        sum.n_spec_draft_tokens += s.decode.n_spec_draft_tokens;
+        sum.n_spec_accepted_tokens += s.decode.n_spec_accepted_tokens;
+        sum.forward_seconds += s.decode.forward_seconds;
+        sum.mtp_seconds += s.decode.mtp_seconds;
       }
     }
     const double off = mean_of(off_tps), on = mean_of(on_tps);
     // Never the "no drafts" 0s: -r >= 1, and every timed decode of at least one token drafts.
-    const auto [rate, mean_len] = spec_acceptance(on_sum.drafts, on_sum.draft_tokens, on_sum.accepted);
-    const double step_off = off_sum.steps > 0 ? off_sum.forward_s / off_sum.steps : 0.0;
-    const double step_on = on_sum.steps > 0 ? on_sum.forward_s / on_sum.steps : 0.0;
-    const double mtp_step = on_sum.steps > 0 ? on_sum.mtp_s / on_sum.steps : 0.0;
+    const auto [rate, mean_len] =
+        spec_acceptance(on_sum.n_spec_drafts, on_sum.n_spec_draft_tokens, on_sum.n_spec_accepted_tokens);
+    const double step_off = off_sum.n_steps > 0 ? off_sum.forward_seconds / off_sum.n_steps : 0.0;
+    const double step_on = on_sum.n_steps > 0 ? on_sum.forward_seconds / on_sum.n_steps : 0.0;
+    const double mtp_step = on_sum.n_steps > 0 ? on_sum.mtp_seconds / on_sum.n_steps : 0.0;
     if (a.json) {
       out.push_back({{"model_filename", a.model},
                      {"model_type", facts.description},
@@ -354,9 +344,9 @@ void spec_bench(Engine& engine, const Deepseek2Runner& runner, int n_vocab, cons
                      {"speedup", off > 0 ? on / off : 0.0},
                      {"acceptance_rate", rate},
                      {"mean_accepted_length", mean_len},
-                     {"steps_off", off_sum.steps},
-                     {"steps_mtp", on_sum.steps},
-                     {"verify_steps", on_sum.spec_steps},
+                     {"steps_off", off_sum.n_steps},
+                     {"steps_mtp", on_sum.n_steps},
+                     {"verify_steps", on_sum.n_spec_steps},
                      {"trunk_seconds_per_step_off", step_off},
                      {"trunk_seconds_per_step_mtp", step_on},
                      {"verify_over_decode", step_off > 0 ? step_on / step_off : 0.0},
@@ -385,26 +375,176 @@ double sd_of(const std::vector<double>& v) {
   return std::sqrt(s / (v.size() - 1));
 }
 
-void bench(const BenchArgs& a) {
-  apply_common_options(a.common);
-  const int n_threads = a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  if (a.reps < 1) fail("bench: -r must be >= 1, got {}", a.reps);
-  const int64_t probe_bytes = parse_byte_size(a.membw_size, "--membw-size");
-  if (probe_bytes < (1 << 20)) fail("bench: --membw-size must be at least 1M, got '{}'", a.membw_size);
+// What every row of the report shares.
+struct BenchContext {
+  const BenchArgs& a;
+  ModelFacts facts;
+  int n_threads = 0;
+  int n_ranks = 1;
+  double membw = 0;  // bytes per second (--membw probe); 0 without decode tests
+  bool any_decode = false;
+};
 
-  if (a.membw && a.model.empty()) {
-    const double bw = measure_read_bandwidth(n_threads, probe_bytes, 5);
-    if (a.json) {
-      fmt::print("{}\n",
-                 nlohmann::json{{"membw_gbps", bw / 1e9}, {"n_threads", n_threads}, {"bytes", probe_bytes}}.dump());
-    } else {
-      fmt::print("read bandwidth: {:.2f} GB/s ({} threads, {} buffer, best of 5)\n", bw / 1e9, n_threads,
-                 human_bytes(static_cast<double>(probe_bytes)));
+// One test's timed repetitions: t/s of each, and the means of the rest.
+struct TestResult {
+  std::vector<double> tps;
+  double mean_tps = 0, sd_tps = 0;
+  double weight_bytes = 0, comm_bytes = 0;  // per token
+  double gbps = 0;                          // decode tests: weight bytes read per second / 1e9
+  std::array<double, kStageCount> stage_s{}, stage_bytes{}, stage_regions{};  // per token
+  double regions = 0;
+  std::vector<RankStats> ranks;  // every rank's memory and communication after the test
+};
+
+TestResult measure(Bencher& bencher, const Test& t, int reps) {
+  bencher.run(t);  // warm-up: cold caches, first-touch faults, scratch growth
+  TestResult r;
+  std::vector<double> bpt, cpt;
+  for (int i = 0; i < reps; ++i) {
+    const Sample s = bencher.run(t);
+    for (int k = 0; k < kStageCount; ++k) {
+      r.stage_s[k] += s.stage_s[k] / reps;
+      r.stage_bytes[k] += s.stage_bytes[k] / reps;
+      r.stage_regions[k] += s.stage_regions[k] / reps;
     }
+    r.regions += s.regions / reps;
+    r.tps.push_back(s.tps);
+    bpt.push_back(s.weight_bytes_per_token);
+    cpt.push_back(s.comm_bytes_per_token);
+  }
+  r.mean_tps = mean_of(r.tps);
+  r.sd_tps = sd_of(r.tps);
+  r.weight_bytes = mean_of(bpt);
+  r.comm_bytes = mean_of(cpt);
+  r.gbps = t.n_gen > 0 ? r.weight_bytes * r.mean_tps / 1e9 : 0.0;
+  return r;
+}
+
+nlohmann::json result_json(const BenchContext& ctx, const Test& t, const TestResult& r) {
+  nlohmann::json j = {{"model_filename", ctx.a.model},
+                      {"model_type", ctx.facts.description},
+                      {"model_size", ctx.facts.size_bytes},
+                      {"model_n_params", ctx.facts.n_params},
+                      {"n_threads", ctx.n_threads},
+                      {"n_prompt", t.n_prompt},
+                      {"n_gen", t.n_gen},
+                      {"n_depth", t.depth},
+                      {"test", t.name()},
+                      {"avg_ts", r.mean_tps},
+                      {"stddev_ts", r.sd_tps},
+                      {"samples_ts", r.tps}};
+  j["n_ranks"] = ctx.n_ranks;
+  j["comm_bytes_per_token"] = r.comm_bytes;
+  j["ranks"] = nlohmann::json::array();
+  for (size_t i = 0; i < r.ranks.size(); ++i) {
+    const RankStats& x = r.ranks[i];
+    j["ranks"].push_back({{"rank", i},
+                          {"experts", {x.expert_begin, x.expert_end}},
+                          {"heads", {x.head_begin, x.head_end}},
+                          {"rss_bytes", x.rss_bytes},
+                          {"rss_file_bytes", x.rss_file_bytes},
+                          {"rss_anon_bytes", x.rss_anon_bytes},
+                          {"model_rss_bytes", x.model_rss_bytes},
+                          {"shard_bytes", x.shard_bytes},
+                          {"shard_split_bytes", x.shard_split_bytes},
+                          {"comm_sent_bytes", x.comm_sent_bytes},
+                          {"comm_received_bytes", x.comm_received_bytes},
+                          {"expert_bytes", x.expert_bytes}});
+  }
+  j["stages"] = nlohmann::json::array();
+  for (int i = 0; i < kStageCount; ++i)
+    j["stages"].push_back({{"stage", kStageNames[i]},
+                           {"seconds_per_token", r.stage_s[i]},
+                           {"bytes_per_token", r.stage_bytes[i]},
+                           {"regions_per_token", r.stage_regions[i]}});
+  j["pool_regions_per_token"] = r.regions;
+  if (t.n_gen > 0) {
+    j["weight_bytes_per_token"] = r.weight_bytes;
+    j["gbps"] = r.gbps;
+    j["membw_gbps"] = ctx.membw / 1e9;
+    j["membw_fraction"] = ctx.membw > 0 ? r.gbps * 1e9 / ctx.membw : 0.0;
+  }
+  return j;
+}
+
+void print_table_head(const BenchContext& ctx) {
+  if (ctx.any_decode) fmt::print("read bandwidth (--membw): {:.2f} GB/s\n\n", ctx.membw / 1e9);
+  fmt::print("| model | size | params | threads | test | t/s |{}\n",
+             ctx.any_decode ? " weights/token | GB/s | of membw |" : "");
+  fmt::print("| --- | ---: | ---: | ---: | ---: | ---: |{}\n", ctx.any_decode ? " ---: | ---: | ---: |" : "");
+}
+
+void print_table_row(const BenchContext& ctx, const Test& t, const TestResult& r) {
+  std::string extra;
+  if (t.n_gen > 0)
+    extra = fmt::format(" {:.1f} MB | {:.2f} | {:.0f}% |", r.weight_bytes / 1e6, r.gbps,
+                        ctx.membw > 0 ? 100.0 * r.gbps * 1e9 / ctx.membw : 0.0);
+  else if (ctx.any_decode)
+    extra = " | | |";
+  fmt::print("| {} | {} | {} | {} | {} | {:.2f} ± {:.2f} |{}\n", ctx.facts.description,
+             human_bytes(static_cast<double>(ctx.facts.size_bytes)),
+             human_params(static_cast<double>(ctx.facts.n_params)), ctx.n_threads, t.name(), r.mean_tps, r.sd_tps,
+             extra);
+  std::fflush(stdout);
+}
+
+void print_rank_table(int n_ranks, const std::vector<std::string>& comm_notes, const std::vector<RankStats>& ranks) {
+  fmt::print("\nranks: {}; communication per token (rank 0, sent + received): {}\n", n_ranks,
+             fmt::join(comm_notes, ", "));
+  fmt::print("| rank | experts | heads | RSS | of it model file | sent | received |\n");
+  fmt::print("| ---: | --- | --- | ---: | ---: | ---: | ---: |\n");
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const RankStats& x = ranks[r];
+    fmt::print("| {} | [{}, {}) | [{}, {}) | {} | {} | {} | {} |\n", r, x.expert_begin, x.expert_end, x.head_begin,
+               x.head_end, human_bytes(static_cast<double>(x.rss_bytes)),
+               human_bytes(static_cast<double>(x.model_rss_bytes)), human_bytes(static_cast<double>(x.comm_sent_bytes)),
+               human_bytes(static_cast<double>(x.comm_received_bytes)));
+  }
+}
+
+// Each test: one warm-up, -r timed repetitions, a row of the table (or a JSON object); then the
+// stage profiles (--profile) and every rank's memory and communication.
+void run_tests(const BenchContext& ctx, Bencher& bencher, const std::vector<Test>& tests,
+               const std::function<std::vector<RankStats>()>& rank_stats) {
+  const BenchArgs& a = ctx.a;
+  nlohmann::json out = nlohmann::json::array();
+  if (!a.json) print_table_head(ctx);
+  std::vector<std::string> comm_notes;
+  std::vector<RankStats> last_ranks;
+  std::vector<StageProfileRow> profiles;
+  for (const Test& t : tests) {
+    TestResult r = measure(bencher, t, a.reps);
+    r.ranks = rank_stats();
+    if (a.json) {
+      out.push_back(result_json(ctx, t, r));
+      continue;
+    }
+    print_table_row(ctx, t, r);
+    comm_notes.push_back(fmt::format("{} {:.1f} KB", t.name(), r.comm_bytes / 1e3));
+    last_ranks = r.ranks;
+    if (a.profile)
+      profiles.push_back({t.name(), 1.0 / r.mean_tps, r.stage_s, r.stage_bytes, r.stage_regions, r.regions});
+  }
+  if (a.json) {
+    fmt::print("{}\n", out.dump(1));
     return;
   }
-  if (a.model.empty()) fail("bench: give -m FILE (or --membw alone for the bandwidth probe)");
+  for (const StageProfileRow& pr : profiles) print_stage_profile(pr);
+  print_rank_table(ctx.n_ranks, comm_notes, last_ranks);
+}
 
+// --membw without -m: the read bandwidth probe alone.
+void print_membw(const BenchArgs& a, int n_threads, int64_t probe_bytes) {
+  const double bw = measure_read_bandwidth(n_threads, probe_bytes, 5);
+  if (a.json)
+    fmt::print("{}\n",
+               nlohmann::json{{"membw_gbps", bw / 1e9}, {"n_threads", n_threads}, {"bytes", probe_bytes}}.dump());
+  else
+    fmt::print("read bandwidth: {:.2f} GB/s ({} threads, {} buffer, best of 5)\n", bw / 1e9, n_threads,
+               human_bytes(static_cast<double>(probe_bytes)));
+}
+
+std::vector<Test> make_tests(const BenchArgs& a) {
   std::vector<Test> tests;
   for (int p : a.n_prompt) {
     if (p < 0) fail("bench: -p values must be >= 0, got {}", p);
@@ -418,154 +558,60 @@ void bench(const BenchArgs& a) {
     }
   }
   if (tests.empty()) fail("bench: no tests (all -p and -n values are 0)");
+  return tests;
+}
+
+// The context the longest test needs: its prompt (at least one token), its decode and one more.
+int64_t context_needed(const std::vector<Test>& tests) {
   int64_t need_ctx = 16;
   for (const Test& t : tests) need_ctx = std::max<int64_t>(need_ctx, t.n_prompt + std::max(1, t.depth) + t.n_gen + 1);
+  return need_ctx;
+}
 
-  const MlaPathPolicy policy = parse_mla_path_policy(a.mla_path);
-  ModelOptions mo;
-  mo.n_threads = n_threads;
-  mo.max_batch_tokens = a.max_num_batched_tokens;
-  mo.dsa = dsa_enabled(a.common);
-  // One sequence (max_num_seqs 1 below).
-  const int n_spec = apply_speculative_config(a.speculative_config, false, 1, "bench: --speculative-config", mo);
-  KvCacheOptions kvo;
-  kvo.dtype = parse_cache_dtype(a.kv_dtype);
-  kvo.tokens = (need_ctx + n_spec + 255) / 256 * 256;
-  auto runner_owned = open_runner(a.model, policy, mo, kvo);
+// The engine flags as bench runs them: one sequence at a time, no prefix caching, a cache of
+// whole 256-token blocks that holds the longest test and its drafts.
+EngineSetup bench_engine_setup(const BenchArgs& a, int64_t need_ctx) {
+  EngineArgs e = a.engine;
+  e.max_num_seqs = 1;
+  e.enable_prefix_caching = false;
+  e.kv_cache_tokens = (need_ctx + parse_speculative_config(e.speculative_config) + 255) / 256 * 256;
+  return build_engine_setup(e, a.common, "bench");
+}
+
+void bench(const BenchArgs& a) {
+  apply_common_options(a.common);
+  const int n_threads = resolve_threads(a.engine.threads);
+  if (a.reps < 1) fail("bench: -r must be >= 1, got {}", a.reps);
+  const int64_t probe_bytes = parse_byte_size(a.membw_size, "--membw-size");
+  if (probe_bytes < (1 << 20)) fail("bench: --membw-size must be at least 1M, got '{}'", a.membw_size);
+  if (a.membw && a.model.empty()) {
+    print_membw(a, n_threads, probe_bytes);
+    return;
+  }
+  if (a.model.empty()) fail("bench: give -m FILE (or --membw alone for the bandwidth probe)");
+  const std::vector<Test> tests = make_tests(a);
+  const int64_t need_ctx = context_needed(tests);
+  const EngineSetup setup = bench_engine_setup(a, need_ctx);
+  auto runner_owned = open_runner(a.model, setup.policy, setup.model, setup.kv);
   if (!runner_owned) return;                      // a worker rank under mpirun: rank 0 has finished
   const Deepseek2Runner& runner = *runner_owned;  // lives inside the engine below
   auto* dist = dynamic_cast<DistributedRunner*>(runner_owned.get());
-  const int n_ranks = world().size();
   // Every rank's resident memory and communication so far (one process: this one), between tests.
   auto rank_stats = [&] { return dist ? dist->rank_stats() : std::vector<RankStats>{own_rank_stats(runner, world())}; };
   if (runner.max_context() < need_ctx)
     fail("bench: the tests need {} tokens of context, the model allows {}", need_ctx, runner.max_context());
-  const ModelFacts facts = describe(runner.file());
-  const int n_vocab = runner.n_vocab();
-
-  bool any_decode = false;
-  for (const Test& t : tests) any_decode |= t.n_gen > 0;
+  log_engine_setup(setup);
+  BenchContext ctx{a, describe(runner.file()), n_threads, world().size()};
+  for (const Test& t : tests) ctx.any_decode |= t.n_gen > 0;
   // The bandwidth probe before the engine starts, so that it has the machine to itself.
-  const double membw = any_decode ? measure_read_bandwidth(n_threads, probe_bytes, 5) : 0.0;
-
-  EngineConfig ec;
-  ec.max_num_batched_tokens = a.max_num_batched_tokens;
-  ec.max_num_seqs = 1;
-  ec.enable_prefix_caching = false;
-  ec.path_policy = policy;
-  ec.num_speculative_tokens = n_spec;
-  Engine engine(std::move(runner_owned), ec, nullptr);
-  if (n_spec > 0) {
-    spec_bench(engine, runner, n_vocab, facts, tests, a, n_spec);
+  ctx.membw = ctx.any_decode ? measure_read_bandwidth(n_threads, probe_bytes, 5) : 0.0;
+  Engine engine(std::move(runner_owned), setup.engine, nullptr);
+  if (setup.engine.num_speculative_tokens > 0) {
+    spec_bench(engine, runner, runner.n_vocab(), ctx.facts, tests, a, setup.engine.num_speculative_tokens);
     return;
   }
-  Bencher bencher(engine, runner, n_vocab, facts.dense_bytes, a.seed);
-
-  nlohmann::json out = nlohmann::json::array();
-  if (!a.json) {
-    if (any_decode) fmt::print("read bandwidth (--membw): {:.2f} GB/s\n\n", membw / 1e9);
-    fmt::print("| model | size | params | threads | test | t/s |{}\n",
-               any_decode ? " weights/token | GB/s | of membw |" : "");
-    fmt::print("| --- | ---: | ---: | ---: | ---: | ---: |{}\n", any_decode ? " ---: | ---: | ---: |" : "");
-  }
-  std::vector<std::string> comm_notes;
-  std::vector<RankStats> last_ranks;
-  std::vector<StageProfileRow> profiles;
-  for (const Test& t : tests) {
-    bencher.run(t);  // warm-up: cold caches, first-touch faults, scratch growth
-    std::vector<double> tps, bpt, cpt;
-    std::array<double, kStageCount> stage_s{}, stage_bytes{}, stage_regions{};  // per token, mean of the reps
-    double regions = 0;
-    for (int r = 0; r < a.reps; ++r) {
-      const Sample s = bencher.run(t);
-      for (int i = 0; i < kStageCount; ++i) {
-        stage_s[i] += s.stage_s[i] / a.reps;
-        stage_bytes[i] += s.stage_bytes[i] / a.reps;
-        stage_regions[i] += s.stage_regions[i] / a.reps;
-      }
-      regions += s.regions / a.reps;
-      tps.push_back(s.tps);
-      bpt.push_back(s.weight_bytes_per_token);
-      cpt.push_back(s.comm_bytes_per_token);
-    }
-    const double m = mean_of(tps), sd = sd_of(tps), bytes = mean_of(bpt), comm = mean_of(cpt);
-    const std::vector<RankStats> ranks = rank_stats();
-    const double gbps = t.n_gen > 0 ? bytes * m / 1e9 : 0.0;
-    if (a.json) {
-      nlohmann::json j = {{"model_filename", a.model},
-                          {"model_type", facts.description},
-                          {"model_size", facts.size_bytes},
-                          {"model_n_params", facts.n_params},
-                          {"n_threads", n_threads},
-                          {"n_prompt", t.n_prompt},
-                          {"n_gen", t.n_gen},
-                          {"n_depth", t.depth},
-                          {"test", t.name()},
-                          {"avg_ts", m},
-                          {"stddev_ts", sd},
-                          {"samples_ts", tps}};
-      j["n_ranks"] = n_ranks;
-      j["comm_bytes_per_token"] = comm;
-      j["ranks"] = nlohmann::json::array();
-      for (size_t r = 0; r < ranks.size(); ++r)
-        j["ranks"].push_back({{"rank", r},
-                              {"experts", {ranks[r].expert_begin, ranks[r].expert_end}},
-                              {"heads", {ranks[r].head_begin, ranks[r].head_end}},
-                              {"rss_bytes", ranks[r].rss_bytes},
-                              {"rss_file_bytes", ranks[r].rss_file_bytes},
-                              {"rss_anon_bytes", ranks[r].rss_anon_bytes},
-                              {"model_rss_bytes", ranks[r].model_rss_bytes},
-                              {"shard_bytes", ranks[r].shard_bytes},
-                              {"shard_split_bytes", ranks[r].shard_split_bytes},
-                              {"comm_sent_bytes", ranks[r].comm_sent_bytes},
-                              {"comm_received_bytes", ranks[r].comm_received_bytes},
-                              {"expert_bytes", ranks[r].expert_bytes}});
-      j["stages"] = nlohmann::json::array();
-      for (int i = 0; i < kStageCount; ++i)
-        j["stages"].push_back({{"stage", kStageNames[i]},
-                               {"seconds_per_token", stage_s[i]},
-                               {"bytes_per_token", stage_bytes[i]},
-                               {"regions_per_token", stage_regions[i]}});
-      j["pool_regions_per_token"] = regions;
-      if (t.n_gen > 0) {
-        j["weight_bytes_per_token"] = bytes;
-        j["gbps"] = gbps;
-        j["membw_gbps"] = membw / 1e9;
-        j["membw_fraction"] = membw > 0 ? gbps * 1e9 / membw : 0.0;
-      }
-      out.push_back(j);
-      continue;
-    }
-    std::string extra;
-    if (t.n_gen > 0)
-      extra = fmt::format(" {:.1f} MB | {:.2f} | {:.0f}% |", bytes / 1e6, gbps,
-                          membw > 0 ? 100.0 * gbps * 1e9 / membw : 0.0);
-    else if (any_decode)
-      extra = " | | |";
-    fmt::print("| {} | {} | {} | {} | {} | {:.2f} ± {:.2f} |{}\n", facts.description,
-               human_bytes(static_cast<double>(facts.size_bytes)), human_params(static_cast<double>(facts.n_params)),
-               n_threads, t.name(), m, sd, extra);
-    std::fflush(stdout);
-    comm_notes.push_back(fmt::format("{} {:.1f} KB", t.name(), comm / 1e3));
-    last_ranks = ranks;
-    if (a.profile) profiles.push_back({t.name(), 1.0 / m, stage_s, stage_bytes, stage_regions, regions});
-  }
-  for (const StageProfileRow& pr : profiles) print_stage_profile(pr);
-  if (a.json) {
-    fmt::print("{}\n", out.dump(1));
-    return;
-  }
-  fmt::print("\nranks: {}; communication per token (rank 0, sent + received): {}\n", n_ranks,
-             fmt::join(comm_notes, ", "));
-  fmt::print("| rank | experts | heads | RSS | of it model file | sent | received |\n");
-  fmt::print("| ---: | --- | --- | ---: | ---: | ---: | ---: |\n");
-  for (size_t r = 0; r < last_ranks.size(); ++r) {
-    const RankStats& x = last_ranks[r];
-    fmt::print("| {} | [{}, {}) | [{}, {}) | {} | {} | {} | {} |\n", r, x.expert_begin, x.expert_end, x.head_begin,
-               x.head_end, human_bytes(static_cast<double>(x.rss_bytes)),
-               human_bytes(static_cast<double>(x.model_rss_bytes)), human_bytes(static_cast<double>(x.comm_sent_bytes)),
-               human_bytes(static_cast<double>(x.comm_received_bytes)));
-  }
+  Bencher bencher(engine, runner, runner.n_vocab(), ctx.facts.dense_bytes, a.seed);
+  run_tests(ctx, bencher, tests, rank_stats);
 }
 
 }  // namespace
@@ -584,23 +630,17 @@ void register_bench(CLI::App& app) {
   cmd->add_option("-d,--n-depth", a.depth, "Context depths the tg tests start from (a real prefill first)")
       ->delimiter(',')
       ->capture_default_str();
-  cmd->add_option("-t,--threads", a.threads, "Threads (default: all hardware threads)");
   cmd->add_option("-r,--repetitions", a.reps, "Timed repetitions per test (after one warm-up)")->capture_default_str();
   cmd->add_flag("--json", a.json, "Print a JSON array (llama-bench's field names where they exist)");
   cmd->add_flag("--membw", a.membw, "Without -m: only measure the read bandwidth with all threads");
   cmd->add_flag("--profile", a.profile,
                 "After the table: each test's time and bytes read per token by forward stage, and the GB/s of each");
   cmd->add_option("--membw-size", a.membw_size, "Buffer the bandwidth probe reads")->capture_default_str();
-  cmd->add_option("--max-num-batched-tokens", a.max_num_batched_tokens, "Token budget per engine step (prefill chunk)")
-      ->capture_default_str();
-  cmd->add_option("--kv-cache-dtype", a.kv_dtype, "Latent cache dtype: f16 | f32 | bf16 | q8_0")->capture_default_str();
-  cmd->add_option("--mla-path", a.mla_path, "MLA attention path: auto | mha | mqa")
-      ->check(CLI::IsMember({"auto", "mha", "mqa"}))
-      ->capture_default_str();
   cmd->add_option("--seed", a.seed, "Seed of the prompt ids")->capture_default_str();
-  cmd->add_option("--speculative-config", a.speculative_config,
-                  R"(Decode tests with and without the model's MTP layer, alternating, greedy: )"
-                  R"('{"method": "mtp", "num_speculative_tokens": K}')");
+  add_engine_args(cmd, a.engine, {.capacity = false});
+  cmd->get_option("--speculative-config")
+      ->description(R"(Decode tests with and without the model's MTP layer, alternating, greedy: )"
+                    R"('{"method": "mtp", "num_speculative_tokens": K}')");
   add_common_options(cmd, a.common);
   cmd->callback([] { bench(a); });
 }

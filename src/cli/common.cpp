@@ -6,9 +6,6 @@
 #include <fstream>
 #include <sstream>
 
-#include "engine/speculative.h"
-#include "model/deepseek2.h"
-#include "parallel/world.h"
 #include "util/env.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -75,16 +72,6 @@ int64_t parse_byte_size(const std::string& text, const char* option) {
   const double bytes = value * scale;
   if (!std::isfinite(bytes) || bytes < 1 || bytes > 9.0e18) fail("{}: '{}' is out of range", option, text);
   return static_cast<int64_t>(bytes);
-}
-
-int apply_speculative_config(const std::string& config, bool need_mtp, int max_num_seqs, std::string_view what,
-                             ModelOptions& mo) {
-  const int n_spec = parse_speculative_config(config);
-  if (n_spec == 0 && !need_mtp) return 0;
-  if (world().size() > 1) fail("{} runs in a single process only; this run has {} ranks", what, world().size());
-  mo.mtp = true;
-  mo.max_batch_tokens += max_num_seqs;
-  return n_spec;
 }
 
 std::string read_text_file(const std::string& path, const char* option) {

@@ -4,12 +4,12 @@
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
-#include <thread>
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/engine_args.h"
 #include "doctor/doctor.h"
-#include "gguf/types.h"
+#include "kv/latent_cache.h"
 #include "util/error.h"
 
 namespace mla::cli {
@@ -19,10 +19,8 @@ struct DoctorArgs {
   std::string model;
   std::vector<std::string> prompts;
   bool json = false;
-  int threads = 0;
-  std::string kv_dtype = "f16";
+  EngineArgs engine;  // -t, --kv-cache-dtype, --max-num-batched-tokens
   int n_greedy = 8;
-  int max_num_batched_tokens = 2048;
   std::string layout_max_bytes = "4G";
   bool no_layout = false;
   CommonOptions common;
@@ -34,15 +32,13 @@ void run_doctor_cmd(const DoctorArgs& a) {
   if (!a.prompts.empty()) o.prompts = a.prompts;
   for (const auto& p : a.prompts)
     if (p.empty()) fail("doctor: --prompt must not be empty");
-  o.n_threads = a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  auto kv = ggml_type_from_name(a.kv_dtype);
-  if (!kv) fail("doctor: --kv-cache-dtype '{}' is not a type name (f16, bf16, f32, q8_0)", a.kv_dtype);
-  o.kv_dtype = *kv;
+  o.n_threads = resolve_threads(a.engine.threads);
+  o.kv_dtype = parse_cache_dtype(a.engine.kv_cache_dtype);
   if (a.n_greedy < 1) fail("doctor: --n-greedy must be >= 1, got {}", a.n_greedy);
   o.n_greedy = a.n_greedy;
-  if (a.max_num_batched_tokens < 1)
-    fail("doctor: --max-num-batched-tokens must be >= 1, got {}", a.max_num_batched_tokens);
-  o.max_num_batched_tokens = a.max_num_batched_tokens;
+  if (a.engine.max_num_batched_tokens < 1)
+    fail("doctor: --max-num-batched-tokens must be >= 1, got {}", a.engine.max_num_batched_tokens);
+  o.max_num_batched_tokens = a.engine.max_num_batched_tokens;
   o.layout_max_bytes = parse_byte_size(a.layout_max_bytes, "--layout-max-bytes");
   o.layout = !a.no_layout;
   const DoctorReport r = run_doctor(a.model, o);
@@ -62,13 +58,11 @@ void register_doctor(CLI::App& app) {
   cmd->add_option("--prompt", a.prompts,
                   "Canary prompt (repeatable; default: \"Hello\" and a built-in longer sentence)");
   cmd->add_flag("--json", a.json, "Print the report as one JSON object");
-  cmd->add_option("-t,--threads", a.threads, "Threads (default: all hardware threads)");
-  cmd->add_option("--kv-cache-dtype", a.kv_dtype, "Latent cache type the checks run with: f16 | bf16 | f32 | q8_0")
-      ->capture_default_str();
+  add_engine_args(cmd, a.engine, {.mla_path = false, .speculative_config = false, .capacity = false});
+  cmd->get_option("--kv-cache-dtype")->description("Latent cache dtype the checks run with: f16 | f32 | bf16 | q8_0");
+  cmd->get_option("--max-num-batched-tokens")
+      ->description("Scheduler token budget for the scheduling section (as mla serve)");
   cmd->add_option("--n-greedy", a.n_greedy, "Greedy tokens per canary")->capture_default_str();
-  cmd->add_option("--max-num-batched-tokens", a.max_num_batched_tokens,
-                  "Scheduler token budget for the scheduling section (as mla serve)")
-      ->capture_default_str();
   cmd->add_option("--layout-max-bytes", a.layout_max_bytes,
                   "Largest file converted (into a temporary copy) to the other MLA layout for the layout comparison")
       ->capture_default_str();

@@ -19,6 +19,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/engine_args.h"
 #include "doctor/doctor.h"
 #include "engine/deepseek2_runner.h"
 #include "engine/engine.h"
@@ -58,23 +59,13 @@ struct ServeArgs {
   std::string max_request_bytes = "16M";
   double timeout_keep_alive = 5;
   double shutdown_timeout = 10;
-  // Engine.
-  int max_num_seqs = 64;
-  int max_num_batched_tokens = 2048;
-  int max_model_len = 0;
-  bool no_prefix_caching = false;
-  std::string mla_path = "auto";
-  int threads = 0;
-  std::string kv_cache_dtype = "f16";
-  int64_t kv_cache_tokens = 0;
-  std::string kv_cache_memory;
   std::string self_check = "warn";  // on | warn | off
   // Output parsing.
   std::string tool_call_parser = "auto";
   std::string reasoning_parser = "auto";
-  std::string scripted_output;     // testing: a ScriptedRunner instead of the model's forward
-  std::string speculative_config;  // {"method": "mtp", "num_speculative_tokens": K}
+  std::string scripted_output;  // testing: a ScriptedRunner instead of the model's forward
   int json_max_whitespace = GrammarCompiler::kDefaultJsonMaxWhitespace;
+  EngineArgs engine;
   CommonOptions common;
 };
 
@@ -173,38 +164,180 @@ sigset_t block_stop_signals() {
   return set;
 }
 
-void serve(ServeArgs& a) {
-  const sigset_t stop_signals = block_stop_signals();
-  apply_common_options(a.common);
+// SIGINT and SIGTERM, taken by sigwait on a detached thread: the first asks for a graceful stop,
+// the second for an immediate one. While the model loads there is nothing to drain: exit at once.
+// Under mpirun (which sends SIGTERM when a rank died) the workers are looked at first.
+class StopSignals {
+ public:
+  StopSignals(sigset_t set, bool distributed) {
+    std::thread([set, distributed] { watch(set, distributed); }).detach();
+  }
+  // From here on the signal thread touches nothing: without that, a second SIGTERM arriving while
+  // serve() returns logs its line as the logger is destroyed (ThreadSanitizer found that race: the
+  // detached thread's writes and the exit's static destructors had no order between them).
+  ~StopSignals() {
+    const std::lock_guard lock(state().mu);
+    state().leaving = true;
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+  StopSignals(StopSignals&&) = delete;
+  StopSignals& operator=(StopSignals&&) = delete;
+
+  int count() const { return state().n_signals.load(); }
+  void model_loaded() { state().loaded = true; }
+
+ private:
+  // Static: the detached thread may outlive serve() (a signal during exit). It handles a signal
+  // under `mu` and stops once `leaving` is set under the same lock.
+  struct State {
+    std::atomic<int> n_signals{0};
+    std::atomic<bool> loaded{false};
+    std::mutex mu;
+    bool leaving = false;
+  };
+  static State& state() {
+    static State s;
+    return s;
+  }
+
+  static void watch(sigset_t set, bool distributed) {
+    State& st = state();
+    for (;;) {
+      int sig = 0;
+      if (sigwait(&set, &sig) != 0) continue;
+      const std::lock_guard lock(st.mu);
+      if (st.leaving) return;
+      // A process gone from this host is seen at once; a remote one by its silent heartbeat.
+      if (distributed) {
+        check_workers(5.0);
+        if (world_failure()) return;  // serve()'s loop takes the failure path
+      }
+      // Counted only once the line is logged: the main thread starts shutting down as soon as it
+      // sees the count and may exit, destroying the logger under a line still being written
+      // (ThreadSanitizer found that race).
+      const int n = st.n_signals.load() + 1;
+      log().info("received {} ({})", sig == SIGINT ? "SIGINT" : "SIGTERM",
+                 n == 1 ? "shutting down" : "aborting running requests");
+      if (!st.loaded) {
+        log().info("interrupted while loading the model; exiting");
+        std::_Exit(0);
+      }
+      st.n_signals.store(n);
+      if (n >= 2) return;
+    }
+  }
+};
+
+void check_serve_args(ServeArgs& a, const EngineSetup& setup) {
   if (a.api_key.empty())
     if (auto k = env_value("MLA_API_KEY")) a.api_key = *k;
   if (a.port < 0 || a.port > 65535) fail("serve: --port must be in [0, 65535], got {}", a.port);
   if (a.timeout_keep_alive <= 0) fail("serve: --timeout-keep-alive must be > 0 seconds, got {}", a.timeout_keep_alive);
   if (a.shutdown_timeout < 0) fail("serve: --shutdown-timeout must be >= 0 seconds, got {}", a.shutdown_timeout);
   if (!std::filesystem::is_regular_file(a.model)) fail("serve: model file '{}' not found", a.model);
+  if (world().size() > 1 && !a.scripted_output.empty()) fail("serve: --scripted-output runs in a single process only");
+  if (setup.engine.num_speculative_tokens > 0 && !a.scripted_output.empty())
+    fail("serve: --speculative-config needs the model's MTP layer; --scripted-output replaces the model");
+}
+
+// What the engine serves: the runner (the model's forward, or the scripted outputs), the
+// vocabulary and the tokens that end a sequence.
+struct ServedRunner {
+  std::unique_ptr<ModelRunner> runner;
+  std::shared_ptr<Tokenizer> tokenizer;
+  std::vector<int32_t> eos_ids;
+  std::unique_ptr<GgufFile> vocab_file;  // scripted: the file is read for its vocabulary only
+};
+
+ServedRunner load_runner(const ServeArgs& a, const EngineSetup& setup, bool distributed) {
+  // Several ranks: each one pages in its own shard only, so nothing reads the whole file here.
+  if (!distributed)
+    prefetch_file(a.model, fmt::format("loading {}", std::filesystem::path(a.model).filename().string()));
+  ServedRunner s;
+  if (!a.scripted_output.empty()) {
+    s.vocab_file = GgufFile::open(a.model);
+    s.tokenizer = Tokenizer::from_gguf(*s.vocab_file);
+    s.runner = make_scripted_runner(a.scripted_output, *s.tokenizer);
+    s.eos_ids = {s.tokenizer->vocab().eos};
+    log().warn("--scripted-output: the model's forward pass is replaced by the outputs in '{}'", a.scripted_output);
+    return s;
+  }
+  auto rn = open_runner(a.model, setup.policy, setup.model, setup.kv);
+  s.tokenizer = Tokenizer::from_gguf(rn->file());
+  // The self-check runs the whole model in this process: not under mpirun, where no rank holds it all.
+  if (!distributed)
+    self_check(a.self_check, *rn, *s.tokenizer, setup.model.n_threads, setup.kv.dtype);
+  else if (a.self_check != "off")
+    log().info("--self-check: skipped under mpirun (it runs the whole model in one process; use mla doctor)");
+  s.eos_ids = rn->eos_token_ids();
+  s.runner = std::move(rn);
+  return s;
+}
+
+// The chat template's source (--chat-template, else the model's), "" when there is none.
+std::string chat_template_source(const ServeArgs& a, const Tokenizer& tok) {
+  std::string src =
+      a.chat_template.empty() ? tok.vocab().chat_template : read_text_file(a.chat_template, "--chat-template");
+  if (src.empty())
+    log().warn(
+        "the model has no chat template (tokenizer.chat_template): /v1/chat/completions will answer 400; "
+        "give one with --chat-template");
+  return src;
+}
+
+// Until a signal or a failed worker rank: then stop accepting, let running requests finish for
+// --shutdown-timeout seconds (none after a rank failed or a second signal), abort the rest.
+void serve_until_stopped(const ServeArgs& a, const StopSignals& signals, server::ServerState& api,
+                         server::HttpServer& http, Engine& engine) {
+  while (signals.count() == 0 && !world_failure()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  // Until the answers of finished requests have reached their clients (or `limit` passed).
+  auto flush_responses = [&](std::chrono::milliseconds limit) {
+    const auto flush_end = std::chrono::steady_clock::now() + limit;
+    while ((api.n_active() > 0 || http.n_busy_connections() > 0) && std::chrono::steady_clock::now() < flush_end)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  };
+  api.begin_shutdown();
+  http.drain();
+  if (auto failure = world_failure()) {
+    // The requests in flight failed with 503 (their forward threw); new ones get 503 too. Let
+    // the answers reach their clients, then leave with an error (mpirun ends the other ranks).
+    log().error("serve: stopping: {}", *failure);
+    flush_responses(std::chrono::seconds(2));
+    http.stop();
+    engine.stop();
+    exit_code() = 1;
+    return;
+  }
+  const auto grace_end =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(a.shutdown_timeout * 1000));
+  if (api.n_active() > 0)
+    log().info("waiting up to {} s for {} running request(s)", a.shutdown_timeout, api.n_active());
+  while (api.n_active() > 0 && signals.count() < 2 && std::chrono::steady_clock::now() < grace_end)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  if (api.n_active() > 0) {
+    log().info("aborting {} request(s) still running", api.n_active());
+    api.abort_all();
+  }
+  // Let the aborted requests' last chunks reach their clients.
+  flush_responses(std::chrono::seconds(5));
+  http.stop();
+  engine.stop();
+  log().info("stopped");
+}
+
+void serve(ServeArgs& a) {
+  const sigset_t stop_signals = block_stop_signals();
+  apply_common_options(a.common);
+  EngineSetup setup = build_engine_setup(a.engine, a.common, "serve");
+  check_serve_args(a, setup);
   const std::string name =
       a.served_model_name.empty() ? std::filesystem::path(a.model).filename().string() : a.served_model_name;
-  const MlaPathPolicy policy = parse_mla_path_policy(a.mla_path);
-  ModelOptions mo;
-  mo.n_threads = a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  mo.max_batch_tokens = a.max_num_batched_tokens;
-  mo.dsa = dsa_enabled(a.common);
-  const int n_spec =
-      apply_speculative_config(a.speculative_config, false, a.max_num_seqs, "serve: --speculative-config", mo);
-  KvCacheOptions kv;
-  auto kv_type = ggml_type_from_name(a.kv_cache_dtype);
-  if (!kv_type) fail("serve: --kv-cache-dtype '{}' is not a type name (f16, bf16, f32, q8_0)", a.kv_cache_dtype);
-  kv.dtype = *kv_type;
-  kv.tokens = a.kv_cache_tokens;
-  if (!a.kv_cache_memory.empty()) kv.memory_bytes = parse_byte_size(a.kv_cache_memory, "--kv-cache-memory");
   // Under mpirun: rank 0 serves HTTP; a worker computes its share of rank 0's steps until rank 0
   // stops (mpirun forwards SIGINT/SIGTERM, which stay blocked here: rank 0 ends the workers).
   const bool distributed = world().size() > 1;
-  if (distributed && !a.scripted_output.empty()) fail("serve: --scripted-output runs in a single process only");
-  if (n_spec > 0 && !a.scripted_output.empty())
-    fail("serve: --speculative-config needs the model's MTP layer; --scripted-output replaces the model");
   if (is_worker()) {
-    open_runner(a.model, policy, mo, kv);
+    open_runner(a.model, setup.policy, setup.model, setup.kv);
     return;
   }
 
@@ -225,104 +358,20 @@ void serve(ServeArgs& a) {
   http.start();
   const std::string url = fmt::format("http://{}:{}", a.host, http.port());
   log().info("listening on {} (/health is 503 until the model is loaded)", url);
+  StopSignals signals(stop_signals, distributed);
 
-  // Signals: the first asks for a graceful stop, the second for an immediate one. While the
-  // model loads there is nothing to drain: exit at once.
-  // Static: the detached thread may outlive this function (a signal during exit).
-  static std::atomic<int> n_signals{0};
-  static std::atomic<bool> loaded{false};
-  // The signal thread handles a signal under `signal_mu`; once serve() is leaving (`leaving` set
-  // under the same lock) it touches nothing more. Without that, a second SIGTERM arriving while the
-  // main thread returns logs its line as the logger is destroyed (ThreadSanitizer found that race:
-  // the detached thread's writes and the exit's static destructors had no order between them).
-  static std::mutex signal_mu;
-  static bool leaving = false;
-  struct LeaveGuard {
-    LeaveGuard(const LeaveGuard&) = delete;
-    LeaveGuard& operator=(const LeaveGuard&) = delete;
-    LeaveGuard(LeaveGuard&&) = delete;
-    LeaveGuard& operator=(LeaveGuard&&) = delete;
-    LeaveGuard() = default;
-    ~LeaveGuard() {
-      const std::lock_guard lock(signal_mu);
-      leaving = true;
-    }
-  };
-  const LeaveGuard leave_guard;
-  std::thread signal_thread([stop_signals, distributed] {
-    for (;;) {
-      int sig = 0;
-      if (sigwait(&stop_signals, &sig) != 0) continue;
-      const std::lock_guard lock(signal_mu);
-      if (leaving) return;
-      // mpirun sends SIGTERM when a rank died: look at the workers before a graceful stop (a
-      // process gone from this host is seen at once; a remote one by its silent heartbeat).
-      if (distributed) {
-        check_workers(5.0);
-        if (world_failure()) return;  // the main loop below takes the failure path
-      }
-      // Counted only once the line is logged: the main thread starts shutting down as soon as it
-      // sees the count and may exit, destroying the logger under a line still being written
-      // (ThreadSanitizer found that race).
-      const int n = n_signals.load() + 1;
-      log().info("received {} ({})", sig == SIGINT ? "SIGINT" : "SIGTERM",
-                 n == 1 ? "shutting down" : "aborting running requests");
-      if (!loaded) {
-        log().info("interrupted while loading the model; exiting");
-        std::_Exit(0);
-      }
-      n_signals.store(n);
-      if (n >= 2) return;
-    }
-  });
-  signal_thread.detach();
-
-  // Load.
   const auto t0 = std::chrono::steady_clock::now();
-  // Several ranks: each one pages in its own shard only, so nothing reads the whole file here.
-  if (!distributed)
-    prefetch_file(a.model, fmt::format("loading {}", std::filesystem::path(a.model).filename().string()));
-  std::unique_ptr<ModelRunner> runner;
-  std::shared_ptr<Tokenizer> tokenizer;
-  std::vector<int32_t> eos_ids;
-  std::unique_ptr<GgufFile> vocab_file;  // scripted: the file is read for its vocabulary only
-  if (a.scripted_output.empty()) {
-    auto rn = open_runner(a.model, policy, mo, kv);
-    tokenizer = Tokenizer::from_gguf(rn->file());
-    // The self-check runs the whole model in this process: not under mpirun, where no rank holds it all.
-    if (!distributed)
-      self_check(a.self_check, *rn, *tokenizer, mo.n_threads, kv.dtype);
-    else if (a.self_check != "off")
-      log().info("--self-check: skipped under mpirun (it runs the whole model in one process; use mla doctor)");
-    eos_ids = rn->eos_token_ids();
-    runner = std::move(rn);
-  } else {
-    vocab_file = GgufFile::open(a.model);
-    tokenizer = Tokenizer::from_gguf(*vocab_file);
-    runner = make_scripted_runner(a.scripted_output, *tokenizer);
-    eos_ids = {tokenizer->vocab().eos};
-    log().warn("--scripted-output: the model's forward pass is replaced by the outputs in '{}'", a.scripted_output);
-  }
-  std::string tmpl_src =
-      a.chat_template.empty() ? tokenizer->vocab().chat_template : read_text_file(a.chat_template, "--chat-template");
+  ServedRunner loaded = load_runner(a, setup, distributed);
+  log_engine_setup(setup);
+  const std::shared_ptr<Tokenizer>& tokenizer = loaded.tokenizer;
+  const std::vector<int32_t>& eos_ids = loaded.eos_ids;
+  const std::string tmpl_src = chat_template_source(a, *tokenizer);
   std::shared_ptr<ChatTemplate> tmpl;
-  if (!tmpl_src.empty())
-    tmpl = std::make_shared<ChatTemplate>(tmpl_src);
-  else
-    log().warn(
-        "the model has no chat template (tokenizer.chat_template): /v1/chat/completions will answer 400; "
-        "give one with --chat-template");
-
-  EngineConfig ec;
-  ec.max_num_seqs = a.max_num_seqs;
-  ec.max_num_batched_tokens = a.max_num_batched_tokens;
-  ec.max_model_len = a.max_model_len;
-  ec.enable_prefix_caching = !a.no_prefix_caching;
-  ec.path_policy = policy;
-  ec.eos_token_ids = eos_ids;
-  ec.num_speculative_tokens = n_spec;
-  const int n_threads = mo.n_threads;
-  auto engine = std::make_unique<Engine>(std::move(runner), ec, std::make_shared<TokenizerDecoder>(tokenizer));
+  if (!tmpl_src.empty()) tmpl = std::make_shared<ChatTemplate>(tmpl_src);
+  setup.engine.eos_token_ids = eos_ids;
+  const int n_threads = setup.model.n_threads;
+  auto engine = std::make_unique<Engine>(std::move(loaded.runner), setup.engine,
+                                         std::make_shared<TokenizerDecoder>(tokenizer));
   engine->start();
   server::ServedModel sm;
   sm.parsers = choose_parsers(a, tmpl_src);
@@ -338,50 +387,12 @@ void serve(ServeArgs& a) {
   sm.max_model_len = engine->config().max_model_len;
   sm.n_vocab = engine->n_vocab();
   api.set_model(std::move(sm));
-  loaded = true;
+  signals.model_loaded();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   log().info("model '{}' loaded in {:.2f} s: max_model_len {}, {} threads, mla path {}", name, secs,
-             engine->config().max_model_len, n_threads, a.mla_path);
+             engine->config().max_model_len, n_threads, a.engine.mla_path);
   log().info("ready: {}/v1 (served model name '{}'{})", url, name, a.api_key.empty() ? "" : ", API key required");
-
-  // Serve until a signal, or until a worker rank is gone.
-  while (n_signals.load() == 0 && !world_failure()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  // Until the answers of finished requests have reached their clients (or `limit` passed).
-  auto flush_responses = [&](std::chrono::milliseconds limit) {
-    const auto flush_end = std::chrono::steady_clock::now() + limit;
-    while ((api.n_active() > 0 || http.n_busy_connections() > 0) && std::chrono::steady_clock::now() < flush_end)
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  };
-  if (auto failure = world_failure()) {
-    // The requests in flight failed with 503 (their forward threw); new ones get 503 too. Let
-    // the answers reach their clients, then leave with an error (mpirun ends the other ranks).
-    log().error("serve: stopping: {}", *failure);
-    api.begin_shutdown();
-    http.drain();
-    flush_responses(std::chrono::seconds(2));
-    http.stop();
-    engine->stop();
-    exit_code() = 1;
-    return;
-  }
-
-  api.begin_shutdown();
-  http.drain();
-  const auto grace_end =
-      std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(a.shutdown_timeout * 1000));
-  if (api.n_active() > 0)
-    log().info("waiting up to {} s for {} running request(s)", a.shutdown_timeout, api.n_active());
-  while (api.n_active() > 0 && n_signals.load() < 2 && std::chrono::steady_clock::now() < grace_end)
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  if (api.n_active() > 0) {
-    log().info("aborting {} request(s) still running", api.n_active());
-    api.abort_all();
-  }
-  // Let the aborted requests' last chunks reach their clients.
-  flush_responses(std::chrono::seconds(5));
-  http.stop();
-  engine->stop();
-  log().info("stopped");
+  serve_until_stopped(a, signals, api, http, *engine);
 }
 
 }  // namespace
@@ -407,25 +418,10 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--shutdown-timeout", a.shutdown_timeout,
                   "Seconds running requests may take to finish after SIGINT/SIGTERM before they are aborted")
       ->capture_default_str();
-  cmd->add_option("--max-num-seqs", a.max_num_seqs, "Most sequences running at once")->capture_default_str();
-  cmd->add_option("--max-num-batched-tokens", a.max_num_batched_tokens, "Token budget per engine step")
-      ->capture_default_str();
-  cmd->add_option("--max-model-len", a.max_model_len, "Context length (default: the model's, capped by the KV cache)");
-  cmd->add_flag("--no-enable-prefix-caching", a.no_prefix_caching, "Disable the prefix cache");
-  cmd->add_option("--mla-path", a.mla_path,
-                  "MLA attention path: auto (decode MQA; prefill chunks down the path cheaper at the model's widths, "
-                  "logged at start) | mha | mqa")
-      ->check(CLI::IsMember({"auto", "mha", "mqa"}))
-      ->capture_default_str();
-  cmd->add_option("-t,--threads", a.threads, "Compute threads (default: all hardware threads)");
-  cmd->add_option("--kv-cache-dtype", a.kv_cache_dtype, "KV cache type: f16 | bf16 | f32 | q8_0")
-      ->capture_default_str();
-  cmd->add_option("--kv-cache-tokens", a.kv_cache_tokens, "KV cache capacity in tokens");
   cmd->add_option("--json-max-whitespace", a.json_max_whitespace,
                   "Structured outputs: most whitespace characters between two JSON tokens (0: no limit)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--kv-cache-memory", a.kv_cache_memory, "KV cache capacity in bytes (e.g. 2G)");
   cmd->add_flag("--self-check{on}", a.self_check,
                 "Before /health turns 200, run the MLA paths on canary prompts and compare them (mla doctor's "
                 "path agreement): --self-check refuses to start when they disagree, --self-check=warn (the "
@@ -439,13 +435,11 @@ void register_serve(CLI::App& app) {
                   "Reasoning split (<think>) of chat outputs: auto (from the chat template) | none | "
                   "deepseek_r1 | deepseek_v3 | glm45 | glm47 | kimi_k2 | qwen3")
       ->capture_default_str();
-  cmd->add_option("--speculative-config", a.speculative_config,
-                  R"(Speculative decoding with the model's MTP layer, as vLLM spells it: )"
-                  R"('{"method": "mtp", "num_speculative_tokens": K}', K = 1..4)");
   cmd->add_option("--scripted-output", a.scripted_output,
                   "Testing: replace the model's forward pass by the outputs in this JSON file "
                   "([{\"trigger\": TEXT, \"output\": TEXT}]); the GGUF gives only the vocabulary")
       ->group("Testing");
+  add_engine_args(cmd, a.engine);
   add_common_options(cmd, a.common);
   cmd->callback([] { serve(a); });
 }

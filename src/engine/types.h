@@ -14,6 +14,8 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <tuple>
+#include <type_traits>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -151,6 +153,43 @@ struct EngineCounters {
   int64_t n_spec_steps = 0;                      // forward calls that carried verify rows
   double mtp_seconds = 0;                        // wall time in the MTP layer's calls (its rows and the drafts)
 };
+
+
+// Every field of EngineCounters, by kind: the gauges say how the engine stands now, the totals
+// count since it started. operator- walks these lists; tests/engine/engine_counters_test.cpp
+// fails unless together they name every field once.
+inline constexpr std::tuple kEngineCounterGauges{&EngineCounters::n_running, &EngineCounters::n_waiting,
+                                                 &EngineCounters::kv_usage, &EngineCounters::n_kv_blocks_free,
+                                                 &EngineCounters::n_kv_blocks};
+inline constexpr std::tuple kEngineCounterTotals{
+    &EngineCounters::n_prompt_tokens,        &EngineCounters::n_generation_tokens,
+    &EngineCounters::n_preemptions,          &EngineCounters::n_prefix_queries,
+    &EngineCounters::n_prefix_hits,          &EngineCounters::n_tokens_mha,
+    &EngineCounters::n_tokens_mqa,           &EngineCounters::n_sparse_layer_tokens,
+    &EngineCounters::n_sparse_selected_rows, &EngineCounters::n_steps,
+    &EngineCounters::forward_seconds,        &EngineCounters::n_masks,
+    &EngineCounters::mask_wait_seconds,      &EngineCounters::n_requests_finished,
+    &EngineCounters::n_spec_drafts,          &EngineCounters::n_spec_draft_tokens,
+    &EngineCounters::n_spec_accepted_tokens, &EngineCounters::n_spec_accepted_per_pos,
+    &EngineCounters::n_spec_steps,           &EngineCounters::mtp_seconds};
+
+// What happened between two snapshots of Engine::counters(), e.g. a measured run without its
+// warm-up: every total of `later` less the same total of `earlier` (n_spec_accepted_per_pos
+// position by position, where `earlier` has the position), every gauge as it is in `later`.
+inline EngineCounters operator-(const EngineCounters& later, const EngineCounters& earlier) {
+  EngineCounters d = later;
+  auto subtract = [&](auto field) {
+    auto& into = d.*field;
+    const auto& from = earlier.*field;
+    if constexpr (std::is_same_v<std::remove_cvref_t<decltype(into)>, std::vector<int64_t>>) {
+      for (size_t i = 0; i < into.size() && i < from.size(); ++i) into[i] -= from[i];
+    } else {
+      into -= from;
+    }
+  };
+  std::apply([&](auto... field) { (subtract(field), ...); }, kEngineCounterTotals);
+  return d;
+}
 
 struct EngineConfig {
   int max_num_batched_tokens = 2048;  // token budget per step (prefill chunks + decodes)

@@ -1,0 +1,125 @@
+#include "cli/engine_args.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <thread>
+
+#include "cli/common.h"
+#include "engine/speculative.h"
+#include "gguf/types.h"
+#include "kv/latent_cache.h"
+#include "parallel/world.h"
+#include "util/error.h"
+#include "util/log.h"
+
+namespace mla::cli {
+namespace {
+
+void add_capacity_flags(CLI::App* cmd, EngineArgs& a) {
+  cmd->add_option("--max-num-seqs", a.max_num_seqs, "Most sequences running at once")->capture_default_str();
+  cmd->add_option("--max-model-len", a.max_model_len, "Context length (default: the model's, capped by the KV cache)");
+  cmd->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", a.enable_prefix_caching,
+                "Reuse the KV blocks of a prompt prefix seen before (default: on)");
+  cmd->add_flag_callback(
+         "--no-prefix-cache",
+         [&a] {
+           a.enable_prefix_caching = false;
+           a.deprecated_used.emplace_back("--no-prefix-cache is deprecated, use --no-enable-prefix-caching");
+         },
+         "Old spelling of --no-enable-prefix-caching, accepted for one release")
+      ->group("Deprecated");
+  cmd->add_option("--kv-cache-tokens", a.kv_cache_tokens,
+                  fmt::format("KV cache capacity in tokens (default: {})", KvCacheOptions::kDefaultTokens));
+  cmd->add_option("--kv-cache-memory", a.kv_cache_memory, "KV cache capacity in bytes, e.g. 2G (instead of tokens)");
+  cmd->add_option("--block-size", a.block_size, "Tokens per KV block")->capture_default_str();
+}
+
+// --speculative-config and run's --mtp-logits: K, and the MTP layer loaded where it is needed.
+int apply_speculative_config(const EngineArgs& a, std::string_view command, bool need_mtp, ModelOptions& mo) {
+  const int n_spec = parse_speculative_config(a.speculative_config);
+  if (n_spec == 0 && !need_mtp) return 0;
+  if (world().size() > 1)
+    fail("{}: {} runs in a single process only; this run has {} ranks", command,
+         need_mtp ? "speculative decoding (--speculative-config, --mtp-logits)" : "--speculative-config",
+         world().size());
+  mo.mtp = true;
+  mo.max_batch_tokens += a.max_num_seqs;
+  return n_spec;
+}
+
+KvCacheOptions kv_cache_options(const EngineArgs& a, std::string_view command) {
+  KvCacheOptions kv;
+  kv.dtype = parse_cache_dtype(a.kv_cache_dtype);
+  kv.block_size = a.block_size;
+  kv.tokens = a.kv_cache_tokens;
+  if (!a.kv_cache_memory.empty()) kv.memory_bytes = parse_byte_size(a.kv_cache_memory, "--kv-cache-memory");
+  if (kv.tokens > 0 && kv.memory_bytes > 0) fail("{}: give --kv-cache-tokens or --kv-cache-memory, not both", command);
+  return kv;
+}
+
+// The resolved configuration in one line, as log_engine_setup logs it.
+std::string describe_engine_setup(const EngineSetup& s) {
+  const EngineConfig& ec = s.engine;
+  const std::string capacity = s.kv.tokens > 0         ? fmt::format("{} tokens", s.kv.tokens)
+                               : s.kv.memory_bytes > 0 ? fmt::format("{} bytes", s.kv.memory_bytes)
+                                                       : fmt::format("{} tokens", KvCacheOptions::kDefaultTokens);
+  return fmt::format(
+      "max_num_batched_tokens {}, max_num_seqs {}, max_model_len {}, prefix caching {}, kv cache {} ({}, block {}), "
+      "mla_path {}, dsa {}, speculative tokens {}, threads {}",
+      ec.max_num_batched_tokens, ec.max_num_seqs, ec.max_model_len > 0 ? std::to_string(ec.max_model_len) : "auto",
+      ec.enable_prefix_caching ? "on" : "off", ggml_type_name(s.kv.dtype), capacity, s.kv.block_size,
+      mla_path_policy_name(s.policy), s.model.dsa ? "on" : "off", ec.num_speculative_tokens, s.model.n_threads);
+}
+
+}  // namespace
+
+void add_engine_args(CLI::App* cmd, EngineArgs& a, EngineFlagSet which) {
+  if (which.threads) cmd->add_option("-t,--threads", a.threads, "Compute threads (default: all hardware threads)");
+  if (which.mla_path)
+    cmd->add_option("--mla-path", a.mla_path,
+                    "MLA attention path per sequence: auto (decode MQA; prefill chunks down the path cheaper at the "
+                    "model's widths, logged at start) | mha | mqa")
+        ->check(CLI::IsMember({"auto", "mha", "mqa"}))
+        ->capture_default_str();
+  if (which.max_num_batched_tokens)
+    cmd->add_option("--max-num-batched-tokens", a.max_num_batched_tokens,
+                    "Token budget per engine step (prefill chunks + decodes)")
+        ->capture_default_str();
+  if (which.kv_cache_dtype)
+    cmd->add_option("--kv-cache-dtype", a.kv_cache_dtype, "Latent cache dtype: f16 | f32 | bf16 | q8_0")
+        ->capture_default_str();
+  if (which.speculative_config)
+    cmd->add_option("--speculative-config", a.speculative_config,
+                    R"(Speculative decoding with the model's MTP layer, as vLLM spells it: )"
+                    R"('{"method": "mtp", "num_speculative_tokens": K}', K = 1..4)");
+  if (which.capacity) add_capacity_flags(cmd, a);
+}
+
+int resolve_threads(int threads) {
+  return threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+EngineSetup build_engine_setup(const EngineArgs& a, const CommonOptions& common, std::string_view command,
+                               bool need_mtp) {
+  if (!is_worker())  // under mpirun rank 0 speaks for every rank: they share the flags
+    for (const std::string& d : a.deprecated_used) log().warn("{}: {}", command, d);
+  EngineSetup s;
+  s.policy = parse_mla_path_policy(a.mla_path);
+  s.model.n_threads = resolve_threads(a.threads);
+  s.model.max_batch_tokens = a.max_num_batched_tokens;
+  s.model.dsa = dsa_enabled(common);
+  s.kv = kv_cache_options(a, command);
+  EngineConfig& ec = s.engine;
+  ec.num_speculative_tokens = apply_speculative_config(a, command, need_mtp, s.model);
+  ec.max_num_batched_tokens = a.max_num_batched_tokens;
+  ec.max_num_seqs = a.max_num_seqs;
+  ec.max_model_len = a.max_model_len;
+  ec.enable_prefix_caching = a.enable_prefix_caching;
+  ec.path_policy = s.policy;
+  return s;
+}
+
+void log_engine_setup(const EngineSetup& s) { log().info("engine: {}", describe_engine_setup(s)); }
+
+}  // namespace mla::cli

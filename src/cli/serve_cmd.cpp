@@ -370,8 +370,8 @@ void serve(ServeArgs& a) {
   if (!tmpl_src.empty()) tmpl = std::make_shared<ChatTemplate>(tmpl_src);
   setup.engine.eos_token_ids = eos_ids;
   const int n_threads = setup.model.n_threads;
-  auto engine = std::make_unique<Engine>(std::move(loaded.runner), setup.engine,
-                                         std::make_shared<TokenizerDecoder>(tokenizer));
+  auto engine =
+      std::make_unique<Engine>(std::move(loaded.runner), setup.engine, std::make_shared<TokenizerDecoder>(tokenizer));
   engine->start();
   server::ServedModel sm;
   sm.parsers = choose_parsers(a, tmpl_src);

@@ -154,7 +154,6 @@ struct EngineCounters {
   double mtp_seconds = 0;                        // wall time in the MTP layer's calls (its rows and the drafts)
 };
 
-
 // Every field of EngineCounters, by kind: the gauges say how the engine stands now, the totals
 // count since it started. operator- walks these lists; tests/engine/engine_counters_test.cpp
 // fails unless together they name every field once.

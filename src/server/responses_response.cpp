@@ -53,8 +53,7 @@ ResponsesWriter::ResponsesWriter(std::string id, int64_t created_at, std::string
       created_at_(created_at),
       model_(std::move(model)),
       echo_(std::move(echo)),
-      stream_(stream),
-      parsing_(std::move(parsing)) {}
+      output_(std::move(parsing), stream) {}
 
 json ResponsesWriter::response(const std::string& status, json output, const ChoiceState* c,
                                const JobUsage* usage) const {
@@ -181,17 +180,11 @@ void ResponsesWriter::stream_delta(ChatDelta&& d, Events& out) {
 }
 
 void ResponsesWriter::output(size_t, const CompletionOutput& o, bool, Events& out) {
-  if (!stream_) {
-    text_ += o.text;
-    return;
-  }
-  if (!parser_) parser_.emplace(parsing_);
-  stream_delta(parser_->feed(o.text), out);
+  stream_delta(output_.feed(o.text), out);
 }
 
 void ResponsesWriter::stream_end(std::span<const ChoiceState> choices, const JobUsage& usage, Events& out) {
-  if (!parser_) parser_.emplace(parsing_);
-  stream_delta(parser_->finish(), out);
+  stream_delta(output_.finish(), out);
   close_item(out);
   const ChoiceState& c = choices.front();
   const bool incomplete = ran_out(c);
@@ -200,7 +193,7 @@ void ResponsesWriter::stream_end(std::span<const ChoiceState> choices, const Job
 }
 
 json ResponsesWriter::body(std::span<const ChoiceState> choices, const JobUsage& usage) {
-  ChatMessageOut m = parse_chat_output(parsing_, text_);
+  ChatMessageOut m = output_.message();
   json output = json::array();
   if (m.reasoning && !m.reasoning->empty())
     output.push_back(reasoning_item(item_id("rs_", id_, output.size()), *m.reasoning, "completed"));

@@ -43,10 +43,7 @@ class ResponsesWriter final : public ResponseWriter {
   const int64_t created_at_;
   const std::string model_;
   const json echo_;
-  const bool stream_;
-  const OutputParsing parsing_;
-  std::string text_;  // not streaming: the whole output
-  std::optional<ChatOutputStream> parser_;
+  ChatOutputCollector output_;
   int64_t sequence_number_ = 0;
   json done_items_ = json::array();  // streamed items, finished
   json open_;                        // the item being streamed (null: none)

@@ -100,12 +100,18 @@ void GenerationJob::begin() {
   if (stream_) {
     res_->start_stream("text/event-stream", {{"Cache-Control", "no-cache"}});
     Events head;
-    writer_->stream_head(prompt_tokens(), head);
+    write_head(head);
     for (auto& e : head) res_->write(std::move(e));
   }
   for (auto& e : pending_) res_->write(std::move(e));
   pending_.clear();
   if (pending_end_) res_->end_stream();
+}
+
+void GenerationJob::write_head(Events& out) {
+  if (!stream_ || head_written_) return;
+  head_written_ = true;
+  writer_->stream_head(prompt_tokens(), out);
 }
 
 void GenerationJob::emit(Events& events) {
@@ -156,6 +162,8 @@ void GenerationJob::on_output(size_t p, RequestOutput&& out) {
   if (done_ || p >= prompts_.size() || prompts_[p].finished) return;
   const auto now = Clock::now();
   Events events;
+  // Output that arrives before begin() is held; the head goes first in either case.
+  if (!failed_ && !out.outputs.empty()) write_head(events);
   for (const auto& o : out.outputs) {
     if (o.index < 0 || o.index >= n_) continue;
     const size_t ci = p * n_ + o.index;

@@ -134,6 +134,8 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   void finish_all();
   int64_t prompt_tokens() const;
   void observe(size_t prompt, const RequestOutput& out, Clock::time_point now);
+  // Streaming: the writer's head events, once, before any output event.
+  void write_head(Events& out);
   // Stream events, held until begin().
   void emit(Events& events);
   void emit_end();
@@ -156,6 +158,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   int error_status_ = 500;
   bool done_ = false;
   bool begun_ = false;
+  bool head_written_ = false;
   std::vector<std::string> pending_;
   bool pending_end_ = false;
 };

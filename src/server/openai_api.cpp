@@ -168,7 +168,8 @@ PreparedChat prepare_chat(const ServedModel& model, const json& body, ChatReques
   check_context_length(len, cr.max_tokens, model.max_model_len);
   if (!cr.max_tokens) default_max_tokens(cr, len, model.max_model_len);
   out.parsing = output_parsing(model.parsers, cr.tools, out.tool_options, cr.chat_template_kwargs, text);
-  if (out.tool_options.requires_call()) constrain_to_tool_calls(model, cr.params, out.parsing, cr.tools, out.tool_options);
+  if (out.tool_options.requires_call())
+    constrain_to_tool_calls(model, cr.params, out.parsing, cr.tools, out.tool_options);
   // The markers of calls and reasoning may be special tokens: keep them in the text to parse.
   if (out.parsing.active() && !body.contains("skip_special_tokens")) cr.params.skip_special_tokens = false;
   return out;

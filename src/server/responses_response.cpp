@@ -25,8 +25,8 @@ json reasoning_item(const std::string& id, const std::string& text, const char* 
 
 json function_call_item(const std::string& id, const std::string& call_id, const std::string& name,
                         const std::string& arguments, const char* status) {
-  return {{"type", "function_call"}, {"id", id},       {"call_id", call_id},
-          {"name", name},            {"arguments", arguments}, {"status", status}};
+  return {{"type", "function_call"}, {"id", id},        {"call_id", call_id}, {"name", name},
+          {"arguments", arguments},  {"status", status}};
 }
 
 // An item's id: its kind's prefix and the response's id without "resp_".
@@ -57,14 +57,9 @@ ResponsesWriter::ResponsesWriter(std::string id, int64_t created_at, std::string
 
 json ResponsesWriter::response(const std::string& status, json output, const ChoiceState* c,
                                const JobUsage* usage) const {
-  json r = {{"id", id_},
-            {"object", "response"},
-            {"created_at", created_at_},
-            {"status", status},
-            {"error", nullptr},
-            {"incomplete_details", nullptr},
-            {"model", model_},
-            {"output", std::move(output)}};
+  json r = {{"id", id_},        {"object", "response"},       {"created_at", created_at_},
+            {"status", status}, {"error", nullptr},           {"incomplete_details", nullptr},
+            {"model", model_},  {"output", std::move(output)}};
   if (status == "incomplete") r["incomplete_details"] = {{"reason", "max_output_tokens"}};
   for (const auto& [key, value] : echo_.items()) r[key] = value;
   r["usage"] = usage_json(c, usage);

@@ -21,8 +21,7 @@ namespace mla::server {
 class ResponsesWriter final : public ResponseWriter {
  public:
   // echo: the request fields the Response repeats (ResponsesRequest::echo).
-  ResponsesWriter(std::string id, int64_t created_at, std::string model, json echo, bool stream,
-                  OutputParsing parsing);
+  ResponsesWriter(std::string id, int64_t created_at, std::string model, json echo, bool stream, OutputParsing parsing);
   void stream_head(int64_t prompt_tokens, Events& out) override;
   void output(size_t choice, const CompletionOutput& o, bool first, Events& out) override;
   void stream_end(std::span<const ChoiceState> choices, const JobUsage& usage, Events& out) override;

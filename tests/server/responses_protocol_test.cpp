@@ -62,7 +62,8 @@ TEST(ResponsesProtocol, ErrorsNameTheField) {
   };
   auto starts = [](const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; };
   EXPECT_TRUE(starts(param(R"({})"), "input: ")) << param(R"({})");
-  EXPECT_TRUE(starts(param(R"({"input": [{"type": "web_search_call"}]})"), "input: input[0]: item type 'web_search_call'"));
+  EXPECT_TRUE(
+      starts(param(R"({"input": [{"type": "web_search_call"}]})"), "input: input[0]: item type 'web_search_call'"));
   EXPECT_TRUE(starts(param(R"({"input": "x", "previous_response_id": "resp_1"})"), "previous_response_id: "));
   EXPECT_TRUE(starts(param(R"({"input": "x", "tools": [{"type": "file_search"}]})"), "tools: "));
   EXPECT_TRUE(starts(param(R"({"input": "x", "max_output_tokens": 0})"), "max_output_tokens: "));

@@ -33,6 +33,7 @@
 #include "server/http_server.h"
 #include "server/openai_api.h"
 #include "server/reasoning.h"
+#include "server/responses_api.h"
 #include "server/router.h"
 #include "server/server_state.h"
 #include "server/tool_choice.h"
@@ -346,6 +347,7 @@ void serve(ServeArgs& a) {
   server::register_server_routes(router, api);
   server::register_openai_routes(router, api);
   server::register_anthropic_routes(router, api);
+  server::register_responses_routes(router, api);
   server::HttpServerConfig hc;
   hc.host = a.host;
   hc.port = static_cast<uint16_t>(a.port);

@@ -26,7 +26,7 @@ std::pair<std::string, json> stop_of(const ChoiceState& c) {
 }  // namespace
 
 AnthropicWriter::AnthropicWriter(std::string id, std::string model, bool stream, OutputParsing parsing)
-    : id_(std::move(id)), model_(std::move(model)), stream_(stream), parsing_(std::move(parsing)) {}
+    : id_(std::move(id)), model_(std::move(model)), output_(std::move(parsing), stream) {}
 
 json AnthropicWriter::message_base() const {
   return {{"id", id_},
@@ -86,19 +86,13 @@ void AnthropicWriter::stream_delta(ChatDelta&& d, Events& out) {
 }
 
 void AnthropicWriter::output(size_t, const CompletionOutput& o, bool, Events& out) {
-  if (!stream_) {
-    text_ += o.text;
-    return;
-  }
-  if (!parser_) parser_.emplace(parsing_);
-  stream_delta(parser_->feed(o.text), out);
+  stream_delta(output_.feed(o.text), out);
 }
 
 void AnthropicWriter::stream_end(std::span<const ChoiceState> choices, const JobUsage&, Events& out) {
   auto [stop_reason, stop_sequence] = stop_of(choices.front());
-  if (!parser_) parser_.emplace(parsing_);
-  stream_delta(parser_->finish(), out);
-  if (parser_->any_tool_call() && stop_reason == "end_turn") stop_reason = "tool_use";
+  stream_delta(output_.finish(), out);
+  if (output_.any_tool_call() && stop_reason == "end_turn") stop_reason = "tool_use";
   close_block(out);
   event("message_delta",
         {{"type", "message_delta"},
@@ -110,7 +104,7 @@ void AnthropicWriter::stream_end(std::span<const ChoiceState> choices, const Job
 
 json AnthropicWriter::body(std::span<const ChoiceState> choices, const JobUsage& usage) {
   auto [stop_reason, stop_sequence] = stop_of(choices.front());
-  ChatMessageOut m = parse_chat_output(parsing_, text_);
+  ChatMessageOut m = output_.message();
   json content = json::array();
   if (m.reasoning && !m.reasoning->empty())
     content.push_back({{"type", "thinking"}, {"thinking", *m.reasoning}, {"signature", ""}});

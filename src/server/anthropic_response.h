@@ -33,10 +33,7 @@ class AnthropicWriter final : public ResponseWriter {
 
   const std::string id_;
   const std::string model_;
-  const bool stream_;
-  const OutputParsing parsing_;
-  std::string text_;  // not streaming: the whole output
-  std::optional<ChatOutputStream> parser_;
+  ChatOutputCollector output_;
   int block_index_ = -1;    // the open content block, -1: none
   std::string block_type_;  // its type: "text", "thinking", "tool_use"; "": none open
 };

@@ -99,4 +99,17 @@ json tool_call_deltas_json(const std::vector<ToolCallDelta>& deltas) {
   return a;
 }
 
+ChatOutputStream& ChatOutputCollector::parser() {
+  if (!parser_) parser_.emplace(parsing_);
+  return *parser_;
+}
+
+ChatDelta ChatOutputCollector::feed(std::string_view text) {
+  if (stream_) return parser().feed(text);
+  text_ += text;
+  return {};
+}
+
+ChatDelta ChatOutputCollector::finish() { return parser().finish(); }
+
 }  // namespace mla::server

@@ -4,6 +4,8 @@
 // split runs first; the tool-call parser sees only the text after it.
 #include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "server/reasoning.h"
@@ -53,6 +55,29 @@ class ChatOutputStream {
   std::optional<ToolCallStream> tools_;
   bool content_started_ = false;  // leading whitespace before the first call is not content
   std::string lead_ws_;
+};
+
+// One sequence's output as a protocol's writer sees it: streaming, parsed delta by delta;
+// otherwise kept whole and parsed once at the end. Not to be moved once fed (the parser refers
+// to the parsing it holds).
+class ChatOutputCollector {
+ public:
+  ChatOutputCollector(OutputParsing p, bool stream) : parsing_(std::move(p)), stream_(stream) {}
+  // Streaming: what `text` adds; otherwise `text` is kept and the delta is empty.
+  ChatDelta feed(std::string_view text);
+  // Streaming: the rest, once the output has ended.
+  ChatDelta finish();
+  // Streaming: whether a tool call was parsed.
+  bool any_tool_call() const { return parser_ && parser_->any_tool_call(); }
+  // Not streaming: the whole output.
+  ChatMessageOut message() const { return parse_chat_output(parsing_, text_); }
+
+ private:
+  ChatOutputStream& parser();
+  const OutputParsing parsing_;
+  const bool stream_;
+  std::string text_;  // not streaming: the whole output
+  std::optional<ChatOutputStream> parser_;
 };
 
 // OpenAI shapes: message.tool_calls entries and delta.tool_calls entries.

@@ -142,32 +142,38 @@ void default_max_tokens(ChatRequest& cr, int prompt_len, int max_model_len) {
 
 void handle_chat(ServerState& state, const HttpRequest& req, const Responder& res) {
   state.require_ready();
-  const ServedModel& model = state.model();
   json body = parse_json_object(req.body);
-  ChatRequest cr = parse_chat_request(body, {model.n_vocab, model.max_model_len});
+  ChatRequest cr = parse_chat_request(body, {state.model().n_vocab, state.model().max_model_len});
   check_model_name(state, cr.model);
-  const ChatToolOptions tool_opts = parse_tool_options(body, cr.tools);
-  prepare_assistant_messages(cr.messages);
-  if (cr.structured) cr.params.grammar = compile_grammar(model, cr.structured->spec, cr.structured->param);
-  const std::string text = render_chat(
-      model, {cr.messages, cr.tools, cr.chat_template_kwargs, cr.add_generation_prompt, cr.continue_final_message});
-  std::vector<int32_t> ids = tokenize_chat(model, text);
-  const int len = static_cast<int>(ids.size());
-  check_context_length(len, cr.max_tokens, model.max_model_len);
-  if (!cr.max_tokens) default_max_tokens(cr, len, model.max_model_len);
-  OutputParsing parsing = output_parsing(model.parsers, cr.tools, tool_opts, cr.chat_template_kwargs, text);
-  if (tool_opts.requires_call()) constrain_to_tool_calls(model, cr.params, parsing, cr.tools, tool_opts);
-  // The markers of calls and reasoning may be special tokens: keep them in the text to parse.
-  if (parsing.active() && !body.contains("skip_special_tokens")) cr.params.skip_special_tokens = false;
+  PreparedChat chat = prepare_chat(state.model(), body, cr);
   JobRequest job{"chatcmpl-" + random_hex(24), cr.stream, {}, cr.params};
-  job.prompts.push_back(std::move(ids));
+  job.prompts.push_back(std::move(chat.ids));
   auto writer = std::make_unique<ChatWriter>(
-      response_options(state, job.id, cr.params.n, cr.stream, cr.include_usage, cr.logprobs), std::move(parsing),
-      tool_opts.choice == ToolChoice::kNamed);
+      response_options(state, job.id, cr.params.n, cr.stream, cr.include_usage, cr.logprobs), std::move(chat.parsing),
+      chat.tool_options.choice == ToolChoice::kNamed);
   GenerationJob::start(state.job_services(), res, std::move(job), std::move(writer));
 }
 
 }  // namespace
+
+PreparedChat prepare_chat(const ServedModel& model, const json& body, ChatRequest& cr) {
+  PreparedChat out;
+  out.tool_options = parse_tool_options(body, cr.tools);
+  prepare_assistant_messages(cr.messages);
+  if (cr.structured) cr.params.grammar = compile_grammar(model, cr.structured->spec, cr.structured->param);
+  const std::string text = render_chat(
+      model, {cr.messages, cr.tools, cr.chat_template_kwargs, cr.add_generation_prompt, cr.continue_final_message});
+  out.ids = tokenize_chat(model, text);
+  const int len = static_cast<int>(out.ids.size());
+  check_context_length(len, cr.max_tokens, model.max_model_len);
+  if (!cr.max_tokens) default_max_tokens(cr, len, model.max_model_len);
+  out.parsing = output_parsing(model.parsers, cr.tools, out.tool_options, cr.chat_template_kwargs, text);
+  if (out.tool_options.requires_call())
+    constrain_to_tool_calls(model, cr.params, out.parsing, cr.tools, out.tool_options);
+  // The markers of calls and reasoning may be special tokens: keep them in the text to parse.
+  if (out.parsing.active() && !body.contains("skip_special_tokens")) cr.params.skip_special_tokens = false;
+  return out;
+}
 
 void register_openai_routes(Router& router, ServerState& state) {
   router.add("GET", "/v1/models", [&state](const HttpRequest&, const Responder& res) {

@@ -20,6 +20,7 @@ void register_openai_routes(Router& router, ServerState& state);
 
 // A parsed chat request made ready for the engine, as /v1/chat/completions runs it (the Responses
 // API renders its input items as chat messages and runs them through here too).
+// NOLINTNEXTLINE(bugprone-exception-escape): the implicit moves of its vectors and json do not throw
 struct PreparedChat {
   std::vector<int32_t> ids;  // the rendered prompt
   OutputParsing parsing;     // tool calls and reasoning to parse out of the output

@@ -240,9 +240,9 @@ ResponsesRequest parse_responses_request(const json& body) {
     r.stream = s->get<bool>();
   }
   json& echo = r.echo;
-  auto given = [&](const char* name, json fallback) {
+  auto given = [&](const char* name, const json& fallback) {
     const json* v = field(body, name);
-    echo[name] = v ? *v : std::move(fallback);
+    echo[name] = v ? *v : fallback;
   };
   given("instructions", nullptr);
   given("max_output_tokens", nullptr);

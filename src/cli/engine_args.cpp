@@ -33,6 +33,28 @@ void add_capacity_flags(CLI::App* cmd, EngineArgs& a) {
                   fmt::format("KV cache capacity in tokens (default: {})", KvCacheOptions::kDefaultTokens));
   cmd->add_option("--kv-cache-memory", a.kv_cache_memory, "KV cache capacity in bytes, e.g. 2G (instead of tokens)");
   cmd->add_option("--block-size", a.block_size, "Tokens per KV block")->capture_default_str();
+  cmd->add_option("--kv-cache-host-bytes", a.kv_cache_host_bytes,
+                  "Prefix cache tier 1: host RAM for full KV blocks kept after the KV cache reuses their slots, "
+                  "e.g. 8G (default: off)");
+  cmd->add_option("--kv-cache-dir", a.kv_cache_dir,
+                  "Prefix cache tier 2: a directory that keeps full KV blocks on disk across restarts, one "
+                  "subdirectory per model and cache layout (default: off)");
+  cmd->add_option("--kv-cache-disk-bytes", a.kv_cache_disk_bytes,
+                  "Cap on --kv-cache-dir's blocks, e.g. 100G; least recently used go first (default: no cap)");
+}
+
+kv::TierOptions tier_options(const EngineArgs& a, std::string_view command) {
+  kv::TierOptions t;
+  if (!a.kv_cache_host_bytes.empty()) t.host_bytes = parse_byte_size(a.kv_cache_host_bytes, "--kv-cache-host-bytes");
+  t.dir = a.kv_cache_dir;
+  if (!a.kv_cache_disk_bytes.empty()) {
+    if (t.dir.empty()) fail("{}: --kv-cache-disk-bytes needs --kv-cache-dir", command);
+    t.disk_bytes = parse_byte_size(a.kv_cache_disk_bytes, "--kv-cache-disk-bytes");
+  }
+  if (t.enabled() && world().size() > 1)
+    fail("{}: --kv-cache-host-bytes and --kv-cache-dir run in a single process for now; this run has {} ranks", command,
+         world().size());
+  return t;
 }
 
 // --speculative-config and run's --mtp-logits: K, and the MTP layer loaded where it is needed.
@@ -66,10 +88,13 @@ std::string describe_engine_setup(const EngineSetup& s) {
                                                        : fmt::format("{} tokens", KvCacheOptions::kDefaultTokens);
   return fmt::format(
       "max_num_batched_tokens {}, max_num_seqs {}, max_model_len {}, prefix caching {}, kv cache {} ({}, block {}), "
-      "mla_path {}, dsa {}, speculative tokens {}, threads {}",
+      "mla_path {}, dsa {}, speculative tokens {}, threads {}{}",
       ec.max_num_batched_tokens, ec.max_num_seqs, ec.max_model_len > 0 ? std::to_string(ec.max_model_len) : "auto",
       ec.enable_prefix_caching ? "on" : "off", ggml_type_name(s.kv.dtype), capacity, s.kv.block_size,
-      mla_path_policy_name(s.policy), s.model.dsa ? "on" : "off", ec.num_speculative_tokens, s.model.n_threads);
+      mla_path_policy_name(s.policy), s.model.dsa ? "on" : "off", ec.num_speculative_tokens, s.model.n_threads,
+      !ec.kv_tiers.enabled() ? std::string()
+                             : fmt::format(", kv tiers: host {} bytes, dir '{}' (cap {} bytes)", ec.kv_tiers.host_bytes,
+                                           ec.kv_tiers.dir, ec.kv_tiers.disk_bytes));
 }
 
 }  // namespace
@@ -117,6 +142,7 @@ EngineSetup build_engine_setup(const EngineArgs& a, const CommonOptions& common,
   ec.max_model_len = a.max_model_len;
   ec.enable_prefix_caching = a.enable_prefix_caching;
   ec.path_policy = s.policy;
+  ec.kv_tiers = tier_options(a, command);
   return s;
 }
 

@@ -32,14 +32,19 @@ struct EngineArgs {
   int64_t kv_cache_tokens = 0;  // 0 and no memory: KvCacheOptions::kDefaultTokens
   std::string kv_cache_memory;  // bytes, e.g. "2G"
   int block_size = KvCacheOptions{}.block_size;
+  // The prefix cache's lower tiers (kv/tier_store.h): host RAM bytes, a directory and its cap.
+  std::string kv_cache_host_bytes;  // e.g. "8G"; "": no host tier
+  std::string kv_cache_dir;         // "": no disk tier
+  std::string kv_cache_disk_bytes;  // e.g. "100G"; "": no cap but the disk's
   // One line per deprecated spelling on this command line ("OLD is deprecated, use NEW"),
   // logged as a warning by build_engine_setup.
   std::vector<std::string> deprecated_used;
 };
 
 // Which shared flags a command registers (all by default). `capacity` is --max-num-seqs,
-// --max-model-len, --[no-]enable-prefix-caching, --kv-cache-tokens, --kv-cache-memory and
-// --block-size: mla bench leaves them out (one sequence at a time, a cache sized to its tests).
+// --max-model-len, --[no-]enable-prefix-caching, --kv-cache-tokens, --kv-cache-memory,
+// --block-size and the tier flags (--kv-cache-host-bytes, --kv-cache-dir, --kv-cache-disk-bytes):
+// mla bench leaves them out (one sequence at a time, a cache sized to its tests).
 struct EngineFlagSet {
   bool threads = true;                 // -t,--threads
   bool mla_path = true;                // --mla-path

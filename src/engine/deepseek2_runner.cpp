@@ -1,5 +1,7 @@
 #include "engine/deepseek2_runner.h"
 
+#include <xxhash.h>
+
 #include <algorithm>
 #include <climits>
 
@@ -28,6 +30,12 @@ Deepseek2Runner::Deepseek2Runner(const std::string& path, MlaPathPolicy policy, 
   if (tokens <= 0 && kv.memory_bytes <= 0) tokens = KvCacheOptions::kDefaultTokens;
   const int32_t n_blocks = blocks_for_capacity(shape, kv.dtype, kv.block_size, tokens, kv.memory_bytes);
   cache_ = std::make_unique<LatentCache>(shape, kv.dtype, kv.block_size, n_blocks);
+  // The file, and the options that change what the model writes into the cache: the attention
+  // kernels (exact or F32), sparse attention on or off, the MTP layer (its rows are the last
+  // layer's). The cache layout is the tier store's to add.
+  const uint64_t identity[] = {gguf_file_fingerprint(*bundle_->file), bundle_->file->file_size(),
+                               uint64_t{model.exact_attention}, uint64_t{model.dsa}, uint64_t{model_->has_mtp()}};
+  cache_identity_ = XXH3_64bits(identity, sizeof identity);
   log().info("kv cache: {}", cache_->describe());
 }
 

@@ -31,6 +31,7 @@ class Deepseek2Runner : public ModelRunner {
   int n_vocab() const override { return static_cast<int>(bundle_->config.n_vocab); }
   int max_context() const override;
   LatentCache& cache() override { return *cache_; }
+  uint64_t cache_identity() const override { return cache_identity_; }
   void forward(const BatchMeta& meta, float* logits) override { model_->forward(meta, *cache_, logits); }
   bool has_mtp() const override { return model_->has_mtp(); }
   int hidden_dim() const override { return static_cast<int>(bundle_->config.n_embd); }
@@ -78,6 +79,7 @@ class Deepseek2Runner : public ModelRunner {
   std::unique_ptr<Deepseek2Model> model_;
   std::unique_ptr<LatentCache> cache_;
   int64_t max_batch_tokens_ = 0;
+  uint64_t cache_identity_ = 0;
 };
 
 }  // namespace mla

@@ -44,6 +44,7 @@ struct Engine::Impl {
   void flush_finished();  // frees the sequences that finished this step
   void emit(std::vector<Request*>& touched);
   void update_counters();
+  void store_new_blocks();                     // the prefix cache's lower tiers: blocks the arena cached this step
   void enqueue(std::unique_ptr<Request> req);  // any thread
   void run_loop();
 
@@ -51,6 +52,7 @@ struct Engine::Impl {
   EngineConfig cfg;
   std::shared_ptr<const TextDecoder> decoder;
   int n_vocab;
+  std::unique_ptr<kv::TierStore> tiers;  // cfg.kv_tiers; null when off
   kv::KvManager kv;
   Scheduler sched;
   Sampler sampler;
@@ -104,6 +106,19 @@ Engine::Impl::Impl(std::unique_ptr<ModelRunner> r, EngineConfig c, std::shared_p
   if (max_len < 2) fail("engine: max model length {} leaves no room to generate", max_len);
   cfg.max_model_len = static_cast<int>(max_len);
   spec.start();
+  if (cfg.kv_tiers.enabled() && cfg.enable_prefix_caching) {
+    const LatentCache& c = runner->cache();
+    tiers = std::make_unique<kv::TierStore>(
+        cfg.kv_tiers, kv::tier_fingerprint(runner->cache_identity(), c.shape(), c.dtype(), c.block_size()),
+        c.block_size(), c.block_bytes());
+    kv.set_tiers(tiers.get());
+    log().info("kv cache tiers: host RAM {:.1f} MiB, disk {} (fingerprint {:016x}, {:.2f} MiB a block)",
+               static_cast<double>(cfg.kv_tiers.host_bytes) / 1048576.0,
+               tiers->has_disk() ? tiers->disk_dir() : std::string("off"), tiers->fingerprint(),
+               static_cast<double>(c.block_bytes()) / 1048576.0);
+  } else if (cfg.kv_tiers.enabled()) {
+    log().warn("kv cache tiers: off, because prefix caching is off");
+  }
   sched.configure_speculation(cfg.num_speculative_tokens, cfg.max_model_len);
   if (cfg.path_policy == MlaPathPolicy::Auto)
     log().info("mla path auto: query length <= {} down mqa, longer (prefill chunks) down {}", cfg.decode_threshold,
@@ -302,6 +317,21 @@ void Engine::Impl::update_counters() {
   c.kv_usage = 1.0 - static_cast<double>(c.n_kv_blocks_free) / static_cast<double>(c.n_kv_blocks);
   c.n_sparse_layer_tokens = runner->sparse_layer_tokens();
   c.n_sparse_selected_rows = runner->sparse_selected_rows();
+  if (tiers) {
+    const kv::TierCounters t = tiers->counters();
+    c.n_tier_host_hits = t.hits[0];
+    c.n_tier_host_misses = t.misses[0];
+    c.n_tier_disk_hits = t.hits[1];
+    c.n_tier_disk_misses = t.misses[1];
+    c.tier_disk_bytes_read = t.bytes_read;
+    c.tier_disk_bytes_written = t.bytes_written;
+    c.n_tier_tokens_loaded = kv.tier_loads().tokens;
+    c.n_tier_writes_dropped = t.writes_dropped;
+    c.n_tier_write_errors = t.write_errors;
+    c.n_tier_files_rejected = t.files_rejected;
+    c.tier_host_bytes_used = t.host_bytes_used;
+    c.tier_disk_bytes_used = t.disk_bytes_used;
+  }
   spec.write_counters(c);
   std::lock_guard lk(counters_mu);
   snapshot = c;
@@ -344,7 +374,12 @@ SchedulerOutput Engine::Impl::schedule(std::vector<Request*>& touched) {
 // The block copies, the model's BatchMeta and the logits buffer for the plan; the grammar masks
 // start filling on their worker.
 void Engine::Impl::build_batch(const SchedulerOutput& plan) {
-  for (const auto& c : plan.copies) runner->copy_block(c.src, c.dst);
+  for (const auto& c : plan.copies) {
+    if (c.load)
+      runner->load_block(c.dst, c.load->payload.data());
+    else
+      runner->copy_block(c.src, c.dst);
+  }
   scheduled.clear();
   for (const auto& item : plan.items) {
     Sequence* s = item.seq;
@@ -418,8 +453,26 @@ void Engine::Impl::sample(const SchedulerOutput& plan, std::vector<Request*>& to
 void Engine::Impl::update(const SchedulerOutput& plan, std::vector<Request*>& touched) {
   if (spec.active()) spec.draft(plan, meta);
   sched.on_step_done(plan);
+  store_new_blocks();
   flush_finished();
   emit(touched);
+}
+
+// Write-through: a block the arena caches for the first time is copied out (its rows are final
+// and stay until the next forward) and handed to the tiers, which keep it in RAM and queue it for
+// the disk writer.
+void Engine::Impl::store_new_blocks() {
+  if (!tiers) return;
+  const LatentCache& cache = runner->cache();
+  for (kv::NewCachedBlock& n : kv.take_new_blocks()) {
+    auto b = std::make_shared<kv::TierBlock>();
+    b->hash = n.hash;
+    b->parent_hash = n.parent_hash;
+    b->tokens = std::move(n.tokens);
+    b->payload.resize(static_cast<size_t>(cache.block_bytes()));
+    cache.read_block(n.block, b->payload.data());
+    tiers->put(std::move(b));
+  }
 }
 
 void Engine::Impl::enqueue(std::unique_ptr<Request> req) {

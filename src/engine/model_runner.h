@@ -27,6 +27,12 @@ class ModelRunner {
   // Copy-on-write of a shared block before a step (the engine's only cache write besides the
   // forward). A multi-process runner repeats it on every rank.
   virtual void copy_block(int32_t src, int32_t dst) { cache().copy_block(src, dst); }
+  // A block's rows from the prefix cache's lower tiers (LatentCache::write_block layout), before a
+  // step, like copy_block.
+  virtual void load_block(int32_t dst, const uint8_t* bytes) { cache().write_block(dst, bytes); }
+  // What the cache rows depend on besides the tokens and the cache layout: the model file and the
+  // options that change its rows (kv/tier_store.h's fingerprint). 0: unknown (a fake runner).
+  virtual uint64_t cache_identity() const { return 0; }
 
   // Computes the step: writes the latent row of every batch token at its slot (every layer),
   // attends each sequence over its context rows, and stores the logits of each row in

@@ -20,7 +20,8 @@
 #include <variant>
 #include <vector>
 
-#include "model/batch.h"  // MlaPathPolicy
+#include "kv/tier_store.h"  // TierOptions
+#include "model/batch.h"    // MlaPathPolicy
 
 namespace mla {
 
@@ -152,14 +153,31 @@ struct EngineCounters {
   std::vector<int64_t> n_spec_accepted_per_pos;  // num_speculative_tokens entries
   int64_t n_spec_steps = 0;                      // forward calls that carried verify rows
   double mtp_seconds = 0;                        // wall time in the MTP layer's calls (its rows and the drafts)
+  // The prefix cache's lower tiers (kv/tier_store.h; all 0 without them): block lookups that found
+  // a block in host RAM / on disk and that found none there, file bytes read and written, prompt
+  // tokens whose KV was loaded instead of computed (prefill saved), blocks the disk writer dropped
+  // (queue full) or could not write, files skipped and deleted; and the bytes each tier holds now.
+  int64_t n_tier_host_hits = 0;
+  int64_t n_tier_host_misses = 0;
+  int64_t n_tier_disk_hits = 0;
+  int64_t n_tier_disk_misses = 0;
+  int64_t tier_disk_bytes_read = 0;
+  int64_t tier_disk_bytes_written = 0;
+  int64_t n_tier_tokens_loaded = 0;
+  int64_t n_tier_writes_dropped = 0;
+  int64_t n_tier_write_errors = 0;
+  int64_t n_tier_files_rejected = 0;
+  int64_t tier_host_bytes_used = 0;
+  int64_t tier_disk_bytes_used = 0;
 };
 
 // Every field of EngineCounters, by kind: the gauges say how the engine stands now, the totals
 // count since it started. operator- walks these lists; tests/engine/engine_counters_test.cpp
 // fails unless together they name every field once.
-inline constexpr std::tuple kEngineCounterGauges{&EngineCounters::n_running, &EngineCounters::n_waiting,
-                                                 &EngineCounters::kv_usage, &EngineCounters::n_kv_blocks_free,
-                                                 &EngineCounters::n_kv_blocks};
+inline constexpr std::tuple kEngineCounterGauges{
+    &EngineCounters::n_running,           &EngineCounters::n_waiting,   &EngineCounters::kv_usage,
+    &EngineCounters::n_kv_blocks_free,    &EngineCounters::n_kv_blocks, &EngineCounters::tier_host_bytes_used,
+    &EngineCounters::tier_disk_bytes_used};
 inline constexpr std::tuple kEngineCounterTotals{
     &EngineCounters::n_prompt_tokens,        &EngineCounters::n_generation_tokens,
     &EngineCounters::n_preemptions,          &EngineCounters::n_prefix_queries,
@@ -170,7 +188,12 @@ inline constexpr std::tuple kEngineCounterTotals{
     &EngineCounters::mask_wait_seconds,      &EngineCounters::n_requests_finished,
     &EngineCounters::n_spec_drafts,          &EngineCounters::n_spec_draft_tokens,
     &EngineCounters::n_spec_accepted_tokens, &EngineCounters::n_spec_accepted_per_pos,
-    &EngineCounters::n_spec_steps,           &EngineCounters::mtp_seconds};
+    &EngineCounters::n_spec_steps,           &EngineCounters::mtp_seconds,
+    &EngineCounters::n_tier_host_hits,       &EngineCounters::n_tier_host_misses,
+    &EngineCounters::n_tier_disk_hits,       &EngineCounters::n_tier_disk_misses,
+    &EngineCounters::tier_disk_bytes_read,   &EngineCounters::tier_disk_bytes_written,
+    &EngineCounters::n_tier_tokens_loaded,   &EngineCounters::n_tier_writes_dropped,
+    &EngineCounters::n_tier_write_errors,    &EngineCounters::n_tier_files_rejected};
 
 // What happened between two snapshots of Engine::counters(), e.g. a measured run without its
 // warm-up: every total of `later` less the same total of `earlier` (n_spec_accepted_per_pos
@@ -208,6 +231,9 @@ struct EngineConfig {
   // MTP layer loaded. Greedy outputs are those of decoding without it; sampled ones follow the
   // same distribution. Sequences under a grammar do not speculate.
   int num_speculative_tokens = 0;
+  // The prefix cache's lower tiers, host RAM and a directory on disk (off unless sized or named;
+  // nothing without enable_prefix_caching).
+  kv::TierOptions kv_tiers;
 };
 
 }  // namespace mla

@@ -109,6 +109,14 @@ inline bool is_gguf_split_key(std::string_view k) {
 // "PREFIX-00002-of-00010.gguf" for shard index 1 of 10 (llama.cpp's naming, 1-based).
 std::string gguf_split_path(std::string_view prefix, int shard_index, int n_shards);
 
+class GgufFile;
+// XXH3-64 of a model file's header (metadata and tensor infos) and of the first and last 64 KiB of
+// its tensor data (the first shard's, for a split model): two copies of a model that differ in
+// their weights only are told apart too, while reading little of the file. MPI ranks compare it
+// at start-up; the prefix cache's disk tier keys its blocks by it. Throws mla::Error when the
+// file cannot be read back.
+uint64_t gguf_file_fingerprint(const GgufFile& f);
+
 class GgufFile {
  public:
   // Maps and validates the whole model. Throws mla::Error. A file carrying split.count > 1 is

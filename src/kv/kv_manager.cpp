@@ -1,5 +1,6 @@
 #include "kv/kv_manager.h"
 
+#include <algorithm>
 #include <cassert>
 
 namespace mla::kv {
@@ -14,7 +15,8 @@ PrefixHit KvManager::find_prefix(std::span<const int32_t> tokens) const {
   const size_t n_full = tokens.size() / bs;
   BlockRef parent;
   uint64_t parent_hash = kRootHash;
-  for (size_t i = 0; i < n_full; ++i) {
+  size_t i = 0;
+  for (; i < n_full; ++i) {
     auto toks = tokens.subspan(i * bs, bs);
     uint64_t h = hash_block_tokens(parent_hash, toks);
     BlockId b = pool_.lookup(h, parent, toks);
@@ -24,7 +26,18 @@ PrefixHit KvManager::find_prefix(std::span<const int32_t> tokens) const {
     parent = pool_.ref_of(b);
     parent_hash = h;
   }
-  hit.n_tokens = static_cast<int>(hit.blocks.size()) * bs;
+  // The arena's run ended: the lower tiers may hold the blocks after it.
+  for (; tiers_ && i < n_full; ++i) {
+    auto toks = tokens.subspan(i * bs, bs);
+    uint64_t h = hash_block_tokens(parent_hash, toks);
+    int tier = 0;
+    TierBlockPtr b = tiers_->fetch(h, parent_hash, toks, &tier);
+    if (!b) break;
+    hit.loads.push_back(std::move(b));
+    hit.load_tiers.push_back(static_cast<int8_t>(tier));
+    parent_hash = h;
+  }
+  hit.n_tokens = static_cast<int>(hit.blocks.size() + hit.loads.size()) * bs;
   return hit;
 }
 
@@ -35,16 +48,18 @@ bool KvManager::allocate(SeqBlocks& seq, int n_computed, int n_new, const Prefix
   const size_t n_blocks_total = (static_cast<size_t>(n_total) + bs - 1) / bs;
   // Hit blocks holding positions < n_computed; a block the step rewrites entirely is not taken.
   const size_t n_hit_used = hit ? (static_cast<size_t>(n_computed) + bs - 1) / bs : 0;
-  assert(!hit || (seq.table.empty() && n_hit_used <= hit->blocks.size()));
+  // The hit's arena blocks come first; the rest of the blocks it uses are loaded from a lower tier.
+  const size_t n_arena = hit ? hit->blocks.size() : 0;
+  assert(!hit || (seq.table.empty() && n_hit_used <= hit->blocks.size() + hit->loads.size()));
 
   // Plan: how many blocks leave the free queue.
   const size_t n_table = hit ? n_hit_used : seq.table.size();
   int32_t n_needed = 0;
-  for (size_t i = 0; i < n_hit_used; ++i) n_needed += pool_.ref_count(hit->blocks[i]) == 0;
+  for (size_t i = 0; i < n_hit_used; ++i) n_needed += i >= n_arena || pool_.ref_count(hit->blocks[i]) == 0;
   if (n_blocks_total > n_table) n_needed += static_cast<int32_t>(n_blocks_total - n_table);
   const size_t write_idx = static_cast<size_t>(n_computed) / bs;
   const bool writes_existing = n_new > 0 && write_idx < n_table;
-  if (writes_existing) {
+  if (writes_existing && !(hit && write_idx >= n_arena)) {  // a loaded block is the sequence's own
     BlockId b = hit ? hit->blocks[write_idx] : seq.table[write_idx];
     int refs_after = pool_.ref_count(b) + (hit ? 1 : 0);
     if (refs_after > 1) ++n_needed;  // copy-on-write
@@ -52,18 +67,31 @@ bool KvManager::allocate(SeqBlocks& seq, int n_computed, int n_new, const Prefix
   if (n_needed > pool_.n_free()) return false;
 
   // Commit. Hit blocks first, so allocate() below cannot evict them.
-  for (size_t i = 0; i < n_hit_used; ++i) {
+  for (size_t i = 0; i < std::min(n_hit_used, n_arena); ++i) {
     BlockId b = hit->blocks[i];
     pool_.touch(b);
     seq.table.push_back(b);
     seq.chain.push_back(pool_.ref_of(b));
     seq.chain_hash.push_back(hit->hashes[i]);
   }
+  // Loaded blocks: a fresh arena block each, written before the forward and cached from now on
+  // (the lookup that found them in a lower tier found no arena block under the same parent).
+  for (size_t i = n_arena; i < n_hit_used; ++i) {
+    const TierBlockPtr& tb = hit->loads[i - n_arena];
+    BlockId b = pool_.allocate();
+    copies.push_back({kNoBlock, b, tb});
+    pool_.cache(b, tb->hash, i ? seq.chain[i - 1] : BlockRef{}, tb->tokens);
+    seq.table.push_back(b);
+    seq.chain.push_back(pool_.ref_of(b));
+    seq.chain_hash.push_back(tb->hash);
+    ++tier_loads_.blocks[hit->load_tiers[i - n_arena] == 1 ? 0 : 1];
+    tier_loads_.tokens += std::min<int64_t>(bs, n_computed - static_cast<int64_t>(i) * bs);
+  }
   if (writes_existing) {
     BlockId b = seq.table[write_idx];
     if (pool_.ref_count(b) > 1) {
       BlockId dst = pool_.allocate();
-      copies.push_back({b, dst});
+      copies.push_back({b, dst, nullptr});
       pool_.release(b);
       seq.table[write_idx] = dst;
     } else {
@@ -96,6 +124,7 @@ void KvManager::cache_full_blocks(SeqBlocks& seq, std::span<const int32_t> token
       if (pool_.is_cached(own)) return;
       pool_.cache(own, h, parent, toks);
       existing = own;
+      if (tiers_ && !tiers_->contains(h)) new_blocks_.push_back({own, h, parent_hash, {toks.begin(), toks.end()}});
     }
     seq.chain.push_back(pool_.ref_of(existing));
     seq.chain_hash.push_back(h);

@@ -183,4 +183,30 @@ void LatentCache::copy_block(int32_t src, int32_t dst) {
   }
 }
 
+void LatentCache::read_block(int32_t block, uint8_t* out) const {
+  const int64_t slot = int64_t{block} * block_size_;
+  for (int l = 0; l < shape_.n_layer; ++l) {
+    const size_t rows = static_cast<size_t>(row_bytes_) * block_size_;
+    std::memcpy(out, row_data(l, slot), rows);
+    out += rows;
+    if (const int64_t rb = index_row_bytes_[l]; rb > 0) {
+      std::memcpy(out, index_row_data(l, slot), static_cast<size_t>(rb) * block_size_);
+      out += rb * block_size_;
+    }
+  }
+}
+
+void LatentCache::write_block(int32_t block, const uint8_t* in) {
+  const int64_t slot = int64_t{block} * block_size_;
+  for (int l = 0; l < shape_.n_layer; ++l) {
+    const size_t rows = static_cast<size_t>(row_bytes_) * block_size_;
+    std::memcpy(row_data(l, slot), in, rows);
+    in += rows;
+    if (const int64_t rb = index_row_bytes_[l]; rb > 0) {
+      std::memcpy(index_row_data(l, slot), in, static_cast<size_t>(rb) * block_size_);
+      in += rb * block_size_;
+    }
+  }
+}
+
 }  // namespace mla

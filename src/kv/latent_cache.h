@@ -102,6 +102,13 @@ class LatentCache {
   // Every layer's rows of block src → block dst.
   void copy_block(int32_t src, int32_t dst);
 
+  // One block's rows in every layer as one byte string, for the prefix cache's lower tiers
+  // (kv/tier_store.h): per layer, block_size latent rows, then block_size indexer keys where the
+  // layer has them. block_bytes() = bytes_per_token() * block_size.
+  int64_t block_bytes() const { return bytes_per_token() * block_size_; }
+  void read_block(int32_t block, uint8_t* out) const;
+  void write_block(int32_t block, const uint8_t* in);
+
  private:
   struct FreeDeleter {
     void operator()(uint8_t* p) const;

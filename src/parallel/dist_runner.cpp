@@ -1,12 +1,10 @@
 #include "parallel/dist_runner.h"
 
 #include <unistd.h>
-#include <xxhash.h>
 
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 
 #include "gguf/gguf.h"
 #include "parallel/shard_pages.h"
@@ -23,25 +21,9 @@ struct RankStatus {
   int32_t ok = 0;
   int32_t pid = 0;
   uint64_t file_size = 0;
-  uint64_t header_hash = 0;  // file_fingerprint
+  uint64_t header_hash = 0;  // gguf_file_fingerprint
   char message[496] = {};
 };
-
-// XXH3-64 of the header (metadata and tensor infos) and of the first and last 64 KiB of the
-// tensor data: two copies of a model that differ in their weights only are told apart too,
-// while each rank still reads little beyond its own shard.
-uint64_t file_fingerprint(const GgufFile& f) {
-  constexpr uint64_t kSample = 64 * 1024;
-  std::ifstream in(f.path(), std::ios::binary);
-  const uint64_t head = std::min(f.file_size(), f.data_offset() + kSample);
-  const uint64_t tail_at = std::max(head, f.file_size() > kSample ? f.file_size() - kSample : 0);
-  std::string bytes(head + (f.file_size() - tail_at), '\0');
-  in.read(bytes.data(), static_cast<std::streamsize>(head));
-  in.seekg(static_cast<std::streamoff>(tail_at));
-  in.read(bytes.data() + head, static_cast<std::streamsize>(f.file_size() - tail_at));
-  if (!in) fail("cannot read '{}' back for the start-up check", f.path());
-  return XXH3_64bits(bytes.data(), bytes.size());
-}
 
 }  // namespace
 
@@ -144,7 +126,7 @@ std::unique_ptr<Deepseek2Runner> open_runner(const std::string& path, MlaPathPol
     else
       runner = std::make_unique<Deepseek2Runner>(path, policy, model, kv);
     mine.file_size = runner->file().file_size();
-    mine.header_hash = file_fingerprint(runner->file());
+    mine.header_hash = gguf_file_fingerprint(runner->file());
     mine.ok = 1;
   } catch (const Error& e) {
     std::strncpy(mine.message, e.what(), sizeof mine.message - 1);

@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include <limits>
+#include <string>
+#include <string_view>
 
 namespace mla::server {
 namespace {
@@ -221,6 +223,24 @@ void parse_sampling(const json& body, SamplingParams& p) {
   }
 }
 
+// Claude Code (2.1.x) opens its system prompt with a line "x-anthropic-billing-header:
+// cc_version=...; cc_entrypoint=...; cch=<hash>;" whose hash changes with every request. It means
+// nothing to the model, and at the start of the prompt it would keep the prefix cache from
+// matching anything after it; every such line is dropped (with its line break).
+std::string without_billing_header(std::string text) {
+  static constexpr std::string_view kHeader = "x-anthropic-billing-header:";
+  for (size_t at = 0; at < text.size();) {
+    const size_t eol = text.find('\n', at);
+    const size_t next = eol == std::string::npos ? text.size() : eol + 1;
+    if (std::string_view(text).substr(at).starts_with(kHeader)) {
+      text.erase(at, next - at);
+      continue;
+    }
+    at = next;
+  }
+  return text;
+}
+
 }  // namespace
 
 AnthropicRequest parse_anthropic_request(const json& body, const ModelLimits& lim, bool count_only) {
@@ -230,7 +250,7 @@ AnthropicRequest parse_anthropic_request(const json& body, const ModelLimits& li
     r.model = m->get<std::string>();
   }
   if (const json* sys = field(body, "system"))
-    r.messages.push_back({{"role", "system"}, {"content", text_of(*sys, "system")}});
+    r.messages.push_back({{"role", "system"}, {"content", without_billing_header(text_of(*sys, "system"))}});
   const json* msgs = field(body, "messages");
   if (!msgs) bad_request("'messages' is required", "messages", "missing_field");
   if (!msgs->is_array()) wrong_type("messages", "a list of messages", *msgs);

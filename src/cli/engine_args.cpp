@@ -51,9 +51,6 @@ kv::TierOptions tier_options(const EngineArgs& a, std::string_view command) {
     if (t.dir.empty()) fail("{}: --kv-cache-disk-bytes needs --kv-cache-dir", command);
     t.disk_bytes = parse_byte_size(a.kv_cache_disk_bytes, "--kv-cache-disk-bytes");
   }
-  if (t.enabled() && world().size() > 1)
-    fail("{}: --kv-cache-host-bytes and --kv-cache-dir run in a single process for now; this run has {} ranks", command,
-         world().size());
   return t;
 }
 

@@ -47,11 +47,22 @@ void DistributedRunner::copy_block(int32_t src, int32_t dst) {
   pending_copies_.emplace_back(src, dst);
 }
 
+void DistributedRunner::load_block(int32_t dst, const uint8_t* bytes) {
+  Deepseek2Runner::load_block(dst, bytes);
+  const auto n = static_cast<size_t>(cache().block_bytes());
+  pending_copies_.emplace_back(-1 - static_cast<int32_t>(pending_loads_.size() / n), dst);
+  pending_loads_.insert(pending_loads_.end(), bytes, bytes + n);
+}
+
 void DistributedRunner::forward(const BatchMeta& meta, float* logits) {
   StepHeader h = encode_step(meta, pending_copies_, payload_);
   pending_copies_.clear();
   comm_.broadcast(&h, sizeof h, 0);
   comm_.broadcast(payload_.data(), payload_.size() * sizeof(int32_t), 0);
+  if (!pending_loads_.empty()) {
+    comm_.broadcast(pending_loads_.data(), pending_loads_.size(), 0);
+    pending_loads_.clear();
+  }
   Deepseek2Runner::forward(meta, logits);
 }
 
@@ -90,6 +101,8 @@ void serve_worker_steps(Comm& comm, Deepseek2Runner& runner) {
   std::vector<int32_t> payload;
   BatchMeta meta;
   BlockCopies copies;
+  std::vector<uint8_t> loads;
+  const auto block_bytes = static_cast<size_t>(runner.cache().block_bytes());
   for (;;) {
     comm.broadcast_idle(&h, sizeof h, 0);
     if (h.command == static_cast<int32_t>(StepCommand::Stop)) return;
@@ -102,7 +115,16 @@ void serve_worker_steps(Comm& comm, Deepseek2Runner& runner) {
     payload.resize(static_cast<size_t>(std::max(h.payload_ints, 0)));
     comm.broadcast(payload.data(), payload.size() * sizeof(int32_t), 0);
     decode_step(h, payload, meta, copies);
-    for (const auto& [src, dst] : copies) runner.Deepseek2Runner::copy_block(src, dst);
+    if (const int32_t n = n_loads(copies); n > 0) {
+      loads.resize(static_cast<size_t>(n) * block_bytes);
+      comm.broadcast(loads.data(), loads.size(), 0);
+    }
+    for (const auto& [src, dst] : copies) {
+      if (src < 0)
+        runner.Deepseek2Runner::load_block(dst, loads.data() + static_cast<size_t>(load_index(src)) * block_bytes);
+      else
+        runner.Deepseek2Runner::copy_block(src, dst);
+    }
     try {
       runner.forward(meta, nullptr);
     } catch (const Error& e) {

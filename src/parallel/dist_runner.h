@@ -28,6 +28,8 @@ class DistributedRunner final : public Deepseek2Runner {
 
   void forward(const BatchMeta& meta, float* logits) override;
   void copy_block(int32_t src, int32_t dst) override;
+  // Applied here at once and sent with the next step: the workers' caches mirror rank 0's rows.
+  void load_block(int32_t dst, const uint8_t* bytes) override;
   // Every rank's memory, communication and shard (index = rank), rank 0's own included.
   std::vector<RankStats> rank_stats();
   // After the start-up check: from now on the workers wait for steps.
@@ -35,7 +37,8 @@ class DistributedRunner final : public Deepseek2Runner {
 
  private:
   Comm& comm_;
-  BlockCopies pending_copies_;  // applied here at once, sent with the next step
+  BlockCopies pending_copies_;          // applied here at once, sent with the next step
+  std::vector<uint8_t> pending_loads_;  // the rows of the loads among them, block after block
   std::vector<int32_t> payload_;
   bool workers_started_ = false;
 };

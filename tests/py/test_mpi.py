@@ -304,6 +304,30 @@ def test_killed_worker_fails_requests_with_503_and_the_job_exits(served_model):
                      server.log), server.log
 
 
+def test_kv_cache_dir_under_mpirun_restarts_with_every_ranks_rows(served_model, tmp_path):
+    """The prefix cache's disk tier under 3 ranks: rank 0 keeps the blocks (one key for every rank;
+    every rank's cache holds the same rows) and sends a loaded block's rows to the workers with the
+    step. After a restart, hits on disk give the one-process answer without a cache."""
+    prompt = " ".join(f"line {i}: the fox jumps over dog {i}." for i in range(12))  # > 6 blocks of 16
+    one = MpiServer(0, served_model, "--no-enable-prefix-caching")
+    try:
+        want = one.complete(prompt, 8, logprobs=1).json()["choices"][0]
+    finally:
+        assert one.close() == 0
+    for run in ("cold", "restart"):
+        many = MpiServer(3, served_model, "--kv-cache-dir", tmp_path)
+        try:
+            got = many.complete(prompt, 8, logprobs=1).json()["choices"][0]
+            m = many.metrics()
+        finally:
+            rc = many.close()
+        assert rc == 0, many.log
+        assert got["text"] == want["text"], run
+        assert got["logprobs"]["token_logprobs"] == want["logprobs"]["token_logprobs"], run
+        disk_hits = m[("mla:prefix_cache_tier_hits_total", frozenset({("model_name", MODEL_NAME), ("tier", "disk")}))]
+        assert (disk_hits >= 6) == (run == "restart"), (run, disk_hits)
+    assert list(tmp_path.glob("*/*.blk"))
+
 # ---- what each rank holds and moves: mla bench under mpirun ----
 
 BIG = {"n_layer": 4, "n_layer_dense_lead": 1, "n_embd": 512, "n_ff": 2048, "n_head": 8, "q_lora_rank": 256,

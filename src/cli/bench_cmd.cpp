@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/bench_prefix.h"
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/engine_args.h"
@@ -58,6 +59,8 @@ struct BenchArgs {
   uint64_t seed = 1;
   EngineArgs engine;  // the model's flags; one sequence at a time, no prefix caching
   CommonOptions common;
+  std::vector<int> prefix_reuse;  // --prefix-reuse P,S (cli/bench_prefix.h)
+  std::string kv_cache_dir;       // for --prefix-reuse
 };
 
 double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
@@ -589,6 +592,15 @@ void bench(const BenchArgs& a) {
     return;
   }
   if (a.model.empty()) fail("bench: give -m FILE (or --membw alone for the bandwidth probe)");
+  if (!a.prefix_reuse.empty()) {
+    if (a.prefix_reuse.size() != 2) fail("bench: --prefix-reuse takes P,S (prefix and suffix tokens)");
+    EngineArgs e = a.engine;
+    e.max_num_seqs = 1;
+    prefix_reuse_bench({a.model, a.prefix_reuse[0], a.prefix_reuse[1], a.reps, a.json, a.seed, a.kv_cache_dir},
+                       build_engine_setup(e, a.common, "bench"));
+    return;
+  }
+  if (!a.kv_cache_dir.empty()) fail("bench: --kv-cache-dir is for --prefix-reuse");
   const std::vector<Test> tests = make_tests(a);
   const int64_t need_ctx = context_needed(tests);
   const EngineSetup setup = bench_engine_setup(a, need_ctx);
@@ -637,6 +649,12 @@ void register_bench(CLI::App& app) {
                 "After the table: each test's time and bytes read per token by forward stage, and the GB/s of each");
   cmd->add_option("--membw-size", a.membw_size, "Buffer the bandwidth probe reads")->capture_default_str();
   cmd->add_option("--seed", a.seed, "Seed of the prompt ids")->capture_default_str();
+  cmd->add_option("--prefix-reuse", a.prefix_reuse,
+                  "P,S: instead of the tests above, time to first token of P-token shared prefixes with S-token "
+                  "suffixes: cold, in the KV cache, in host RAM, on disk after a restart")
+      ->delimiter(',');
+  cmd->add_option("--kv-cache-dir", a.kv_cache_dir,
+                  "With --prefix-reuse: the disk tier's directory (default: a temporary one, removed afterwards)");
   add_engine_args(cmd, a.engine, {.capacity = false});
   cmd->get_option("--speculative-config")
       ->description(R"(Decode tests with and without the model's MTP layer, alternating, greedy: )"

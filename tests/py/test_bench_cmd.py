@@ -125,6 +125,24 @@ def test_bench_bad_options(model, args, msg):
     assert len(err) == 1 and err[0].startswith("mla: error: bench:") and msg in err[0], r.stderr
 
 
+def test_bench_prefix_reuse_phases(model, tmp_path):
+    """--prefix-reuse: the shared prefix's whole blocks come from the KV cache, host RAM, then disk
+    after a restart; the cold requests find nothing; the directory given keeps the blocks."""
+    r = mla("bench", "-m", model, "--prefix-reuse", "100,20", "-r", "2", "-t", "1", "--json",
+            "--kv-cache-dir", tmp_path)
+    out = json.loads(r.stdout)
+    assert out["n_prefix"] == 100 and out["block_size"] == 16
+    phases = {p["phase"].split(" ")[0] + p["phase"].split(" ")[1] if p["phase"] != "cold" else "cold": p
+              for p in out["phases"]}
+    assert [len(p["samples_seconds"]) for p in phases.values()] == [2, 2, 2, 2]
+    assert phases["cold"]["tokens_cached"] == 0 and phases["cold"]["tokens_loaded"] == 0
+    assert phases["tier0"]["tokens_cached"] == 2 * 96 and phases["tier0"]["tokens_loaded"] == 0
+    assert phases["tier1"]["tokens_cached"] == 2 * 96 and phases["tier1"]["tokens_loaded"] == 2 * 96
+    assert phases["tier2"]["tokens_cached"] == 2 * 96 and phases["tier2"]["tokens_loaded"] == 2 * 96
+    assert out["disk_bytes_read"] > 0
+    assert list(tmp_path.glob("*/*.blk"))
+
+
 def test_bench_without_model():
     r = mla("bench", check=False)
     assert r.returncode != 0 and "give -m FILE" in r.stderr

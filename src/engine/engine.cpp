@@ -374,12 +374,16 @@ SchedulerOutput Engine::Impl::schedule(std::vector<Request*>& touched) {
 // The block copies, the model's BatchMeta and the logits buffer for the plan; the grammar masks
 // start filling on their worker.
 void Engine::Impl::build_batch(const SchedulerOutput& plan) {
+  int n_loads = 0;
   for (const auto& c : plan.copies) {
-    if (c.load)
+    if (c.load) {
       runner->load_block(c.dst, c.load->payload.data());
-    else
+      ++n_loads;
+    } else {
       runner->copy_block(c.src, c.dst);
+    }
   }
+  if (n_loads > 0) log().debug("kv tiers: {} block(s) loaded into the KV cache for this step", n_loads);
   scheduled.clear();
   for (const auto& item : plan.items) {
     Sequence* s = item.seq;

@@ -16,7 +16,8 @@ TINY = REPO / "models" / "tiny-q8_0.gguf"
 
 MODEL_FLAGS = ["--threads", "--mla-path", "--max-num-batched-tokens", "--kv-cache-dtype", "--speculative-config"]
 CAPACITY_FLAGS = ["--max-num-seqs", "--max-model-len", "--enable-prefix-caching", "--kv-cache-tokens",
-                  "--kv-cache-memory", "--block-size", "--no-prefix-cache"]
+                  "--kv-cache-memory", "--block-size", "--no-prefix-cache", "--kv-cache-host-bytes",
+                  "--kv-cache-disk-bytes"]
 
 
 def help_entries(mla_bin, command):
@@ -53,6 +54,7 @@ def test_shared_flags_have_one_spelling_and_one_default(mla_bin):
         assert bench[flag][0] == run[flag][0], flag  # name, type and default (help text is bench's own)
     for flag in CAPACITY_FLAGS:
         assert flag not in bench, flag  # one sequence at a time, on a cache sized to the tests
+    assert run["--kv-cache-dir"] == serve["--kv-cache-dir"]  # bench's is --prefix-reuse's own
     assert run["--max-num-batched-tokens"][0] == "--max-num-batched-tokens INT=2048"
     assert run["--kv-cache-dtype"][0] == "--kv-cache-dtype TEXT=f16"
     assert run["--max-num-seqs"][0] == "--max-num-seqs INT=64"

@@ -27,16 +27,27 @@ PrefixHit KvManager::find_prefix(std::span<const int32_t> tokens) const {
     parent_hash = h;
   }
   // The arena's run ended: the lower tiers may hold the blocks after it.
+  std::unordered_map<uint64_t, std::pair<TierBlockPtr, int8_t>> found;
   for (; tiers_ && i < n_full; ++i) {
     auto toks = tokens.subspan(i * bs, bs);
     uint64_t h = hash_block_tokens(parent_hash, toks);
+    TierBlockPtr b;
     int tier = 0;
-    TierBlockPtr b = tiers_->fetch(h, parent_hash, toks, &tier);
+    if (auto it = last_loads_.find(h);
+        it != last_loads_.end() && it->second.first->parent_hash == parent_hash &&
+        std::equal(toks.begin(), toks.end(), it->second.first->tokens.begin(), it->second.first->tokens.end())) {
+      b = it->second.first;
+      tier = it->second.second;
+    } else {
+      b = tiers_->fetch(h, parent_hash, toks, &tier);
+    }
     if (!b) break;
+    found.emplace(h, std::make_pair(b, static_cast<int8_t>(tier)));
     hit.loads.push_back(std::move(b));
     hit.load_tiers.push_back(static_cast<int8_t>(tier));
     parent_hash = h;
   }
+  if (tiers_) last_loads_ = std::move(found);
   hit.n_tokens = static_cast<int>(hit.blocks.size() + hit.loads.size()) * bs;
   return hit;
 }
@@ -87,6 +98,7 @@ bool KvManager::allocate(SeqBlocks& seq, int n_computed, int n_new, const Prefix
     ++tier_loads_.blocks[hit->load_tiers[i - n_arena] == 1 ? 0 : 1];
     tier_loads_.tokens += std::min<int64_t>(bs, n_computed - static_cast<int64_t>(i) * bs);
   }
+  if (hit && !hit->loads.empty()) last_loads_.clear();
   if (writes_existing) {
     BlockId b = seq.table[write_idx];
     if (pool_.ref_count(b) > 1) {

@@ -17,6 +17,8 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "kv/block_pool.h"
@@ -107,6 +109,10 @@ class KvManager {
   BlockPool pool_;
   bool prefix_caching_;
   TierStore* tiers_ = nullptr;
+  // The blocks the last lookup found in the tiers, by hash: a sequence that waits for free blocks
+  // looks its prompt up again at each step, which then reads no tier again. Cleared when a hit
+  // with loads is taken.
+  mutable std::unordered_map<uint64_t, std::pair<TierBlockPtr, int8_t>> last_loads_;
   std::vector<NewCachedBlock> new_blocks_;
   TierLoadCounters tier_loads_;
 };

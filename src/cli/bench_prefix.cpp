@@ -1,10 +1,10 @@
 #include "cli/bench_prefix.h"
 
 #include <fmt/format.h>
-#include <stdlib.h>
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>

@@ -27,7 +27,7 @@ PrefixHit KvManager::find_prefix(std::span<const int32_t> tokens) const {
     parent_hash = h;
   }
   // The arena's run ended: the lower tiers may hold the blocks after it.
-  std::unordered_map<uint64_t, std::pair<TierBlockPtr, int8_t>> found;
+  std::unordered_map<uint64_t, std::pair<TierBlockPtr, int>> found;
   for (; tiers_ && i < n_full; ++i) {
     auto toks = tokens.subspan(i * bs, bs);
     uint64_t h = hash_block_tokens(parent_hash, toks);
@@ -42,7 +42,7 @@ PrefixHit KvManager::find_prefix(std::span<const int32_t> tokens) const {
       b = tiers_->fetch(h, parent_hash, toks, &tier);
     }
     if (!b) break;
-    found.emplace(h, std::make_pair(b, static_cast<int8_t>(tier)));
+    found.emplace(h, std::make_pair(b, tier));
     hit.loads.push_back(std::move(b));
     hit.load_tiers.push_back(static_cast<int8_t>(tier));
     parent_hash = h;

@@ -112,7 +112,7 @@ class KvManager {
   // The blocks the last lookup found in the tiers, by hash: a sequence that waits for free blocks
   // looks its prompt up again at each step, which then reads no tier again. Cleared when a hit
   // with loads is taken.
-  mutable std::unordered_map<uint64_t, std::pair<TierBlockPtr, int8_t>> last_loads_;
+  mutable std::unordered_map<uint64_t, std::pair<TierBlockPtr, int>> last_loads_;
   std::vector<NewCachedBlock> new_blocks_;
   TierLoadCounters tier_loads_;
 };

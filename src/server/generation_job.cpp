@@ -164,6 +164,7 @@ void GenerationJob::on_output(size_t p, RequestOutput&& out) {
   Events events;
   // Output that arrives before begin() is held; the head goes first in either case.
   if (!failed_ && !out.outputs.empty()) write_head(events);
+  if (!failed_ && !out.prompt_logprobs.empty()) writer_->prompt_logprobs(p, std::move(out.prompt_logprobs));
   for (const auto& o : out.outputs) {
     if (o.index < 0 || o.index >= n_) continue;
     const size_t ci = p * n_ + o.index;

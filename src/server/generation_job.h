@@ -50,6 +50,9 @@ class ResponseWriter {
   virtual ~ResponseWriter() = default;
   // Streaming: the events sent right after the response header, before any output.
   virtual void stream_head(int64_t prompt_tokens, Events& out) = 0;
+  // The prompt logprobs of prompt `prompt` (SamplingParams::prompt_logprobs), before the output
+  // that comes with them. Writers that do not show them ignore them.
+  virtual void prompt_logprobs(size_t prompt, std::vector<SampleLogprobs> lps) {}
   // New output of one sequence; `first`: its first output.
   virtual void output(size_t choice, const CompletionOutput& o, bool first, Events& out) = 0;
   // Every prompt finished without an engine error. Streaming: the closing events.

@@ -118,7 +118,8 @@ TEST(ServerProtocol, BadCompletionFieldsAre400sNamingTheField) {
   EXPECT_EQ(completion_error(R"({"prompt": "x", "n": 0})"), "n: 'n' must be in [1, 128], got 0");
   EXPECT_EQ(completion_error(R"({"prompt": "x", "n": 1.5})"), "n: 'n' must be an integer, got number");
   EXPECT_EQ(completion_error(R"({"prompt": "x", "logprobs": 21})"), "logprobs: 'logprobs' must be in [0, 20], got 21");
-  EXPECT_EQ(completion_error(R"({"prompt": "x", "max_tokens": 0})"), "max_tokens: 'max_tokens' must be >= 1, got 0");
+  EXPECT_EQ(completion_error(R"({"prompt": "x", "max_tokens": 0})"),
+            "max_tokens: 'max_tokens' must be >= 1 (0 only with 'echo', to score the prompt), got 0");
   EXPECT_EQ(completion_error(R"({"prompt": "x", "top_k": -2})").rfind("top_k: ", 0), 0u);
   EXPECT_EQ(completion_error(R"({"prompt": "x", "min_p": 2})"), "min_p: 'min_p' must be in [0, 1], got 2");
   EXPECT_EQ(completion_error(R"({"prompt": "x", "presence_penalty": 3})"),

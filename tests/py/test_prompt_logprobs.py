@@ -211,3 +211,18 @@ def test_tokenizer_info_serves_lm_evals_remote_tokenizer(server):
     # lm-eval encodes the EOS text without special tokens added and takes the first id.
     r = requests.post(server.url + "/tokenize", json={"prompt": info["eos_token"], "add_special_tokens": False})
     assert r.json()["tokens"] == [1]
+
+
+def test_speculative_decoding_gives_the_same_prompt_and_sampled_logprobs(server):
+    mtp = Server(TINY, "--max-model-len", "256", "--speculative-config",
+                 '{"method": "mtp", "num_speculative_tokens": 2}')
+    try:
+        body = {"max_tokens": 8}
+        want = echo_scores(server, TEXT, **body)["choices"][0]
+        got = echo_scores(mtp, TEXT, **body)["choices"][0]
+    finally:
+        mtp.stop()
+    assert got["text"] == want["text"]
+    assert got["logprobs"]["tokens"] == want["logprobs"]["tokens"]
+    np.testing.assert_allclose(np.array(got["logprobs"]["token_logprobs"][1:]),
+                               np.array(want["logprobs"]["token_logprobs"][1:]), atol=1e-5, rtol=0)

@@ -37,6 +37,7 @@ struct ChoiceState {
 struct JobUsage {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
+  int64_t cached_tokens = 0;  // prompt tokens the prefix cache served
 };
 
 // Stream events, each sent as one HTTP chunk, in order.
@@ -125,6 +126,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   struct Prompt {
     bool first_token_seen = false;
     bool finished = false;
+    int cached_tokens = 0;
   };
 
   void add_requests(std::vector<std::vector<int32_t>> prompts, const SamplingParams& params);

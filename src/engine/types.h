@@ -45,7 +45,7 @@ struct SamplingParams {
   std::vector<std::string> stop;  // stop strings: never emitted, not even partially
   std::vector<int32_t> stop_token_ids;
   bool include_stop_str_in_output = false;
-  std::optional<int> logprobs;      // nullopt: none; k >= 0: sampled token's + top-k logprobs
+  std::optional<int> logprobs;  // nullopt: none; k >= 0: sampled token's + top-k logprobs
   // nullopt: none; k >= 0: every prompt token's logprob given the tokens before it, with its rank
   // and the top-k at that position (RequestOutput::prompt_logprobs), computed in the prefill
   // itself. Such a request does not take its prefix from the cache (the cache keeps rows, not
@@ -100,8 +100,8 @@ struct RequestOutput {
   // params.prompt_logprobs: entry i is prompt token i + 1's (the first token has none); in the
   // first output after the whole prompt is computed, empty in every other.
   std::vector<SampleLogprobs> prompt_logprobs;
-  std::string error;        // set with finish_reason kError
-  int error_status = 500;   // 503: the engine became unavailable (a worker rank is gone), not this request's fault
+  std::string error;       // set with finish_reason kError
+  int error_status = 500;  // 503: the engine became unavailable (a worker rank is gone), not this request's fault
 };
 
 // A request's outputs as a blocking queue (the alternative to a callback).

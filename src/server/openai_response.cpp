@@ -188,7 +188,8 @@ json ChatWriter::body(std::span<const ChoiceState> states, const JobUsage& usage
     choices.push_back(std::move(choice));
   }
   json r = response(std::move(choices), usage);
-  if (prompt_logprobs_k_) r["prompt_logprobs"] = prompt_logprobs_json(prompt_, prompt_lps_, *prompt_logprobs_k_, opt_.token_text);
+  if (prompt_logprobs_k_)
+    r["prompt_logprobs"] = prompt_logprobs_json(prompt_, prompt_lps_, *prompt_logprobs_k_, opt_.token_text);
   return r;
 }
 

@@ -59,11 +59,11 @@ class OpenAiWriter : public ResponseWriter {
 
 // What a completion shows of its prompts.
 struct CompletionPrompts {
-  std::vector<std::string> texts;           // per prompt
-  std::vector<std::vector<int32_t>> ids;    // per prompt (the engine's prompt tokens)
-  bool echo = false;                        // each choice starts with its prompt's text
-  std::optional<int> echo_logprobs;         // echo with logprobs k: the prompt's tokens lead the logprobs
-  std::optional<int> prompt_logprobs;       // each choice's "prompt_logprobs" (vLLM), top k
+  std::vector<std::string> texts;         // per prompt
+  std::vector<std::vector<int32_t>> ids;  // per prompt (the engine's prompt tokens)
+  bool echo = false;                      // each choice starts with its prompt's text
+  std::optional<int> echo_logprobs;       // echo with logprobs k: the prompt's tokens lead the logprobs
+  std::optional<int> prompt_logprobs;     // each choice's "prompt_logprobs" (vLLM), top k
 };
 
 // /v1/completions.

@@ -92,9 +92,12 @@ TEST_P(PromptLogprobs, EqualTheLogSoftmaxOfTheRowsWhateverTheChunkingBatchCacheA
   // A request without prompt logprobs warms the prefix cache with the long prompt; the scored
   // one arrives later and must still get every position. Others decode alongside.
   std::vector<Arrival> all = {
-      {"warm", long_prompt, scored(2, std::nullopt), 0},  {"other", prompt_of(20, 3, n_vocab), scored(6, 2), 0},
-      {"long", long_prompt, scored(3), 3},                {"short", short_prompt, scored(0), 4},
-      {"one", {long_prompt[0]}, scored(2), 4},            {"decode", prompt_of(9, 4, n_vocab), scored(8, std::nullopt), 5},
+      {"warm", long_prompt, scored(2, std::nullopt), 0},
+      {"other", prompt_of(20, 3, n_vocab), scored(6, 2), 0},
+      {"long", long_prompt, scored(3), 3},
+      {"short", short_prompt, scored(0), 4},
+      {"one", {long_prompt[0]}, scored(2), 4},
+      {"decode", prompt_of(9, 4, n_vocab), scored(8, std::nullopt), 5},
   };
   struct Setup {
     std::string name;
@@ -107,8 +110,8 @@ TEST_P(PromptLogprobs, EqualTheLogSoftmaxOfTheRowsWhateverTheChunkingBatchCacheA
                          Setup{"logits rows 5", 2048, 5, 16, 512}, Setup{"preemption", 16, 256, 8, 64}}) {
     EngineConfig cfg = config(policy, s.budget, true);
     cfg.max_prompt_logits_rows = s.logits_rows;
-    auto got = run_engine(deepseek2_runner(kFixtureModel, policy, {.block_size = s.block_size, .tokens = s.tokens}),
-                          cfg, all);
+    auto got =
+        run_engine(deepseek2_runner(kFixtureModel, policy, {.block_size = s.block_size, .tokens = s.tokens}), cfg, all);
     ASSERT_TRUE(got.prompt_logprobs.count("long")) << s.name;
     expect_entries(want_long, got.prompt_logprobs.at("long"), s.name + " long", 1e-6);
     expect_entries(want_short, got.prompt_logprobs.at("short"), s.name + " short", 1e-6);
@@ -134,9 +137,9 @@ TEST(PromptLogprobsPaths, TheTwoMlaPathsAgreeWithin1e4) {
   const auto prompt = prompt_of(40, 5, n_vocab);
   std::map<MlaPathPolicy, std::vector<SampleLogprobs>> got;
   for (MlaPathPolicy policy : {MlaPathPolicy::Mha, MlaPathPolicy::Mqa}) {
-    auto r = run_engine(
-        deepseek2_runner(kFixtureModel, policy, {.block_size = 16, .tokens = 512, .dtype = GgmlType::F32}),
-        config(policy, 2048, true), {{"p", prompt, scored(0), 0}});
+    auto r =
+        run_engine(deepseek2_runner(kFixtureModel, policy, {.block_size = 16, .tokens = 512, .dtype = GgmlType::F32}),
+                   config(policy, 2048, true), {{"p", prompt, scored(0), 0}});
     got[policy] = r.prompt_logprobs.at("p");
   }
   const auto& mha = got[MlaPathPolicy::Mha];

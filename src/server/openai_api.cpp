@@ -137,7 +137,9 @@ void handle_completions(ServerState& state, const HttpRequest& req, const Respon
   check_model_name(state, cr.model);
   if (cr.structured) cr.params.grammar = compile_grammar(model, cr.structured->spec, cr.structured->param);
   JobRequest job{"cmpl-" + random_hex(24), cr.stream, {}, cr.params};
-  CompletionPrompts prompts{.echo = cr.echo, .prompt_logprobs = cr.prompt_logprobs};
+  CompletionPrompts prompts;
+  prompts.echo = cr.echo;
+  prompts.prompt_logprobs = cr.prompt_logprobs;
   if (cr.echo) prompts.echo_logprobs = cr.params.logprobs;
   for (const auto& p : cr.prompts) {
     job.prompts.push_back(p.is_text ? tokenize(model, p.text, /*add_special=*/true) : p.ids);

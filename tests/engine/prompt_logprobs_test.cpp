@@ -123,8 +123,12 @@ TEST_P(PromptLogprobs, EqualTheLogSoftmaxOfTheRowsWhateverTheChunkingBatchCacheA
     EXPECT_TRUE(got.seqs.at("short")[0].tokens.empty()) << s.name;
     EXPECT_EQ(got.seqs.at("short")[0].finish, FinishReason::kLength) << s.name;
     EXPECT_EQ(got.seqs.at("long")[0].tokens.size(), 3u) << s.name;
-    if (s.name == "preemption") EXPECT_GT(got.counters.n_preemptions, 0);
-    if (s.name == "logits rows 5") EXPECT_GE(got.n_steps, 44 / 5);
+    if (s.name == "preemption") {
+      EXPECT_GT(got.counters.n_preemptions, 0);
+    }
+    if (s.name == "logits rows 5") {
+      EXPECT_GE(got.n_steps, 44 / 5);
+    }
   }
 }
 

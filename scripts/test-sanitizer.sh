@@ -70,14 +70,14 @@ side_by_side gtest-shard gtest_shard 40 || status=1
 
 echo "test-$KIND: live-server tests"
 # The server tests (errors, fuzzing, lifecycle, faults with a short soak, the openai and anthropic
-# clients, the Responses API with the openai and openai-agents clients) and mla run, each spawning the sanitized binary. Two pytest processes side by side, each
+# clients, the Responses API with the openai and openai-agents clients, prompt logprobs) and mla run, each spawning the sanitized binary. Two pytest processes side by side, each
 # with its own files and temporary directory: one alone kept about one core busy (under TSan,
 # 745 s of wall for 165 tests and 15 CPU-minutes), the other core waiting. The groups are
 # balanced by the durations pytest prints at the end of each.
-groups=("tests/py/test_server_fuzz.py tests/py/test_server_faults.py tests/py/test_anthropic_api.py tests/py/test_engine_run.py"
+groups=("tests/py/test_server_fuzz.py tests/py/test_server_faults.py tests/py/test_anthropic_api.py tests/py/test_engine_run.py tests/py/test_prompt_logprobs.py"
   "tests/py/test_server_lifecycle.py tests/py/test_server_errors.py tests/py/test_server_openai.py tests/py/test_server_basic.py tests/py/test_server_tools.py tests/py/test_responses_api.py")
 listed=$(printf '%s\n' ${groups[*]} | sort)
-present=$( (ls tests/py/test_server_*.py; echo tests/py/test_anthropic_api.py tests/py/test_responses_api.py tests/py/test_engine_run.py | tr ' ' '\n') | sort)
+present=$( (ls tests/py/test_server_*.py; echo tests/py/test_anthropic_api.py tests/py/test_responses_api.py tests/py/test_engine_run.py tests/py/test_prompt_logprobs.py | tr ' ' '\n') | sort)
 if [ "$listed" != "$present" ]; then
   echo "test-$KIND: the live-server groups above do not list exactly the server test files:" >&2
   diff <(echo "$listed") <(echo "$present") >&2 || true

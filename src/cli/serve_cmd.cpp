@@ -385,6 +385,7 @@ void serve(ServeArgs& a) {
   sm.engine = engine.get();
   sm.tokenizer = tokenizer.get();
   if (tmpl) sm.render_chat = make_renderer(tmpl, *tokenizer);
+  sm.chat_template = tmpl_src;
   sm.grammars = &grammars;
   sm.max_model_len = engine->config().max_model_len;
   sm.n_vocab = engine->n_vocab();

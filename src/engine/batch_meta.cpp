@@ -40,7 +40,7 @@ void build_batch_meta(std::span<const ScheduledSeq> seqs, int block_size, MlaPat
       meta.positions.push_back(p);
       meta.slot_mapping.push_back(meta.context_slots[m.slots_start + p]);
     }
-    if (all_logits || s.verify) {
+    if (all_logits || s.verify || s.prompt_logits) {
       for (int i = 0; i < m.query_len; ++i) meta.logits_rows.push_back(m.query_start + i);
     } else if (s.needs_logits) {
       meta.logits_rows.push_back(m.query_start + m.query_len - 1);

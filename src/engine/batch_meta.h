@@ -20,6 +20,8 @@ struct ScheduledSeq {
   // Speculative verify rows (the last token, then the drafts): every row's logits (the model gives
   // them the MLA path of a 1-token decode).
   bool verify = false;
+  // Prompt logprobs: every new row's logits (each predicts the prompt token after it).
+  bool prompt_logits = false;
 };
 
 // Empties meta (keeping its buffers) for a new batch of the given geometry and path policy.

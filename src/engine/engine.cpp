@@ -41,6 +41,11 @@ struct Engine::Impl {
   // the same logits and share its prompt's blocks.
   void fork(Sequence* seq, const float* row, std::span<const uint32_t> allowed);
   void append_token(Sequence* seq, const SampleResult& res);
+  // max_tokens 0: the prompt is computed (and scored), nothing is sampled; every sequence of the
+  // request ends with finish reason length.
+  void finish_unsampled(Sequence* seq);
+  // A prompt-logprobs row at `position` (it predicts prompt token position + 1).
+  void add_prompt_logprob(Sequence& seq, int position, const float* row);
   void flush_finished();  // frees the sequences that finished this step
   void emit(std::vector<Request*>& touched);
   void update_counters();
@@ -88,13 +93,18 @@ Engine::Impl::Impl(std::unique_ptr<ModelRunner> r, EngineConfig c, std::shared_p
       decoder(std::move(d)),
       n_vocab(runner->n_vocab()),
       kv(runner->cache().n_blocks(), runner->cache().block_size(), cfg.enable_prefix_caching),
-      sched({cfg.max_num_batched_tokens, cfg.max_num_seqs}, kv),
+      sched({.max_num_batched_tokens = cfg.max_num_batched_tokens,
+             .max_num_seqs = cfg.max_num_seqs,
+             .max_prompt_logits_rows = cfg.max_prompt_logits_rows},
+            kv),
       sampler(n_vocab),
       spec(*runner, cfg, kv, n_vocab) {
   if (cfg.max_num_batched_tokens < 1)
     fail("engine: max-num-batched-tokens must be >= 1, got {}", cfg.max_num_batched_tokens);
   if (cfg.max_num_seqs < 1) fail("engine: max-num-seqs must be >= 1, got {}", cfg.max_num_seqs);
   if (cfg.decode_threshold < 1) fail("engine: decode threshold must be >= 1, got {}", cfg.decode_threshold);
+  if (cfg.max_prompt_logits_rows < 1)
+    fail("engine: max prompt logits rows must be >= 1, got {}", cfg.max_prompt_logits_rows);
   for (int32_t t : cfg.eos_token_ids)
     if (t < 0 || t >= n_vocab) fail("engine: EOS token {} out of range [0, {})", t, n_vocab);
   const int64_t capacity = runner->cache().n_slots();
@@ -239,11 +249,37 @@ void Engine::Impl::sample_seq(Sequence* seq, const float* row, const MaskJob* ma
   }
   const std::span<const uint32_t> allowed =
       mask && mask->constrained ? std::span<const uint32_t>(mask->mask) : std::span<const uint32_t>();
+  if (r.params.max_tokens == 0) {
+    finish_unsampled(seq);
+    return;
+  }
   const bool fork_now = !r.forked && seq->index == 0;
   SampleResult res =
       sampler.sample(row, r.params, seq->penalties, seq->n_generated(), cfg.eos_token_ids, seq->rng, allowed);
   if (fork_now) fork(seq, row, allowed);
   append_token(seq, res);
+}
+
+void Engine::Impl::finish_unsampled(Sequence* seq) {
+  Request& r = *seq->req;
+  auto end = [&r](Sequence& s) {
+    s.output.finish_external(FinishReason::kLength);
+    s.status = SeqStatus::kFinished;
+    ++r.n_finished;
+  };
+  end(*seq);
+  finished_pending.push_back(seq);  // its blocks stay until the step's end, for the prefix cache
+  if (!r.forked) {
+    r.forked = true;
+    for (int i = 1; i < r.params.n; ++i) end(r.add_sequence(i, decoder.get()));
+  }
+}
+
+void Engine::Impl::add_prompt_logprob(Sequence& seq, int position, const float* row) {
+  Request& r = *seq.req;
+  // A preempted sequence recomputes rows it has already scored.
+  if (position + 1 >= seq.n_prompt || position != static_cast<int>(r.prompt_logprobs.size())) return;
+  r.prompt_logprobs.push_back(sampler.token_logprobs(row, seq.tokens[position + 1], *r.params.prompt_logprobs));
 }
 
 void Engine::Impl::fork(Sequence* seq, const float* row, std::span<const uint32_t> allowed) {
@@ -275,12 +311,18 @@ void Engine::Impl::emit(std::vector<Request*>& touched) {
     out.n_cached_tokens = std::max(0, r->n_cached_tokens);
     out.error = r->error;
     out.error_status = r->error_status;
+    const bool prompt_logprobs_now = r->params.prompt_logprobs && !r->prompt_logprobs_sent && !r->aborted &&
+                                     r->prompt_logprobs.size() + 1 >= r->prompt.size();
+    if (prompt_logprobs_now) {
+      out.prompt_logprobs = std::move(r->prompt_logprobs);
+      r->prompt_logprobs_sent = true;
+    }
     for (auto& s : r->seqs)
       if (s->output.has_delta()) out.outputs.push_back(s->output.take_delta(s->index, s->n_generated()));
     std::sort(out.outputs.begin(), out.outputs.end(),
               [](const CompletionOutput& a, const CompletionOutput& b) { return a.index < b.index; });
     out.finished = r->aborted || r->n_finished == r->params.n;
-    if (out.outputs.empty() && !out.finished) continue;
+    if (out.outputs.empty() && !out.finished && !prompt_logprobs_now) continue;
     ready.emplace_back(r, std::move(out));
   }
   // Deliver outside every lock; finished requests are forgotten first so that a callback may
@@ -389,7 +431,8 @@ void Engine::Impl::build_batch(const SchedulerOutput& plan) {
     Sequence* s = item.seq;
     if (item.verify) Speculator::append_drafts(*s);
     scheduled.push_back({s->tokens, s->blocks.table, s->n_computed, item.n_new,
-                         s->n_computed + item.n_new == static_cast<int>(s->tokens.size()), item.verify});
+                         s->n_computed + item.n_new == static_cast<int>(s->tokens.size()), item.verify,
+                         s->wants_prompt_logits()});
   }
   build_batch_meta(scheduled, kv.block_size(), cfg.path_policy, cfg.decode_threshold, cfg.all_logits, meta);
   const int n_rows = static_cast<int>(meta.logits_rows.size());
@@ -442,9 +485,12 @@ void Engine::Impl::sample(const SchedulerOutput& plan, std::vector<Request*>& to
     const float* last = nullptr;
     for (; k < meta.logits_rows.size() && meta.logits_rows[k] < m.query_start + m.query_len; ++k) {
       const float* row = logits.data() + k * static_cast<size_t>(n_vocab);
-      if (cfg.on_logits)
-        cfg.on_logits(seq->req->id, seq->index, meta.positions[meta.logits_rows[k]],
-                      std::span<const float>(row, n_vocab));
+      const int position = meta.positions[meta.logits_rows[k]];
+      if (cfg.on_logits) cfg.on_logits(seq->req->id, seq->index, position, std::span<const float>(row, n_vocab));
+      if (scheduled[i].prompt_logits) {
+        add_prompt_logprob(*seq, position, row);
+        touched.push_back(seq->req);
+      }
       last = row;
     }
     if (scheduled[i].needs_logits)

@@ -34,11 +34,13 @@ void SamplingParams::validate(int n_vocab) const {
     fail("sampling params: frequency_penalty must be in [-2, 2], got {}", frequency_penalty);
   if (!finite(presence_penalty) || presence_penalty < -2.0f || presence_penalty > 2.0f)
     fail("sampling params: presence_penalty must be in [-2, 2], got {}", presence_penalty);
-  if (max_tokens < 1) fail("sampling params: max_tokens must be >= 1, got {}", max_tokens);
+  if (max_tokens < 0) fail("sampling params: max_tokens must be >= 0, got {}", max_tokens);
   if (min_tokens < 0 || min_tokens > max_tokens)
     fail("sampling params: min_tokens must be in [0, max_tokens={}], got {}", max_tokens, min_tokens);
   if (logprobs && (*logprobs < 0 || *logprobs > 20))
     fail("sampling params: logprobs must be in [0, 20], got {}", *logprobs);
+  if (prompt_logprobs && (*prompt_logprobs < 0 || *prompt_logprobs > 20))
+    fail("sampling params: prompt_logprobs must be in [0, 20], got {}", *prompt_logprobs);
   for (const auto& [tok, bias] : logit_bias) {
     if (tok < 0 || tok >= n_vocab) fail("sampling params: logit_bias token {} out of range [0, {})", tok, n_vocab);
     if (!finite(bias) || bias < -100.0f || bias > 100.0f)

@@ -155,14 +155,23 @@ int32_t Sampler::draw(double total, Rng& rng, int32_t skip) const {
 
 std::optional<SampleLogprobs> Sampler::logprobs(const float* logits, const SamplingParams& p, int32_t token) {
   if (!p.logprobs) return std::nullopt;
+  return token_logprobs(logits, token, *p.logprobs);
+}
+
+SampleLogprobs Sampler::token_logprobs(const float* logits, int32_t token, int k) {
   const int V = n_vocab_;
-  float m = *std::max_element(logits, logits + V);
+  const float m = *std::max_element(logits, logits + V);
   double sum = 0;
-  for (int i = 0; i < V; ++i) sum += std::exp(static_cast<double>(logits[i]) - m);
+  int n_above = 0;
+  for (int i = 0; i < V; ++i) {
+    sum += std::exp(static_cast<double>(logits[i]) - m);
+    n_above += logits[i] > logits[token] ? 1 : 0;
+  }
   const double lse = m + std::log(sum);
   SampleLogprobs lp;
   lp.sampled = {token, static_cast<float>(logits[token] - lse)};
-  const int k = std::min(*p.logprobs, V);
+  lp.rank = 1 + n_above;
+  k = std::min(k, V);
   if (k > 0) {
     cand_.clear();
     for (int i = 0; i < V; ++i) cand_.emplace_back(logits[i], i);

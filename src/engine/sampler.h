@@ -68,6 +68,10 @@ class Sampler {
   SampleResult sample_draft(const float* logits, const SamplingParams& params, const PenaltyState& penalties,
                             int n_generated, std::span<const int32_t> eos_ids, Rng& rng, int32_t draft, bool& accepted);
 
+  // token's logprob under the raw logits (log-softmax), its rank and the k most likely tokens'
+  // logprobs: the sampled token's entry, or a prompt token's for prompt logprobs.
+  SampleLogprobs token_logprobs(const float* logits, int32_t token, int k);
+
   // The processed logits of the last sample() call (after bias and penalties, before
   // temperature): for tests.
   std::span<const float> last_processed() const { return work_; }

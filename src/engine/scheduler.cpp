@@ -47,14 +47,25 @@ void Scheduler::preempt(Sequence* seq) {
 SchedulerOutput Scheduler::schedule() {
   SchedulerOutput out;
   int budget = config_.max_num_batched_tokens;
+  int logits_rows = config_.max_prompt_logits_rows;
+  // n_new under the prompt-logits cap (0: none left this step).
+  auto cap_logits_rows = [&](const Sequence* seq, int n_new) {
+    if (!seq->wants_prompt_logits()) return n_new;
+    n_new = std::min(n_new, logits_rows);
+    logits_rows -= n_new;
+    return n_new;
+  };
 
   // Running sequences first, in admission order.
   size_t i = 0;
   while (i < running_.size() && budget > 0) {
     Sequence* seq = running_[i];
     const int n_base = static_cast<int>(seq->tokens.size()) - seq->n_computed;
-    const int n_new = std::min(n_base + static_cast<int>(seq->drafts.size()), budget);
-    assert(n_new > 0);
+    const int n_new = cap_logits_rows(seq, std::min(n_base + static_cast<int>(seq->drafts.size()), budget));
+    if (n_new == 0) {  // its prompt logits wait for the next step
+      ++i;
+      continue;
+    }
     seq->drafts.resize(std::max(0, n_new - n_base));  // the drafts the budget leaves room for
     bool fits = true;
     while (!kv_.allocate(seq->blocks, seq->n_computed, n_new + lookahead(seq, n_new), nullptr, out.copies)) {
@@ -87,14 +98,15 @@ SchedulerOutput Scheduler::schedule() {
       const int n_tokens = static_cast<int>(seq->tokens.size());
       kv::PrefixHit hit;
       int n_cached = 0, n_found = 0;
-      if (kv_.prefix_caching()) {
+      if (kv_.prefix_caching() && !seq->wants_prompt_logits()) {
         hit = kv_.find_prefix(seq->tokens);
         n_found = n_cached = std::min(hit.n_tokens, n_tokens - 1);
         // Speculation: the hit's last position is recomputed (its hidden state feeds the MTP row
         // after it); the cache still served it, so it counts as a hit.
         if (config_.num_speculative_tokens > 0 && hit.n_tokens > 0) n_cached = std::min(n_cached, hit.n_tokens - 1);
       }
-      const int n_new = std::min(n_tokens - n_cached, budget);
+      const int n_new = cap_logits_rows(seq, std::min(n_tokens - n_cached, budget));
+      if (n_new == 0) break;       // FCFS: it waits for the next step's logits rows
       seq->n_computed = n_cached;  // for lookahead(); committed below
       if (!kv_.allocate(seq->blocks, n_cached, n_new + lookahead(seq, n_new), n_cached > 0 ? &hit : nullptr,
                         out.copies)) {
@@ -113,7 +125,7 @@ SchedulerOutput Scheduler::schedule() {
       slots += seq->n_slots;
       out.items.push_back({seq, n_cached, n_new, false});
       budget -= n_new;
-      if (kv_.prefix_caching()) {
+      if (kv_.prefix_caching() && !seq->wants_prompt_logits()) {
         out.n_prefix_query_tokens += n_tokens;
         out.n_prefix_hit_tokens += n_found;
       }

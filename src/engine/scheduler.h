@@ -28,6 +28,10 @@ struct SchedulerConfig {
   // trunk's hidden state there, which the cache does not hold.
   int num_speculative_tokens = 0;
   int max_model_len = 0;
+  // Prompt logprobs (SamplingParams::prompt_logprobs) need a logits row per prompt token: the
+  // prefill chunks of such sequences take at most this many tokens per step, all together. They
+  // skip the prefix cache: a cached block has rows, not the logits at its positions.
+  int max_prompt_logits_rows = 256;
 };
 
 struct SchedulerOutput {

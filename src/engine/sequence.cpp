@@ -18,4 +18,9 @@ Sequence& Request::add_sequence(int index, const TextDecoder* decoder) {
   return *seqs.back();
 }
 
+bool Sequence::wants_prompt_logits() const {
+  return req->params.prompt_logprobs && index == 0 && !req->prompt_logprobs_sent &&
+         static_cast<int>(req->prompt_logprobs.size()) < n_prompt - 1;
+}
+
 }  // namespace mla

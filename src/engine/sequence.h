@@ -43,6 +43,9 @@ struct Sequence {
   bool mtp_hold = false;         // forked this step: the MTP row after the prompt waits (shared blocks)
 
   int n_generated() const { return static_cast<int>(tokens.size()) - n_prompt; }
+  // Prompt logprobs still to compute: the request asked for them, this is the sequence that
+  // computes the prompt (index 0, before the fork) and some prompt position lacks its row.
+  bool wants_prompt_logits() const;
 };
 
 struct Request {
@@ -55,6 +58,10 @@ struct Request {
   bool forked = false;
   int n_finished = 0;
   int n_cached_tokens = -1;  // prefix-cache hit of the first admission
+  // params.prompt_logprobs: the logprobs of prompt tokens 1..size() so far, in order (a
+  // preempted sequence recomputes rows it already has; they are not added twice).
+  std::vector<SampleLogprobs> prompt_logprobs;
+  bool prompt_logprobs_sent = false;
   bool aborted = false;
   std::string error;
   int error_status = 500;  // HTTP status of the error: 503 when the engine itself became unavailable

@@ -41,12 +41,17 @@ struct SamplingParams {
   float presence_penalty = 0.0f;                      // [-2, 2]; once if present in output tokens
   std::vector<std::pair<int32_t, float>> logit_bias;  // token id → added to its logit
   int min_tokens = 0;                                 // EOS, stop_token_ids and stop strings ignored before this
-  int max_tokens = 16;                                // >= 1; also capped by the engine's max_model_len
+  int max_tokens = 16;  // >= 0 (0: the prompt is computed, nothing sampled); capped by max_model_len
   bool ignore_eos = false;
   std::vector<std::string> stop;  // stop strings: never emitted, not even partially
   std::vector<int32_t> stop_token_ids;
   bool include_stop_str_in_output = false;
-  std::optional<int> logprobs;      // nullopt: none; k >= 0: sampled token's + top-k logprobs
+  std::optional<int> logprobs;  // nullopt: none; k >= 0: sampled token's + top-k logprobs
+  // nullopt: none; k >= 0: every prompt token's logprob given the tokens before it, with its rank
+  // and the top-k at that position (RequestOutput::prompt_logprobs), computed in the prefill
+  // itself. Such a request does not take its prefix from the cache (the cache keeps rows, not
+  // logits), and its prefill chunks are capped so that the logits rows stay bounded.
+  std::optional<int> prompt_logprobs;
   bool skip_special_tokens = true;  // for the text; token ids always include every token
   // Constrained decoding: each sequence only samples tokens the grammar allows next, and ends
   // (finish reason stop) when the grammar has ended (a stop token after a complete match). With
@@ -67,10 +72,11 @@ struct TokenLogprob {
                          // parameters are applied — the OpenAI convention)
 };
 
-// Logprobs for one generated token.
+// Logprobs for one generated (or, for prompt logprobs, one prompt) token.
 struct SampleLogprobs {
   TokenLogprob sampled;
-  std::vector<TokenLogprob> top;  // params.logprobs entries, most likely first
+  int rank = 0;                   // 1 + the number of tokens with a higher logit
+  std::vector<TokenLogprob> top;  // params.logprobs (prompt_logprobs) entries, most likely first
 };
 
 // What one of the request's n sequences produced since its previous output.
@@ -92,8 +98,11 @@ struct RequestOutput {
   bool finished = false;                  // all n sequences finished: the last output
   int n_prompt_tokens = 0;
   int n_cached_tokens = 0;  // prompt tokens served from the prefix cache
-  std::string error;        // set with finish_reason kError
-  int error_status = 500;   // 503: the engine became unavailable (a worker rank is gone), not this request's fault
+  // params.prompt_logprobs: entry i is prompt token i + 1's (the first token has none); in the
+  // first output after the whole prompt is computed, empty in every other.
+  std::vector<SampleLogprobs> prompt_logprobs;
+  std::string error;       // set with finish_reason kError
+  int error_status = 500;  // 503: the engine became unavailable (a worker rank is gone), not this request's fault
 };
 
 // A request's outputs as a blocking queue (the alternative to a callback).
@@ -226,6 +235,9 @@ struct EngineConfig {
   std::function<void(const std::string& request_id, int seq_index, int position, std::span<const float> logits)>
       on_logits;
   bool all_logits = false;  // compute (and pass to on_logits) every row's logits, prompts included
+  // Prompt logprobs: prefill tokens of such requests per step, all together (the logits rows
+  // they add; SchedulerConfig::max_prompt_logits_rows).
+  int max_prompt_logits_rows = 256;
   // Speculative decoding with the model's MTP layer: up to this many draft tokens per sequence
   // and step (1..kMaxSpeculativeTokens, engine/speculative.h; 0: off). The runner must have the
   // MTP layer loaded. Greedy outputs are those of decoding without it; sampled ones follow the

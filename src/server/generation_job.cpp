@@ -164,6 +164,8 @@ void GenerationJob::on_output(size_t p, RequestOutput&& out) {
   Events events;
   // Output that arrives before begin() is held; the head goes first in either case.
   if (!failed_ && !out.outputs.empty()) write_head(events);
+  if (!failed_ && !out.prompt_logprobs.empty()) writer_->prompt_logprobs(p, std::move(out.prompt_logprobs));
+  prompts_[p].cached_tokens = out.n_cached_tokens;
   for (const auto& o : out.outputs) {
     if (o.index < 0 || o.index >= n_) continue;
     const size_t ci = p * n_ + o.index;
@@ -191,7 +193,8 @@ void GenerationJob::on_output(size_t p, RequestOutput&& out) {
 void GenerationJob::finish_all() {
   done_ = true;
   if (!failed_) {
-    JobUsage usage{prompt_tokens(), 0};
+    JobUsage usage{prompt_tokens(), 0, 0};
+    for (const auto& p : prompts_) usage.cached_tokens += p.cached_tokens;
     std::vector<ChoiceState> states;
     for (const auto& c : choices_) {
       usage.completion_tokens += c.state.n_generated;

@@ -37,6 +37,7 @@ struct ChoiceState {
 struct JobUsage {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
+  int64_t cached_tokens = 0;  // prompt tokens the prefix cache served
 };
 
 // Stream events, each sent as one HTTP chunk, in order.
@@ -50,6 +51,9 @@ class ResponseWriter {
   virtual ~ResponseWriter() = default;
   // Streaming: the events sent right after the response header, before any output.
   virtual void stream_head(int64_t prompt_tokens, Events& out) = 0;
+  // The prompt logprobs of prompt `prompt` (SamplingParams::prompt_logprobs), before the output
+  // that comes with them. Writers that do not show them ignore them.
+  virtual void prompt_logprobs(size_t prompt, std::vector<SampleLogprobs> lps) {}
   // New output of one sequence; `first`: its first output.
   virtual void output(size_t choice, const CompletionOutput& o, bool first, Events& out) = 0;
   // Every prompt finished without an engine error. Streaming: the closing events.
@@ -122,6 +126,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   struct Prompt {
     bool first_token_seen = false;
     bool finished = false;
+    int cached_tokens = 0;
   };
 
   void add_requests(std::vector<std::vector<int32_t>> prompts, const SamplingParams& params);

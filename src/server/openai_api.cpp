@@ -109,6 +109,26 @@ void handle_detokenize(const ServerState& state, const HttpRequest& req, const R
   send_json(*res, 200, {{"prompt", model.tokenizer->decode_text(ids)}});
 }
 
+// vLLM's GET /tokenizer_info (what lm-eval's remote tokenizer reads): the special tokens' texts,
+// the chat template, the limits.
+void handle_tokenizer_info(const ServerState& state, const Responder& res) {
+  state.require_ready();
+  const ServedModel& model = state.model();
+  const Tokenizer& tok = *model.tokenizer;
+  auto text_of = [&tok](TokenId id) { return tok.is_valid(id) ? json(std::string(tok.token_bytes(id))) : json(); };
+  const Vocab& v = tok.vocab();
+  send_json(*res, 200,
+            {{"bos_token", text_of(v.bos)},
+             {"eos_token", text_of(v.eos)},
+             {"pad_token", text_of(v.pad)},
+             {"unk_token", text_of(v.unk)},
+             {"add_bos_token", tok.add_bos()},
+             {"add_eos_token", tok.add_eos()},
+             {"chat_template", model.chat_template.empty() ? json() : json(model.chat_template)},
+             {"model_max_length", model.max_model_len},
+             {"vocab_size", model.n_vocab}});
+}
+
 void handle_completions(ServerState& state, const HttpRequest& req, const Responder& res) {
   state.require_ready();
   const ServedModel& model = state.model();
@@ -117,15 +137,19 @@ void handle_completions(ServerState& state, const HttpRequest& req, const Respon
   check_model_name(state, cr.model);
   if (cr.structured) cr.params.grammar = compile_grammar(model, cr.structured->spec, cr.structured->param);
   JobRequest job{"cmpl-" + random_hex(24), cr.stream, {}, cr.params};
-  std::vector<std::string> texts;
+  CompletionPrompts prompts;
+  prompts.echo = cr.echo;
+  prompts.prompt_logprobs = cr.prompt_logprobs;
+  if (cr.echo) prompts.echo_logprobs = cr.params.logprobs;
   for (const auto& p : cr.prompts) {
     job.prompts.push_back(p.is_text ? tokenize(model, p.text, /*add_special=*/true) : p.ids);
-    texts.push_back(p.is_text ? p.text : model.tokenizer->decode_text(p.ids));
+    prompts.texts.push_back(p.is_text ? p.text : model.tokenizer->decode_text(p.ids));
+    if (cr.params.prompt_logprobs) prompts.ids.push_back(job.prompts.back());
     check_context_length(static_cast<int>(job.prompts.back().size()), cr.params.max_tokens, model.max_model_len);
   }
   auto writer = std::make_unique<CompletionWriter>(
       response_options(state, job.id, cr.params.n, cr.stream, cr.include_usage, cr.params.logprobs.has_value()),
-      cr.echo, std::move(texts));
+      std::move(prompts));
   GenerationJob::start(state.job_services(), res, std::move(job), std::move(writer));
 }
 
@@ -147,10 +171,11 @@ void handle_chat(ServerState& state, const HttpRequest& req, const Responder& re
   check_model_name(state, cr.model);
   PreparedChat chat = prepare_chat(state.model(), body, cr);
   JobRequest job{"chatcmpl-" + random_hex(24), cr.stream, {}, cr.params};
+  std::vector<int32_t> prompt = cr.prompt_logprobs ? chat.ids : std::vector<int32_t>();
   job.prompts.push_back(std::move(chat.ids));
   auto writer = std::make_unique<ChatWriter>(
       response_options(state, job.id, cr.params.n, cr.stream, cr.include_usage, cr.logprobs), std::move(chat.parsing),
-      chat.tool_options.choice == ToolChoice::kNamed);
+      chat.tool_options.choice == ToolChoice::kNamed, cr.prompt_logprobs, std::move(prompt));
   GenerationJob::start(state.job_services(), res, std::move(job), std::move(writer));
 }
 
@@ -185,6 +210,8 @@ void register_openai_routes(Router& router, ServerState& state) {
   });
   router.add("POST", "/tokenize",
              [&state](const HttpRequest& req, const Responder& res) { handle_tokenize(state, req, res); });
+  router.add("GET", "/tokenizer_info",
+             [&state](const HttpRequest&, const Responder& res) { handle_tokenizer_info(state, res); });
   router.add("POST", "/detokenize",
              [&state](const HttpRequest& req, const Responder& res) { handle_detokenize(state, req, res); });
   router.add("POST", "/v1/completions",

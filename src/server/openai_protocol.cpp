@@ -367,6 +367,14 @@ std::optional<StructuredOutput> parse_structured_output(const json& body) {
   return out;
 }
 
+// vLLM's prompt_logprobs: an integer in [0, 20]; not with stream (the prompt's entries come in
+// one piece, at the end of the prefill).
+std::optional<int> parse_prompt_logprobs(const json& body, bool stream) {
+  auto k = get_int_in(body, "prompt_logprobs", 0, 20, "in [0, 20]");
+  if (k && stream) bad_request("'prompt_logprobs' is not supported with 'stream'", "prompt_logprobs", "unsupported");
+  return k;
+}
+
 }  // namespace
 
 CompletionRequest parse_completion_request(const json& body, const ModelLimits& lim) {
@@ -412,14 +420,15 @@ CompletionRequest parse_completion_request(const json& body, const ModelLimits& 
   r.structured = parse_structured_output(body);
   if (auto lp = get_int_in(body, "logprobs", 0, 20, "in [0, 20]")) r.params.logprobs = *lp;
   r.echo = get_bool(body, "echo").value_or(false);
-  if (r.echo && r.params.logprobs)
-    bad_request(
-        "'echo' together with 'logprobs' is not supported (prompt logprobs are not "
-        "computed)",
-        "echo", "unsupported");
-  check_max_tokens(r.params, get_int_in(body, "max_tokens", 1, std::numeric_limits<int32_t>::max(), ">= 1"),
-                   "max_tokens");
+  auto max_tokens = get_int_in(body, "max_tokens", 0, std::numeric_limits<int32_t>::max(), ">= 0");
+  if (max_tokens == 0 && !r.echo)
+    bad_request("'max_tokens' must be >= 1 (0 only with 'echo', to score the prompt), got 0", "max_tokens");
+  check_max_tokens(r.params, max_tokens, "max_tokens");
   parse_stream(body, r.stream, r.include_usage);
+  r.prompt_logprobs = parse_prompt_logprobs(body, r.stream);
+  // The engine computes the prompt's logprobs once, for both uses (each takes its own top-k).
+  if (r.echo && r.params.logprobs) r.params.prompt_logprobs = *r.params.logprobs;
+  if (r.prompt_logprobs) r.params.prompt_logprobs = std::max(r.params.prompt_logprobs.value_or(0), *r.prompt_logprobs);
   r.user = get_string(body, "user").value_or("");
   return r;
 }
@@ -442,6 +451,7 @@ ChatRequest parse_chat_request(const json& body, const ModelLimits& lim) {
   if (r.max_tokens) check_max_tokens(r.params, r.max_tokens, mct ? "max_completion_tokens" : "max_tokens");
   r.structured = parse_structured_output(body);
   parse_stream(body, r.stream, r.include_usage);
+  r.prompt_logprobs = r.params.prompt_logprobs = parse_prompt_logprobs(body, r.stream);
   r.user = get_string(body, "user").value_or("");
   return r;
 }
@@ -528,6 +538,51 @@ void append_completion_logprobs(json& into, const std::vector<SampleLogprobs>& l
     offset += utf8_length(t.text);
     json top = json::object();
     for (const auto& e : lp.top) top[token_text(e.token).text] = finite_logprob(e.logprob);
+    into["top_logprobs"].push_back(std::move(top));
+  }
+}
+
+json prompt_logprobs_json(std::span<const int32_t> prompt, const std::vector<SampleLogprobs>& lps, int k,
+                          const TokenTextFn& token_text) {
+  json out = json::array({nullptr});
+  for (size_t i = 0; i < lps.size() && i + 1 < prompt.size(); ++i) {
+    const SampleLogprobs& lp = lps[i];
+    json entry = json::object();
+    auto add = [&](int32_t token, float logprob, int rank) {
+      entry[std::to_string(token)] = {
+          {"logprob", finite_logprob(logprob)}, {"rank", rank}, {"decoded_token", token_text(token).text}};
+    };
+    for (size_t j = 0; j < lp.top.size() && static_cast<int>(j) < k; ++j)
+      add(lp.top[j].token, lp.top[j].logprob, static_cast<int>(j) + 1);
+    add(lp.sampled.token, lp.sampled.logprob, lp.rank);
+    out.push_back(std::move(entry));
+  }
+  return out;
+}
+
+void append_prompt_completion_logprobs(json& into, std::span<const int32_t> prompt,
+                                       const std::vector<SampleLogprobs>& lps, int k, const TokenTextFn& token_text) {
+  if (into.is_null())
+    into = {{"text_offset", json::array()},
+            {"token_logprobs", json::array()},
+            {"tokens", json::array()},
+            {"top_logprobs", json::array()}};
+  int64_t offset = 0;
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    const std::string text = token_text(prompt[i]).text;
+    into["tokens"].push_back(text);
+    into["text_offset"].push_back(offset);
+    offset += utf8_length(text);
+    if (i == 0 || i > lps.size()) {
+      into["token_logprobs"].push_back(nullptr);
+      into["top_logprobs"].push_back(nullptr);
+      continue;
+    }
+    const SampleLogprobs& lp = lps[i - 1];
+    into["token_logprobs"].push_back(finite_logprob(lp.sampled.logprob));
+    json top = json::object();
+    for (size_t j = 0; j < lp.top.size() && static_cast<int>(j) < k; ++j)
+      top[token_text(lp.top[j].token).text] = finite_logprob(lp.top[j].logprob);
     into["top_logprobs"].push_back(std::move(top));
   }
 }

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <variant>
 #include <vector>
@@ -40,7 +41,10 @@ struct CompletionRequest {
   std::vector<PromptInput> prompts;            // >= 1
   SamplingParams params;                       // params.max_tokens: 16 unless given
   std::optional<StructuredOutput> structured;  // response_format / structured_outputs
+  // echo: each choice starts with its prompt; with logprobs, the prompt tokens' logprobs lead the
+  // choice's (the first token's null). max_tokens 0 is allowed with echo: the prompt is scored.
   bool echo = false;
+  std::optional<int> prompt_logprobs;  // vLLM's extra field: each choice's "prompt_logprobs"
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   std::string user;
@@ -57,6 +61,7 @@ struct ChatRequest {
   std::optional<StructuredOutput> structured;  // response_format / structured_outputs
   std::optional<int> max_tokens;               // nullopt: what is left of the context
   bool logprobs = false;                       // then params.logprobs = top_logprobs
+  std::optional<int> prompt_logprobs;          // vLLM's extra field: the response's "prompt_logprobs"
   bool stream = false;
   bool include_usage = false;
   std::string user;
@@ -102,6 +107,15 @@ json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
 // code points. Appends to `into` (an object with those four arrays, or null to start one).
 void append_completion_logprobs(json& into, const std::vector<SampleLogprobs>& lps, const TokenTextFn& token_text,
                                 int64_t& offset);
+// vLLM's prompt_logprobs: [null, {"<token id>": {"logprob", "rank", "decoded_token"}, ...}, ...],
+// one entry per prompt token (prompt[0] has none; entry i + 1 from lps[i]): the prompt token and
+// the k most likely at that position.
+json prompt_logprobs_json(std::span<const int32_t> prompt, const std::vector<SampleLogprobs>& lps, int k,
+                          const TokenTextFn& token_text);
+// Completions logprobs of an echoed prompt: prompt[0] with a null logprob and null top_logprobs,
+// then lps (at most k top entries each); text_offset from 0. Appends as append_completion_logprobs.
+void append_prompt_completion_logprobs(json& into, std::span<const int32_t> prompt,
+                                       const std::vector<SampleLogprobs>& lps, int k, const TokenTextFn& token_text);
 // Chat logprobs entries ({"token", "logprob", "bytes", "top_logprobs"}) appended to the
 // "content" array of `into` (null to start {"content": []}).
 void append_chat_logprobs(json& into, const std::vector<SampleLogprobs>& lps, const TokenTextFn& token_text);

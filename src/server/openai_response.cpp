@@ -28,25 +28,40 @@ void OpenAiWriter::stream_error(const ApiError& e, Events& out) const {
 
 // ---------------------------------------------------------------------------------------------
 
-CompletionWriter::CompletionWriter(OpenAiResponseOptions opt, bool echo, std::vector<std::string> prompt_texts)
-    : OpenAiWriter(std::move(opt), "text_completion", "text_completion", prompt_texts.size()),
-      echo_(echo),
-      prompt_texts_(std::move(prompt_texts)),
+CompletionWriter::CompletionWriter(OpenAiResponseOptions opt, CompletionPrompts prompts)
+    : OpenAiWriter(std::move(opt), "text_completion", "text_completion", prompts.texts.size()),
+      prompts_(std::move(prompts)),
+      prompt_lps_(prompts_.texts.size()),
       text_offsets_(gathered_.size()) {
-  if (echo_)
-    for (size_t ci = 0; ci < text_offsets_.size(); ++ci) text_offsets_[ci] = utf8_length(prompt_texts_[ci / opt_.n]);
+  if (prompts_.echo)
+    for (size_t ci = 0; ci < text_offsets_.size(); ++ci) text_offsets_[ci] = utf8_length(prompts_.texts[ci / opt_.n]);
+}
+
+void CompletionWriter::prompt_logprobs(size_t prompt, std::vector<SampleLogprobs> lps) {
+  if (prompt < prompt_lps_.size()) prompt_lps_[prompt] = std::move(lps);
+}
+
+json CompletionWriter::echoed_logprobs(size_t ci) const {
+  json lp = nullptr;
+  const size_t p = ci / opt_.n;
+  if (prompts_.echo && prompts_.echo_logprobs)
+    append_prompt_completion_logprobs(lp, prompts_.ids[p], prompt_lps_[p], *prompts_.echo_logprobs, opt_.token_text);
+  return lp;
 }
 
 void CompletionWriter::output(size_t ci, const CompletionOutput& o, bool first, Events& out) {
-  const std::string& prefix = echo_ && first ? prompt_texts_[ci / opt_.n] : std::string();
+  const std::string& prefix = prompts_.echo && first ? prompts_.texts[ci / opt_.n] : std::string();
   if (!opt_.stream) {
     Gathered& g = gathered_[ci];
-    if (first) g.text = prefix;
+    if (first) {
+      g.text = prefix;
+      g.logprobs = echoed_logprobs(ci);
+    }
     g.text += o.text;
     if (opt_.logprobs) append_completion_logprobs(g.logprobs, o.logprobs, opt_.token_text, text_offsets_[ci]);
     return;
   }
-  json logprobs = nullptr;
+  json logprobs = first ? echoed_logprobs(ci) : json(nullptr);
   if (opt_.logprobs && !o.logprobs.empty())
     append_completion_logprobs(logprobs, o.logprobs, opt_.token_text, text_offsets_[ci]);
   std::string text = prefix + o.text;
@@ -68,6 +83,11 @@ json CompletionWriter::body(std::span<const ChoiceState> states, const JobUsage&
     choice["logprobs"] = std::move(gathered_[ci].logprobs);
     choice["finish_reason"] = finish_reason_json(states[ci].finish);
     choice["stop_reason"] = stop_reason_json(states[ci].stop_reason);
+    if (prompts_.prompt_logprobs) {
+      const size_t p = ci / opt_.n;
+      choice["prompt_logprobs"] =
+          prompt_logprobs_json(prompts_.ids[p], prompt_lps_[p], *prompts_.prompt_logprobs, opt_.token_text);
+    }
     choices.push_back(std::move(choice));
   }
   return response(std::move(choices), usage);
@@ -75,11 +95,16 @@ json CompletionWriter::body(std::span<const ChoiceState> states, const JobUsage&
 
 // ---------------------------------------------------------------------------------------------
 
-ChatWriter::ChatWriter(OpenAiResponseOptions opt, OutputParsing parsing, bool named_tool_choice)
+ChatWriter::ChatWriter(OpenAiResponseOptions opt, OutputParsing parsing, bool named_tool_choice,
+                       std::optional<int> prompt_logprobs, std::vector<int32_t> prompt)
     : OpenAiWriter(std::move(opt), "chat.completion.chunk", "chat.completion", 1),
       parsing_(std::move(parsing)),
       named_tool_choice_(named_tool_choice),
+      prompt_logprobs_k_(prompt_logprobs),
+      prompt_(std::move(prompt)),
       parsers_(gathered_.size()) {}
+
+void ChatWriter::prompt_logprobs(size_t, std::vector<SampleLogprobs> lps) { prompt_lps_ = std::move(lps); }
 
 json ChatWriter::parsed_delta(std::optional<ChatOutputStream>& parser, const CompletionOutput& o, json& finish) const {
   if (!parser) parser.emplace(parsing_);
@@ -162,7 +187,10 @@ json ChatWriter::body(std::span<const ChoiceState> states, const JobUsage& usage
     choice["stop_reason"] = stop_reason_json(states[ci].stop_reason);
     choices.push_back(std::move(choice));
   }
-  return response(std::move(choices), usage);
+  json r = response(std::move(choices), usage);
+  if (prompt_logprobs_k_)
+    r["prompt_logprobs"] = prompt_logprobs_json(prompt_, prompt_lps_, *prompt_logprobs_k_, opt_.token_text);
+  return r;
 }
 
 }  // namespace mla::server

@@ -57,17 +57,29 @@ class OpenAiWriter : public ResponseWriter {
   const char* object_;
 };
 
+// What a completion shows of its prompts.
+struct CompletionPrompts {
+  std::vector<std::string> texts;         // per prompt
+  std::vector<std::vector<int32_t>> ids;  // per prompt (the engine's prompt tokens)
+  bool echo = false;                      // each choice starts with its prompt's text
+  std::optional<int> echo_logprobs;       // echo with logprobs k: the prompt's tokens lead the logprobs
+  std::optional<int> prompt_logprobs;     // each choice's "prompt_logprobs" (vLLM), top k
+};
+
 // /v1/completions.
 class CompletionWriter final : public OpenAiWriter {
  public:
-  // echo: each choice starts with its prompt's text (prompt_texts, one per prompt).
-  CompletionWriter(OpenAiResponseOptions opt, bool echo, std::vector<std::string> prompt_texts);
+  CompletionWriter(OpenAiResponseOptions opt, CompletionPrompts prompts);
+  void prompt_logprobs(size_t prompt, std::vector<SampleLogprobs> lps) override;
   void output(size_t choice, const CompletionOutput& o, bool first, Events& out) override;
   json body(std::span<const ChoiceState> choices, const JobUsage& usage) override;
 
  private:
-  const bool echo_;
-  const std::vector<std::string> prompt_texts_;
+  // The choice's logprobs before its first token: the echoed prompt's, or null.
+  json echoed_logprobs(size_t choice) const;
+
+  const CompletionPrompts prompts_;
+  std::vector<std::vector<SampleLogprobs>> prompt_lps_;  // per prompt, once the engine gave them
   std::vector<int64_t> text_offsets_;  // per choice: where its next token's text starts, in code points
 };
 
@@ -77,7 +89,10 @@ class ChatWriter final : public OpenAiWriter {
   // named_tool_choice: tool_choice named a function, so the call is the answer and
   // finish_reason stays "stop" (as OpenAI and vLLM); otherwise a parsed call makes a stopped
   // choice "tool_calls".
-  ChatWriter(OpenAiResponseOptions opt, OutputParsing parsing, bool named_tool_choice);
+  // prompt_logprobs: the response's "prompt_logprobs" (vLLM) for `prompt`, top k.
+  ChatWriter(OpenAiResponseOptions opt, OutputParsing parsing, bool named_tool_choice,
+             std::optional<int> prompt_logprobs = std::nullopt, std::vector<int32_t> prompt = {});
+  void prompt_logprobs(size_t prompt, std::vector<SampleLogprobs> lps) override;
   void output(size_t choice, const CompletionOutput& o, bool first, Events& out) override;
   json body(std::span<const ChoiceState> choices, const JobUsage& usage) override;
 
@@ -88,6 +103,9 @@ class ChatWriter final : public OpenAiWriter {
 
   const OutputParsing parsing_;
   const bool named_tool_choice_;
+  const std::optional<int> prompt_logprobs_k_;
+  const std::vector<int32_t> prompt_;
+  std::vector<SampleLogprobs> prompt_lps_;
   std::vector<std::optional<ChatOutputStream>> parsers_;  // streaming with parsing: per choice
 };
 

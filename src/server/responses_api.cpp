@@ -24,8 +24,9 @@ void handle_responses(ServerState& state, const HttpRequest& req, const Responde
   PreparedChat chat = prepare_chat(model, rr.chat_body, cr);
   JobRequest job{make_tool_call_id("resp_"), rr.stream, {}, cr.params};
   job.prompts.push_back(std::move(chat.ids));
-  auto writer = std::make_unique<ResponsesWriter>(job.id, unix_now(), state.config().served_model_name,
-                                                  std::move(rr.echo), rr.stream, std::move(chat.parsing));
+  auto writer = std::make_unique<ResponsesWriter>(
+      job.id, unix_now(), state.config().served_model_name, std::move(rr.echo), rr.stream, std::move(chat.parsing),
+      [&model](const std::string& text) { return static_cast<int64_t>(tokenize(model, text, false).size()); });
   GenerationJob::start(state.job_services(), res, std::move(job), std::move(writer));
 }
 

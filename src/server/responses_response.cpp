@@ -34,12 +34,12 @@ std::string item_id(const char* prefix, const std::string& response_id, size_t i
   return fmt::format("{}{}_{}", prefix, response_id.substr(std::string_view("resp_").size()), index);
 }
 
-json usage_json(const ChoiceState* c, const JobUsage* usage) {
+json usage_json(const ChoiceState* c, const JobUsage* usage, int64_t reasoning_tokens) {
   if (!c || !usage) return nullptr;
   return {{"input_tokens", usage->prompt_tokens},
-          {"input_tokens_details", {{"cached_tokens", 0}}},
+          {"input_tokens_details", {{"cached_tokens", usage->cached_tokens}}},
           {"output_tokens", c->n_generated},
-          {"output_tokens_details", {{"reasoning_tokens", 0}}},
+          {"output_tokens_details", {{"reasoning_tokens", std::min<int64_t>(reasoning_tokens, c->n_generated)}}},
           {"total_tokens", usage->prompt_tokens + c->n_generated}};
 }
 
@@ -48,11 +48,12 @@ bool ran_out(const ChoiceState& c) { return c.finish == FinishReason::kLength; }
 }  // namespace
 
 ResponsesWriter::ResponsesWriter(std::string id, int64_t created_at, std::string model, json echo, bool stream,
-                                 OutputParsing parsing)
+                                 OutputParsing parsing, std::function<int64_t(const std::string&)> count_tokens)
     : id_(std::move(id)),
       created_at_(created_at),
       model_(std::move(model)),
       echo_(std::move(echo)),
+      count_tokens_(std::move(count_tokens)),
       output_(std::move(parsing), stream) {}
 
 json ResponsesWriter::response(const std::string& status, json output, const ChoiceState* c,
@@ -62,7 +63,12 @@ json ResponsesWriter::response(const std::string& status, json output, const Cho
             {"model", model_},  {"output", std::move(output)}};
   if (status == "incomplete") r["incomplete_details"] = {{"reason", "max_output_tokens"}};
   for (const auto& [key, value] : echo_.items()) r[key] = value;
-  r["usage"] = usage_json(c, usage);
+  int64_t reasoning_tokens = 0;
+  for (const auto& item : r["output"])
+    if (item.value("type", "") == "reasoning" && count_tokens_)
+      for (const auto& part : item.value("content", json::array()))
+        reasoning_tokens += count_tokens_(part.value("text", ""));
+  r["usage"] = usage_json(c, usage, reasoning_tokens);
   return r;
 }
 

@@ -8,6 +8,7 @@
 // response.function_call_arguments.delta / .done (function_call), response.output_item.done;
 // finally response.completed (or response.incomplete when max_output_tokens ran out). Errors
 // take the default {"error": {...}} shape; on a started stream an `error` event.
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -21,7 +22,9 @@ namespace mla::server {
 class ResponsesWriter final : public ResponseWriter {
  public:
   // echo: the request fields the Response repeats (ResponsesRequest::echo).
-  ResponsesWriter(std::string id, int64_t created_at, std::string model, json echo, bool stream, OutputParsing parsing);
+  // count_tokens: the tokens of a text (usage's reasoning_tokens: the reasoning re-tokenized).
+  ResponsesWriter(std::string id, int64_t created_at, std::string model, json echo, bool stream, OutputParsing parsing,
+                  std::function<int64_t(const std::string&)> count_tokens);
   void stream_head(int64_t prompt_tokens, Events& out) override;
   void output(size_t choice, const CompletionOutput& o, bool first, Events& out) override;
   void stream_end(std::span<const ChoiceState> choices, const JobUsage& usage, Events& out) override;
@@ -42,6 +45,7 @@ class ResponsesWriter final : public ResponseWriter {
   const int64_t created_at_;
   const std::string model_;
   const json echo_;
+  const std::function<int64_t(const std::string&)> count_tokens_;
   ChatOutputCollector output_;
   int64_t sequence_number_ = 0;
   json done_items_ = json::array();  // streamed items, finished

@@ -36,6 +36,7 @@ struct ServedModel {
   Engine* engine = nullptr;
   const Tokenizer* tokenizer = nullptr;
   ChatRenderer render_chat;             // empty: the model has no chat template (chat requests → 400)
+  std::string chat_template;            // the template's source, "" when none (/tokenizer_info)
   GrammarCompiler* grammars = nullptr;  // null: structured outputs answer 400
   int max_model_len = 0;
   int n_vocab = 0;

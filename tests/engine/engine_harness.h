@@ -35,6 +35,8 @@ struct RunResult {
   std::map<std::string, std::vector<SeqResult>> seqs;               // by request, index
   std::map<std::string, std::map<int, std::vector<float>>> logits;  // index 0, position
   std::map<std::string, int> n_cached;
+  std::map<std::string, std::vector<SampleLogprobs>> prompt_logprobs;  // requests that asked for them
+
   EngineCounters counters;
   int n_steps = 0;
 };
@@ -59,6 +61,10 @@ inline RunResult run_engine(std::function<std::unique_ptr<ModelRunner>()> make_r
       engine.add_request(a.id, a.prompt, a.params, [&res](RequestOutput&& out) {
         auto& seqs = res.seqs[out.request_id];
         res.n_cached[out.request_id] = out.n_cached_tokens;
+        if (!out.prompt_logprobs.empty()) {
+          EXPECT_FALSE(res.prompt_logprobs.count(out.request_id)) << "prompt logprobs twice for " << out.request_id;
+          res.prompt_logprobs[out.request_id] = out.prompt_logprobs;
+        }
         for (auto& o : out.outputs) {
           if (seqs.size() <= static_cast<size_t>(o.index)) seqs.resize(o.index + 1);
           auto& s = seqs[o.index];

@@ -59,6 +59,20 @@ def test_plain_text(client):
     r = client.responses.create(model="m", input="Say something.", instructions="Be brief.", max_output_tokens=100)
     assert [o.type for o in r.output] == ["reasoning"] and r.instructions == "Be brief."
     assert r.output[0].model_dump()["content"][0]["text"] == "No thinking here."
+    # All of it is reasoning: the reasoning text's tokens (re-tokenized) are the output's, less the EOS.
+    assert r.usage.output_tokens_details.reasoning_tokens == r.usage.output_tokens - 1
+
+
+def test_usage_counts_cached_and_reasoning_tokens(client):
+    first = client.responses.create(model="m", input=WEATHER, tools=TOOLS, max_output_tokens=300)
+    again = client.responses.create(model="m", input=WEATHER, tools=TOOLS, max_output_tokens=300)
+    # The same prompt again: all of it but the last partial block and token comes from the prefix cache
+    # (the first took only what earlier tests' prompts share with it).
+    assert first.usage.input_tokens_details.cached_tokens < again.usage.input_tokens_details.cached_tokens
+    assert again.usage.input_tokens_details.cached_tokens >= again.usage.input_tokens - 16
+    reasoning = again.output[0].model_dump()["content"][0]["text"]
+    assert reasoning == "The user wants the weather."
+    assert 0 < again.usage.output_tokens_details.reasoning_tokens < again.usage.output_tokens
 
 
 def test_function_call(client):

@@ -118,7 +118,8 @@ TEST(ServerProtocol, BadCompletionFieldsAre400sNamingTheField) {
   EXPECT_EQ(completion_error(R"({"prompt": "x", "n": 0})"), "n: 'n' must be in [1, 128], got 0");
   EXPECT_EQ(completion_error(R"({"prompt": "x", "n": 1.5})"), "n: 'n' must be an integer, got number");
   EXPECT_EQ(completion_error(R"({"prompt": "x", "logprobs": 21})"), "logprobs: 'logprobs' must be in [0, 20], got 21");
-  EXPECT_EQ(completion_error(R"({"prompt": "x", "max_tokens": 0})"), "max_tokens: 'max_tokens' must be >= 1, got 0");
+  EXPECT_EQ(completion_error(R"({"prompt": "x", "max_tokens": 0})"),
+            "max_tokens: 'max_tokens' must be >= 1 (0 only with 'echo', to score the prompt), got 0");
   EXPECT_EQ(completion_error(R"({"prompt": "x", "top_k": -2})").rfind("top_k: ", 0), 0u);
   EXPECT_EQ(completion_error(R"({"prompt": "x", "min_p": 2})"), "min_p: 'min_p' must be in [0, 1], got 2");
   EXPECT_EQ(completion_error(R"({"prompt": "x", "presence_penalty": 3})"),
@@ -313,6 +314,52 @@ TEST(ServerLogprobs, CompletionAndChatShapes) {
   EXPECT_EQ(ch["content"][0]["bytes"], json::array({'r', 'a', 'w'}));
   EXPECT_EQ(ch["content"][0]["top_logprobs"].size(), 2u);
   EXPECT_EQ(ch["content"][0]["top_logprobs"][1]["logprob"], -1.5);
+}
+
+TEST(ServerLogprobs, PromptShapes) {
+  // Prompt [7, 3, 4]: entries for tokens 3 and 4 (the first token has none).
+  std::vector<SampleLogprobs> lps(2);
+  lps[0].sampled = {3, -0.5f};
+  lps[0].rank = 1;
+  lps[0].top = {{3, -0.5f}, {9, -1.5f}};
+  lps[1].sampled = {4, -2.0f};
+  lps[1].rank = 3;
+  lps[1].top = {{9, -0.25f}, {8, -1.0f}};
+  TokenTextFn text = [](int32_t id) { return TokenText{std::string(static_cast<size_t>(id % 3) + 1, 'x'), ""}; };
+  const std::vector<int32_t> prompt = {7, 3, 4};
+  json c;
+  append_prompt_completion_logprobs(c, prompt, lps, 1, text);
+  EXPECT_EQ(c["tokens"], json::array({"xx", "x", "xx"}));
+  EXPECT_EQ(c["token_logprobs"], json::array({nullptr, -0.5, -2.0}));
+  EXPECT_EQ(c["text_offset"], json::array({0, 2, 3}));
+  EXPECT_TRUE(c["top_logprobs"][0].is_null());
+  EXPECT_EQ(c["top_logprobs"][2], json({{"x", -0.25}}));  // k = 1 of the two
+  // The completion's tokens follow in the same arrays.
+  int64_t offset = 3;
+  append_completion_logprobs(c, {lps[0]}, text, offset);
+  EXPECT_EQ(c["tokens"].size(), 4u);
+
+  json p = prompt_logprobs_json(prompt, lps, 2, text);
+  ASSERT_EQ(p.size(), 3u);
+  EXPECT_TRUE(p[0].is_null());
+  EXPECT_EQ(p[1].size(), 2u);  // token 3 is its own top entry
+  EXPECT_EQ(p[2].size(), 3u);  // token 4 (rank 3) and the two above it
+  EXPECT_EQ(p[2]["4"]["rank"], 3);
+  EXPECT_EQ(p[2]["4"]["logprob"], -2.0);
+  EXPECT_EQ(p[2]["9"]["rank"], 1);
+  EXPECT_EQ(p[2]["8"]["decoded_token"], "xxx");
+}
+
+TEST(ServerProtocol, PromptLogprobFieldsReachSamplingParams) {
+  CompletionRequest r = completion(R"({"prompt": "x", "echo": true, "logprobs": 2, "max_tokens": 0})");
+  EXPECT_EQ(r.params.max_tokens, 0);
+  EXPECT_EQ(r.params.prompt_logprobs, 2);
+  EXPECT_FALSE(r.prompt_logprobs);
+  r = completion(R"({"prompt": "x", "echo": true, "logprobs": 1, "prompt_logprobs": 5})");
+  EXPECT_EQ(r.params.prompt_logprobs, 5);  // computed once with the larger k; each use takes its own
+  EXPECT_EQ(r.prompt_logprobs, 5);
+  EXPECT_FALSE(completion(R"({"prompt": "x", "echo": true})").params.prompt_logprobs);
+  EXPECT_FALSE(completion(R"({"prompt": "x", "logprobs": 3})").params.prompt_logprobs);
 }
 
 // --- Prometheus text format -------------------------------------------------------------------

@@ -16,7 +16,7 @@ namespace mla::cli {
 void add_common_options(CLI::App* cmd, CommonOptions& opt) {
   cmd->add_option("--log-level", opt.log_level,
                   "trace | debug | info | warn | error | critical | off (default: $MLA_LOG_LEVEL or info)");
-  cmd->add_option("--trace", opt.trace, "Trace switches, e.g. dispatch:8 (default: $MLA_TRACE)");
+  cmd->add_option("--trace", opt.trace, "Trace switches, e.g. dispatch:8 or tiers:8 (default: $MLA_TRACE)");
   cmd->add_option("--dsa", opt.dsa,
                   "on | off: DeepSeek Sparse Attention for models with a lightning indexer (deepseek32, glm-dsa); "
                   "off runs dense MLA (default: on)");

@@ -112,10 +112,10 @@ void self_check(const std::string& mode, const Deepseek2Runner& runner, const To
   // The dispatch trace covers the first calls of serving, not the self-check's: off meanwhile,
   // then set again (counters from zero).
   log().info("self-check: comparing the MLA paths on the canary prompts (--self-check=off skips this)");
-  const int trace_limit = trace_dispatch_limit();
+  const int trace_limit = trace_dispatch_limit(), tiers_limit = trace_tiers_limit();
   trace_configure("");
   const DoctorReport r = run_path_self_check(runner.bundle(), &tok, o);
-  trace_configure(trace_limit > 0 ? fmt::format("dispatch:{}", trace_limit) : "");
+  trace_configure(fmt::format("dispatch:{},tiers:{}", trace_limit, tiers_limit));
   apply_self_check(mode, r);
 }
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cassert>
 
+#include "util/trace.h"
+
 namespace mla::kv {
 
 KvManager::KvManager(int32_t n_blocks, int block_size, bool enable_prefix_caching)
@@ -28,6 +30,7 @@ PrefixHit KvManager::find_prefix(std::span<const int32_t> tokens) const {
   }
   // The arena's run ended: the lower tiers may hold the blocks after it.
   std::unordered_map<uint64_t, std::pair<TierBlockPtr, int>> found;
+  int n_reused = 0;
   for (; tiers_ && i < n_full; ++i) {
     auto toks = tokens.subspan(i * bs, bs);
     uint64_t h = hash_block_tokens(parent_hash, toks);
@@ -38,6 +41,7 @@ PrefixHit KvManager::find_prefix(std::span<const int32_t> tokens) const {
         std::equal(toks.begin(), toks.end(), it->second.first->tokens.begin(), it->second.first->tokens.end())) {
       b = it->second.first;
       tier = it->second.second;
+      ++n_reused;
     } else {
       b = tiers_->fetch(h, parent_hash, toks, &tier);
     }
@@ -47,7 +51,14 @@ PrefixHit KvManager::find_prefix(std::span<const int32_t> tokens) const {
     hit.load_tiers.push_back(static_cast<int8_t>(tier));
     parent_hash = h;
   }
-  if (tiers_) last_loads_ = std::move(found);
+  if (tiers_) {
+    last_loads_ = std::move(found);
+    if (hit.blocks.size() < n_full && trace_tiers_limit() > 0) {
+      const auto n_host = static_cast<int>(std::count(hit.load_tiers.begin(), hit.load_tiers.end(), int8_t{1}));
+      trace_tiers(static_cast<int>(n_full), static_cast<int>(hit.blocks.size()), n_host,
+                  static_cast<int>(hit.loads.size()) - n_host, n_reused);
+    }
+  }
   hit.n_tokens = static_cast<int>(hit.blocks.size() + hit.loads.size()) * bs;
   return hit;
 }

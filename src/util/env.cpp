@@ -15,9 +15,10 @@ namespace {
 constexpr EnvVarInfo kEnvVars[] = {
     {"MLA_LOG_LEVEL", "trace|debug|info|warn|error|critical|off",
      "level of the single log sink (overridden by --log-level); default info"},
-    {"MLA_TRACE", "dispatch:N",
+    {"MLA_TRACE", "dispatch:N,tiers:N",
      "trace switches (overridden by --trace): dispatch:N logs each layer's MLA path decision for "
-     "its first N forward calls"},
+     "its first N forward calls; tiers:N the first N prefix lookups that reached the prefix cache's "
+     "RAM or disk tier"},
     {"MLA_API_KEY", "KEY", "mla serve: require 'Authorization: Bearer KEY' (overridden by --api-key)"},
     {"MLA_PREFAULT", "0|1",
      "load model files with every page mapped up front (default 1; 0 leaves paging to first use, "

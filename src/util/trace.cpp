@@ -16,6 +16,8 @@ namespace {
 
 struct TraceState {
   std::atomic<int> dispatch_limit{0};
+  std::atomic<int> tiers_limit{0};
+  std::atomic<int> tiers_calls{0};
   std::mutex mu;                                // guards dispatch_calls
   std::unordered_map<int, int> dispatch_calls;  // layer -> calls seen so far
 };
@@ -36,7 +38,7 @@ int parse_count(std::string_view name, std::string_view value) {
 }  // namespace
 
 void trace_configure(std::string_view spec) {
-  int dispatch = 0;
+  int dispatch = 0, tiers = 0;
   while (!spec.empty()) {
     size_t comma = spec.find(',');
     std::string_view item = spec.substr(0, comma);
@@ -48,14 +50,19 @@ void trace_configure(std::string_view spec) {
     if (name == "dispatch") {
       if (value.empty()) fail("trace: 'dispatch' needs a count, e.g. dispatch:8");
       dispatch = parse_count(name, value);
+    } else if (name == "tiers") {
+      if (value.empty()) fail("trace: 'tiers' needs a count, e.g. tiers:8");
+      tiers = parse_count(name, value);
     } else {
-      fail("trace: unknown item '{}' (known: dispatch:N)", name);
+      fail("trace: unknown item '{}' (known: dispatch:N, tiers:N)", name);
     }
   }
   auto& s = state();
   std::lock_guard lock(s.mu);
   s.dispatch_calls.clear();
   s.dispatch_limit.store(dispatch);
+  s.tiers_calls.store(0);
+  s.tiers_limit.store(tiers);
 }
 
 void trace_configure_from_env() {
@@ -65,6 +72,15 @@ void trace_configure_from_env() {
 void trace_reset() { trace_configure(""); }
 
 int trace_dispatch_limit() { return state().dispatch_limit.load(std::memory_order_relaxed); }
+
+int trace_tiers_limit() { return state().tiers_limit.load(std::memory_order_relaxed); }
+
+void trace_tiers(int n_full, int n_arena, int n_host, int n_disk, int n_reused) {
+  auto& s = state();
+  const int limit = s.tiers_limit.load(std::memory_order_relaxed);
+  if (limit <= 0 || s.tiers_calls.fetch_add(1, std::memory_order_relaxed) >= limit) return;
+  log().info("tiers lookup blocks={} arena={} host={} disk={} reused={}", n_full, n_arena, n_host, n_disk, n_reused);
+}
 
 void trace_dispatch(int layer, bool is_sparse, int num_mqa, int num_mha, int total_toks, std::string_view policy,
                     int64_t index_topk, int64_t selected, int verify_mqa, int verify_mha) {

@@ -3,6 +3,7 @@
 //
 // SPEC is a comma-separated list of `name:N` items. Known names:
 //   dispatch:N  log the MLA path decision of each layer for its first N forward calls
+//   tiers:N     log the first N prefix lookups that went on into the prefix cache's lower tiers
 // Trace lines go through mla::log() (the single sink), at info level.
 #include <string_view>
 
@@ -17,6 +18,15 @@ void trace_reset();
 
 // How many forward calls per layer the dispatch trace covers (0: off).
 int trace_dispatch_limit();
+// How many lookups the tiers trace covers in all (0: off).
+int trace_tiers_limit();
+
+// The hook after a prefix lookup that reached the lower tiers (kv/kv_manager.cpp). Logs
+//   tiers lookup blocks=F arena=A host=H disk=D reused=R
+// for the first trace_tiers_limit() calls: F full blocks in the prompt, A found in the KV cache,
+// H and D loaded from host RAM and disk after them, R of those taken from the same sequence's
+// previous lookup (it waited for blocks) rather than read again.
+void trace_tiers(int n_full, int n_arena, int n_host, int n_disk, int n_reused);
 
 // The hook at the MLA dispatch decision point of one layer. Logs
 //   dispatch layer=blk.N is_sparse=0 num_mqa=A num_mha=B total_toks=T policy=P

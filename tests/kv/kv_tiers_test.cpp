@@ -7,10 +7,14 @@
 #include <numeric>
 #include <vector>
 
+#include "../support/log_capture.h"
 #include "kv/kv_manager.h"
+#include "util/trace.h"
 
 namespace mla::kv {
 namespace {
+
+using testing::CaptureLog;
 
 constexpr int kBs = 4;
 constexpr int64_t kPayload = 32;
@@ -112,6 +116,14 @@ TEST(KvTiers, AWaitingSequencesRepeatedLookupReadsTheTiersOnce) {
     EXPECT_FALSE(kv.allocate(w, 8, 1, &hit, copies));  // no free block: the sequence waits
   }
   EXPECT_EQ(store.counters().hits[0], 2);  // the first attempt's two blocks, not six
+  {
+    CaptureLog cap;  // the tiers trace: one line per lookup that reached the tiers, up to N
+    trace_configure("tiers:1");
+    kv.find_prefix(prompt);
+    kv.find_prefix(prompt);
+    trace_reset();
+    EXPECT_EQ(cap.text(), "tiers lookup blocks=2 arena=0 host=2 disk=0 reused=2\n");
+  }
   kv.free(hog);
   PrefixHit hit = kv.find_prefix(prompt);
   SeqBlocks w;

@@ -59,10 +59,12 @@ def warm(d: Path, *extra: str) -> tuple:
 
 def test_restart_finds_its_blocks_on_disk(tmp_path):
     cold = warm(tmp_path)
-    s = Server(synth_model(), "--kv-cache-dir", str(tmp_path))
+    s = Server(synth_model(), "--kv-cache-dir", str(tmp_path), "--trace", "tiers:4")
     try:
         assert int(wait_log(s, r"holds (\d+) blocks").group(1)) >= 18  # the start-up scan's line
         assert completion(s, PROMPT) == cold
+        trace = wait_log(s, r"tiers lookup blocks=(\d+) arena=0 host=0 disk=(\d+) reused=0")
+        assert int(trace.group(1)) == int(trace.group(2)) >= 18, trace.group(0)
         m = wait_idle(s)
         assert tier(m, "mla:prefix_cache_tier_hits_total", "disk") >= 18
         assert metric(m, "mla:prefix_cache_tier_tokens_loaded_total") >= 18 * 16 - 1

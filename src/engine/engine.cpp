@@ -139,6 +139,8 @@ Engine::Impl::Impl(std::unique_ptr<ModelRunner> r, EngineConfig c, std::shared_p
 
 void Engine::Impl::admit(std::unique_ptr<Request> req) {
   Request* r = req.get();
+  // A request that queues behind others has its prefix's disk blocks read meanwhile.
+  if (tiers && (sched.n_waiting() > 0 || sched.n_running() >= cfg.max_num_seqs)) kv.prefetch_prefix(r->prompt);
   sched.add_waiting(&r->add_sequence(0, decoder.get()));
   totals.n_prompt_tokens += static_cast<int64_t>(r->prompt.size());
   requests.emplace(r->id, std::move(req));

@@ -63,6 +63,29 @@ PrefixHit KvManager::find_prefix(std::span<const int32_t> tokens) const {
   return hit;
 }
 
+void KvManager::prefetch_prefix(std::span<const int32_t> tokens) const {
+  if (!prefix_caching_ || !tiers_ || !tiers_->has_disk()) return;
+  const int bs = block_size();
+  const size_t n_full = tokens.size() / bs;
+  BlockRef parent;
+  uint64_t parent_hash = kRootHash;
+  std::vector<TierStore::ChainBlock> chain;
+  for (size_t i = 0; i < n_full; ++i) {
+    auto toks = tokens.subspan(i * bs, bs);
+    const uint64_t h = hash_block_tokens(parent_hash, toks);
+    if (chain.empty()) {
+      if (BlockId b = pool_.lookup(h, parent, toks); b != kNoBlock) {
+        parent = pool_.ref_of(b);
+        parent_hash = h;
+        continue;
+      }
+    }
+    chain.push_back({h, parent_hash, {toks.begin(), toks.end()}});
+    parent_hash = h;
+  }
+  tiers_->prefetch(std::move(chain));
+}
+
 bool KvManager::allocate(SeqBlocks& seq, int n_computed, int n_new, const PrefixHit* hit,
                          std::vector<BlockCopy>& copies) {
   const int bs = block_size();

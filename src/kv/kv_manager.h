@@ -81,6 +81,9 @@ class KvManager {
   // The longest run of cached full blocks matching tokens (empty when prefix caching is off): the
   // arena's, then the lower tiers'.
   PrefixHit find_prefix(std::span<const int32_t> tokens) const;
+  // For a request that will wait for its turn: the disk tier reads the blocks of tokens past the
+  // arena's run in the background (TierStore::prefetch), so that its lookup finds them read.
+  void prefetch_prefix(std::span<const int32_t> tokens) const;
 
   // Makes seq able to hold KV for positions [0, n_computed + n_new): takes the hit's blocks
   // (when given: seq must be empty and n_computed <= hit->n_tokens), then allocates, with

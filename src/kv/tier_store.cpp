@@ -115,6 +115,7 @@ TierStore::TierStore(const TierOptions& opts, uint64_t fingerprint, int block_si
   }
   disk_on_ = true;
   scan_dir();
+  reader_ = std::thread([this] { reader_loop(); });
   if (::access(dir_.c_str(), W_OK) != 0) {
     log().warn("kv cache dir: '{}' is not writable ({}); its {} blocks are read, no new ones are written", dir_,
                std::strerror(errno), disk_.size());
@@ -125,6 +126,12 @@ TierStore::TierStore(const TierOptions& opts, uint64_t fingerprint, int block_si
 }
 
 TierStore::~TierStore() {
+  {
+    std::lock_guard lk(prefetch_mu_);
+    prefetch_stop_ = true;
+  }
+  prefetch_cv_.notify_all();
+  if (reader_.joinable()) reader_.join();
   {
     std::lock_guard lk(disk_mu_);
     stop_ = true;
@@ -259,7 +266,8 @@ TierBlockPtr TierStore::fetch(uint64_t hash, uint64_t parent_hash, std::span<con
     n_.misses[0].fetch_add(1, std::memory_order_relaxed);
   }
   if (!disk_on_) return nullptr;
-  TierBlockPtr b = disk_read(hash, parent_hash, tokens);
+  TierBlockPtr b = take_prefetched(hash, parent_hash, tokens);
+  if (!b) b = disk_read(hash, parent_hash, tokens);
   if (!b) {
     n_.misses[1].fetch_add(1, std::memory_order_relaxed);
     return nullptr;
@@ -409,6 +417,77 @@ void TierStore::writer_loop() {
     for (const auto& v : victims) ::unlink(v.c_str());
     lk.lock();
     if (queue_.empty()) idle_cv_.notify_all();
+  }
+}
+
+void TierStore::prefetch(std::vector<ChainBlock> chain) {
+  if (!disk_on_) return;
+  std::vector<ChainBlock> want;
+  {
+    std::lock_guard lk(disk_mu_);
+    for (ChainBlock& c : chain) {
+      if (host_.count(c.hash)) continue;  // engine thread: tier 1 is ours to look at
+      if (!disk_.count(c.hash)) break;
+      want.push_back(std::move(c));
+    }
+  }
+  if (want.empty()) return;
+  {
+    std::lock_guard lk(prefetch_mu_);
+    prefetch_queue_.push_back(std::move(want));
+  }
+  prefetch_cv_.notify_one();
+}
+
+void TierStore::flush_prefetch() {
+  std::unique_lock lk(prefetch_mu_);
+  prefetch_idle_cv_.wait(lk, [&] { return prefetch_queue_.empty() && !reading_; });
+}
+
+TierBlockPtr TierStore::take_prefetched(uint64_t hash, uint64_t parent_hash, std::span<const int32_t> tokens) {
+  std::lock_guard lk(prefetch_mu_);
+  auto it = prefetched_.find(hash);
+  if (it == prefetched_.end()) return nullptr;
+  const TierBlock& got = *it->second.first;
+  if (got.parent_hash != parent_hash || !std::equal(tokens.begin(), tokens.end(), got.tokens.begin(), got.tokens.end()))
+    return nullptr;
+  TierBlockPtr b = std::move(it->second.first);
+  prefetched_order_.erase(it->second.second);
+  prefetched_.erase(it);
+  prefetched_bytes_ -= static_cast<int64_t>(b->payload.size());
+  return b;
+}
+
+// Reads each queued chain's blocks in order (disk_read checks them and deletes a bad file) into
+// prefetched_, the oldest dropped beyond opts_.prefetch_bytes; a chain ends at its first miss.
+void TierStore::reader_loop() {
+  std::unique_lock lk(prefetch_mu_);
+  for (;;) {
+    prefetch_cv_.wait(lk, [&] { return prefetch_stop_ || !prefetch_queue_.empty(); });
+    if (prefetch_stop_) return;
+    std::vector<ChainBlock> chain = std::move(prefetch_queue_.front());
+    prefetch_queue_.pop_front();
+    reading_ = true;
+    for (const ChainBlock& c : chain) {
+      if (prefetch_stop_) break;
+      if (prefetched_.count(c.hash)) continue;
+      lk.unlock();
+      TierBlockPtr b = disk_read(c.hash, c.parent_hash, c.tokens);
+      lk.lock();
+      if (!b) break;
+      if (prefetched_.count(c.hash)) continue;
+      prefetched_bytes_ += static_cast<int64_t>(b->payload.size());
+      prefetched_order_.push_back(c.hash);
+      prefetched_.emplace(c.hash, std::make_pair(std::move(b), std::prev(prefetched_order_.end())));
+      while (prefetched_bytes_ > opts_.prefetch_bytes) {
+        auto old = prefetched_.find(prefetched_order_.front());
+        prefetched_order_.pop_front();
+        prefetched_bytes_ -= static_cast<int64_t>(old->second.first->payload.size());
+        prefetched_.erase(old);
+      }
+    }
+    reading_ = false;
+    if (prefetch_queue_.empty()) prefetch_idle_cv_.notify_all();
   }
 }
 

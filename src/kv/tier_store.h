@@ -55,6 +55,9 @@ struct TierOptions {
   std::string dir;         // tier 2 directory; empty: no tier 2
   int64_t disk_bytes = 0;  // tier 2 cap (file bytes); 0: no cap but the disk's
   int writer_queue = 64;   // blocks waiting for the disk writer; more are dropped
+  // Blocks read ahead from disk for requests that wait in the queue (prefetch), held until a
+  // lookup takes them; the oldest go first beyond this.
+  int64_t prefetch_bytes = int64_t{256} << 20;
   bool enabled() const { return host_bytes > 0 || !dir.empty(); }
 };
 
@@ -105,6 +108,19 @@ class TierStore {
   // Waits until the writer's queue is empty (tests, a clean stop).
   void flush();
 
+  // Reads ahead, on a background thread, the disk tier's blocks of a prompt whose request waits
+  // for its turn: chain[i] = (hash, parent hash, tokens) of its i-th block past the KV cache's
+  // run. Blocks tier 1 holds are skipped; the chain ends at the first block the disk does not
+  // hold. fetch() then takes a block read ahead instead of reading it (the read is checked the
+  // same way; hits count when taken).
+  struct ChainBlock {
+    uint64_t hash = 0, parent_hash = 0;
+    std::vector<int32_t> tokens;
+  };
+  void prefetch(std::vector<ChainBlock> chain);
+  // Waits until every prefetch asked for so far is done (tests).
+  void flush_prefetch();
+
   TierCounters counters() const;
 
  private:
@@ -120,6 +136,8 @@ class TierStore {
   TierBlockPtr disk_read(uint64_t hash, uint64_t parent_hash, std::span<const int32_t> tokens);
   void scan_dir();
   void writer_loop();
+  void reader_loop();
+  TierBlockPtr take_prefetched(uint64_t hash, uint64_t parent_hash, std::span<const int32_t> tokens);
   bool write_file(const TierBlock& b, int64_t& file_bytes);
   void disk_evict_locked(std::vector<std::string>& victims);
   std::string file_path(uint64_t hash) const;
@@ -150,6 +168,17 @@ class TierStore {
   bool stop_ = false;
   bool write_warned_ = false;
   std::thread writer_;
+
+  // Read-ahead (prefetch): one reader thread; its queue and results under their own mutex.
+  std::mutex prefetch_mu_;
+  std::condition_variable prefetch_cv_, prefetch_idle_cv_;
+  std::deque<std::vector<ChainBlock>> prefetch_queue_;
+  bool reading_ = false;
+  bool prefetch_stop_ = false;
+  std::list<uint64_t> prefetched_order_;  // oldest first
+  std::unordered_map<uint64_t, std::pair<TierBlockPtr, std::list<uint64_t>::iterator>> prefetched_;
+  int64_t prefetched_bytes_ = 0;
+  std::thread reader_;
 
   struct Atomics {
     std::atomic<int64_t> hits[2] = {}, misses[2] = {};

@@ -161,6 +161,35 @@ INSTANTIATE_TEST_SUITE_P(
         TierCase{"tiny_q8_mtp", fixture("models/tiny-q8_0.gguf"), MlaPathPolicy::Mha, 2}),
     [](const auto& info) { return info.param.name + "_" + std::string(mla_path_policy_name(info.param.policy)); });
 
+// A request that queues behind another (max_num_seqs 1) has its prefix read from disk while it
+// waits: the files can be gone by the time it runs, and its answer is the no-cache one.
+TEST(TierEngineFaults, AQueuedRequestsBlocksAreReadAhead) {
+  const std::string file = fixture("tests/fixtures/reference/deepseek-v3-tiny/model-f32.gguf");
+  const int n_vocab = static_cast<int>(load_deepseek2(file, {})->config.n_vocab);
+  auto runner = deepseek2_runner(file, MlaPathPolicy::Mha, {.block_size = 8, .tokens = 96});
+  std::vector<int32_t> warm, other;
+  for (int i = 0; i < 40; ++i) warm.push_back((i * 37 + 11) % (n_vocab - 3) + 3);
+  for (int i = 0; i < 20; ++i) other.push_back((i * 53 + 7) % (n_vocab - 3) + 3);
+  std::vector<int32_t> probe(warm.begin(), warm.begin() + 32);
+  probe.push_back(9);
+  kv::TierOptions t;
+  t.dir = fresh_dir("prefetch");
+  EngineConfig cfg = config(MlaPathPolicy::Mha, 2048, true);
+  cfg.kv_tiers = t;
+  cfg.max_num_seqs = 1;
+  run_engine(runner, cfg, {{"w", warm, greedy(2), 0}});
+  const std::vector<Arrival> a = {{"other", other, greedy(4), 0}, {"x", probe, greedy(5), 0}};
+  const RunResult want = run_engine(runner, config(MlaPathPolicy::Mha, 2048, false), a);
+  const RunResult got = run_engine(runner, cfg, a, nullptr, [&](int step, Engine& e) {
+    if (step != 1) return;  // "other" runs, "x" waits: its blocks were asked for at admission
+    e.kv().tiers()->flush_prefetch();
+    for (const auto& d : fs::directory_iterator(t.dir)) fs::remove_all(d.path());
+  });
+  expect_bit_identical(want, got, "x");
+  EXPECT_EQ(got.n_cached.at("x"), 32);
+  EXPECT_EQ(got.counters.n_tier_disk_hits, 4);
+}
+
 // A block file truncated or corrupted between runs (a crash mid-write that got past the rename, a
 // bad disk) is skipped and deleted; the probe loads the blocks before it and computes the rest,
 // with the answer of an engine without a cache. A foreign model's directory next to ours is

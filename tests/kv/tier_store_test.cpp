@@ -329,6 +329,42 @@ TEST_F(TierDir, FailingWritesAreDroppedWithOneWarning) {
     EXPECT_FALSE(p.string().ends_with(".tmp")) << p;  // the failed writes left nothing behind
 }
 
+// Read-ahead: a chain's disk blocks are read on the reader thread up to the first block the disk
+// lacks; a lookup then takes them without reading (here the files are gone by then).
+TEST_F(TierDir, PrefetchReadsAChainAheadUpToItsFirstMiss) {
+  auto c = chain(4);
+  {
+    TierStore s(disk_only(), 11, kBlockSize, kPayload);
+    for (int i : {0, 1, 3}) s.put(c[i]);  // block 2 is not on disk
+  }
+  TierOptions o = disk_only();
+  o.prefetch_bytes = 2 * kPayload;
+  TierStore s(o, 11, kBlockSize, kPayload);
+  std::vector<TierStore::ChainBlock> want;
+  for (const auto& b : c) want.push_back({b->hash, b->parent_hash, b->tokens});
+  s.prefetch(want);
+  s.flush_prefetch();
+  EXPECT_EQ(s.counters().bytes_read, 2 * kFileBytes);  // blocks 0 and 1; the chain ends at 2
+  EXPECT_EQ(s.counters().hits[1], 0);                  // hits count when a lookup takes them
+  for (const auto& p : files(s.disk_dir())) fs::remove(p);
+  int tier = 0;
+  expect_same(fetch(s, c[0], &tier), c[0]);
+  EXPECT_EQ(tier, 2);
+  expect_same(fetch(s, c[1]), c[1]);
+  EXPECT_EQ(fetch(s, c[1]), nullptr);  // taken: the file is gone and no host tier keeps it
+  EXPECT_EQ(s.counters().hits[1], 2);
+  // A budget of one block keeps the latest read only.
+  o.prefetch_bytes = kPayload;
+  TierStore t(o, 12, kBlockSize, kPayload);
+  for (int i : {0, 1}) t.put(c[i]);
+  t.flush();
+  t.prefetch({want[0], want[1]});
+  t.flush_prefetch();
+  for (const auto& p : files(t.disk_dir())) fs::remove(p);
+  EXPECT_EQ(fetch(t, c[0]), nullptr);
+  expect_same(fetch(t, c[1]), c[1]);
+}
+
 TEST_F(TierDir, AFullWriterQueueDropsBlocksWithoutWaiting) {
   TierOptions o = disk_only();
   o.writer_queue = 1;

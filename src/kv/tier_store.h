@@ -5,8 +5,9 @@
 //
 // A block is keyed by its chain hash (hash_block_tokens, the arena's key) and carries its parent's
 // chain hash and its token ids, which a lookup compares too: a stored block stands for a prefix only
-// when its hash, its parent's hash and its own tokens all match (an entry with a colliding 64-bit
-// hash and different tokens is a miss, never wrong KV). Everything the rows depend on besides the
+// when its hash, its parent's hash and its own tokens all match. Unlike the arena, which checks the
+// parent block's identity, the tiers check the parent's 64-bit chain hash: wrong KV would take two
+// different prefixes whose chain hashes collide before this block and the same tokens in it. Everything the rows depend on besides the
 // tokens — the model file, the options that change its rows, the cache layout and dtype, the block
 // size, the layers the cache holds (the MTP layer's, the indexer keys) — goes into one fingerprint
 // (tier_fingerprint); the disk tier keeps each fingerprint's blocks in a directory of its own,

@@ -7,9 +7,10 @@
 // chain hash and its token ids, which a lookup compares too: a stored block stands for a prefix only
 // when its hash, its parent's hash and its own tokens all match. Unlike the arena, which checks the
 // parent block's identity, the tiers check the parent's 64-bit chain hash: wrong KV would take two
-// different prefixes whose chain hashes collide before this block and the same tokens in it. Everything the rows depend on besides the
-// tokens — the model file, the options that change its rows, the cache layout and dtype, the block
-// size, the layers the cache holds (the MTP layer's, the indexer keys) — goes into one fingerprint
+// different prefixes whose chain hashes collide before this block and the same tokens in it.
+// Everything the rows depend on besides the tokens — the model file, the options that change its
+// rows, the cache layout and dtype, the block size, the layers the cache holds (the MTP layer's,
+// the indexer keys) — goes into one fingerprint
 // (tier_fingerprint); the disk tier keeps each fingerprint's blocks in a directory of its own,
 // DIR/<fingerprint as 16 hex digits>/, and checks it in every file's header, so another model's or
 // another dtype's blocks are never read.

@@ -485,14 +485,12 @@ void Engine::Impl::sample(const SchedulerOutput& plan, std::vector<Request*>& to
       continue;
     }
     const float* last = nullptr;
+    if (scheduled[i].prompt_logits) touched.push_back(seq->req);
     for (; k < meta.logits_rows.size() && meta.logits_rows[k] < m.query_start + m.query_len; ++k) {
       const float* row = logits.data() + k * static_cast<size_t>(n_vocab);
       const int position = meta.positions[meta.logits_rows[k]];
       if (cfg.on_logits) cfg.on_logits(seq->req->id, seq->index, position, std::span<const float>(row, n_vocab));
-      if (scheduled[i].prompt_logits) {
-        add_prompt_logprob(*seq, position, row);
-        touched.push_back(seq->req);
-      }
+      if (scheduled[i].prompt_logits) add_prompt_logprob(*seq, position, row);
       last = row;
     }
     if (scheduled[i].needs_logits)

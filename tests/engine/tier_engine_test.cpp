@@ -183,6 +183,7 @@ TEST(TierEngineFaults, AQueuedRequestsBlocksAreReadAhead) {
   const RunResult got = run_engine(runner, cfg, a, nullptr, [&](int step, Engine& e) {
     if (step != 1) return;  // "other" runs, "x" waits: its blocks were asked for at admission
     e.kv().tiers()->flush_prefetch();
+    e.kv().tiers()->flush();  // the writer is still writing "other"'s blocks: let it finish first
     for (const auto& d : fs::directory_iterator(t.dir)) fs::remove_all(d.path());
   });
   expect_bit_identical(want, got, "x");

@@ -96,9 +96,11 @@ SchedulerOutput Scheduler::schedule() {
       Sequence* seq = waiting_.front();
       if (slots + seq->n_slots > config_.max_num_seqs) break;
       const int n_tokens = static_cast<int>(seq->tokens.size());
+      // A scored prompt (prompt logprobs) neither takes nor counts a prefix hit.
+      const bool use_prefix_cache = kv_.prefix_caching() && !seq->wants_prompt_logits();
       kv::PrefixHit hit;
       int n_cached = 0, n_found = 0;
-      if (kv_.prefix_caching() && !seq->wants_prompt_logits()) {
+      if (use_prefix_cache) {
         hit = kv_.find_prefix(seq->tokens);
         n_found = n_cached = std::min(hit.n_tokens, n_tokens - 1);
         // Speculation: the hit's last position is recomputed (its hidden state feeds the MTP row
@@ -125,7 +127,7 @@ SchedulerOutput Scheduler::schedule() {
       slots += seq->n_slots;
       out.items.push_back({seq, n_cached, n_new, false});
       budget -= n_new;
-      if (kv_.prefix_caching() && !seq->wants_prompt_logits()) {
+      if (use_prefix_cache) {
         out.n_prefix_query_tokens += n_tokens;
         out.n_prefix_hit_tokens += n_found;
       }

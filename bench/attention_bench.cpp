@@ -13,6 +13,9 @@
 //   attn/mqa_chunk/<ctx>/<threads>       a 512-token prefill chunk ending at ctx (causal), MQA
 //   attn/mha_chunk/<ctx>/<threads>       the same chunk down the decompressed (MHA) path
 //   indexer/decode/<ctx>/<threads>       one query's indexer scores and top-2048 over ctx keys
+//   attn/exact/glm5_decode_q4km/<ctx>/<threads>
+//                                        one exact query at GLM-5's widths with W_UK as Q8_0 and W_UV
+//                                        as Q6_K rows (what `mla gguf quantize ... q4_k_m` stores)
 //   attn/exact/...                       the exact kernels (attention_exact.cpp, the model's default)
 //                                        on the same shapes, and both paths of a 512-token chunk at
 //                                        V2-Lite's widths (ctx 512: the pp512 prefill)
@@ -49,7 +52,7 @@ struct AttnData {
   Widths w;
   std::vector<uint16_t> cache;
   std::vector<float> q, w_uk, w_uk_t, w_uv, out;
-  std::vector<uint8_t> w_uk_q8, w_uv_q8;
+  std::vector<uint8_t> w_uk_q8, w_uv_q8, w_uv_q6k;
   std::vector<int32_t> slots;
   AttnData(int64_t ctx_, int64_t n_q_, Widths w_ = kGlm5) : ctx(ctx_), n_q(n_q_), w(w_) {
     const int64_t H = w.head, N = w.nope, V = w.v;
@@ -63,17 +66,18 @@ struct AttnData {
     w_uv = randn(H * V * kLora, 5, 1.0f / std::sqrt(float(kLora)));
     w_uk_q8 = q8_rows(w_uk, N);
     w_uv_q8 = q8_rows(w_uv, kLora);
+    w_uv_q6k = q8_rows(w_uv, kLora, GgmlType::Q6_K);
     out.resize(n_q * H * V);
     slots.resize(ctx);
     for (int64_t j = 0; j < ctx; ++j) slots[j] = static_cast<int32_t>(j);
   }
-  static std::vector<uint8_t> q8_rows(const std::vector<float>& x, int64_t cols) {
-    const int64_t rb = ggml_row_bytes(GgmlType::Q8_0, cols), rows = static_cast<int64_t>(x.size()) / cols;
+  static std::vector<uint8_t> q8_rows(const std::vector<float>& x, int64_t cols, GgmlType t = GgmlType::Q8_0) {
+    const int64_t rb = ggml_row_bytes(t, cols), rows = static_cast<int64_t>(x.size()) / cols;
     std::vector<uint8_t> q(rows * rb);
-    for (int64_t r = 0; r < rows; ++r) quantize_row(GgmlType::Q8_0, x.data() + r * cols, q.data() + r * rb, cols);
+    for (int64_t r = 0; r < rows; ++r) quantize_row(t, x.data() + r * cols, q.data() + r * rb, cols);
     return q;
   }
-  MlaAttnParams params(bool q8_weights = false) {
+  MlaAttnParams params(bool q8_weights = false, bool q6k_uv = false) {
     const int64_t H = w.head, N = w.nope, V = w.v;
     MlaAttnParams p;
     p.n_head = H, p.qk_nope = N, p.qk_rope = kRope, p.kv_lora = kLora, p.v_dim = V;
@@ -85,6 +89,7 @@ struct AttnData {
     if (q8_weights) {
       p.w_uk = MlaProj(w_uk_q8.data(), GgmlType::Q8_0, ggml_row_bytes(GgmlType::Q8_0, N), 0);
       p.w_uv = MlaProj(w_uv_q8.data(), GgmlType::Q8_0, ggml_row_bytes(GgmlType::Q8_0, kLora), 0);
+      if (q6k_uv) p.w_uv = MlaProj(w_uv_q6k.data(), GgmlType::Q6_K, ggml_row_bytes(GgmlType::Q6_K, kLora), 0);
     }
     p.out = out.data(), p.out_stride = H * V;
     return p;
@@ -116,13 +121,13 @@ void BM_MqaDecode(benchmark::State& state) {
 }
 
 // One decode query with Q8_0 projections, at GLM-5's or V2-Lite's widths.
-template <int kWidths, bool kExact = false>
+template <int kWidths, bool kExact = false, bool kQ6kUv = false>
 void BM_MqaDecodeQ8w(benchmark::State& state) {
   const Widths w = kWidths == 0 ? kGlm5 : kV2Lite;
   AttnData d(std::max<int64_t>(1, state.range(0)), 1, w);
   ThreadPool pool(static_cast<int>(state.range(1)));
   AttnScratch scratch;
-  const auto p = d.params(true);
+  const auto p = d.params(true, kQ6kUv);
   for (auto _ : state) kMqa<kExact>(p, pool, scratch);
   report(state, w.head * ((w.nope + w.v) * kLora + d.pairs() * (2 * kLora + kRope)));
 }
@@ -186,6 +191,9 @@ BENCHMARK(BM_MhaChunk<false, 1>)->Name("attn/v2lite_mha_chunk")->Apply([](auto* 
 BENCHMARK(BM_MqaDecode<true>)->Name("attn/exact/mqa_decode")->Apply([](auto* b) { depth_args(b, {1, 2048, 8192}); });
 BENCHMARK(BM_MqaDecodeQ8w<1, true>)->Name("attn/exact/v2lite_decode")->Apply([](auto* b) {
   depth_args(b, {1, 4096, 4160});
+});
+BENCHMARK(BM_MqaDecodeQ8w<0, true, true>)->Name("attn/exact/glm5_decode_q4km")->Apply([](auto* b) {
+  depth_args(b, {1, 4096});
 });
 BENCHMARK(BM_MqaChunk<true>)->Name("attn/exact/mqa_chunk")->Apply([](auto* b) { depth_args(b, {2048}); });
 BENCHMARK(BM_MhaChunk<true>)->Name("attn/exact/mha_chunk")->Apply([](auto* b) { depth_args(b, {2048}); });

@@ -39,6 +39,11 @@
 
 #include "kernels/attention.h"
 #include "kernels/attention_rows.h"
+#include "quant/blocks.h"
+#include "quant/quant.h"
+#if defined(__AVX2__) && defined(__F16C__)
+#include "quant/simd_avx2.h"
+#endif
 
 namespace mla {
 namespace {
@@ -167,6 +172,189 @@ void rows_dot_d_f(const double* a, const float* b, int64_t ldb, int64_t n, int64
   int64_t r = 0;
   for (; r + R <= n_rows; r += R) dots_d_f<R>(a, b + r * ldb, ldb, n, out + r);
   for (; r < n_rows; ++r) dots_d_f<1>(a, b + r * ldb, ldb, n, out + r);
+}
+
+// ---- W_UK / W_UV dotted from their stored rows ----
+//
+// A Q8_0 value is d · q and a Q6_K value (d · sc) · q: an F32 scale times an integer level, and the
+// F32 the dequantizer writes is that product exactly (fp16 d has 11 significant bits, sc 7, q 7 for
+// Q8_0 and 5 for Q6_K: at most 23 bits), so Σ_k a_k w_k = Σ_g s_g Σ_{k in g} a_k q_k in real
+// arithmetic. The dots below take levels and scales from the rows and sum in double, with no F32
+// copy of the head (converting a head to F32 cost about three times the dots themselves). The
+// result is the exact value to double rounding, as with the copy; only the association of the
+// double sums differs, which the F32 output shows only for a value within ~1e-15 of a rounding
+// midpoint. A query's dots do not depend on the other queries dotted with it.
+
+constexpr int kLevelRows = 8;  // rows dotted together (independent FMA chains sharing each load of a)
+
+// Elements per scale of a type dotted from its levels; 0 for a type read through its F32 copy.
+int64_t level_group(GgmlType t) {
+  switch (t) {
+    case GgmlType::Q8_0:
+      return quant::kQK;
+    case GgmlType::Q6_K:
+      return 16;
+    default:
+      return 0;
+  }
+}
+
+inline float half_to_f32(uint16_t h) {
+#if defined(__F16C__)
+  return _cvtsh_ss(h);
+#else
+  return fp16_to_fp32(h);
+#endif
+}
+
+// n elements of one row of type t (level_group(t) > 0) as levels q[n] and scales s[n / group].
+void unpack_levels(GgmlType t, const uint8_t* row, int64_t n, int8_t* q, float* s) {
+  if (t == GgmlType::Q8_0) {
+    const auto* b = reinterpret_cast<const quant::BlockQ8_0*>(row);
+    for (int64_t i = 0; i < n / quant::kQK; ++i) {
+      std::memcpy(q + i * quant::kQK, b[i].qs, quant::kQK);
+      s[i] = half_to_f32(b[i].d);
+    }
+    return;
+  }
+  const auto* b = reinterpret_cast<const quant::BlockQ6_K*>(row);  // Q6_K
+  for (int64_t i = 0; i < n / quant::kQK_K; ++i, q += quant::kQK_K, s += quant::kQK_K / 16) {
+    const float d = half_to_f32(b[i].d);
+    for (int g = 0; g < quant::kQK_K / 16; ++g) s[g] = d * b[i].scales[g];
+#if defined(__AVX2__) && defined(__F16C__)
+    const __m256i bias = _mm256_set1_epi8(32);
+    for (int h = 0; h < 2; ++h) {
+      __m256i v[4];
+      quant::avx2::unpack_q6_k_half(b[i], h, v);
+      for (int k = 0; k < 4; ++k)
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 128 * h + 32 * k), _mm256_sub_epi8(v[k], bias));
+    }
+#else
+    // Element 128h + r: low nibble (r / 64) of ql[64h + r % 64], high 2 bits at bit 2 (r / 32) of
+    // qh[32h + r % 32], less 32.
+    for (int e = 0; e < quant::kQK_K; ++e) {
+      const int h = e / 128, r = e % 128;
+      const int lo = (b[i].ql[64 * h + r % 64] >> (4 * (r / 64))) & 0x0F;
+      const int hi = (b[i].qh[32 * h + r % 32] >> (2 * (r / 32))) & 3;
+      q[e] = static_cast<int8_t>((lo | (hi << 4)) - 32);
+    }
+#endif
+  }
+}
+
+// kD int8 levels widened to double (exactly).
+inline f64v vload_i8(const int8_t* p) {
+#if defined(__AVX512F__)
+  return (f64v)_mm512_cvtepi32_pd(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+#elif defined(__AVX__)
+  int32_t w;
+  std::memcpy(&w, p, sizeof w);
+  return (f64v)_mm256_cvtepi32_pd(_mm_cvtepi8_epi32(_mm_cvtsi32_si128(w)));
+#else
+  f64v v;
+  for (int k = 0; k < kD; ++k) v[k] = p[k];
+  return v;
+#endif
+}
+
+// out[r] = Σ_g s[r][g] · Σ_{k in g} a[k] · q[r][k] for R rows of levels (ldq apart; scales lds
+// apart), groups of G elements; n a multiple of G.
+template <int R, int G>
+void dots_levels(const double* a, const int8_t* q, int64_t ldq, const float* s, int64_t lds, int64_t n, double* out) {
+  static_assert(G % kD == 0, "a group is whole vectors");
+  f64v tot[R] = {};
+  for (int64_t g = 0; g < n / G; ++g) {
+    f64v acc[R] = {};
+#pragma GCC unroll 8
+    for (int c = 0; c < G; c += kD) {
+      const f64v x = vload(a + g * G + c);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) acc[r] = vfma(x, vload_i8(q + r * ldq + g * G + c), acc[r]);
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) tot[r] = vfma(acc[r], vsplat(s[r * lds + g]), tot[r]);
+  }
+  for (int r = 0; r < R; ++r) out[r] = hsum(tot[r]);
+}
+
+// The same over R Q8_0 rows in place (rb bytes apart): each block's levels and scale read from it.
+template <int R>
+void dots_q8_0(const double* a, const uint8_t* rows, int64_t rb, int64_t n, double* out) {
+  f64v tot[R] = {};
+  for (int64_t g = 0; g < n / quant::kQK; ++g) {
+    f64v acc[R] = {};
+    const uint8_t* blk = rows + g * static_cast<int64_t>(sizeof(quant::BlockQ8_0));
+#pragma GCC unroll 8
+    for (int c = 0; c < quant::kQK; c += kD) {
+      const f64v x = vload(a + g * quant::kQK + c);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r)
+        acc[r] = vfma(x, vload_i8(reinterpret_cast<const quant::BlockQ8_0*>(blk + r * rb)->qs + c), acc[r]);
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const auto* b = reinterpret_cast<const quant::BlockQ8_0*>(blk + r * rb);
+      tot[r] = vfma(acc[r], vsplat(half_to_f32(b->d)), tot[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r] = hsum(tot[r]);
+}
+
+template <int G>
+void level_rows_dots(const MlaProj& w, const uint8_t* base, int64_t rows, int64_t cols, int64_t nq, const double* a,
+                     int64_t lda, double* out, int64_t ldo, int8_t* lq, float* ls) {
+  const int64_t lds = cols / G;
+  const bool in_place = w.type == GgmlType::Q8_0;
+  int64_t r0 = 0;
+  for (; r0 + kLevelRows <= rows; r0 += kLevelRows) {
+    // The rows streamed from memory (a head is read once per step): ask for those two groups ahead.
+    const int64_t ahead = std::min(rows, r0 + 3 * kLevelRows) - std::min(rows, r0 + 2 * kLevelRows);
+    const uint8_t* next = base + std::min(rows, r0 + 2 * kLevelRows) * w.row_bytes;
+    for (int64_t b = 0; b < ahead * w.row_bytes; b += 64) __builtin_prefetch(next + b);
+    const uint8_t* row = base + r0 * w.row_bytes;
+    if (in_place) {
+      for (int64_t i = 0; i < nq; ++i) dots_q8_0<kLevelRows>(a + i * lda, row, w.row_bytes, cols, out + i * ldo + r0);
+      continue;
+    }
+    for (int r = 0; r < kLevelRows; ++r)
+      unpack_levels(w.type, row + r * w.row_bytes, cols, lq + r * cols, ls + r * lds);
+    for (int64_t i = 0; i < nq; ++i)
+      dots_levels<kLevelRows, G>(a + i * lda, lq, cols, ls, lds, cols, out + i * ldo + r0);
+  }
+  for (; r0 < rows; ++r0) {
+    const uint8_t* row = base + r0 * w.row_bytes;
+    if (in_place) {
+      for (int64_t i = 0; i < nq; ++i) dots_q8_0<1>(a + i * lda, row, w.row_bytes, cols, out + i * ldo + r0);
+      continue;
+    }
+    unpack_levels(w.type, row, cols, lq, ls);
+    for (int64_t i = 0; i < nq; ++i) dots_levels<1, G>(a + i * lda, lq, cols, ls, lds, cols, out + i * ldo + r0);
+  }
+}
+
+// Room (in floats) proj_dots needs in buf for `rows` rows of `cols` elements.
+int64_t proj_buffer_floats(int64_t rows, int64_t cols) { return std::max(rows * cols, kLevelRows * cols); }
+
+// out[i][r] = Σ_k a[i][k] · W_h[r][k] for nq vectors a (lda apart) and head h's `rows` rows of
+// `cols` elements (out rows ldo apart). Q8_0 / Q6_K rows are dotted from their levels, kLevelRows
+// rows at a time for every vector while they sit in L1; other types through the head's F32 copy in
+// buf (proj_buffer_floats).
+void proj_dots(const MlaProj& w, int64_t h, int64_t rows, int64_t cols, int64_t nq, const double* a, int64_t lda,
+               double* out, int64_t ldo, float* buf) {
+  const int64_t group = w.row_bytes ? level_group(w.type) : 0;
+  if (group > 0 && cols % (w.type == GgmlType::Q6_K ? quant::kQK_K : quant::kQK) == 0) {
+    const int64_t hr = w.head_rows ? w.head_rows : rows;
+    const uint8_t* base = static_cast<const uint8_t*>(w.data) + h * hr * w.row_bytes;
+    auto* lq = reinterpret_cast<int8_t*>(buf);
+    float* ls = buf + kLevelRows * cols / 4;  // after the levels (cols is a multiple of 32)
+    if (group == 16)
+      level_rows_dots<16>(w, base, rows, cols, nq, a, lda, out, ldo, lq, ls);
+    else
+      level_rows_dots<quant::kQK>(w, base, rows, cols, nq, a, lda, out, ldo, lq, ls);
+    return;
+  }
+  const float* f = mla_proj_head(w, h, rows, cols, buf);
+  for (int64_t i = 0; i < nq; ++i) rows_dot_d_f(a + i * lda, f, cols, cols, rows, out + i * ldo);
 }
 
 // Context row j as doubles into out (n = kv_lora + qk_rope values, then zeros up to ld).
@@ -350,9 +538,13 @@ void mla_attention_mqa_exact(const MlaAttnParams& p, ThreadPool& pool, AttnScrat
   const DequantizeFn dq = p.cache_type == GgmlType::F32 ? nullptr : dequantize_fn(p.cache_type);
   const MqaPartFn part_fn = mqa_part_fn(L.group);
   // Per thread: the F32 row (as doubles' room), the tile, the scores, one query in double.
-  const size_t per_thread = static_cast<size_t>(L.ldt + kTile * L.ldt + kTile * L.group + qk_head + p.kv_lora);
+  // (The absorb and un-absorb use the same buffer for their vectors and dots: kQueryBlock of each.)
+  const size_t per_thread = static_cast<size_t>(
+      std::max(L.ldt + kTile * L.ldt + kTile * L.group, kQueryBlock * (p.kv_lora + std::max(p.qk_nope, p.v_dim))));
   reserve_thread_buffers(scratch, nt, per_thread);
-  attn::reserve_head_buffers(scratch, nt, static_cast<size_t>(std::max(p.qk_nope, p.v_dim) * p.kv_lora));
+  attn::reserve_head_buffers(
+      scratch, nt,
+      static_cast<size_t>(std::max(proj_buffer_floats(p.kv_lora, p.qk_nope), proj_buffer_floats(p.v_dim, p.kv_lora))));
   auto parts_of = [&](int64_t i) {
     const int64_t n = attn::rows_of(p, i).n;
     return (n + part_rows(n) - 1) / part_rows(n);
@@ -374,16 +566,18 @@ void mla_attention_mqa_exact(const MlaAttnParams& p, ThreadPool& pool, AttnScrat
 
     // 1. Absorb: qt[i][c][h] = kq_scale · Σ_d W_UK[h][c][d] q_nope[i][h][d]; q_pe · kq_scale after it.
     pool.parallel_for(p.n_head, [&](int64_t h0, int64_t h1, int t) {
-      double* qd = scratch.exact_per_thread[t].data() + per_thread - (qk_head + p.kv_lora);
+      double* qd = scratch.exact_per_thread[t].data();  // [nq][qk_nope]: the queries' q_nope in double
+      double* dots = qd + nq * p.qk_nope;               // [nq][kv_lora]
       for (int64_t h = h0; h < h1; ++h) {
-        const float* wk = mla_proj_head(p.w_uk, h, p.kv_lora, p.qk_nope, scratch.heads[t].data());
         for (int64_t i = 0; i < nq; ++i) {
           const float* q = p.q + (qb + i) * p.q_stride + h * qk_head;
-          for (int64_t d = 0; d < p.qk_nope; ++d) qd[d] = q[d];
+          for (int64_t d = 0; d < p.qk_nope; ++d) qd[i * p.qk_nope + d] = q[d];
+        }
+        proj_dots(p.w_uk, h, p.kv_lora, p.qk_nope, nq, qd, p.qk_nope, dots, p.kv_lora, scratch.heads[t].data());
+        for (int64_t i = 0; i < nq; ++i) {
+          const float* q = p.q + (qb + i) * p.q_stride + h * qk_head;
           double* q_i = qt + i * L.row_len * L.hp;
-          double* dots = qd + qk_head;
-          rows_dot_d_f(qd, wk, p.qk_nope, p.qk_nope, p.kv_lora, dots);
-          for (int64_t c = 0; c < p.kv_lora; ++c) q_i[c * L.hp + h] = dots[c] * p.kq_scale;
+          for (int64_t c = 0; c < p.kv_lora; ++c) q_i[c * L.hp + h] = dots[i * p.kv_lora + c] * p.kq_scale;
           for (int64_t d = 0; d < p.qk_rope; ++d)
             q_i[(p.kv_lora + d) * L.hp + h] = static_cast<double>(q[p.qk_nope + d]) * p.kq_scale;
         }
@@ -428,17 +622,18 @@ void mla_attention_mqa_exact(const MlaAttnParams& p, ThreadPool& pool, AttnScrat
       }
     });
     pool.parallel_for(p.n_head, [&](int64_t h0, int64_t h1, int t) {
+      double* o = scratch.exact_per_thread[t].data();  // [nq][kv_lora]: head h's column of each folded output
+      double* dots = o + nq * p.kv_lora;               // [nq][v_dim]
       for (int64_t h = h0; h < h1; ++h) {
-        const float* wv = mla_proj_head(p.w_uv, h, p.v_dim, p.kv_lora, scratch.heads[t].data());
-        double* o = scratch.exact_per_thread[t].data();  // head h's column of the folded output
         for (int64_t i = 0; i < nq; ++i) {
           const double* first = parts + part_base[i] * L.part_doubles;
-          for (int64_t c = 0; c < p.kv_lora; ++c) o[c] = first[2 * L.hp + c * L.hp + h];
-          const double l = first[L.hp + h];
+          for (int64_t c = 0; c < p.kv_lora; ++c) o[i * p.kv_lora + c] = first[2 * L.hp + c * L.hp + h];
+        }
+        proj_dots(p.w_uv, h, p.v_dim, p.kv_lora, nq, o, p.kv_lora, dots, p.v_dim, scratch.heads[t].data());
+        for (int64_t i = 0; i < nq; ++i) {
+          const double l = parts[part_base[i] * L.part_doubles + L.hp + h];
           float* out = p.out + (qb + i) * p.out_stride + h * p.v_dim;
-          double* dots = o + p.kv_lora;
-          rows_dot_d_f(o, wv, p.kv_lora, p.kv_lora, p.v_dim, dots);
-          for (int64_t e = 0; e < p.v_dim; ++e) out[e] = static_cast<float>(dots[e] / l);
+          for (int64_t e = 0; e < p.v_dim; ++e) out[e] = static_cast<float>(dots[i * p.v_dim + e] / l);
         }
       }
     });

@@ -479,6 +479,63 @@ TEST(MlaAttentionExact, QueryBitsIndependentOfThreadsChunksAndWholeSelection) {
   }
 }
 
+// The exact MQA kernel dots W_UK / W_UV straight from Q8_0 and Q6_K rows (levels times scales)
+// and reads other types through a head's F32 copy: for every type the bits are those of the rows
+// dequantized to F32 up front, of the double references and of the exact MHA path on that copy;
+// a query alone gives its bits in the batch. The head widths (256) let K-quant rows hold W_UK
+// too; v_dim 20 leaves rows past the last whole group of 8.
+TEST(MlaAttentionExact, ProjectionsInFileTypesGiveTheBitsOfTheirF32Copy) {
+  for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q6_K, GgmlType::Q4_K, GgmlType::F16, GgmlType::BF16}) {
+    Case c(71);
+    c.n_head = 3, c.qk_nope = 256, c.qk_rope = 16, c.kv_lora = 256, c.v_dim = 20, c.n_ctx = 300, c.n_q = 5;
+    c.n_slots = 310;
+    c = Case(71, c);
+    const int64_t H = c.n_head, N = c.qk_nope, R = c.kv_lora, V = c.v_dim;
+    auto store = [&](const std::vector<float>& w, int64_t cols, std::vector<uint8_t>& q, std::vector<float>& f) {
+      const int64_t rb = ggml_row_bytes(type, cols), rows = static_cast<int64_t>(w.size()) / cols;
+      q.resize(rows * rb);
+      f.resize(w.size());
+      for (int64_t r = 0; r < rows; ++r) {
+        quantize_row(type, w.data() + r * cols, q.data() + r * rb, cols);
+        dequantize_row(type, q.data() + r * rb, f.data() + r * cols, cols);
+      }
+      return rb;
+    };
+    std::vector<uint8_t> uk_q, uv_q;
+    std::vector<float> uk_f, uv_f;
+    const int64_t uk_rb = store(c.w_uk, N, uk_q, uk_f);
+    const int64_t uv_rb = store(c.w_uv, R, uv_q, uv_f);
+    std::vector<float> uk_t_f(H * N * R);  // MHA's W_UK: the copy transposed per head
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t r = 0; r < R; ++r)
+        for (int64_t n = 0; n < N; ++n) uk_t_f[(h * N + n) * R + r] = uk_f[(h * R + r) * N + n];
+    const std::string name(ggml_type_name(type));
+    ThreadPool pool(2);
+    AttnScratch scratch;
+    auto p = c.params();
+    p.w_uk = uk_f.data(), p.w_uk_t = uk_t_f.data(), p.w_uv = uv_f.data();
+    mla_attention_mqa_exact(p, pool, scratch);
+    const auto copy = c.out;
+    mla_attention_mqa_ref(p);
+    EXPECT_EQ(copy, c.out) << name << ": exact MQA on the F32 copy is not the double reference rounded";
+    mla_attention_mha_exact(p, pool, scratch);
+    EXPECT_EQ(copy, c.out) << name << ": the exact paths differ on the F32 copy";
+    p.w_uk = MlaProj(uk_q.data(), type, uk_rb, 0);
+    p.w_uv = MlaProj(uv_q.data(), type, uv_rb, 0);
+    std::fill(c.out.begin(), c.out.end(), 0.0f);
+    mla_attention_mqa_exact(p, pool, scratch);
+    EXPECT_EQ(copy, c.out) << name << ": the rows in place give other bits than their F32 copy";
+    expect_queries_alone_give_their_batch_bits(
+        p, c, copy,
+        [&](MlaAttnParams pi, int threads) {
+          ThreadPool tp(threads);
+          AttnScratch s;
+          mla_attention_mqa_exact(pi, tp, s);
+        },
+        2);
+  }
+}
+
 // A sparse (strided) selection: both exact paths give the double reference's bits over the same rows.
 TEST(MlaAttentionExact, SparseSelectionMatchesTheReference) {
   Case c(61);

@@ -16,6 +16,8 @@
 //   attn/exact/glm5_decode_q4km/<ctx>/<threads>
 //                                        one exact query at GLM-5's widths with W_UK as Q8_0 and W_UV
 //                                        as Q6_K rows (what `mla gguf quantize ... q4_k_m` stores)
+//   attn/exact/v2lite_decode_q4km/<ctx>/<threads>
+//                                        the same at V2-Lite's widths, W_UV as Q4_K (ditto)
 //   attn/exact/...                       the exact kernels (attention_exact.cpp, the model's default)
 //                                        on the same shapes, and both paths of a 512-token chunk at
 //                                        V2-Lite's widths (ctx 512: the pp512 prefill)
@@ -52,9 +54,10 @@ struct AttnData {
   Widths w;
   std::vector<uint16_t> cache;
   std::vector<float> q, w_uk, w_uk_t, w_uv, out;
-  std::vector<uint8_t> w_uk_q8, w_uv_q8, w_uv_q6k;
+  std::vector<uint8_t> w_uk_q8, w_uv_q8, w_uv_k;  // w_uv_k: in uv_type
   std::vector<int32_t> slots;
-  AttnData(int64_t ctx_, int64_t n_q_, Widths w_ = kGlm5) : ctx(ctx_), n_q(n_q_), w(w_) {
+  AttnData(int64_t ctx_, int64_t n_q_, Widths w_ = kGlm5, GgmlType uv_type = GgmlType::Q6_K)
+      : ctx(ctx_), n_q(n_q_), w(w_) {
     const int64_t H = w.head, N = w.nope, V = w.v;
     const int64_t row = kLora + kRope;
     const auto rows = randn(ctx * row, 1);
@@ -66,7 +69,7 @@ struct AttnData {
     w_uv = randn(H * V * kLora, 5, 1.0f / std::sqrt(float(kLora)));
     w_uk_q8 = q8_rows(w_uk, N);
     w_uv_q8 = q8_rows(w_uv, kLora);
-    w_uv_q6k = q8_rows(w_uv, kLora, GgmlType::Q6_K);
+    w_uv_k = q8_rows(w_uv, kLora, uv_type);
     out.resize(n_q * H * V);
     slots.resize(ctx);
     for (int64_t j = 0; j < ctx; ++j) slots[j] = static_cast<int32_t>(j);
@@ -77,7 +80,7 @@ struct AttnData {
     for (int64_t r = 0; r < rows; ++r) quantize_row(t, x.data() + r * cols, q.data() + r * rb, cols);
     return q;
   }
-  MlaAttnParams params(bool q8_weights = false, bool q6k_uv = false) {
+  MlaAttnParams params(bool q8_weights = false, GgmlType uv_type = GgmlType::Q8_0) {
     const int64_t H = w.head, N = w.nope, V = w.v;
     MlaAttnParams p;
     p.n_head = H, p.qk_nope = N, p.qk_rope = kRope, p.kv_lora = kLora, p.v_dim = V;
@@ -89,7 +92,7 @@ struct AttnData {
     if (q8_weights) {
       p.w_uk = MlaProj(w_uk_q8.data(), GgmlType::Q8_0, ggml_row_bytes(GgmlType::Q8_0, N), 0);
       p.w_uv = MlaProj(w_uv_q8.data(), GgmlType::Q8_0, ggml_row_bytes(GgmlType::Q8_0, kLora), 0);
-      if (q6k_uv) p.w_uv = MlaProj(w_uv_q6k.data(), GgmlType::Q6_K, ggml_row_bytes(GgmlType::Q6_K, kLora), 0);
+      if (uv_type != GgmlType::Q8_0) p.w_uv = MlaProj(w_uv_k.data(), uv_type, ggml_row_bytes(uv_type, kLora), 0);
     }
     p.out = out.data(), p.out_stride = H * V;
     return p;
@@ -121,13 +124,13 @@ void BM_MqaDecode(benchmark::State& state) {
 }
 
 // One decode query with Q8_0 projections, at GLM-5's or V2-Lite's widths.
-template <int kWidths, bool kExact = false, bool kQ6kUv = false>
+template <int kWidths, bool kExact = false, GgmlType kUv = GgmlType::Q8_0>
 void BM_MqaDecodeQ8w(benchmark::State& state) {
   const Widths w = kWidths == 0 ? kGlm5 : kV2Lite;
-  AttnData d(std::max<int64_t>(1, state.range(0)), 1, w);
+  AttnData d(std::max<int64_t>(1, state.range(0)), 1, w, kUv == GgmlType::Q8_0 ? GgmlType::Q6_K : kUv);
   ThreadPool pool(static_cast<int>(state.range(1)));
   AttnScratch scratch;
-  const auto p = d.params(true, kQ6kUv);
+  const auto p = d.params(true, kUv);
   for (auto _ : state) kMqa<kExact>(p, pool, scratch);
   report(state, w.head * ((w.nope + w.v) * kLora + d.pairs() * (2 * kLora + kRope)));
 }
@@ -192,7 +195,10 @@ BENCHMARK(BM_MqaDecode<true>)->Name("attn/exact/mqa_decode")->Apply([](auto* b) 
 BENCHMARK(BM_MqaDecodeQ8w<1, true>)->Name("attn/exact/v2lite_decode")->Apply([](auto* b) {
   depth_args(b, {1, 4096, 4160});
 });
-BENCHMARK(BM_MqaDecodeQ8w<0, true, true>)->Name("attn/exact/glm5_decode_q4km")->Apply([](auto* b) {
+BENCHMARK(BM_MqaDecodeQ8w<0, true, GgmlType::Q6_K>)->Name("attn/exact/glm5_decode_q4km")->Apply([](auto* b) {
+  depth_args(b, {1, 4096});
+});
+BENCHMARK(BM_MqaDecodeQ8w<1, true, GgmlType::Q4_K>)->Name("attn/exact/v2lite_decode_q4km")->Apply([](auto* b) {
   depth_args(b, {1, 4096});
 });
 BENCHMARK(BM_MqaChunk<true>)->Name("attn/exact/mqa_chunk")->Apply([](auto* b) { depth_args(b, {2048}); });

@@ -98,6 +98,10 @@ void gemm_q4_k(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t
     __m512i tot[NT];
     for (int t = 0; t < NT; ++t) tot[t] = _mm512_setzero_si512();
     for (int s = 0; s < 8; ++s) {
+      // The next super-block's 37 lines, 5 per sub-block: decode streams the groups from memory,
+      // and without these requests it read Q4_K at two thirds of Q8_0's rate.
+      for (int l = 0; l < 5; ++l)
+        _mm_prefetch(reinterpret_cast<const char*>(blk + kQ4Kx16Bytes + 64 * (5 * s + l)), _MM_HINT_T0);
       const __m512i sc =
           _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kQ4Kx16Scales + 16 * s)));
       const uint8_t* q = blk + kQ4Kx16Quants + 512 * (s / 2);

@@ -32,7 +32,8 @@ namespace mla {
 // starting head_rows rows after head h-1's. A plain float pointer is the packed F32 array (row_bytes
 // 0: cols floats per row, head_rows 0: rows per head). The kernels convert a quantized, F16 or BF16
 // head's rows with the same dequantization the load-time F32 copy used, so the values, and every
-// result, are bit for bit those of the F32 copy.
+// result, are bit for bit those of the F32 copy. (The exact MQA kernel dots Q8_0 and Q6_K rows from
+// their integer levels and scales, whose products are exactly those values: attention_exact.cpp.)
 struct MlaProj {
   const void* data = nullptr;
   GgmlType type = GgmlType::F32;

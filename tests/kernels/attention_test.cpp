@@ -289,6 +289,20 @@ TEST(MlaAttention, F16RowConversionIsTheReferenceForEveryValue) {
   EXPECT_EQ(0, std::memcmp(want.data(), got.data(), sizeof(float) * want.size()));
 }
 
+// Rows of w (cols wide) stored in `type` into q, and those rows dequantized to F32 into f (the
+// copy a load-time conversion would make); returns the stored row bytes.
+int64_t store_rows(GgmlType type, const std::vector<float>& w, int64_t cols, std::vector<uint8_t>& q,
+                   std::vector<float>& f) {
+  const int64_t rb = ggml_row_bytes(type, cols), rows = static_cast<int64_t>(w.size()) / cols;
+  q.resize(rows * rb);
+  f.resize(w.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    quantize_row(type, w.data() + r * cols, q.data() + r * rb, cols);
+    dequantize_row(type, q.data() + r * rb, f.data() + r * cols, cols);
+  }
+  return rb;
+}
+
 // W_UK / W_UV given as rows in a file type (read in place, converted a head at a time) give the
 // bits of the same rows dequantized to F32 up front, on both paths and both references: in the
 // split layout (heads back to back) and the fused one (attn_kv_b: a head's K rows, then its V
@@ -300,28 +314,17 @@ TEST(MlaAttention, ProjectionsInFileTypesGiveTheBitsOfTheirF32Copy) {
     c.n_slots = 320;
     c = Case(21, c);
     const int64_t H = c.n_head, N = c.qk_nope, R = c.kv_lora, V = c.v_dim;
-    // Stored rows and their dequantized F32 copy.
-    auto store = [&](const std::vector<float>& w, int64_t cols, std::vector<uint8_t>& q, std::vector<float>& f) {
-      const int64_t rb = ggml_row_bytes(type, cols), rows = static_cast<int64_t>(w.size()) / cols;
-      q.resize(rows * rb);
-      f.resize(w.size());
-      for (int64_t r = 0; r < rows; ++r) {
-        quantize_row(type, w.data() + r * cols, q.data() + r * rb, cols);
-        dequantize_row(type, q.data() + r * rb, f.data() + r * cols, cols);
-      }
-      return rb;
-    };
     std::vector<uint8_t> uk_q, uv_q, fused_q;
     std::vector<float> uk_f, uv_f, fused_f;
-    const int64_t uk_rb = store(c.w_uk, N, uk_q, uk_f);
-    const int64_t uv_rb = store(c.w_uv, R, uv_q, uv_f);
+    const int64_t uk_rb = store_rows(type, c.w_uk, N, uk_q, uk_f);
+    const int64_t uv_rb = store_rows(type, c.w_uv, R, uv_q, uv_f);
     // attn_kv_b: per head, the K rows (w_uk_t, [N][R]) then the V rows ([V][R]).
     std::vector<float> fused(H * (N + V) * R);
     for (int64_t h = 0; h < H; ++h) {
       std::copy_n(c.w_uk_t.data() + h * N * R, N * R, fused.data() + h * (N + V) * R);
       std::copy_n(c.w_uv.data() + h * V * R, V * R, fused.data() + (h * (N + V) + N) * R);
     }
-    const int64_t kv_rb = store(fused, R, fused_q, fused_f);
+    const int64_t kv_rb = store_rows(type, fused, R, fused_q, fused_f);
     std::vector<float> uk_t_f(H * N * R), uv_fused_f(H * V * R);
     for (int64_t h = 0; h < H; ++h) {
       std::copy_n(fused_f.data() + h * (N + V) * R, N * R, uk_t_f.data() + h * N * R);
@@ -490,21 +493,11 @@ TEST(MlaAttentionExact, ProjectionsInFileTypesGiveTheBitsOfTheirF32Copy) {
     c.n_head = 3, c.qk_nope = 256, c.qk_rope = 16, c.kv_lora = 256, c.v_dim = 20, c.n_ctx = 300, c.n_q = 5;
     c.n_slots = 310;
     c = Case(71, c);
-    const int64_t H = c.n_head, N = c.qk_nope, R = c.kv_lora, V = c.v_dim;
-    auto store = [&](const std::vector<float>& w, int64_t cols, std::vector<uint8_t>& q, std::vector<float>& f) {
-      const int64_t rb = ggml_row_bytes(type, cols), rows = static_cast<int64_t>(w.size()) / cols;
-      q.resize(rows * rb);
-      f.resize(w.size());
-      for (int64_t r = 0; r < rows; ++r) {
-        quantize_row(type, w.data() + r * cols, q.data() + r * rb, cols);
-        dequantize_row(type, q.data() + r * rb, f.data() + r * cols, cols);
-      }
-      return rb;
-    };
+    const int64_t H = c.n_head, N = c.qk_nope, R = c.kv_lora;
     std::vector<uint8_t> uk_q, uv_q;
     std::vector<float> uk_f, uv_f;
-    const int64_t uk_rb = store(c.w_uk, N, uk_q, uk_f);
-    const int64_t uv_rb = store(c.w_uv, R, uv_q, uv_f);
+    const int64_t uk_rb = store_rows(type, c.w_uk, N, uk_q, uk_f);
+    const int64_t uv_rb = store_rows(type, c.w_uv, R, uv_q, uv_f);
     std::vector<float> uk_t_f(H * N * R);  // MHA's W_UK: the copy transposed per head
     for (int64_t h = 0; h < H; ++h)
       for (int64_t r = 0; r < R; ++r)

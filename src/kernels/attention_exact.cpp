@@ -36,6 +36,11 @@
 #if defined(__AVX512F__) || defined(__AVX__)
 #include <immintrin.h>
 #endif
+// GCC 12 flags the deliberately undefined pass-through operand of its own AVX-512 conversion
+// intrinsics (vload_i8) as maybe uninitialized.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 #include "kernels/attention.h"
 #include "kernels/attention_rows.h"

@@ -191,18 +191,7 @@ void rows_dot_d_f(const double* a, const float* b, int64_t ldb, int64_t n, int64
 // midpoint. A query's dots do not depend on the other queries dotted with it.
 
 constexpr int kLevelRows = 8;  // rows dotted together (independent FMA chains sharing each load of a)
-
-// Elements per scale of a type dotted from its levels; 0 for a type read through its F32 copy.
-int64_t level_group(GgmlType t) {
-  switch (t) {
-    case GgmlType::Q8_0:
-      return quant::kQK;
-    case GgmlType::Q6_K:
-      return 16;
-    default:
-      return 0;
-  }
-}
+constexpr int kQ6Group = 16;   // Q6_K elements per scale
 
 inline float half_to_f32(uint16_t h) {
 #if defined(__F16C__)
@@ -212,20 +201,12 @@ inline float half_to_f32(uint16_t h) {
 #endif
 }
 
-// n elements of one row of type t (level_group(t) > 0) as levels q[n] and scales s[n / group].
-void unpack_levels(GgmlType t, const uint8_t* row, int64_t n, int8_t* q, float* s) {
-  if (t == GgmlType::Q8_0) {
-    const auto* b = reinterpret_cast<const quant::BlockQ8_0*>(row);
-    for (int64_t i = 0; i < n / quant::kQK; ++i) {
-      std::memcpy(q + i * quant::kQK, b[i].qs, quant::kQK);
-      s[i] = half_to_f32(b[i].d);
-    }
-    return;
-  }
-  const auto* b = reinterpret_cast<const quant::BlockQ6_K*>(row);  // Q6_K
-  for (int64_t i = 0; i < n / quant::kQK_K; ++i, q += quant::kQK_K, s += quant::kQK_K / 16) {
+// n elements (a multiple of 256) of one Q6_K row as signed levels q[n] and scales s[n / 16].
+void unpack_q6_k(const uint8_t* row, int64_t n, int8_t* q, float* s) {
+  const auto* b = reinterpret_cast<const quant::BlockQ6_K*>(row);
+  for (int64_t i = 0; i < n / quant::kQK_K; ++i, q += quant::kQK_K, s += quant::kQK_K / kQ6Group) {
     const float d = half_to_f32(b[i].d);
-    for (int g = 0; g < quant::kQK_K / 16; ++g) s[g] = d * b[i].scales[g];
+    for (int g = 0; g < quant::kQK_K / kQ6Group; ++g) s[g] = d * b[i].scales[g];
 #if defined(__AVX2__) && defined(__F16C__)
     const __m256i bias = _mm256_set1_epi8(32);
     for (int h = 0; h < 2; ++h) {
@@ -235,14 +216,9 @@ void unpack_levels(GgmlType t, const uint8_t* row, int64_t n, int8_t* q, float* 
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 128 * h + 32 * k), _mm256_sub_epi8(v[k], bias));
     }
 #else
-    // Element 128h + r: low nibble (r / 64) of ql[64h + r % 64], high 2 bits at bit 2 (r / 32) of
-    // qh[32h + r % 32], less 32.
-    for (int e = 0; e < quant::kQK_K; ++e) {
-      const int h = e / 128, r = e % 128;
-      const int lo = (b[i].ql[64 * h + r % 64] >> (4 * (r / 64))) & 0x0F;
-      const int hi = (b[i].qh[32 * h + r % 32] >> (2 * (r / 32))) & 3;
-      q[e] = static_cast<int8_t>((lo | (hi << 4)) - 32);
-    }
+    auto* u = reinterpret_cast<uint8_t*>(q);
+    quant::q6_k_levels(b[i], u);
+    for (int e = 0; e < quant::kQK_K; ++e) q[e] = static_cast<int8_t>(u[e] - 32);
 #endif
   }
 }
@@ -305,36 +281,10 @@ void dots_q8_0(const double* a, const uint8_t* rows, int64_t rb, int64_t n, doub
   for (int r = 0; r < R; ++r) out[r] = hsum(tot[r]);
 }
 
-template <int G>
-void level_rows_dots(const MlaProj& w, const uint8_t* base, int64_t rows, int64_t cols, int64_t nq, const double* a,
-                     int64_t lda, double* out, int64_t ldo, int8_t* lq, float* ls) {
-  const int64_t lds = cols / G;
-  const bool in_place = w.type == GgmlType::Q8_0;
-  int64_t r0 = 0;
-  for (; r0 + kLevelRows <= rows; r0 += kLevelRows) {
-    // The rows streamed from memory (a head is read once per step): ask for those two groups ahead.
-    const int64_t ahead = std::min(rows, r0 + 3 * kLevelRows) - std::min(rows, r0 + 2 * kLevelRows);
-    const uint8_t* next = base + std::min(rows, r0 + 2 * kLevelRows) * w.row_bytes;
-    for (int64_t b = 0; b < ahead * w.row_bytes; b += 64) __builtin_prefetch(next + b);
-    const uint8_t* row = base + r0 * w.row_bytes;
-    if (in_place) {
-      for (int64_t i = 0; i < nq; ++i) dots_q8_0<kLevelRows>(a + i * lda, row, w.row_bytes, cols, out + i * ldo + r0);
-      continue;
-    }
-    for (int r = 0; r < kLevelRows; ++r)
-      unpack_levels(w.type, row + r * w.row_bytes, cols, lq + r * cols, ls + r * lds);
-    for (int64_t i = 0; i < nq; ++i)
-      dots_levels<kLevelRows, G>(a + i * lda, lq, cols, ls, lds, cols, out + i * ldo + r0);
-  }
-  for (; r0 < rows; ++r0) {
-    const uint8_t* row = base + r0 * w.row_bytes;
-    if (in_place) {
-      for (int64_t i = 0; i < nq; ++i) dots_q8_0<1>(a + i * lda, row, w.row_bytes, cols, out + i * ldo + r0);
-      continue;
-    }
-    unpack_levels(w.type, row, cols, lq, ls);
-    for (int64_t i = 0; i < nq; ++i) dots_levels<1, G>(a + i * lda, lq, cols, ls, lds, cols, out + i * ldo + r0);
-  }
+// True when proj_dots reads w's rows of `cols` elements as levels (Q8_0 in place, Q6_K unpacked).
+bool dotted_from_levels(const MlaProj& w, int64_t cols) {
+  if (!w.row_bytes) return false;
+  return (w.type == GgmlType::Q8_0 && cols % quant::kQK == 0) || (w.type == GgmlType::Q6_K && cols % quant::kQK_K == 0);
 }
 
 // Room (in floats) proj_dots needs in buf for `rows` rows of `cols` elements.
@@ -346,20 +296,33 @@ int64_t proj_buffer_floats(int64_t rows, int64_t cols) { return std::max(rows * 
 // buf (proj_buffer_floats).
 void proj_dots(const MlaProj& w, int64_t h, int64_t rows, int64_t cols, int64_t nq, const double* a, int64_t lda,
                double* out, int64_t ldo, float* buf) {
-  const int64_t group = w.row_bytes ? level_group(w.type) : 0;
-  if (group > 0 && cols % (w.type == GgmlType::Q6_K ? quant::kQK_K : quant::kQK) == 0) {
-    const int64_t hr = w.head_rows ? w.head_rows : rows;
-    const uint8_t* base = static_cast<const uint8_t*>(w.data) + h * hr * w.row_bytes;
-    auto* lq = reinterpret_cast<int8_t*>(buf);
-    float* ls = buf + kLevelRows * cols / 4;  // after the levels (cols is a multiple of 32)
-    if (group == 16)
-      level_rows_dots<16>(w, base, rows, cols, nq, a, lda, out, ldo, lq, ls);
-    else
-      level_rows_dots<quant::kQK>(w, base, rows, cols, nq, a, lda, out, ldo, lq, ls);
+  if (!dotted_from_levels(w, cols)) {
+    const float* f = mla_proj_head(w, h, rows, cols, buf);
+    for (int64_t i = 0; i < nq; ++i) rows_dot_d_f(a + i * lda, f, cols, cols, rows, out + i * ldo);
     return;
   }
-  const float* f = mla_proj_head(w, h, rows, cols, buf);
-  for (int64_t i = 0; i < nq; ++i) rows_dot_d_f(a + i * lda, f, cols, cols, rows, out + i * ldo);
+  const int64_t rb = w.row_bytes, lds = cols / kQ6Group;
+  const uint8_t* base = static_cast<const uint8_t*>(w.data) + h * (w.head_rows ? w.head_rows : rows) * rb;
+  auto* lq = reinterpret_cast<int8_t*>(buf);  // Q6_K: kLevelRows rows of levels, then their scales
+  float* ls = buf + kLevelRows * cols / 4;
+  // R rows from r0 for every vector.
+  auto pass = [&]<int R>(int64_t r0) {
+    const uint8_t* row = base + r0 * rb;
+    if (w.type == GgmlType::Q8_0) {
+      for (int64_t i = 0; i < nq; ++i) dots_q8_0<R>(a + i * lda, row, rb, cols, out + i * ldo + r0);
+      return;
+    }
+    for (int r = 0; r < R; ++r) unpack_q6_k(row + r * rb, cols, lq + r * cols, ls + r * lds);
+    for (int64_t i = 0; i < nq; ++i) dots_levels<R, kQ6Group>(a + i * lda, lq, cols, ls, lds, cols, out + i * ldo + r0);
+  };
+  int64_t r0 = 0;
+  for (; r0 + kLevelRows <= rows; r0 += kLevelRows) {
+    // The rows stream from memory (a head is read once per step): ask for those two passes ahead.
+    const int64_t p0 = std::min(rows, r0 + 2 * kLevelRows), p1 = std::min(rows, r0 + 3 * kLevelRows);
+    for (int64_t b = p0 * rb; b < p1 * rb; b += 64) __builtin_prefetch(base + b);
+    pass.template operator()<kLevelRows>(r0);
+  }
+  for (; r0 < rows; ++r0) pass.template operator()<1>(r0);
 }
 
 // Context row j as doubles into out (n = kv_lora + qk_rope values, then zeros up to ld).

@@ -113,6 +113,18 @@ static inline int nearest_int(float x) {
   return (i & 0x007fffff) - 0x00400000;
 }
 
+// The 256 unsigned 6-bit levels (q + 32) of a Q6_K block, in ggml's element order: element
+// 128h + r takes the low nibble (r / 64) of ql[64h + r % 64] and 2 high bits at bit 2 (r / 32) of
+// qh[32h + r % 32].
+static inline void q6_k_levels(const BlockQ6_K& b, uint8_t* q) {
+  for (int e = 0; e < kQK_K; ++e) {
+    const int h = e / 128, r = e % 128;
+    const int lo = (b.ql[64 * h + r % 64] >> (4 * (r / 64))) & 0x0F;
+    const int hi = (b.qh[32 * h + r % 32] >> (2 * (r / 32))) & 3;
+    q[e] = static_cast<uint8_t>(lo | hi << 4);
+  }
+}
+
 // Q4_K / Q5_K pack 8 scales and 8 mins of 6 bits into 12 bytes:
 //   bytes 0-3: scale j (j<4) in bits 0-5, high 2 bits of scale j+4 in bits 6-7
 //   bytes 4-7: min j (j<4) in bits 0-5, high 2 bits of min j+4 in bits 6-7

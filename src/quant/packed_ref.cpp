@@ -53,16 +53,6 @@ void pack_q4_k(const uint8_t* src, int64_t row_bytes, int64_t n_cols, uint8_t* d
   }
 }
 
-// The 256 unsigned 6-bit levels (q + 32) of a Q6_K block (ggml's element order).
-void q6_levels(const BlockQ6_K& b, uint8_t* q) {
-  for (int e = 0; e < kQK_K; ++e) {
-    const int h = e / 128, r = e % 128;
-    const int lo = (b.ql[64 * h + r % 64] >> (4 * (r / 64))) & 0x0F;
-    const int hi = (b.qh[32 * h + r % 32] >> (2 * (r / 32))) & 3;
-    q[e] = static_cast<uint8_t>(lo | hi << 4);
-  }
-}
-
 void pack_q6_k(const uint8_t* src, int64_t row_bytes, int64_t n_cols, uint8_t* dst) {
   std::memset(dst, 0, static_cast<size_t>(n_cols / kQK_K * kQ6Kx16Bytes));
   for (int64_t b = 0; b < n_cols / kQK_K; ++b) {
@@ -72,7 +62,7 @@ void pack_q6_k(const uint8_t* src, int64_t row_bytes, int64_t n_cols, uint8_t* d
       std::memcpy(out + 2 * r, &blk.d, 2);
       for (int j = 0; j < 16; ++j) out[kQ6Kx16Scales + 16 * j + r] = static_cast<uint8_t>(blk.scales[j]);
       uint8_t q[kQK_K];
-      q6_levels(blk, q);
+      q6_k_levels(blk, q);
       for (int c = 0; c < kQK_K; ++c) {
         const int k = c / 4, i = c % 4;
         out[kQ6Kx16Nibbles + 64 * (k % 32) + 4 * r + i] |= static_cast<uint8_t>((q[c] & 0x0F) << (4 * (k / 32)));

@@ -48,16 +48,17 @@ constexpr int64_t kIdxHead = 32, kIdxDim = 128, kTopK = 2048;
 constexpr int64_t kChunk = 512;
 
 // The latent rows of ctx tokens as an F16 cache (slots in order) and the weights (F32, and W_UK
-// / W_UV also as Q8_0 rows).
+// / W_UV also as stored rows: W_UK Q8_0, W_UV in uv_type).
 struct AttnData {
   int64_t ctx, n_q;
   Widths w;
   std::vector<uint16_t> cache;
   std::vector<float> q, w_uk, w_uk_t, w_uv, out;
-  std::vector<uint8_t> w_uk_q8, w_uv_q8, w_uv_k;  // w_uv_k: in uv_type
+  GgmlType uv_type;  // W_UV's stored type (W_UK's is Q8_0)
+  std::vector<uint8_t> w_uk_q8, w_uv_q;
   std::vector<int32_t> slots;
-  AttnData(int64_t ctx_, int64_t n_q_, Widths w_ = kGlm5, GgmlType uv_type = GgmlType::Q6_K)
-      : ctx(ctx_), n_q(n_q_), w(w_) {
+  AttnData(int64_t ctx_, int64_t n_q_, Widths w_ = kGlm5, GgmlType uv_type_ = GgmlType::Q8_0)
+      : ctx(ctx_), n_q(n_q_), w(w_), uv_type(uv_type_) {
     const int64_t H = w.head, N = w.nope, V = w.v;
     const int64_t row = kLora + kRope;
     const auto rows = randn(ctx * row, 1);
@@ -67,20 +68,19 @@ struct AttnData {
     w_uk = randn(H * kLora * N, 3, 1.0f / std::sqrt(float(kLora)));
     w_uk_t = randn(H * N * kLora, 4, 1.0f / std::sqrt(float(kLora)));
     w_uv = randn(H * V * kLora, 5, 1.0f / std::sqrt(float(kLora)));
-    w_uk_q8 = q8_rows(w_uk, N);
-    w_uv_q8 = q8_rows(w_uv, kLora);
-    w_uv_k = q8_rows(w_uv, kLora, uv_type);
+    w_uk_q8 = stored_rows(w_uk, N, GgmlType::Q8_0);
+    w_uv_q = stored_rows(w_uv, kLora, uv_type);
     out.resize(n_q * H * V);
     slots.resize(ctx);
     for (int64_t j = 0; j < ctx; ++j) slots[j] = static_cast<int32_t>(j);
   }
-  static std::vector<uint8_t> q8_rows(const std::vector<float>& x, int64_t cols, GgmlType t = GgmlType::Q8_0) {
+  static std::vector<uint8_t> stored_rows(const std::vector<float>& x, int64_t cols, GgmlType t) {
     const int64_t rb = ggml_row_bytes(t, cols), rows = static_cast<int64_t>(x.size()) / cols;
     std::vector<uint8_t> q(rows * rb);
     for (int64_t r = 0; r < rows; ++r) quantize_row(t, x.data() + r * cols, q.data() + r * rb, cols);
     return q;
   }
-  MlaAttnParams params(bool q8_weights = false, GgmlType uv_type = GgmlType::Q8_0) {
+  MlaAttnParams params(bool stored_weights = false) {
     const int64_t H = w.head, N = w.nope, V = w.v;
     MlaAttnParams p;
     p.n_head = H, p.qk_nope = N, p.qk_rope = kRope, p.kv_lora = kLora, p.v_dim = V;
@@ -89,10 +89,9 @@ struct AttnData {
     p.n_ctx = ctx, p.cache = cache.data(), p.cache_type = GgmlType::F16;
     p.cache_row_bytes = static_cast<int64_t>(sizeof(uint16_t)) * (kLora + kRope), p.slots = slots.data();
     p.w_uk = w_uk.data(), p.w_uk_t = w_uk_t.data(), p.w_uv = w_uv.data();
-    if (q8_weights) {
+    if (stored_weights) {
       p.w_uk = MlaProj(w_uk_q8.data(), GgmlType::Q8_0, ggml_row_bytes(GgmlType::Q8_0, N), 0);
-      p.w_uv = MlaProj(w_uv_q8.data(), GgmlType::Q8_0, ggml_row_bytes(GgmlType::Q8_0, kLora), 0);
-      if (uv_type != GgmlType::Q8_0) p.w_uv = MlaProj(w_uv_k.data(), uv_type, ggml_row_bytes(uv_type, kLora), 0);
+      p.w_uv = MlaProj(w_uv_q.data(), uv_type, ggml_row_bytes(uv_type, kLora), 0);
     }
     p.out = out.data(), p.out_stride = H * V;
     return p;
@@ -127,10 +126,10 @@ void BM_MqaDecode(benchmark::State& state) {
 template <int kWidths, bool kExact = false, GgmlType kUv = GgmlType::Q8_0>
 void BM_MqaDecodeQ8w(benchmark::State& state) {
   const Widths w = kWidths == 0 ? kGlm5 : kV2Lite;
-  AttnData d(std::max<int64_t>(1, state.range(0)), 1, w, kUv == GgmlType::Q8_0 ? GgmlType::Q6_K : kUv);
+  AttnData d(std::max<int64_t>(1, state.range(0)), 1, w, kUv);
   ThreadPool pool(static_cast<int>(state.range(1)));
   AttnScratch scratch;
-  const auto p = d.params(true, kUv);
+  const auto p = d.params(true);
   for (auto _ : state) kMqa<kExact>(p, pool, scratch);
   report(state, w.head * ((w.nope + w.v) * kLora + d.pairs() * (2 * kLora + kRope)));
 }

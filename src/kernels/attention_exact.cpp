@@ -17,7 +17,7 @@
 // Structure. MQA: per query the absorbed q (W_UKᵀ q_nope, and q_pe, times kq_scale) is laid out
 // [row element][head]; the query's rows go in parts (at most 32, whole 256-row units, fixed by
 // its row count alone, so a part is the same whatever the batch or the threads), each part in
-// 32-row tiles converted to double once for all the head groups (up to 16 heads each) a thread
+// 64-row tiles converted to double once for all the head groups (up to 16 heads each) a thread
 // takes. Per group, both products run with the heads along the vector and a tile value broadcast:
 // scores 8 rows x 16 heads in registers, then an online softmax in double, then Σ p c 8 row
 // elements x 16 heads (the output kept [row element][head]). Parts are folded in order, then
@@ -337,7 +337,7 @@ inline void load_row_f64(const MlaAttnParams& p, DequantizeFn dq, int64_t j, flo
 
 constexpr int64_t kPartUnit = 256;  // a part is a whole number of these rows
 constexpr int64_t kMaxParts = 32;   // a query's rows are split into at most this many parts
-constexpr int64_t kTile = 32;       // rows converted to double at a time
+constexpr int64_t kTile = 64;       // rows converted to double at a time
 constexpr int64_t kQueryBlock = 8;  // queries absorbed and attended per round (bounds the buffers)
 constexpr int kMaxGroup = 16;       // heads whose scores and sums stay in registers together
 // Accumulator registers a register tile uses: 16 of AVX-512's 32 (two FMA pipes of latency 4
@@ -476,17 +476,18 @@ MqaPartFn mqa_part_fn(int64_t group) {
   }
 }
 
-// (m, l, o) <- the fold of (m, l, o) and (m2, l2, o2) for heads h < n_heads (o: [kvp][hp]).
-void fold(double* m, double* l, double* o, const double* m2, const double* l2, const double* o2, int64_t n_heads,
-          int64_t hp, int64_t kvp, double* a, double* b) {
-  for (int64_t h = 0; h < n_heads; ++h) {
+// (m, l, o) <- the fold of (m, l, o) and (m2, l2, o2) for heads h0 <= h < h1 (o: [kvp][hp]; a, b:
+// scratch indexed by head).
+void fold(double* m, double* l, double* o, const double* m2, const double* l2, const double* o2, int64_t h0,
+          int64_t h1, int64_t hp, int64_t kvp, double* a, double* b) {
+  for (int64_t h = h0; h < h1; ++h) {
     const double mx = std::max(m[h], m2[h]);
     a[h] = exp_nonpos1(m[h] - mx), b[h] = exp_nonpos1(m2[h] - mx);
     m[h] = mx;
     l[h] = l[h] * a[h] + l2[h] * b[h];
   }
   for (int64_t c = 0; c < kvp; ++c)
-    for (int64_t h = 0; h < n_heads; ++h) o[c * hp + h] = o[c * hp + h] * a[h] + o2[c * hp + h] * b[h];
+    for (int64_t h = h0; h < h1; ++h) o[c * hp + h] = o[c * hp + h] * a[h] + o2[c * hp + h] * b[h];
 }
 
 // Grows every thread's double buffer (AttnScratch::exact_per_thread) to n values; before a
@@ -576,15 +577,16 @@ void mla_attention_mqa_exact(const MlaAttnParams& p, ThreadPool& pool, AttnScrat
     };
     if (n_units > 0) pool.run(attend);
 
-    // 3. Fold each query's parts in order, then un-absorb and normalize:
+    // 3. Fold each query's parts in order (heads split over the threads: a head's fold is the same
+    //    whoever runs it), then un-absorb and normalize:
     //    out[i][h][e] = (Σ_c W_UV[h][e][c] o[i][h][c]) / l[i][h], rounded to F32 once.
-    pool.parallel_for(nq, [&](int64_t i0, int64_t i1, int t) {
+    pool.parallel_for(p.n_head, [&](int64_t h0, int64_t h1, int t) {
       double* ab = scratch.exact_per_thread[t].data();  // the fold's per-head scales
-      for (int64_t i = i0; i < i1; ++i) {
+      for (int64_t i = 0; i < nq; ++i) {
         double* first = parts + part_base[i] * L.part_doubles;
         for (int64_t k = part_base[i] + 1; k < part_base[i + 1]; ++k) {
           const double* other = parts + k * L.part_doubles;
-          fold(first, first + L.hp, first + 2 * L.hp, other, other + L.hp, other + 2 * L.hp, p.n_head, L.hp, L.kvp, ab,
+          fold(first, first + L.hp, first + 2 * L.hp, other, other + L.hp, other + 2 * L.hp, h0, h1, L.hp, L.kvp, ab,
                ab + L.hp);
         }
       }
@@ -644,22 +646,33 @@ void decompress_tile(const double* ct, const double* wd, int64_t r0, int64_t r1,
     for (int v = 0; v < kJV; ++v) vstore(out + (d0 + d) * kKeyBlock + (jv0 + v) * kD, a[d][v]);
 }
 
-// out[d][j] = Σ_r w[d][r] · ct[r][j] for d < n_out and the block's rows j (ct: the key tile
-// transposed, [kv_lora][kKeyBlock]); the latent rows in kRChunk passes (each output's sum runs
-// over r in order whatever the pass), each pass's W values of kTQ outputs widened to double once
-// into wd (kTQ x kRChunk) for all the block's row vectors.
-void decompress_t(const double* ct, const float* w, int64_t n_out, int64_t kv_lora, double* out, double* wd) {
+// A head's W rows [n_out][kv_lora] (F32) widened to double once, laid out for decompress_t: pass
+// by pass (kRChunk latent rows each), the pass's values of each output kRChunk apart.
+int64_t pass_doubles(int64_t n_out, int64_t kv_lora) { return n_out * round_up(kv_lora, kRChunk); }
+void widen_passes(const float* w, int64_t n_out, int64_t kv_lora, double* wd) {
   for (int64_t r0 = 0; r0 < kv_lora; r0 += kRChunk) {
     const int64_t r1 = std::min(kv_lora, r0 + kRChunk);
+    double* pass = wd + n_out * r0;
+    for (int64_t d = 0; d < n_out; ++d)
+      for (int64_t r = r0; r < r1; ++r) pass[d * kRChunk + (r - r0)] = w[d * kv_lora + r];
+  }
+}
+
+// out[d][j] = Σ_r w[d][r] · ct[r][j] for d < n_out and the block's rows j (ct: the key tile
+// transposed, [kv_lora][kKeyBlock]; wd: W widened by widen_passes); the latent rows in kRChunk
+// passes (each output's sum runs over r in order whatever the pass).
+void decompress_t(const double* ct, const double* wd, int64_t n_out, int64_t kv_lora, double* out) {
+  for (int64_t r0 = 0; r0 < kv_lora; r0 += kRChunk) {
+    const int64_t r1 = std::min(kv_lora, r0 + kRChunk);
+    const double* pass = wd + n_out * r0;
     for (int64_t d = 0; d < n_out; d += kTQ) {
       const int nd = static_cast<int>(std::min<int64_t>(kTQ, n_out - d));
-      for (int k = 0; k < nd; ++k)
-        for (int64_t r = r0; r < r1; ++r) wd[k * kRChunk + (r - r0)] = w[(d + k) * kv_lora + r];
+      const double* w = pass + d * kRChunk;
       for (int jv0 = 0; jv0 < kNJ; jv0 += kJV) {
         if (nd == kTQ) {
-          decompress_tile<kTQ>(ct, wd, r0, r1, d, jv0, out, r0 == 0);
+          decompress_tile<kTQ>(ct, w, r0, r1, d, jv0, out, r0 == 0);
         } else {
-          for (int k = 0; k < nd; ++k) decompress_tile<1>(ct, wd + k * kRChunk, r0, r1, d + k, jv0, out, r0 == 0);
+          for (int k = 0; k < nd; ++k) decompress_tile<1>(ct, w + k * kRChunk, r0, r1, d + k, jv0, out, r0 == 0);
         }
       }
     }
@@ -751,10 +764,12 @@ void mla_attention_mha_exact(const MlaAttnParams& p, ThreadPool& pool, AttnScrat
   const DequantizeFn dq = p.cache_type == GgmlType::F32 ? nullptr : dequantize_fn(p.cache_type);
   // Per thread: 8 F32 rows, the key tile transposed ct [row_len][kKeyBlock], kt [qk_head][kKeyBlock]
   // (W_UK c, then k_pe), vt [v_dim][kKeyBlock] (W_UV c) and v [kKeyBlock][ldv], kTQ queries' scores,
-  // and the head's queries in double qd [n_q][qk_head] with their state m, l, acc [n_q][ldv].
+  // the head's W_UK and W_UV widened to double once (widen_passes: 1.8 MB at GLM-5's widths; each
+  // value serves every block, where converting per block cost 6% of the kernel), and the head's queries in double qd [n_q][qk_head] with their state m, l, acc [n_q][ldv].
   const int64_t tile = row_len * kKeyBlock + qk_head * kKeyBlock + p.v_dim * kKeyBlock + kKeyBlock * ldv;
   const size_t per_thread =
-      static_cast<size_t>(4 * row_len + tile + kTQ * kKeyBlock + kTQ * kRChunk + p.n_q * (qk_head + 2 + ldv));
+      static_cast<size_t>(4 * row_len + tile + kTQ * kKeyBlock + pass_doubles(p.qk_nope, p.kv_lora) +
+                          pass_doubles(p.v_dim, p.kv_lora) + p.n_q * (qk_head + 2 + ldv));
   reserve_thread_buffers(scratch, nt, per_thread);
   attn::reserve_head_buffers(scratch, nt, static_cast<size_t>((p.qk_nope + p.v_dim) * p.kv_lora));
   if (static_cast<int>(scratch.exact_rows.size()) < nt) scratch.exact_rows.resize(nt);
@@ -775,8 +790,9 @@ void mla_attention_mha_exact(const MlaAttnParams& p, ThreadPool& pool, AttnScrat
     double* vt = kt + qk_head * kKeyBlock;
     double* vr = vt + p.v_dim * kKeyBlock;
     double* sc = vr + kKeyBlock * ldv;
-    double* wd = sc + kTQ * kKeyBlock;  // decompress_t's W rows in double
-    double* qd = wd + kTQ * kRChunk;
+    double* wkd = sc + kTQ * kKeyBlock;  // the head's W_UK and W_UV in double (widen_passes)
+    double* wvd = wkd + pass_doubles(p.qk_nope, p.kv_lora);
+    double* qd = wvd + pass_doubles(p.v_dim, p.kv_lora);
     double* m = qd + p.n_q * qk_head;
     double* l = m + p.n_q;
     double* acc = l + p.n_q;
@@ -789,6 +805,8 @@ void mla_attention_mha_exact(const MlaAttnParams& p, ThreadPool& pool, AttnScrat
       float* wbuf = scratch.heads[t].data();
       const float* wk = mla_proj_head(p.w_uk_t, h, p.qk_nope, p.kv_lora, wbuf);  // [qk_nope][kv_lora]
       const float* wv = mla_proj_head(p.w_uv, h, p.v_dim, p.kv_lora, wbuf + p.qk_nope * p.kv_lora);
+      widen_passes(wk, p.qk_nope, p.kv_lora, wkd);
+      widen_passes(wv, p.v_dim, p.kv_lora, wvd);
       for (int64_t i = 0; i < p.n_q; ++i) {
         const float* q = p.q + i * p.q_stride + h * qk_head;
         for (int64_t d = 0; d < qk_head; ++d) qd[i * qk_head + d] = q[d];
@@ -820,9 +838,9 @@ void mla_attention_mha_exact(const MlaAttnParams& p, ThreadPool& pool, AttnScrat
             for (int64_t k = 0; k < 8; ++k) ct[c * kKeyBlock + r0 + k] = fbuf[k * row_len + c];
         }
         // k = [W_UK c | k_pe] and v = W_UV c of the block's rows.
-        decompress_t(ct, wk, p.qk_nope, p.kv_lora, kt, wd);
+        decompress_t(ct, wkd, p.qk_nope, p.kv_lora, kt);
         std::memcpy(kt + p.qk_nope * kKeyBlock, ct + p.kv_lora * kKeyBlock, sizeof(double) * p.qk_rope * kKeyBlock);
-        decompress_t(ct, wv, p.v_dim, p.kv_lora, vt, wd);
+        decompress_t(ct, wvd, p.v_dim, p.kv_lora, vt);
         for (int64_t j = 0; j < kKeyBlock; ++j) {
           for (int64_t e = 0; e < p.v_dim; ++e) vr[j * ldv + e] = vt[e * kKeyBlock + j];
           for (int64_t e = p.v_dim; e < ldv; ++e) vr[j * ldv + e] = 0.0;
@@ -842,7 +860,7 @@ void mla_attention_mha_exact(const MlaAttnParams& p, ThreadPool& pool, AttnScrat
             if (rows.list) {
               for (; cursor[i] < rows.n && rows[cursor[i]] < j0 + nr; ++cursor[i]) v[rows[cursor[i]] - j0] = true;
             } else {
-              for (int64_t j = 0; j < nr && j0 + j < rows.n; ++j) v[j] = true;
+              std::fill(v, v + std::clamp<int64_t>(rows.n - j0, 0, nr), true);
             }
           }
           kBlockScores[nq - 1](qs, kt, qk_head, sc);

@@ -22,8 +22,13 @@
 //                                        on the same shapes, and both paths of a 512-token chunk at
 //                                        V2-Lite's widths (ctx 512: the pp512 prefill)
 //
-//   build/bench/mla_bench --benchmark_filter='attn|indexer'
+//   peak/f64_fma/<threads>               the host's ceiling for those kernels: independent double
+//                                        multiply-adds in registers (no memory), in the build's
+//                                        widest double vectors (8 lanes AVX-512, 4 AVX2, 2 scalar)
+//
+//   build/bench/mla_bench --benchmark_filter='attn|indexer|peak'
 #include <benchmark/benchmark.h>
+#include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
@@ -177,6 +182,62 @@ void BM_IndexerDecode(benchmark::State& state) {
   report(state, static_cast<double>(kIdxHead) * kIdxDim * ctx);
 }
 
+// The double multiply-add ceiling the exact kernels are read against: independent chains per
+// thread (latency 4 x two FMA pipes needs 8 in flight), all in registers.
+#if defined(__AVX512F__)
+using PeakVec = __m512d;
+inline PeakVec peak_splat(double x) { return _mm512_set1_pd(x); }
+inline PeakVec peak_fma(PeakVec a, PeakVec b, PeakVec c) { return _mm512_fmadd_pd(a, b, c); }
+inline double peak_sum(PeakVec a) {
+  alignas(64) double v[8];
+  _mm512_store_pd(v, a);
+  return v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7];
+}
+constexpr int kPeakChains = 16;
+#elif defined(__FMA__)
+using PeakVec = __m256d;
+inline PeakVec peak_splat(double x) { return _mm256_set1_pd(x); }
+inline PeakVec peak_fma(PeakVec a, PeakVec b, PeakVec c) { return _mm256_fmadd_pd(a, b, c); }
+inline double peak_sum(PeakVec a) {
+  alignas(32) double v[4];
+  _mm256_store_pd(v, a);
+  return v[0] + v[1] + v[2] + v[3];
+}
+constexpr int kPeakChains = 12;  // of 16 registers (with the two operands)
+#else
+using PeakVec = __m128d;  // baseline x86-64: no FMA instruction, a multiply and an add
+inline PeakVec peak_splat(double x) { return _mm_set1_pd(x); }
+inline PeakVec peak_fma(PeakVec a, PeakVec b, PeakVec c) { return _mm_add_pd(_mm_mul_pd(a, b), c); }
+inline double peak_sum(PeakVec a) {
+  alignas(16) double v[2];
+  _mm_store_pd(v, a);
+  return v[0] + v[1];
+}
+constexpr int kPeakChains = 12;
+#endif
+
+void BM_PeakF64Fma(benchmark::State& state) {
+  constexpr int kChains = kPeakChains;
+  constexpr int64_t kSteps = int64_t{1} << 16;
+  ThreadPool pool(static_cast<int>(state.range(0)));
+  std::vector<double> sink(pool.n_threads());
+  volatile double mul = 0.999999, add = 1e-9;  // opaque to the compiler
+  for (auto _ : state) {
+    pool.run([&](int t) {
+      const PeakVec b = peak_splat(mul), c = peak_splat(add);
+      PeakVec a[kChains];
+      for (int i = 0; i < kChains; ++i) a[i] = peak_splat(1.0 + i);
+      for (int64_t s = 0; s < kSteps; ++s)
+        for (int i = 0; i < kChains; ++i) a[i] = peak_fma(a[i], b, c);
+      double sum = 0;
+      for (int i = 0; i < kChains; ++i) sum += peak_sum(a[i]);
+      sink[t] = sum;
+    });
+  }
+  benchmark::DoNotOptimize(sink.data());
+  report(state, static_cast<double>(kSteps) * kChains * (sizeof(PeakVec) / sizeof(double)) * pool.n_threads());
+}
+
 void depth_args(benchmark::internal::Benchmark* b, std::initializer_list<int64_t> ctxs) {
   for (int64_t ctx : ctxs)
     for (int64_t t : {1, 2}) b->Args({ctx, t});
@@ -204,6 +265,7 @@ BENCHMARK(BM_MqaChunk<true>)->Name("attn/exact/mqa_chunk")->Apply([](auto* b) { 
 BENCHMARK(BM_MhaChunk<true>)->Name("attn/exact/mha_chunk")->Apply([](auto* b) { depth_args(b, {2048}); });
 BENCHMARK(BM_MqaChunk<true, 1>)->Name("attn/exact/v2lite_mqa_chunk")->Apply([](auto* b) { depth_args(b, {512}); });
 BENCHMARK(BM_MhaChunk<true, 1>)->Name("attn/exact/v2lite_mha_chunk")->Apply([](auto* b) { depth_args(b, {512}); });
+BENCHMARK(BM_PeakF64Fma)->Name("peak/f64_fma")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_IndexerDecode)->Name("indexer/decode")->Apply([](auto* b) { depth_args(b, {8192, 32768}); });
 
 }  // namespace

@@ -15,7 +15,7 @@
 // downstream.
 //
 // Structure. MQA: per query the absorbed q (W_UKᵀ q_nope, and q_pe, times kq_scale) is laid out
-// [row element][head]; the query's rows go in parts (at most 32, whole 256-row units, fixed by
+// [row element][head]; the query's rows go in parts (at most 16, whole 512-row units, fixed by
 // its row count alone, so a part is the same whatever the batch or the threads), each part in
 // 64-row tiles converted to double once for all the head groups (up to 16 heads each) a thread
 // takes. Per group, both products run with the heads along the vector and a tile value broadcast:
@@ -335,8 +335,12 @@ inline void load_row_f64(const MlaAttnParams& p, DequantizeFn dq, int64_t j, flo
 
 // ---- MQA ----
 
-constexpr int64_t kPartUnit = 256;  // a part is a whole number of these rows
-constexpr int64_t kMaxParts = 32;   // a query's rows are split into at most this many parts
+// A part's state (max, sum, output per head: 256 KB at GLM-5's widths) is written once and read
+// back by the fold, so parts are few and long: 16 of them (times the head groups, 4 at GLM-5's
+// widths) still spread one query over 64 threads; 32 parts of 256 rows folded 8 MB per GLM-5
+// layer at depth 8192.
+constexpr int64_t kPartUnit = 512;  // a part is a whole number of these rows
+constexpr int64_t kMaxParts = 16;   // a query's rows are split into at most this many parts
 constexpr int64_t kTile = 64;       // rows converted to double at a time
 constexpr int64_t kQueryBlock = 8;  // queries absorbed and attended per round (bounds the buffers)
 constexpr int kMaxGroup = 16;       // heads whose scores and sums stay in registers together

@@ -392,9 +392,9 @@ struct StoredCache {
 
 // Both exact paths, and the double references, give the same F32 bits: each is the exact result
 // rounded once (a mismatch would need an output within ~1e-15 of a rounding midpoint; with these
-// fixed inputs there is none). Shapes cross the 64-row key blocks, the 32-row tiles, the MQA
-// register tiles (8 rows, 8 row elements) and the 256-row parts (and, past 8192 rows, parts of
-// 512: at most 32 parts), with head counts below, at and above the 16-head group, in every cache
+// fixed inputs there is none). Shapes cross the 64-row key blocks and MQA tiles, the MQA
+// register tiles (8 rows, 8 row elements) and the 512-row parts (and, past 8192 rows, parts of
+// 1024: at most 16 parts), with head counts below, at and above the 16-head group, in every cache
 // dtype.
 TEST(MlaAttentionExact, PathsAndReferencesGiveTheSameBits) {
   struct Shape {

@@ -482,8 +482,8 @@ MqaPartFn mqa_part_fn(int64_t group) {
 
 // (m, l, o) <- the fold of (m, l, o) and (m2, l2, o2) for heads h0 <= h < h1 (o: [kvp][hp]; a, b:
 // scratch indexed by head).
-void fold(double* m, double* l, double* o, const double* m2, const double* l2, const double* o2, int64_t h0,
-          int64_t h1, int64_t hp, int64_t kvp, double* a, double* b) {
+void fold(double* m, double* l, double* o, const double* m2, const double* l2, const double* o2, int64_t h0, int64_t h1,
+          int64_t hp, int64_t kvp, double* a, double* b) {
   for (int64_t h = h0; h < h1; ++h) {
     const double mx = std::max(m[h], m2[h]);
     a[h] = exp_nonpos1(m[h] - mx), b[h] = exp_nonpos1(m2[h] - mx);
@@ -769,7 +769,8 @@ void mla_attention_mha_exact(const MlaAttnParams& p, ThreadPool& pool, AttnScrat
   // Per thread: 8 F32 rows, the key tile transposed ct [row_len][kKeyBlock], kt [qk_head][kKeyBlock]
   // (W_UK c, then k_pe), vt [v_dim][kKeyBlock] (W_UV c) and v [kKeyBlock][ldv], kTQ queries' scores,
   // the head's W_UK and W_UV widened to double once (widen_passes: 1.8 MB at GLM-5's widths; each
-  // value serves every block, where converting per block cost 6% of the kernel), and the head's queries in double qd [n_q][qk_head] with their state m, l, acc [n_q][ldv].
+  // value serves every block, where converting per block cost 6% of the kernel), and the head's
+  // queries in double qd [n_q][qk_head] with their state m, l, acc [n_q][ldv].
   const int64_t tile = row_len * kKeyBlock + qk_head * kKeyBlock + p.v_dim * kKeyBlock + kKeyBlock * ldv;
   const size_t per_thread =
       static_cast<size_t>(4 * row_len + tile + kTQ * kKeyBlock + pass_doubles(p.qk_nope, p.kv_lora) +

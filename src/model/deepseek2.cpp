@@ -32,13 +32,14 @@ MlaPath cheaper_prefill_path(int64_t kv_lora, int64_t qk_nope, int64_t qk_rope, 
   // attn/mha_chunk for the F32 kernels. The rates are the build target's, fixed for a binary, so
   // the choice depends on the model's widths only, never on a chunk's length.
 #if defined(__AVX512F__)
-  // Zen 5, AVX-512: exact MQA 36.1, MHA 23.8 (issue 26's register tiles); F32 MQA 58.3, MHA 39.3
-  // (issue 25).
-  const double kMqaGmacs = exact_kernels ? 36.1 : 58, kMhaGmacs = exact_kernels ? 23.8 : 39;
+  // Zen 5, AVX-512: exact MQA 27.4, MHA 21.2 (issue 26, third pass, best of two runs; the first
+  // pass read 36.1 and 23.8); F32 MQA 58.3, MHA 39.3 (issue 25).
+  const double kMqaGmacs = exact_kernels ? 27.4 : 58, kMhaGmacs = exact_kernels ? 21.2 : 39;
 #else
-  // Exact: the x86-64-v3 build on Zen 5, MQA 18.1, MHA 12.7 (issue 26). F32: 2-core Zen 3, AVX2 +
-  // FMA, both kernels in 8-lane register tiles (MQA 23.0 / 27.0, MHA 15.9 / 16.0 at depth 2048 / 8192).
-  const double kMqaGmacs = exact_kernels ? 18.1 : 25, kMhaGmacs = exact_kernels ? 12.7 : 16;
+  // Exact: the x86-64-v3 build on Zen 5, MQA 11.7, MHA 11.4 (issue 26, third pass; the first
+  // read 18.1 and 12.7). F32: 2-core Zen 3, AVX2 + FMA, both kernels in 8-lane register tiles
+  // (MQA 23.0 / 27.0, MHA 15.9 / 16.0 at depth 2048 / 8192).
+  const double kMqaGmacs = exact_kernels ? 11.7 : 25, kMhaGmacs = exact_kernels ? 11.4 : 16;
 #endif
   const double mqa = static_cast<double>(2 * kv_lora + qk_rope) / kMqaGmacs;
   const double mha = static_cast<double>(qk_nope + qk_rope + v_head) / kMhaGmacs;

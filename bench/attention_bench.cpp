@@ -32,6 +32,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -188,33 +189,25 @@ void BM_IndexerDecode(benchmark::State& state) {
 using PeakVec = __m512d;
 inline PeakVec peak_splat(double x) { return _mm512_set1_pd(x); }
 inline PeakVec peak_fma(PeakVec a, PeakVec b, PeakVec c) { return _mm512_fmadd_pd(a, b, c); }
-inline double peak_sum(PeakVec a) {
-  alignas(64) double v[8];
-  _mm512_store_pd(v, a);
-  return v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7];
-}
 constexpr int kPeakChains = 16;
 #elif defined(__FMA__)
 using PeakVec = __m256d;
 inline PeakVec peak_splat(double x) { return _mm256_set1_pd(x); }
 inline PeakVec peak_fma(PeakVec a, PeakVec b, PeakVec c) { return _mm256_fmadd_pd(a, b, c); }
-inline double peak_sum(PeakVec a) {
-  alignas(32) double v[4];
-  _mm256_store_pd(v, a);
-  return v[0] + v[1] + v[2] + v[3];
-}
 constexpr int kPeakChains = 12;  // of 16 registers (with the two operands)
 #else
 using PeakVec = __m128d;  // baseline x86-64: no FMA instruction, a multiply and an add
 inline PeakVec peak_splat(double x) { return _mm_set1_pd(x); }
 inline PeakVec peak_fma(PeakVec a, PeakVec b, PeakVec c) { return _mm_add_pd(_mm_mul_pd(a, b), c); }
-inline double peak_sum(PeakVec a) {
-  alignas(16) double v[2];
-  _mm_store_pd(v, a);
-  return v[0] + v[1];
-}
 constexpr int kPeakChains = 12;
 #endif
+inline double peak_sum(PeakVec a) {
+  double v[sizeof(PeakVec) / sizeof(double)];
+  std::memcpy(v, &a, sizeof v);
+  double sum = 0;
+  for (double x : v) sum += x;
+  return sum;
+}
 
 void BM_PeakF64Fma(benchmark::State& state) {
   constexpr int kChains = kPeakChains;

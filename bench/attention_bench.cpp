@@ -210,7 +210,6 @@ inline double peak_sum(PeakVec a) {
 }
 
 void BM_PeakF64Fma(benchmark::State& state) {
-  constexpr int kChains = kPeakChains;
   constexpr int64_t kSteps = int64_t{1} << 16;
   ThreadPool pool(static_cast<int>(state.range(0)));
   std::vector<double> sink(pool.n_threads());
@@ -218,17 +217,17 @@ void BM_PeakF64Fma(benchmark::State& state) {
   for (auto _ : state) {
     pool.run([&](int t) {
       const PeakVec b = peak_splat(mul), c = peak_splat(add);
-      PeakVec a[kChains];
-      for (int i = 0; i < kChains; ++i) a[i] = peak_splat(1.0 + i);
+      PeakVec a[kPeakChains];
+      for (int i = 0; i < kPeakChains; ++i) a[i] = peak_splat(1.0 + i);
       for (int64_t s = 0; s < kSteps; ++s)
-        for (int i = 0; i < kChains; ++i) a[i] = peak_fma(a[i], b, c);
+        for (int i = 0; i < kPeakChains; ++i) a[i] = peak_fma(a[i], b, c);
       double sum = 0;
-      for (int i = 0; i < kChains; ++i) sum += peak_sum(a[i]);
+      for (int i = 0; i < kPeakChains; ++i) sum += peak_sum(a[i]);
       sink[t] = sum;
     });
   }
   benchmark::DoNotOptimize(sink.data());
-  report(state, static_cast<double>(kSteps) * kChains * (sizeof(PeakVec) / sizeof(double)) * pool.n_threads());
+  report(state, static_cast<double>(kSteps) * kPeakChains * (sizeof(PeakVec) / sizeof(double)) * pool.n_threads());
 }
 
 void depth_args(benchmark::internal::Benchmark* b, std::initializer_list<int64_t> ctxs) {

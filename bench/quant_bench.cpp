@@ -13,7 +13,8 @@
 //   gemv/<TYPE>/packed/cold  the decode step's GEMV: one token against a cold packed matrix of
 //                          MLA_BENCH_COLD_MIB (lm_head-like rows of 2048), 1 and 2 threads
 //                          (matmul's thread split); GB/s of packed weight bytes per wall second
-//                          and per CPU second (a memory-bound kernel's stalls count as CPU time)
+//                          and per CPU second (a memory-bound kernel's stalls count as CPU time),
+//                          and per wall second over the bytes the file's rows hold (file_GB/s)
 //   membw/read_sum         sum of a cold buffer of uint64 (read bandwidth), 1 and 2 threads
 //   membw/memcpy           memcpy between cold buffers (bytes counted once per direction)
 //
@@ -34,6 +35,7 @@
 
 #include "../tests/quant/quant_test_util.h"
 #include "kernels/matmul.h"
+#include "quant/packed.h"
 #include "quant/quant.h"
 
 namespace mla {
@@ -208,6 +210,10 @@ void bm_gemv_cold(benchmark::State& state, GgmlType t, int n_threads) {
   state.counters["GB/s_wall"] = benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsRate);
   state.counters["GB/s_cpu"] = cpu_s > 0 ? bytes / 1e9 / cpu_s * n_threads : 0.0;
   state.counters["MB"] = static_cast<double>(store.bytes()) / 1e6;
+  // The same time over the bytes the file stores (a packed group may be larger than its rows).
+  state.counters["file_GB/s_wall"] = benchmark::Counter(
+      static_cast<double>(state.iterations()) * static_cast<double>(n_rows * row_bytes) / 1e9,
+      benchmark::Counter::kIsRate);
 }
 
 // Cold buffers for the bandwidth probes, shared by all of them.
@@ -292,15 +298,17 @@ const GgmlType kBenchTypes[] = {GgmlType::F32,    GgmlType::F16,   GgmlType::BF1
       benchmark::RegisterBenchmark(name.c_str(), bm_quantize, t, isa)->Unit(benchmark::kMicrosecond);
     }
   }
-  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K})
+  for (GgmlType t : kBenchTypes)
     for (bool packed : {false, true})
       for (int n_tok : {1, 8, 64}) {
+        if (!packed_layout_exists(t) || !find_vec_dot(t, QuantIsa::Avx2)) continue;
         const std::string name = std::string("gemm/") + std::string(ggml_type_name(t)) +
                                  (packed ? "/packed" : "/rows") + "/t" + std::to_string(n_tok);
         benchmark::RegisterBenchmark(name.c_str(), bm_gemm, t, packed, n_tok)->Unit(benchmark::kMicrosecond);
       }
-  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K})
+  for (GgmlType t : kBenchTypes)
     for (int n_threads : {1, 2}) {
+      if (!packed_layout_exists(t)) continue;
       const std::string name =
           std::string("gemv/") + std::string(ggml_type_name(t)) + "/packed/cold/threads:" + std::to_string(n_threads);
       benchmark::RegisterBenchmark(name.c_str(), bm_gemv_cold, t, n_threads)

@@ -89,6 +89,47 @@ static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 && sizeof(Bloc
               sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210 && sizeof(BlockQ8_K) == 292);
 static_assert(sizeof(BlockIQ4_NL) == 18 && sizeof(BlockIQ4_XS) == 136 && sizeof(BlockMXFP4) == 17);
 
+// The lattice i-quants (iquants.cpp describes their values).
+struct BlockIQ2_XXS {
+  uint16_t d;
+  uint16_t qs[kQK_K / 8];  // per 32 values: 4 grid bytes, then 4 x 7 sign bits and a 4-bit scale
+};
+struct BlockIQ2_XS {
+  uint16_t d;
+  uint16_t qs[kQK_K / 8];  // 9-bit grid index | 7 sign bits << 9
+  uint8_t scales[kQK_K / 32];
+};
+struct BlockIQ2_S {
+  uint16_t d;
+  uint8_t qs[kQK_K / 4];   // 32 low index bytes, then 32 sign bytes
+  uint8_t qh[kQK_K / 32];  // 2 high index bits per group of 8
+  uint8_t scales[kQK_K / 32];
+};
+struct BlockIQ3_XXS {
+  uint16_t d;
+  uint8_t qs[3 * kQK_K / 8];  // 64 grid bytes, then per 32 values a word of 4 x 7 sign bits + scale
+};
+struct BlockIQ3_S {
+  uint16_t d;
+  uint8_t qs[kQK_K / 4];
+  uint8_t qh[kQK_K / 32];
+  uint8_t signs[kQK_K / 8];
+  uint8_t scales[kQK_K / 64];
+};
+struct BlockIQ1_S {
+  uint16_t d;
+  uint8_t qs[kQK_K / 8];
+  uint16_t qh[kQK_K / 32];  // 4 x 3 high index bits, 3-bit scale, shift sign (bit 15)
+};
+struct BlockIQ1_M {
+  uint8_t qs[kQK_K / 8];
+  uint8_t qh[kQK_K / 16];      // per pair of groups: 3 high index bits + shift sign, twice
+  uint8_t scales[kQK_K / 32];  // 4 words: 4 x 3-bit scales, fp16 d nibble in the top 4 bits
+};
+static_assert(sizeof(BlockIQ2_XXS) == 66 && sizeof(BlockIQ2_XS) == 74 && sizeof(BlockIQ2_S) == 82);
+static_assert(sizeof(BlockIQ3_XXS) == 98 && sizeof(BlockIQ3_S) == 110);
+static_assert(sizeof(BlockIQ1_S) == 50 && sizeof(BlockIQ1_M) == 56);
+
 // The 16 non-linear levels of IQ4_NL / IQ4_XS.
 inline constexpr int8_t kIQ4NLValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 // E2M1 (FP4) values times two, so they are integers; the scale is halved to compensate.

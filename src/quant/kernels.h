@@ -43,6 +43,9 @@ inline constexpr int64_t kQ4Kx16Scales = 64;
 inline constexpr int64_t kQ4Kx16Mins = 64 + 128;
 inline constexpr int64_t kQ4Kx16Quants = 64 + 128 + 128;
 inline constexpr int64_t kQ4Kx16Bytes = kQ4Kx16Quants + 4 * 8 * 64;
+// Q5_Kx16: the Q4_Kx16 super-block, then the fifth-bit plane (8 entries x 64 bytes).
+inline constexpr int64_t kQ5Kx16High = kQ4Kx16Bytes;
+inline constexpr int64_t kQ5Kx16Bytes = kQ5Kx16High + 8 * 64;
 inline constexpr int64_t kQ6Kx16Scales = 32;
 inline constexpr int64_t kQ6Kx16Nibbles = 32 + 256;
 inline constexpr int64_t kQ6Kx16Bits = 32 + 256 + 32 * 64;
@@ -54,6 +57,13 @@ inline constexpr int64_t kQ8KExtraNeg32 = 64;
 // The AVX-512 packed GEMM kernels; nullptr for a type without a packed layout. Call only when
 // cpu_has_avx512_vnni().
 PackedGemmFn packed_gemm_avx512_fn(GgmlType t);
+
+// The grid-and-sign i-quants' packed groups (packed_iq.cpp, packed_iq_avx512.cpp; layout in
+// packed_iq.h): 0 bytes / nullptr for any other type.
+int64_t packed_iq_group_bytes(GgmlType t, int64_t n_cols);
+void pack_iq_rows(GgmlType t, const uint8_t* src, int64_t row_bytes, int64_t n_cols, uint8_t* dst);
+PackedGemmFn packed_gemm_iq_ref_fn(GgmlType t);
+PackedGemmFn packed_gemm_iq_avx512_fn(GgmlType t);
 
 // Q2_K / Q3_K AVX2 dot products (dot_q23k_avx2.cpp), exported for vec_dot_avx2_fn's table.
 float dot_q2_k_avx2(int64_t n, const void* w, const void* a);

@@ -80,8 +80,11 @@ void gemm_q8_0(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t
 // Q4_Kx16 · Q8_K: per sub-block s the unsigned nibbles times the activations (vpdpbusd), times
 // the row's 6-bit scale (vpmulld); the mins times the activation sums of 32 (vpdpwssd on
 // (min 2j, min 2j+1) pairs against the extra's int16 pairs).
-template <int NT>
-void gemm_q4_k(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, float* out) {
+// Q5_Kx16 (kBytes = kQ5Kx16Bytes) is the same with each level's fifth bit ORed in from its plane.
+template <int NT, int64_t kBytes>
+void gemm_q45_k(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, float* out) {
+  constexpr bool kQ5 = kBytes == kQ5Kx16Bytes;
+  constexpr int kLines = static_cast<int>((kBytes + 63) / 64 + 7) / 8;  // prefetch lines per sub-block
   constexpr bool kSplit = NT <= 4;  // two integer chains per token where registers allow
   const int64_t nb = n_cols / kQK_K;
   const BlockQ8_K* a[NT];
@@ -90,18 +93,18 @@ void gemm_q4_k(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t
     a[t] = reinterpret_cast<const BlockQ8_K*>(act + t * act_stride);
     ex[t] = act + t * act_stride + nb * static_cast<int64_t>(sizeof(BlockQ8_K));
   }
-  const __m512i low = _mm512_set1_epi8(0x0F);
+  const __m512i low = _mm512_set1_epi8(0x0F), fifth = _mm512_set1_epi8(0x10);
   __m512 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* blk = group + b * kQ4Kx16Bytes;
+    const uint8_t* blk = group + b * kBytes;
     __m512i tot[NT];
     for (int t = 0; t < NT; ++t) tot[t] = _mm512_setzero_si512();
     for (int s = 0; s < 8; ++s) {
       // The next super-block's 37 lines, 5 per sub-block: decode streams the groups from memory,
       // and without these requests it read Q4_K at two thirds of Q8_0's rate.
-      for (int l = 0; l < 5; ++l)
-        _mm_prefetch(reinterpret_cast<const char*>(blk + kQ4Kx16Bytes + 64 * (5 * s + l)), _MM_HINT_T0);
+      for (int l = 0; l < kLines; ++l)
+        _mm_prefetch(reinterpret_cast<const char*>(blk + kBytes + 64 * (kLines * s + l)), _MM_HINT_T0);
       const __m512i sc =
           _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kQ4Kx16Scales + 16 * s)));
       const uint8_t* q = blk + kQ4Kx16Quants + 512 * (s / 2);
@@ -111,7 +114,13 @@ void gemm_q4_k(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t
       for (int t = 0; t < NT; ++t) is0[t] = is1[t] = _mm512_setzero_si512();
       for (int g = 0; g < 8; ++g) {
         const __m512i raw = load512(q + 64 * g);
-        const __m512i v = (s & 1) ? _mm512_and_si512(_mm512_srli_epi16(raw, 4), low) : _mm512_and_si512(raw, low);
+        __m512i v = (s & 1) ? _mm512_and_si512(_mm512_srli_epi16(raw, 4), low) : _mm512_and_si512(raw, low);
+        if constexpr (kQ5) {
+          // Bit s of each byte moved to bit 4 (16-bit shifts: bits crossing bytes are masked off).
+          const __m512i hb = load512(blk + kQ5Kx16High + 64 * g);
+          const __m512i at4 = s <= 4 ? _mm512_slli_epi16(hb, 4 - s) : _mm512_srli_epi16(hb, s - 4);
+          v = _mm512_or_si512(v, _mm512_and_si512(at4, fifth));
+        }
         for (int t = 0; t < NT; ++t) {
           if (kSplit && (g & 1))
             is1[t] = _mm512_dpbusd_epi32(is1[t], v, bcast32(qa[t] + 4 * g));
@@ -223,7 +232,15 @@ struct Q8_0Kernel {
 };
 template <int NT>
 struct Q4_KKernel {
-  static void run(int64_t n, const uint8_t* g, const uint8_t* a, int64_t s, float* o) { gemm_q4_k<NT>(n, g, a, s, o); }
+  static void run(int64_t n, const uint8_t* g, const uint8_t* a, int64_t s, float* o) {
+    gemm_q45_k<NT, kQ4Kx16Bytes>(n, g, a, s, o);
+  }
+};
+template <int NT>
+struct Q5_KKernel {
+  static void run(int64_t n, const uint8_t* g, const uint8_t* a, int64_t s, float* o) {
+    gemm_q45_k<NT, kQ5Kx16Bytes>(n, g, a, s, o);
+  }
 };
 
 template <int NT>
@@ -237,8 +254,9 @@ PackedGemmFn packed_gemm_avx512_fn(GgmlType t) {
   static_assert(kPackedMaxTokens == 8, "by_count instantiates 1..8 tokens");
   if (t == GgmlType::Q8_0) return by_count<Q8_0Kernel>;
   if (t == GgmlType::Q4_K) return by_count<Q4_KKernel>;
+  if (t == GgmlType::Q5_K) return by_count<Q5_KKernel>;
   if (t == GgmlType::Q6_K) return by_count<Q6_KKernel>;
-  return nullptr;
+  return packed_gemm_iq_avx512_fn(t);
 }
 
 }  // namespace mla::quant

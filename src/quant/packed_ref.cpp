@@ -32,11 +32,17 @@ void pack_q8_0(const uint8_t* src, int64_t row_bytes, int64_t n_cols, uint8_t* d
   }
 }
 
-void pack_q4_k(const uint8_t* src, int64_t row_bytes, int64_t n_cols, uint8_t* dst) {
+// Q4_K and Q5_K share the scales, mins and nibbles (BlockQ5_K adds qh before qs); Q5_K's fifth
+// bits follow as their own plane: entry g, row r holds qh[4g..4g+3] of the row's block, whose bit
+// s is the fifth bit of column 32s + 4g + i.
+template <typename Block, int64_t kBytes>
+void pack_q45_k(const uint8_t* src, int64_t row_bytes, int64_t n_cols, uint8_t* dst) {
   for (int64_t b = 0; b < n_cols / kQK_K; ++b) {
-    uint8_t* out = dst + b * kQ4Kx16Bytes;
+    uint8_t* out = dst + b * kBytes;
     for (int r = 0; r < kPackedRows; ++r) {
-      const auto& blk = reinterpret_cast<const BlockQ4_K*>(src + r * row_bytes)[b];
+      const auto& blk = reinterpret_cast<const Block*>(src + r * row_bytes)[b];
+      if constexpr (kBytes == kQ5Kx16Bytes)
+        for (int g = 0; g < 8; ++g) std::memcpy(out + kQ5Kx16High + 64 * g + 4 * r, blk.qh + 4 * g, 4);
       std::memcpy(out + 2 * r, &blk.d, 2);
       std::memcpy(out + kQ4Kx16Dmin + 2 * r, &blk.dmin, 2);
       uint8_t sc[8], mn[8];
@@ -110,16 +116,21 @@ void gemm_q8_0_ref(int64_t n_cols, const uint8_t* group, const uint8_t* act, int
       });
 }
 
-void gemm_q4_k_ref(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, int n_tok,
-                   float* out) {
-  gemm_ref<BlockQ8_K, kQK_K, kQ4Kx16Bytes>(
+// Q4_K (kBytes = kQ4Kx16Bytes) and Q5_K (kQ5Kx16Bytes: levels 0..31 with the fifth-bit plane).
+template <int64_t kBytes>
+void gemm_q45_k_ref(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, int n_tok,
+                    float* out) {
+  gemm_ref<BlockQ8_K, kQK_K, kBytes>(
       n_cols, group, act, act_stride, n_tok, out, [](const uint8_t* blk, const BlockQ8_K& a, int r, float acc) {
         int32_t tot = 0, msum = 0;
         for (int s = 0; s < 8; ++s) {
           int32_t isum = 0;
           for (int k = 0; k < 32; ++k) {  // chunk s / 2, high nibble when s is odd
             const uint8_t byte = blk[kQ4Kx16Quants + 512 * (s / 2) + 64 * (k / 4) + 4 * r + k % 4];
-            isum += ((s % 2 ? byte >> 4 : byte) & 0x0F) * a.qs[32 * s + k];
+            int level = (s % 2 ? byte >> 4 : byte) & 0x0F;
+            if constexpr (kBytes == kQ5Kx16Bytes)
+              level |= ((blk[kQ5Kx16High + 64 * (k / 4) + 4 * r + k % 4] >> s) & 1) << 4;
+            isum += level * a.qs[32 * s + k];
           }
           tot += blk[kQ4Kx16Scales + 16 * s + r] * isum;
           msum += blk[kQ4Kx16Mins + 32 * (s / 2) + 2 * r + s % 2] * sum_i8(a.qs + 32 * s, 32);
@@ -158,20 +169,36 @@ bool repack_enabled() {
 
 }  // namespace
 
-bool packed_layout_exists(GgmlType t) { return t == GgmlType::Q8_0 || t == GgmlType::Q4_K || t == GgmlType::Q6_K; }
+bool packed_layout_exists(GgmlType t) { return packed_gemm_ref_fn(t) != nullptr; }
 
 int64_t packed_group_bytes(GgmlType t, int64_t n_cols) {
-  if (t == GgmlType::Q8_0) return n_cols / kQK * kQ8x16Bytes;
-  return n_cols / kQK_K * (t == GgmlType::Q4_K ? kQ4Kx16Bytes : kQ6Kx16Bytes);
+  switch (t) {
+    case GgmlType::Q8_0:
+      return n_cols / kQK * kQ8x16Bytes;
+    case GgmlType::Q4_K:
+      return n_cols / kQK_K * kQ4Kx16Bytes;
+    case GgmlType::Q5_K:
+      return n_cols / kQK_K * kQ5Kx16Bytes;
+    case GgmlType::Q6_K:
+      return n_cols / kQK_K * kQ6Kx16Bytes;
+    default:
+      return packed_iq_group_bytes(t, n_cols);
+  }
 }
 
 void pack_rows(GgmlType t, const uint8_t* src, int64_t row_bytes, int64_t n_cols, uint8_t* dst) {
-  if (t == GgmlType::Q8_0)
-    pack_q8_0(src, row_bytes, n_cols, dst);
-  else if (t == GgmlType::Q4_K)
-    pack_q4_k(src, row_bytes, n_cols, dst);
-  else
-    pack_q6_k(src, row_bytes, n_cols, dst);
+  switch (t) {
+    case GgmlType::Q8_0:
+      return pack_q8_0(src, row_bytes, n_cols, dst);
+    case GgmlType::Q4_K:
+      return pack_q45_k<BlockQ4_K, kQ4Kx16Bytes>(src, row_bytes, n_cols, dst);
+    case GgmlType::Q5_K:
+      return pack_q45_k<BlockQ5_K, kQ5Kx16Bytes>(src, row_bytes, n_cols, dst);
+    case GgmlType::Q6_K:
+      return pack_q6_k(src, row_bytes, n_cols, dst);
+    default:
+      return pack_iq_rows(t, src, row_bytes, n_cols, dst);
+  }
 }
 
 int64_t packed_act_extra_bytes(GgmlType act_type, int64_t n_cols) {
@@ -209,9 +236,10 @@ void packed_act_extra(GgmlType act_type, const void* act_row, int64_t n_cols, vo
 
 PackedGemmFn packed_gemm_ref_fn(GgmlType t) {
   if (t == GgmlType::Q8_0) return gemm_q8_0_ref;
-  if (t == GgmlType::Q4_K) return gemm_q4_k_ref;
+  if (t == GgmlType::Q4_K) return gemm_q45_k_ref<kQ4Kx16Bytes>;
+  if (t == GgmlType::Q5_K) return gemm_q45_k_ref<kQ5Kx16Bytes>;
   if (t == GgmlType::Q6_K) return gemm_q6_k_ref;
-  return nullptr;
+  return packed_gemm_iq_ref_fn(t);
 }
 
 PackedGemmFn packed_gemm_fn(GgmlType t) {

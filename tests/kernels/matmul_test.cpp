@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "../support/packed_kernels.h"
+#include "../quant/quant_test_util.h"
 #include "../support/random.h"
 #include "kernels/matmul.h"
 #include "quant/quant.h"
@@ -31,7 +32,21 @@ Quantized make_weight(GgmlType t, int64_t rows, int64_t cols, uint32_t seed) {
   q.m.n_rows = rows;
   q.m.row_bytes = ggml_row_bytes(t, cols);
   q.bytes.resize(q.m.row_bytes * rows);
-  for (int64_t r = 0; r < rows; ++r) quantize_row(t, f.data() + r * cols, q.bytes.data() + r * q.m.row_bytes, cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    uint8_t* row = q.bytes.data() + r * q.m.row_bytes;
+    if (can_quantize(t)) {
+      quantize_row(t, f.data() + r * cols, row, cols);
+      continue;
+    }
+    // Types mla cannot write (the i-quants): random blocks whose fp16 scales are all 2^-9, so
+    // values stay about the size of the quantized ones above.
+    const auto raw = testing::random_row(t, cols, rng, testing::ScaleCase::Random);
+    std::memcpy(row, raw.data(), raw.size());
+    const uint16_t d = fp32_to_fp16(1.0f / 512);
+    const auto& tr = ggml_traits(t);
+    for (int64_t b = 0; b < cols / tr.block_elems; ++b)
+      for (int off : testing::half_scale_offsets(t)) std::memcpy(row + b * tr.block_bytes + off, &d, 2);
+  }
   q.m.data = q.bytes.data();
   return q;
 }
@@ -115,12 +130,15 @@ TEST(PackedMatmulTest, RepackNeedsWholeGroupsPerSlice) {
   auto w = make_weight(GgmlType::Q8_0, 40, 64, 3);
   PackedWeightStore store;
   EXPECT_FALSE(repack_weight(w.m, 40, store));  // 40 rows are not whole groups of 16
-  auto f = make_weight(GgmlType::Q5_K, 32, 256, 4);
+  auto f = make_weight(GgmlType::IQ1_S, 32, 256, 4);
   EXPECT_FALSE(repack_weight(f.m, 32, store));  // no packed layout
   EXPECT_EQ(store.bytes(), 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, PackedMatmul, ::testing::Values(GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K),
+INSTANTIATE_TEST_SUITE_P(Types, PackedMatmul,
+                         ::testing::Values(GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K,
+                                           GgmlType::IQ2_XXS, GgmlType::IQ2_XS, GgmlType::IQ2_S, GgmlType::IQ3_XXS,
+                                           GgmlType::IQ3_S),
                          [](const auto& info) { return std::string(ggml_type_name(info.param)); });
 
 // matmul_multi: several matrices over one input in one region, split by bytes across threads,

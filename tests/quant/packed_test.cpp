@@ -124,19 +124,28 @@ TEST(Packed, LayoutsAndExtras) {
   EXPECT_TRUE(packed_layout_exists(GgmlType::Q8_0));
   EXPECT_TRUE(packed_layout_exists(GgmlType::Q4_K));
   EXPECT_TRUE(packed_layout_exists(GgmlType::Q6_K));
-  EXPECT_FALSE(packed_layout_exists(GgmlType::Q5_K));
-  EXPECT_EQ(packed_gemm_ref_fn(GgmlType::Q5_K), nullptr);
-  EXPECT_EQ(packed_gemm_fn(GgmlType::Q5_K), nullptr);
+  EXPECT_TRUE(packed_layout_exists(GgmlType::Q5_K));
+  EXPECT_TRUE(packed_layout_exists(GgmlType::IQ2_XXS));
+  EXPECT_FALSE(packed_layout_exists(GgmlType::IQ1_S));
+  EXPECT_EQ(packed_gemm_ref_fn(GgmlType::IQ1_S), nullptr);
+  EXPECT_EQ(packed_gemm_fn(GgmlType::IQ1_S), nullptr);
   // 16 rows of Q8_0 are 16 x 34 bytes per block; the packed group keeps that size.
   EXPECT_EQ(packed_group_bytes(GgmlType::Q8_0, 64), 2 * 16 * 34);
   EXPECT_EQ(packed_group_bytes(GgmlType::Q4_K, 512), 2 * (16 * 144 + 64));
   EXPECT_EQ(packed_group_bytes(GgmlType::Q6_K, 512), 2 * 16 * 210);
+  // Q5_K: 16 x 176 bytes per super-block plus the 64 bytes of unpacked scales, as Q4_K.
+  EXPECT_EQ(packed_group_bytes(GgmlType::Q5_K, 512), 2 * (16 * 176 + 64));
+  // IQ2_XXS: 16 x 66 bytes, plus 8 x 16 scale bytes and 32 x 16 expanded sign bytes, less the
+  // 16 x 32 sign-and-scale words the rows store.
+  EXPECT_EQ(packed_group_bytes(GgmlType::IQ2_XXS, 256), 16 * 66 + 128 + 512 - 16 * 32);
   EXPECT_EQ(packed_act_extra_bytes(GgmlType::Q8_0, 64), 8);
   EXPECT_EQ(packed_act_extra_bytes(GgmlType::Q8_K, 512), 2 * (16 + 64));
   EXPECT_EQ(packed_act_extra_bytes(GgmlType::F16, 512), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Quant, PackedTest, ::testing::Values(GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K),
+INSTANTIATE_TEST_SUITE_P(Quant, PackedTest, ::testing::Values(GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K,
+                                                           GgmlType::IQ2_XXS, GgmlType::IQ2_XS, GgmlType::IQ2_S,
+                                                           GgmlType::IQ3_XXS, GgmlType::IQ3_S),
                          [](const auto& info) { return testing::type_label(info.param); });
 
 }  // namespace

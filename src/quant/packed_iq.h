@@ -1,0 +1,54 @@
+#pragma once
+// Internal: the packed 16-row layout of the grid-and-sign i-quants (IQ2_XXS, IQ2_XS, IQ2_S,
+// IQ3_XXS, IQ3_S), shared by the packer and scalar twin (packed_iq.cpp) and the AVX-512 kernel
+// (packed_iq_avx512.cpp). The layout keeps the grid indices, so a group stays about the size of
+// its 16 rows; the kernel fetches grid points with a gather.
+//
+// A value is d * ls / den * grid[idx][j] * sign, with ls = 2s+1 per 16 or 32 columns. Per
+// 256-column super-block of a 16-row group:
+//   fp16 d[16]
+//   | u8 ls[n_scales][16]                      (row r's ls of scale group s at 16s + r)
+//   | indices[32 groups of 8 columns][n_idx][16 rows], idx_bytes each (little-endian)
+//   | u64 mask[32 groups][2 halves]            bit 4r + j: column 8g + 4h + j of row r is negative
+// A grid point covers 8 columns (IQ2: one index per group, the half h reads bytes 4h..4h+3 of the
+// 8-byte point) or 4 (IQ3: index h of the group is the point of half h).
+#include <cstdint>
+
+#include "gguf/types.h"
+#include "quant/iq_grids.h"
+
+namespace mla::quant {
+
+struct IqPackedSpec {
+  int n_scales = 0;         // scale groups per super-block: 8 (per 32 columns) or 16 (per 16)
+  int idx_bytes = 0;        // 1 (8-bit indices) or 2
+  int n_idx = 0;            // indices per group of 8 columns: 1 (8-byte points) or 2 (4-byte points)
+  int point_bytes = 0;      // 8 or 4
+  float inv_den = 0;        // 1/8, 1/4 or 1: the value's divisor, a power of two
+  const void* grid = nullptr;
+
+  constexpr int64_t ls_offset() const { return 32; }
+  constexpr int64_t idx_offset() const { return 32 + 16 * n_scales; }
+  constexpr int64_t mask_offset() const { return idx_offset() + 32 * n_idx * 16 * idx_bytes; }
+  constexpr int64_t bytes() const { return mask_offset() + 32 * 2 * 8; }
+};
+
+// The spec of t; n_scales == 0 when t has no such layout.
+constexpr IqPackedSpec iq_packed_spec(GgmlType t) {
+  switch (t) {
+    case GgmlType::IQ2_XXS:
+      return {8, 1, 1, 8, 0.125f, kIQ2XXSGrid};
+    case GgmlType::IQ2_XS:
+      return {16, 2, 1, 8, 0.125f, kIQ2XSGrid};
+    case GgmlType::IQ2_S:
+      return {16, 2, 1, 8, 0.125f, kIQ2SGrid};
+    case GgmlType::IQ3_XXS:
+      return {8, 1, 2, 4, 0.25f, kIQ3XXSGrid};
+    case GgmlType::IQ3_S:
+      return {8, 2, 2, 4, 1.0f, kIQ3SGrid};
+    default:
+      return {};
+  }
+}
+
+}  // namespace mla::quant

@@ -1,0 +1,130 @@
+// AVX-512 VNNI GEMM over the packed groups of the grid-and-sign i-quants (layout in packed_iq.h).
+// Per group of 8 columns and half h, one dword gather fetches 4 grid bytes of each of the 16
+// rows (the operand of one vpdpbusd: lane r = row r); the row's signs, stored as a 64-bit mask,
+// negate them, and +64 makes them unsigned for vpdpbusd. Each scale group's int32 sums start
+// from -64 x the activation sum of its columns (Q8_K's bsums), so they end exact; then times the
+// row's integer scale. The float steps per (row, token) are the scalar twin's, in its order, so
+// results are bit-identical to packed_iq.cpp whatever the number of tokens in the call.
+#include <immintrin.h>
+// GCC 12 flags the deliberately undefined pass-through operand of its own AVX-512 intrinsics.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+#include <cstring>
+
+#include "quant/blocks.h"
+#include "quant/kernels.h"
+#include "quant/packed_iq.h"
+
+namespace mla::quant {
+namespace {
+
+inline __m512i bcast32(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+template <GgmlType kType, int NT>
+void gemm_iq(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, float* out) {
+  constexpr IqPackedSpec sp = iq_packed_spec(kType);
+  constexpr int kGroupsPerScale = 32 / sp.n_scales;
+  constexpr int64_t kBytes = sp.bytes();
+  constexpr int kLines = static_cast<int>((kBytes + 63) / 64 + sp.n_scales - 1) / sp.n_scales;
+  const int64_t nb = n_cols / kQK_K;
+  const BlockQ8_K* a[NT];
+  for (int t = 0; t < NT; ++t) a[t] = reinterpret_cast<const BlockQ8_K*>(act + t * act_stride);
+  const auto* grid = static_cast<const uint8_t*>(sp.grid);
+  const __m512i c64 = _mm512_set1_epi8(64);
+  const __m512 inv_den = _mm512_set1_ps(sp.inv_den);
+  __m512 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = group + b * kBytes;
+    __m512i tot[NT];
+    for (int t = 0; t < NT; ++t) tot[t] = _mm512_setzero_si512();
+    for (int s = 0; s < sp.n_scales; ++s) {
+      for (int l = 0; l < kLines; ++l)
+        _mm_prefetch(reinterpret_cast<const char*>(blk + kBytes + 64 * (kLines * s + l)), _MM_HINT_T0);
+      __m512i is[NT];
+      for (int t = 0; t < NT; ++t) {
+        const int16_t* bs = a[t][b].bsums;
+        const int32_t sum = sp.n_scales == 16 ? bs[s] : bs[2 * s] + bs[2 * s + 1];
+        is[t] = _mm512_set1_epi32(-64 * sum);
+      }
+      for (int gg = 0; gg < kGroupsPerScale; ++gg) {
+        const int g = s * kGroupsPerScale + gg;
+        for (int h = 0; h < 2; ++h) {
+          const int k = sp.n_idx == 2 ? h : 0;
+          const uint8_t* p = blk + sp.idx_offset() + (g * sp.n_idx + k) * 16 * sp.idx_bytes;
+          const __m512i idx = sp.idx_bytes == 1
+                                  ? _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))
+                                  : _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+          __m512i w;
+          if constexpr (sp.point_bytes == 8)
+            w = _mm512_i32gather_epi32(idx, grid + 4 * h, 8);
+          else
+            w = _mm512_i32gather_epi32(idx, grid, 4);
+          __mmask64 neg;
+          std::memcpy(&neg, blk + sp.mask_offset() + 8 * (2 * g + h), 8);
+          const __m512i wu = _mm512_mask_sub_epi8(_mm512_add_epi8(w, c64), neg, c64, w);
+          for (int t = 0; t < NT; ++t) is[t] = _mm512_dpbusd_epi32(is[t], wu, bcast32(a[t][b].qs + 8 * g + 4 * h));
+        }
+      }
+      const __m512i ls =
+          _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + sp.ls_offset() + 16 * s)));
+      for (int t = 0; t < NT; ++t) tot[t] = _mm512_add_epi32(tot[t], _mm512_mullo_epi32(is[t], ls));
+    }
+    const __m512 dw = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk))), inv_den);
+    for (int t = 0; t < NT; ++t)
+      acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(a[t][b].d)), _mm512_cvtepi32_ps(tot[t]), acc[t]);
+  }
+  for (int t = 0; t < NT; ++t) _mm512_storeu_ps(out + 16 * t, acc[t]);
+}
+
+template <GgmlType kType>
+void by_count(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, int n_tok, float* out) {
+  static_assert(kPackedMaxTokens == 8, "instantiates 1..8 tokens");
+  switch (n_tok) {
+    case 1:
+      return gemm_iq<kType, 1>(n_cols, group, act, act_stride, out);
+    case 2:
+      return gemm_iq<kType, 2>(n_cols, group, act, act_stride, out);
+    case 3:
+      return gemm_iq<kType, 3>(n_cols, group, act, act_stride, out);
+    case 4:
+      return gemm_iq<kType, 4>(n_cols, group, act, act_stride, out);
+    case 5:
+      return gemm_iq<kType, 5>(n_cols, group, act, act_stride, out);
+    case 6:
+      return gemm_iq<kType, 6>(n_cols, group, act, act_stride, out);
+    case 7:
+      return gemm_iq<kType, 7>(n_cols, group, act, act_stride, out);
+    case 8:
+      return gemm_iq<kType, 8>(n_cols, group, act, act_stride, out);
+    default:
+      return;
+  }
+}
+
+}  // namespace
+
+PackedGemmFn packed_gemm_iq_avx512_fn(GgmlType t) {
+  switch (t) {
+    case GgmlType::IQ2_XXS:
+      return by_count<GgmlType::IQ2_XXS>;
+    case GgmlType::IQ2_XS:
+      return by_count<GgmlType::IQ2_XS>;
+    case GgmlType::IQ2_S:
+      return by_count<GgmlType::IQ2_S>;
+    case GgmlType::IQ3_XXS:
+      return by_count<GgmlType::IQ3_XXS>;
+    case GgmlType::IQ3_S:
+      return by_count<GgmlType::IQ3_S>;
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace mla::quant

@@ -64,6 +64,12 @@ int64_t packed_iq_group_bytes(GgmlType t, int64_t n_cols);
 void pack_iq_rows(GgmlType t, const uint8_t* src, int64_t row_bytes, int64_t n_cols, uint8_t* dst);
 PackedGemmFn packed_gemm_iq_ref_fn(GgmlType t);
 PackedGemmFn packed_gemm_iq_avx512_fn(GgmlType t);
+// The same for the 4-bit-index types Q4_0, Q5_0, IQ4_NL, MXFP4 and IQ4_XS (packed_nibble.cpp,
+// packed_nibble_avx512.cpp; layouts in packed_nibble.h).
+int64_t packed_nibble_group_bytes(GgmlType t, int64_t n_cols);
+void pack_nibble_rows(GgmlType t, const uint8_t* src, int64_t row_bytes, int64_t n_cols, uint8_t* dst);
+PackedGemmFn packed_gemm_nibble_ref_fn(GgmlType t);
+PackedGemmFn packed_gemm_nibble_avx512_fn(GgmlType t);
 
 // Q2_K / Q3_K AVX2 dot products (dot_q23k_avx2.cpp), exported for vec_dot_avx2_fn's table.
 float dot_q2_k_avx2(int64_t n, const void* w, const void* a);

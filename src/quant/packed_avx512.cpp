@@ -256,7 +256,8 @@ PackedGemmFn packed_gemm_avx512_fn(GgmlType t) {
   if (t == GgmlType::Q4_K) return by_count<Q4_KKernel>;
   if (t == GgmlType::Q5_K) return by_count<Q5_KKernel>;
   if (t == GgmlType::Q6_K) return by_count<Q6_KKernel>;
-  return packed_gemm_iq_avx512_fn(t);
+  if (PackedGemmFn f = packed_gemm_iq_avx512_fn(t)) return f;
+  return packed_gemm_nibble_avx512_fn(t);
 }
 
 }  // namespace mla::quant

@@ -110,6 +110,10 @@ void pack(const IqPackedSpec& sp, const uint8_t* src, int64_t row_bytes, int64_t
         for (int k = 0; k < sp.n_idx; ++k)
           std::memcpy(out + sp.idx_offset() + ((g * sp.n_idx + k) * 16 + r) * sp.idx_bytes, &f.idx[g][k],
                       static_cast<size_t>(sp.idx_bytes));
+        if (sp.point_bytes == 8) {
+          out[sp.mask_offset() + 16 * g + r] = f.sign[g];
+          continue;
+        }
         for (int h = 0; h < 2; ++h) {
           uint8_t* mask = out + sp.mask_offset() + 8 * (2 * g + h);
           const int nib = (f.sign[g] >> (4 * h)) & 0xf;  // bits 4r..4r+3 of the mask
@@ -131,6 +135,14 @@ int grid_byte(const IqPackedSpec& sp, const uint8_t* blk, int g, int h, int r, i
   return grid[static_cast<size_t>(idx) * sp.point_bytes + byte];
 }
 
+// Whether column 8g + j of row r is negative.
+bool negative(const IqPackedSpec& sp, const uint8_t* blk, int g, int r, int j) {
+  if (sp.point_bytes == 8) return (blk[sp.mask_offset() + 16 * g + r] >> j) & 1;
+  uint64_t mask;
+  std::memcpy(&mask, blk + sp.mask_offset() + 8 * (2 * g + j / 4), 8);
+  return (mask >> (4 * r + j % 4)) & 1;
+}
+
 // Per (token, row): tot = sum over scale groups of ls * sum(grid * sign * a), exact in int32;
 // then acc = fma((d * inv_den) * a.d, tot, acc) per super-block, in block order.
 template <GgmlType kType>
@@ -149,10 +161,8 @@ void gemm_iq_ref(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64
           int32_t isum = 0;
           for (int c = s * cols_per_scale; c < (s + 1) * cols_per_scale; ++c) {
             const int g = c / 8, h = (c / 4) % 2, j = c % 4;
-            uint64_t mask;
-            std::memcpy(&mask, blk + sp.mask_offset() + 8 * (2 * g + h), 8);
             const int w = grid_byte(sp, blk, g, h, r, j);
-            isum += ((mask >> (4 * r + j)) & 1 ? -w : w) * a[b].qs[c];
+            isum += (negative(sp, blk, g, r, c % 8) ? -w : w) * a[b].qs[c];
           }
           tot += blk[sp.ls_offset() + 16 * s + r] * isum;
         }

@@ -9,9 +9,12 @@
 //   fp16 d[16]
 //   | u8 ls[n_scales][16]                      (row r's ls of scale group s at 16s + r)
 //   | indices[32 groups of 8 columns][n_idx][16 rows], idx_bytes each (little-endian)
-//   | u64 mask[32 groups][2 halves]            bit 4r + j: column 8g + 4h + j of row r is negative
-// A grid point covers 8 columns (IQ2: one index per group, the half h reads bytes 4h..4h+3 of the
-// 8-byte point) or 4 (IQ3: index h of the group is the point of half h).
+//   | signs, 512 bytes, by the point size:
+//       8-byte points (IQ2): u8 sign[32 groups][16 rows], bit j: column 8g + j of row r is negative
+//       4-byte points (IQ3): u64 mask[32 groups][2 halves], bit 4r + j: column 8g + 4h + j of row r
+// A grid point covers 8 columns (IQ2: one index per group; the kernel gathers the 8-byte points of
+// 8 rows at once, and 8 rows' sign bytes are then that gather's 64-bit mask) or 4 (IQ3: index h of
+// the group is the point of half h; one gather fetches the 4-byte points of all 16 rows).
 #include <cstdint>
 
 #include "gguf/types.h"

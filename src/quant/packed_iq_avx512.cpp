@@ -1,7 +1,8 @@
 // AVX-512 VNNI GEMM over the packed groups of the grid-and-sign i-quants (layout in packed_iq.h).
-// Per group of 8 columns and half h, one dword gather fetches 4 grid bytes of each of the 16
-// rows (the operand of one vpdpbusd: lane r = row r); the row's signs, stored as a 64-bit mask,
-// negate them, and +64 makes them unsigned for vpdpbusd. Each scale group's int32 sums start
+// 8-byte points (IQ2): per group of 8 columns, one qword gather per 8 rows fetches their points
+// whole; 4-byte points (IQ3): per half of a group, one dword gather fetches the 16 rows' points
+// (the operand of one vpdpbusd: lane r = row r). The signs, stored as the gathers' 64-bit masks,
+// negate the bytes, and +64 makes them unsigned for vpdpbusd. Each scale group's int32 sums start
 // from -64 x the activation sum of its columns (Q8_K's bsums), so they end exact; then times the
 // row's integer scale. The float steps per (row, token) are the scalar twin's, in its order, so
 // results are bit-identical to packed_iq.cpp whatever the number of tokens in the call.
@@ -38,6 +39,9 @@ void gemm_iq(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t a
   const auto* grid = static_cast<const uint8_t*>(sp.grid);
   const __m512i c64 = _mm512_set1_epi8(64);
   const __m512 inv_den = _mm512_set1_ps(sp.inv_den);
+  // Lane pairs (2r, 2r+1) of the two 8-row halves folded into row order.
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
   __m512 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
@@ -53,23 +57,55 @@ void gemm_iq(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t a
         const int32_t sum = sp.n_scales == 16 ? bs[s] : bs[2 * s] + bs[2 * s + 1];
         is[t] = _mm512_set1_epi32(-64 * sum);
       }
-      for (int gg = 0; gg < kGroupsPerScale; ++gg) {
-        const int g = s * kGroupsPerScale + gg;
-        for (int h = 0; h < 2; ++h) {
-          const int k = sp.n_idx == 2 ? h : 0;
-          const uint8_t* p = blk + sp.idx_offset() + (g * sp.n_idx + k) * 16 * sp.idx_bytes;
-          const __m512i idx = sp.idx_bytes == 1
-                                  ? _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))
-                                  : _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-          __m512i w;
-          if constexpr (sp.point_bytes == 8)
-            w = _mm512_i32gather_epi32(idx, grid + 4 * h, 8);
-          else
-            w = _mm512_i32gather_epi32(idx, grid, 4);
-          __mmask64 neg;
-          std::memcpy(&neg, blk + sp.mask_offset() + 8 * (2 * g + h), 8);
-          const __m512i wu = _mm512_mask_sub_epi8(_mm512_add_epi8(w, c64), neg, c64, w);
-          for (int t = 0; t < NT; ++t) is[t] = _mm512_dpbusd_epi32(is[t], wu, bcast32(a[t][b].qs + 8 * g + 4 * h));
+      if constexpr (sp.point_bytes == 8) {
+        // Rows 0-7 and 8-15 gathered 8 rows x 8 bytes at a time: dword lanes 2q and 2q+1 hold
+        // columns 0-3 and 4-7 of row q, against the group's 8 activations broadcast as a qword.
+        __m512i e0[NT], e1[NT];
+        for (int t = 0; t < NT; ++t) e0[t] = e1[t] = _mm512_setzero_si512();
+        for (int gg = 0; gg < kGroupsPerScale; ++gg) {
+          const int g = s * kGroupsPerScale + gg;
+          const uint8_t* p = blk + sp.idx_offset() + g * 16 * sp.idx_bytes;
+          __m256i i0, i1;
+          if constexpr (sp.idx_bytes == 1) {
+            i0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+            i1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8)));
+          } else {
+            i0 = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+            i1 = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)));
+          }
+          const __m512i w0 = _mm512_i32gather_epi64(i0, grid, 8), w1 = _mm512_i32gather_epi64(i1, grid, 8);
+          __mmask64 n0, n1;
+          std::memcpy(&n0, blk + sp.mask_offset() + 16 * g, 8);
+          std::memcpy(&n1, blk + sp.mask_offset() + 16 * g + 8, 8);
+          const __m512i wu0 = _mm512_mask_sub_epi8(_mm512_add_epi8(w0, c64), n0, c64, w0);
+          const __m512i wu1 = _mm512_mask_sub_epi8(_mm512_add_epi8(w1, c64), n1, c64, w1);
+          for (int t = 0; t < NT; ++t) {
+            int64_t a8;
+            std::memcpy(&a8, a[t][b].qs + 8 * g, 8);
+            const __m512i av = _mm512_set1_epi64(a8);
+            e0[t] = _mm512_dpbusd_epi32(e0[t], wu0, av);
+            e1[t] = _mm512_dpbusd_epi32(e1[t], wu1, av);
+          }
+        }
+        for (int t = 0; t < NT; ++t)
+          is[t] = _mm512_add_epi32(is[t], _mm512_add_epi32(_mm512_permutex2var_epi32(e0[t], even, e1[t]),
+                                                           _mm512_permutex2var_epi32(e0[t], odd, e1[t])));
+      } else {
+        for (int gg = 0; gg < kGroupsPerScale; ++gg) {
+          const int g = s * kGroupsPerScale + gg;
+          for (int h = 0; h < 2; ++h) {
+            const uint8_t* p = blk + sp.idx_offset() + (2 * g + h) * 16 * sp.idx_bytes;
+            __m512i idx;
+            if constexpr (sp.idx_bytes == 1)
+              idx = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+            else
+              idx = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+            const __m512i w = _mm512_i32gather_epi32(idx, grid, 4);
+            __mmask64 neg;
+            std::memcpy(&neg, blk + sp.mask_offset() + 8 * (2 * g + h), 8);
+            const __m512i wu = _mm512_mask_sub_epi8(_mm512_add_epi8(w, c64), neg, c64, w);
+            for (int t = 0; t < NT; ++t) is[t] = _mm512_dpbusd_epi32(is[t], wu, bcast32(a[t][b].qs + 8 * g + 4 * h));
+          }
         }
       }
       const __m512i ls =

@@ -6,6 +6,7 @@
 #include "quant/blocks.h"
 #include "quant/kernels.h"
 #include "quant/packed.h"
+#include "quant/packed_iq.h"
 #include "util/env.h"
 
 MLA_NO_FP_CONTRACT
@@ -182,7 +183,7 @@ int64_t packed_group_bytes(GgmlType t, int64_t n_cols) {
     case GgmlType::Q6_K:
       return n_cols / kQK_K * kQ6Kx16Bytes;
     default:
-      return packed_iq_group_bytes(t, n_cols);
+      return iq_packed_spec(t).n_scales ? packed_iq_group_bytes(t, n_cols) : packed_nibble_group_bytes(t, n_cols);
   }
 }
 
@@ -197,7 +198,8 @@ void pack_rows(GgmlType t, const uint8_t* src, int64_t row_bytes, int64_t n_cols
     case GgmlType::Q6_K:
       return pack_q6_k(src, row_bytes, n_cols, dst);
     default:
-      return pack_iq_rows(t, src, row_bytes, n_cols, dst);
+      if (iq_packed_spec(t).n_scales) return pack_iq_rows(t, src, row_bytes, n_cols, dst);
+      return pack_nibble_rows(t, src, row_bytes, n_cols, dst);
   }
 }
 
@@ -239,7 +241,8 @@ PackedGemmFn packed_gemm_ref_fn(GgmlType t) {
   if (t == GgmlType::Q4_K) return gemm_q45_k_ref<kQ4Kx16Bytes>;
   if (t == GgmlType::Q5_K) return gemm_q45_k_ref<kQ5Kx16Bytes>;
   if (t == GgmlType::Q6_K) return gemm_q6_k_ref;
-  return packed_gemm_iq_ref_fn(t);
+  if (PackedGemmFn f = packed_gemm_iq_ref_fn(t)) return f;
+  return packed_gemm_nibble_ref_fn(t);
 }
 
 PackedGemmFn packed_gemm_fn(GgmlType t) {

@@ -38,14 +38,16 @@ Quantized make_weight(GgmlType t, int64_t rows, int64_t cols, uint32_t seed) {
       quantize_row(t, f.data() + r * cols, row, cols);
       continue;
     }
-    // Types mla cannot write (the i-quants): random blocks whose fp16 scales are all 2^-9, so
+    // Types mla cannot write (the i-quants, Q5_0, MXFP4): random blocks whose scales are all 2^-9, so
     // values stay about the size of the quantized ones above.
     const auto raw = testing::random_row(t, cols, rng, testing::ScaleCase::Random);
     std::memcpy(row, raw.data(), raw.size());
     const uint16_t d = fp32_to_fp16(1.0f / 512);
     const auto& tr = ggml_traits(t);
-    for (int64_t b = 0; b < cols / tr.block_elems; ++b)
+    for (int64_t b = 0; b < cols / tr.block_elems; ++b) {
       for (int off : testing::half_scale_offsets(t)) std::memcpy(row + b * tr.block_bytes + off, &d, 2);
+      if (t == GgmlType::MXFP4) row[b * tr.block_bytes] = 120;  // E8M0: 2^-8, halved by the doubled levels
+    }
   }
   q.m.data = q.bytes.data();
   return q;
@@ -138,7 +140,8 @@ TEST(PackedMatmulTest, RepackNeedsWholeGroupsPerSlice) {
 INSTANTIATE_TEST_SUITE_P(Types, PackedMatmul,
                          ::testing::Values(GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K,
                                            GgmlType::IQ2_XXS, GgmlType::IQ2_XS, GgmlType::IQ2_S, GgmlType::IQ3_XXS,
-                                           GgmlType::IQ3_S),
+                                           GgmlType::IQ3_S, GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::IQ4_NL,
+                                           GgmlType::MXFP4, GgmlType::IQ4_XS),
                          [](const auto& info) { return std::string(ggml_type_name(info.param)); });
 
 // matmul_multi: several matrices over one input in one region, split by bytes across threads,

@@ -62,7 +62,7 @@ void for_each_case(GgmlType wt, Check check) {
   const int64_t block = ggml_traits(wt).block_elems;
   for (int64_t n : {block, 3 * block, 7 * block}) {
     for (auto sc : testing::kAllScaleCases) {
-      const float big = wt == GgmlType::Q8_0 ? 5e5f : sc == testing::ScaleCase::Huge ? 1e6f : 1e12f;
+      const float big = vec_dot_type(wt) == GgmlType::Q8_0 ? 5e5f : sc == testing::ScaleCase::Huge ? 1e6f : 1e12f;
       for (float amag : {1.0f, 1e-4f, big, 0.0f})
         for (bool extremes : {false, true}) check(make_case(wt, n, sc, amag, extremes, rng));
     }
@@ -145,7 +145,8 @@ TEST(Packed, LayoutsAndExtras) {
 
 INSTANTIATE_TEST_SUITE_P(Quant, PackedTest, ::testing::Values(GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K,
                                                            GgmlType::IQ2_XXS, GgmlType::IQ2_XS, GgmlType::IQ2_S,
-                                                           GgmlType::IQ3_XXS, GgmlType::IQ3_S),
+                                                           GgmlType::IQ3_XXS, GgmlType::IQ3_S, GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::IQ4_NL,
+                                                           GgmlType::MXFP4, GgmlType::IQ4_XS),
                          [](const auto& info) { return testing::type_label(info.param); });
 
 }  // namespace

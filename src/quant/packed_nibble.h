@@ -1,0 +1,56 @@
+#pragma once
+// Internal: the packed 16-row layouts of the 4-bit-index types with 32-column blocks (Q4_0,
+// Q5_0, IQ4_NL, MXFP4) and of IQ4_XS, shared by the packer and scalar twin (packed_nibble.cpp)
+// and the AVX-512 kernel (packed_nibble_avx512.cpp). They keep the rows' nibbles as the file
+// stores them: in a block of 32 columns, byte j holds column j (low nibble) and j + 16 (high).
+//
+// Per 32-column block of a 16-row group (Q4_0, Q5_0, IQ4_NL, MXFP4):
+//   scale[16] x 2 bytes   fp16 d (MXFP4: the E8M0 exponent byte, then 0)
+//   | 4 k-groups x 64 bytes: k-group g, row r: the row's bytes 4g..4g+3 (columns 4g+i low,
+//     16+4g+i high)
+//   | Q5_0 only: 64 bytes, row r: 4 bytes, byte i: bit g = fifth bit of column 4g+i, bit 4+g
+//     = fifth bit of column 16+4g+i
+// Per 256-column super-block (IQ4_XS): fp16 d[16] | int8 (ls - 32)[8 sub-blocks][16] | 8 x the
+// 4 k-groups above, one per 32-column sub-block.
+//
+// The levels: Q4_0 nibble - 8, Q5_0 (nibble | fifth << 4) - 16, IQ4_NL / IQ4_XS kIQ4NLValues,
+// MXFP4 kMXFP4Values (doubled; the scale is halved). The kernel feeds vpdpbusd level + offset
+// (unsigned) and starts each block's sum at -offset x the activation sum, which it takes from
+// the Q8_0 extra (-128 x sum) or Q8_K's bsums.
+#include <cstdint>
+
+#include "gguf/types.h"
+#include "quant/blocks.h"
+
+namespace mla::quant {
+
+struct NibblePackedSpec {
+  int block_cols = 0;  // 32, or 256 for IQ4_XS
+  int offset = 0;      // level + offset is the unsigned vpdpbusd operand: 8, 16 or 128
+  bool fifth_bit = false;
+  const int8_t* table = nullptr;  // nibble -> level; nullptr: level = value - offset
+
+  constexpr int64_t quants_offset() const { return block_cols == 32 ? 32 : 32 + 128; }
+  constexpr int64_t bits_offset() const { return quants_offset() + 256 * (block_cols / 32); }
+  constexpr int64_t bytes() const { return bits_offset() + (fifth_bit ? 64 : 0); }
+};
+
+// The spec of t; block_cols == 0 when t has no such layout.
+constexpr NibblePackedSpec nibble_packed_spec(GgmlType t) {
+  switch (t) {
+    case GgmlType::Q4_0:
+      return {32, 8, false, nullptr};
+    case GgmlType::Q5_0:
+      return {32, 16, true, nullptr};
+    case GgmlType::IQ4_NL:
+      return {32, 128, false, kIQ4NLValues};
+    case GgmlType::MXFP4:
+      return {32, 128, false, kMXFP4Values};
+    case GgmlType::IQ4_XS:
+      return {256, 128, false, kIQ4NLValues};
+    default:
+      return {};
+  }
+}
+
+}  // namespace mla::quant

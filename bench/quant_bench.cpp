@@ -211,9 +211,9 @@ void bm_gemv_cold(benchmark::State& state, GgmlType t, int n_threads) {
   state.counters["GB/s_cpu"] = cpu_s > 0 ? bytes / 1e9 / cpu_s * n_threads : 0.0;
   state.counters["MB"] = static_cast<double>(store.bytes()) / 1e6;
   // The same time over the bytes the file stores (a packed group may be larger than its rows).
-  state.counters["file_GB/s_wall"] = benchmark::Counter(
-      static_cast<double>(state.iterations()) * static_cast<double>(n_rows * row_bytes) / 1e9,
-      benchmark::Counter::kIsRate);
+  state.counters["file_GB/s_wall"] =
+      benchmark::Counter(static_cast<double>(state.iterations()) * static_cast<double>(n_rows * row_bytes) / 1e9,
+                         benchmark::Counter::kIsRate);
 }
 
 // Cold buffers for the bandwidth probes, shared by all of them.

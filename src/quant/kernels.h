@@ -46,6 +46,20 @@ inline constexpr int64_t kQ4Kx16Bytes = kQ4Kx16Quants + 4 * 8 * 64;
 // Q5_Kx16: the Q4_Kx16 super-block, then the fifth-bit plane (8 entries x 64 bytes).
 inline constexpr int64_t kQ5Kx16High = kQ4Kx16Bytes;
 inline constexpr int64_t kQ5Kx16Bytes = kQ5Kx16High + 8 * 64;
+// Q2_Kx16: fp16 d[16] | fp16 dmin[16] | the file's scale bytes (scale low nibble, min high) in
+// pairs, [pair p][row r][2] = sub-blocks 2p, 2p+1 | 2-bit plane, 16 entries x 64 bytes: entry e,
+// row r, byte i, bits 2f..2f+1 = level of column 4(e + 16f) + i.
+inline constexpr int64_t kQ2Kx16Dmin = 32;
+inline constexpr int64_t kQ2Kx16Scales = 64;
+inline constexpr int64_t kQ2Kx16Quants = 64 + 256;
+inline constexpr int64_t kQ2Kx16Bytes = kQ2Kx16Quants + 16 * 64;
+// Q3_Kx16: fp16 d[16] | int8 (scale - 32)[16 sub-blocks][16 rows] | the 2-bit plane as Q2_Kx16's
+// | high-bit plane, 8 entries x 64 bytes: entry h, row r, byte i, bit f = high bit of column
+// 4(h + 8f) + i (set: level = low bits, clear: low bits - 4).
+inline constexpr int64_t kQ3Kx16Scales = 32;
+inline constexpr int64_t kQ3Kx16Quants = 32 + 256;
+inline constexpr int64_t kQ3Kx16High = kQ3Kx16Quants + 16 * 64;
+inline constexpr int64_t kQ3Kx16Bytes = kQ3Kx16High + 8 * 64;
 inline constexpr int64_t kQ6Kx16Scales = 32;
 inline constexpr int64_t kQ6Kx16Nibbles = 32 + 256;
 inline constexpr int64_t kQ6Kx16Bits = 32 + 256 + 32 * 64;

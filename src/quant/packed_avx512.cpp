@@ -202,6 +202,96 @@ void gemm_q6_k(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t
   for (int t = 0; t < NT; ++t) _mm512_storeu_ps(out + 16 * t, acc[t]);
 }
 
+// Q2_Kx16 · Q8_K: per 16-column sub-block the 2-bit levels times the activations (vpdpbusd),
+// times the scale nibble (vpmulld); the min nibbles times Q8_K's bsums (vpdpwssd on the pairs).
+template <int NT>
+void gemm_q2_k(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, float* out) {
+  constexpr int kLines = static_cast<int>((kQ2Kx16Bytes + 63) / 64 + 7) / 8;  // per pair of sub-blocks
+  const int64_t nb = n_cols / kQK_K;
+  const BlockQ8_K* a[NT];
+  for (int t = 0; t < NT; ++t) a[t] = reinterpret_cast<const BlockQ8_K*>(act + t * act_stride);
+  const __m512i three = _mm512_set1_epi8(3), nib = _mm512_set1_epi32(0x0F);
+  __m512 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = group + b * kQ2Kx16Bytes;
+    __m512i tot[NT], msum[NT];
+    for (int t = 0; t < NT; ++t) tot[t] = msum[t] = _mm512_setzero_si512();
+    for (int p = 0; p < 8; ++p) {
+      for (int l = 0; l < kLines; ++l)
+        _mm_prefetch(reinterpret_cast<const char*>(blk + kQ2Kx16Bytes + 64 * (kLines * p + l)), _MM_HINT_T0);
+      // u16 lane 2r + k: the scale byte of sub-block 2p + k of row r.
+      const __m512i scp =
+          _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQ2Kx16Scales + 32 * p)));
+      const __m512i mins = _mm512_srli_epi16(scp, 4);
+      for (int t = 0; t < NT; ++t) msum[t] = _mm512_dpwssd_epi32(msum[t], mins, bcast32(a[t][b].bsums + 2 * p));
+      for (int k = 0; k < 2; ++k) {
+        const int j = 2 * p + k, f = j / 4;
+        const __m512i sc = _mm512_and_si512(k == 0 ? scp : _mm512_srli_epi32(scp, 16), nib);
+        __m512i is[NT];
+        for (int t = 0; t < NT; ++t) is[t] = _mm512_setzero_si512();
+        for (int i = 0; i < 4; ++i) {
+          const int kk = 4 * j + i;
+          const __m512i raw = load512(blk + kQ2Kx16Quants + 64 * (kk % 16));
+          const __m512i v = _mm512_and_si512(f == 0 ? raw : _mm512_srli_epi16(raw, 2 * f), three);
+          for (int t = 0; t < NT; ++t) is[t] = _mm512_dpbusd_epi32(is[t], v, bcast32(a[t][b].qs + 4 * kk));
+        }
+        for (int t = 0; t < NT; ++t) tot[t] = _mm512_add_epi32(tot[t], _mm512_mullo_epi32(is[t], sc));
+      }
+    }
+    const __m512 dw = load_f16x16(blk), dm = load_f16x16(blk + kQ2Kx16Dmin);
+    for (int t = 0; t < NT; ++t) {
+      const __m512 da = _mm512_set1_ps(a[t][b].d);
+      acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(tot[t]), acc[t]);
+      acc[t] = _mm512_fnmadd_ps(_mm512_mul_ps(dm, da), _mm512_cvtepi32_ps(msum[t]), acc[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) _mm512_storeu_ps(out + 16 * t, acc[t]);
+}
+
+// Q3_Kx16 · Q8_K: levels low | high << 2 (unsigned, 0..7); each 16-column sub-block's sums start
+// from -4 x its activation sum (bsums), so they end as the exact sum of level x a, then times
+// the row's signed scale.
+template <int NT>
+void gemm_q3_k(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, float* out) {
+  constexpr int kLines = static_cast<int>((kQ3Kx16Bytes + 63) / 64 + 15) / 16;  // per sub-block
+  const int64_t nb = n_cols / kQK_K;
+  const BlockQ8_K* a[NT];
+  for (int t = 0; t < NT; ++t) a[t] = reinterpret_cast<const BlockQ8_K*>(act + t * act_stride);
+  const __m512i three = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
+  __m512 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = group + b * kQ3Kx16Bytes;
+    __m512i tot[NT];
+    for (int t = 0; t < NT; ++t) tot[t] = _mm512_setzero_si512();
+    for (int j = 0; j < 16; ++j) {
+      for (int l = 0; l < kLines; ++l)
+        _mm_prefetch(reinterpret_cast<const char*>(blk + kQ3Kx16Bytes + 64 * (kLines * j + l)), _MM_HINT_T0);
+      const __m512i sc =
+          _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kQ3Kx16Scales + 16 * j)));
+      __m512i is[NT];
+      for (int t = 0; t < NT; ++t) is[t] = _mm512_set1_epi32(-4 * a[t][b].bsums[j]);
+      const int f = j / 4;
+      for (int i = 0; i < 4; ++i) {
+        const int kk = 4 * j + i, fh = kk / 8;
+        const __m512i raw = load512(blk + kQ3Kx16Quants + 64 * (kk % 16));
+        const __m512i low = _mm512_and_si512(f == 0 ? raw : _mm512_srli_epi16(raw, 2 * f), three);
+        // Bit fh of each byte moved to bit 2 (16-bit shifts: bits crossing bytes are masked off).
+        const __m512i hb = load512(blk + kQ3Kx16High + 64 * (kk % 8));
+        const __m512i at2 = fh >= 2 ? _mm512_srli_epi16(hb, fh - 2) : _mm512_slli_epi16(hb, 2 - fh);
+        const __m512i v = _mm512_or_si512(low, _mm512_and_si512(at2, four));
+        for (int t = 0; t < NT; ++t) is[t] = _mm512_dpbusd_epi32(is[t], v, bcast32(a[t][b].qs + 4 * kk));
+      }
+      for (int t = 0; t < NT; ++t) tot[t] = _mm512_add_epi32(tot[t], _mm512_mullo_epi32(is[t], sc));
+    }
+    const __m512 dw = load_f16x16(blk);
+    for (int t = 0; t < NT; ++t)
+      acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(a[t][b].d)), _mm512_cvtepi32_ps(tot[t]), acc[t]);
+  }
+  for (int t = 0; t < NT; ++t) _mm512_storeu_ps(out + 16 * t, acc[t]);
+}
+
 template <template <int> class K>
 void by_count(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, int n_tok, float* out) {
   switch (n_tok) {
@@ -231,6 +321,14 @@ struct Q8_0Kernel {
   static void run(int64_t n, const uint8_t* g, const uint8_t* a, int64_t s, float* o) { gemm_q8_0<NT>(n, g, a, s, o); }
 };
 template <int NT>
+struct Q2_KKernel {
+  static void run(int64_t n, const uint8_t* g, const uint8_t* a, int64_t s, float* o) { gemm_q2_k<NT>(n, g, a, s, o); }
+};
+template <int NT>
+struct Q3_KKernel {
+  static void run(int64_t n, const uint8_t* g, const uint8_t* a, int64_t s, float* o) { gemm_q3_k<NT>(n, g, a, s, o); }
+};
+template <int NT>
 struct Q4_KKernel {
   static void run(int64_t n, const uint8_t* g, const uint8_t* a, int64_t s, float* o) {
     gemm_q45_k<NT, kQ4Kx16Bytes>(n, g, a, s, o);
@@ -253,6 +351,8 @@ struct Q6_KKernel {
 PackedGemmFn packed_gemm_avx512_fn(GgmlType t) {
   static_assert(kPackedMaxTokens == 8, "by_count instantiates 1..8 tokens");
   if (t == GgmlType::Q8_0) return by_count<Q8_0Kernel>;
+  if (t == GgmlType::Q2_K) return by_count<Q2_KKernel>;
+  if (t == GgmlType::Q3_K) return by_count<Q3_KKernel>;
   if (t == GgmlType::Q4_K) return by_count<Q4_KKernel>;
   if (t == GgmlType::Q5_K) return by_count<Q5_KKernel>;
   if (t == GgmlType::Q6_K) return by_count<Q6_KKernel>;

@@ -146,8 +146,7 @@ bool negative(const IqPackedSpec& sp, const uint8_t* blk, int g, int r, int j) {
 // Per (token, row): tot = sum over scale groups of ls * sum(grid * sign * a), exact in int32;
 // then acc = fma((d * inv_den) * a.d, tot, acc) per super-block, in block order.
 template <GgmlType kType>
-void gemm_iq_ref(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, int n_tok,
-                 float* out) {
+void gemm_iq_ref(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, int n_tok, float* out) {
   constexpr IqPackedSpec sp = iq_packed_spec(kType);
   const int cols_per_scale = kQK_K / sp.n_scales;
   for (int t = 0; t < n_tok; ++t) {

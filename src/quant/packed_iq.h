@@ -23,11 +23,11 @@
 namespace mla::quant {
 
 struct IqPackedSpec {
-  int n_scales = 0;         // scale groups per super-block: 8 (per 32 columns) or 16 (per 16)
-  int idx_bytes = 0;        // 1 (8-bit indices) or 2
-  int n_idx = 0;            // indices per group of 8 columns: 1 (8-byte points) or 2 (4-byte points)
-  int point_bytes = 0;      // 8 or 4
-  float inv_den = 0;        // 1/8, 1/4 or 1: the value's divisor, a power of two
+  int n_scales = 0;     // scale groups per super-block: 8 (per 32 columns) or 16 (per 16)
+  int idx_bytes = 0;    // 1 (8-bit indices) or 2
+  int n_idx = 0;        // indices per group of 8 columns: 1 (8-byte points) or 2 (4-byte points)
+  int point_bytes = 0;  // 8 or 4
+  float inv_den = 0;    // 1/8, 1/4 or 1: the value's divisor, a power of two
   const void* grid = nullptr;
 
   constexpr int64_t ls_offset() const { return 32; }

@@ -36,7 +36,8 @@ void pack32(const NibblePackedSpec& sp, const uint8_t* src, int64_t row_bytes, i
         for (int i = 0; i < 4; ++i) {
           uint8_t bits = 0;
           for (int g = 0; g < 4; ++g)
-            bits = static_cast<uint8_t>(bits | ((qh >> (4 * g + i)) & 1) << g | ((qh >> (16 + 4 * g + i)) & 1) << (4 + g));
+            bits =
+                static_cast<uint8_t>(bits | ((qh >> (4 * g + i)) & 1) << g | ((qh >> (16 + 4 * g + i)) & 1) << (4 + g));
           out[sp.bits_offset() + 4 * r + i] = bits;
         }
       }

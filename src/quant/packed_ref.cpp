@@ -79,6 +79,49 @@ void pack_q6_k(const uint8_t* src, int64_t row_bytes, int64_t n_cols, uint8_t* d
   }
 }
 
+// Q2_K / Q3_K: the 2-bit levels of element e sit at bits 2s..2s+1 of qs[32h + l] (e = 128h + 32s +
+// l); Q3_K's high bit of element e is bit e / 32 of hmask[e % 32].
+int q23_low_bits(const uint8_t* qs, int e) { return (qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3; }
+
+void pack_q2_k(const uint8_t* src, int64_t row_bytes, int64_t n_cols, uint8_t* dst) {
+  std::memset(dst, 0, static_cast<size_t>(n_cols / kQK_K * kQ2Kx16Bytes));
+  for (int64_t b = 0; b < n_cols / kQK_K; ++b) {
+    uint8_t* out = dst + b * kQ2Kx16Bytes;
+    for (int r = 0; r < kPackedRows; ++r) {
+      const auto& blk = reinterpret_cast<const BlockQ2_K*>(src + r * row_bytes)[b];
+      std::memcpy(out + 2 * r, &blk.d, 2);
+      std::memcpy(out + kQ2Kx16Dmin + 2 * r, &blk.dmin, 2);
+      for (int j = 0; j < 16; ++j) out[kQ2Kx16Scales + 32 * (j / 2) + 2 * r + j % 2] = blk.scales[j];
+      for (int c = 0; c < kQK_K; ++c) {
+        const int k = c / 4;
+        out[kQ2Kx16Quants + 64 * (k % 16) + 4 * r + c % 4] |=
+            static_cast<uint8_t>(q23_low_bits(blk.qs, c) << (2 * (k / 16)));
+      }
+    }
+  }
+}
+
+void pack_q3_k(const uint8_t* src, int64_t row_bytes, int64_t n_cols, uint8_t* dst) {
+  std::memset(dst, 0, static_cast<size_t>(n_cols / kQK_K * kQ3Kx16Bytes));
+  for (int64_t b = 0; b < n_cols / kQK_K; ++b) {
+    uint8_t* out = dst + b * kQ3Kx16Bytes;
+    for (int r = 0; r < kPackedRows; ++r) {
+      const auto& blk = reinterpret_cast<const BlockQ3_K*>(src + r * row_bytes)[b];
+      std::memcpy(out + 2 * r, &blk.d, 2);
+      int8_t sc[16];
+      unpack_q3_k_scales(blk.scales, sc);
+      for (int j = 0; j < 16; ++j) out[kQ3Kx16Scales + 16 * j + r] = static_cast<uint8_t>(sc[j]);
+      for (int c = 0; c < kQK_K; ++c) {
+        const int k = c / 4, i = c % 4;
+        out[kQ3Kx16Quants + 64 * (k % 16) + 4 * r + i] |=
+            static_cast<uint8_t>(q23_low_bits(blk.qs, c) << (2 * (k / 16)));
+        out[kQ3Kx16High + 64 * (k % 8) + 4 * r + i] |=
+            static_cast<uint8_t>(((blk.hmask[c % 32] >> (c / 32)) & 1) << (k / 8));
+      }
+    }
+  }
+}
+
 // Activation sums over the quants of a Q8_0 or Q8_K row.
 int32_t sum_i8(const int8_t* q, int n) {
   int32_t s = 0;
@@ -160,6 +203,47 @@ void gemm_q6_k_ref(int64_t n_cols, const uint8_t* group, const uint8_t* act, int
       });
 }
 
+// The 2-bit level of column c of row r in a Q2_Kx16 / Q3_Kx16 plane.
+int plane2(const uint8_t* plane, int r, int c) {
+  const int k = c / 4;
+  return (plane[64 * (k % 16) + 4 * r + c % 4] >> (2 * (k / 16))) & 3;
+}
+
+void gemm_q2_k_ref(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, int n_tok,
+                   float* out) {
+  gemm_ref<BlockQ8_K, kQK_K, kQ2Kx16Bytes>(
+      n_cols, group, act, act_stride, n_tok, out, [](const uint8_t* blk, const BlockQ8_K& a, int r, float acc) {
+        int32_t tot = 0, msum = 0;
+        for (int j = 0; j < 16; ++j) {
+          int32_t isum = 0;
+          for (int c = 16 * j; c < 16 * j + 16; ++c) isum += plane2(blk + kQ2Kx16Quants, r, c) * a.qs[c];
+          const uint8_t sc = blk[kQ2Kx16Scales + 32 * (j / 2) + 2 * r + j % 2];
+          tot += (sc & 0x0F) * isum;
+          msum += (sc >> 4) * sum_i8(a.qs + 16 * j, 16);
+        }
+        acc = std::fma(half_at(blk + 2 * r) * a.d, static_cast<float>(tot), acc);
+        return std::fma(-(half_at(blk + kQ2Kx16Dmin + 2 * r) * a.d), static_cast<float>(msum), acc);
+      });
+}
+
+void gemm_q3_k_ref(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, int n_tok,
+                   float* out) {
+  gemm_ref<BlockQ8_K, kQK_K, kQ3Kx16Bytes>(
+      n_cols, group, act, act_stride, n_tok, out, [](const uint8_t* blk, const BlockQ8_K& a, int r, float acc) {
+        int32_t tot = 0;
+        for (int j = 0; j < 16; ++j) {
+          int32_t isum = 0;
+          for (int c = 16 * j; c < 16 * j + 16; ++c) {
+            const int k = c / 4;
+            const int high = (blk[kQ3Kx16High + 64 * (k % 8) + 4 * r + c % 4] >> (k / 8)) & 1;
+            isum += (plane2(blk + kQ3Kx16Quants, r, c) - (high ? 0 : 4)) * a.qs[c];
+          }
+          tot += static_cast<int8_t>(blk[kQ3Kx16Scales + 16 * j + r]) * isum;
+        }
+        return std::fma(half_at(blk + 2 * r) * a.d, static_cast<float>(tot), acc);
+      });
+}
+
 bool repack_enabled() {
   static const bool on = [] {
     const auto v = env_value("MLA_REPACK");
@@ -176,6 +260,10 @@ int64_t packed_group_bytes(GgmlType t, int64_t n_cols) {
   switch (t) {
     case GgmlType::Q8_0:
       return n_cols / kQK * kQ8x16Bytes;
+    case GgmlType::Q2_K:
+      return n_cols / kQK_K * kQ2Kx16Bytes;
+    case GgmlType::Q3_K:
+      return n_cols / kQK_K * kQ3Kx16Bytes;
     case GgmlType::Q4_K:
       return n_cols / kQK_K * kQ4Kx16Bytes;
     case GgmlType::Q5_K:
@@ -191,6 +279,10 @@ void pack_rows(GgmlType t, const uint8_t* src, int64_t row_bytes, int64_t n_cols
   switch (t) {
     case GgmlType::Q8_0:
       return pack_q8_0(src, row_bytes, n_cols, dst);
+    case GgmlType::Q2_K:
+      return pack_q2_k(src, row_bytes, n_cols, dst);
+    case GgmlType::Q3_K:
+      return pack_q3_k(src, row_bytes, n_cols, dst);
     case GgmlType::Q4_K:
       return pack_q45_k<BlockQ4_K, kQ4Kx16Bytes>(src, row_bytes, n_cols, dst);
     case GgmlType::Q5_K:
@@ -238,6 +330,8 @@ void packed_act_extra(GgmlType act_type, const void* act_row, int64_t n_cols, vo
 
 PackedGemmFn packed_gemm_ref_fn(GgmlType t) {
   if (t == GgmlType::Q8_0) return gemm_q8_0_ref;
+  if (t == GgmlType::Q2_K) return gemm_q2_k_ref;
+  if (t == GgmlType::Q3_K) return gemm_q3_k_ref;
   if (t == GgmlType::Q4_K) return gemm_q45_k_ref<kQ4Kx16Bytes>;
   if (t == GgmlType::Q5_K) return gemm_q45_k_ref<kQ5Kx16Bytes>;
   if (t == GgmlType::Q6_K) return gemm_q6_k_ref;

@@ -7,8 +7,8 @@
 #include <random>
 #include <vector>
 
-#include "../support/packed_kernels.h"
 #include "../quant/quant_test_util.h"
+#include "../support/packed_kernels.h"
 #include "../support/random.h"
 #include "kernels/matmul.h"
 #include "quant/quant.h"
@@ -138,10 +138,10 @@ TEST(PackedMatmulTest, RepackNeedsWholeGroupsPerSlice) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, PackedMatmul,
-                         ::testing::Values(GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K,
-                                           GgmlType::IQ2_XXS, GgmlType::IQ2_XS, GgmlType::IQ2_S, GgmlType::IQ3_XXS,
-                                           GgmlType::IQ3_S, GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::IQ4_NL,
-                                           GgmlType::MXFP4, GgmlType::IQ4_XS),
+                         ::testing::Values(GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K,
+                                           GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ2_XXS, GgmlType::IQ2_XS,
+                                           GgmlType::IQ2_S, GgmlType::IQ3_XXS, GgmlType::IQ3_S, GgmlType::Q4_0,
+                                           GgmlType::Q5_0, GgmlType::IQ4_NL, GgmlType::MXFP4, GgmlType::IQ4_XS),
                          [](const auto& info) { return std::string(ggml_type_name(info.param)); });
 
 // matmul_multi: several matrices over one input in one region, split by bytes across threads,

@@ -143,10 +143,11 @@ TEST(Packed, LayoutsAndExtras) {
   EXPECT_EQ(packed_act_extra_bytes(GgmlType::F16, 512), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Quant, PackedTest, ::testing::Values(GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K,
-                                                           GgmlType::IQ2_XXS, GgmlType::IQ2_XS, GgmlType::IQ2_S,
-                                                           GgmlType::IQ3_XXS, GgmlType::IQ3_S, GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::IQ4_NL,
-                                                           GgmlType::MXFP4, GgmlType::IQ4_XS),
+INSTANTIATE_TEST_SUITE_P(Quant, PackedTest,
+                         ::testing::Values(GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K,
+                                           GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ2_XXS, GgmlType::IQ2_XS,
+                                           GgmlType::IQ2_S, GgmlType::IQ3_XXS, GgmlType::IQ3_S, GgmlType::Q4_0,
+                                           GgmlType::Q5_0, GgmlType::IQ4_NL, GgmlType::MXFP4, GgmlType::IQ4_XS),
                          [](const auto& info) { return testing::type_label(info.param); });
 
 }  // namespace

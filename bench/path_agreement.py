@@ -1,5 +1,5 @@
 """MHA against MQA (and 1-token / chunked prefill, both layouts) per weight type, as `mla doctor`
-measures it, with the exact attention kernels and with the F32 ones (MLA_EXACT_ATTENTION=0): the
+measures it, with the exact attention kernels and with the F32 ones (--attention-precision f32): the
 table of docs/PERF.md, issue 25. The files are tests/py/test_path_agreement.py's (hidden 512,
 16 heads of v 64, 3 layers, MoE; synth or random blocks re-encoded by gguf-py).
 
@@ -25,8 +25,8 @@ from test_path_agreement import RANDOM_TYPES, SYNTH_TYPES, model_file
 
 
 def worst(mla: str, path: Path, kv: str, exact: bool) -> tuple[float, list[float], bool]:
-    p = run_mla(mla, "doctor", path, "--json", "--kv-cache-dtype", kv, "-t", "2", check=False,
-                env={"MLA_EXACT_ATTENTION": "1" if exact else "0"})
+    p = run_mla(mla, "doctor", path, "--json", "--kv-cache-dtype", kv, "-t", "2", "--attention-precision",
+                "exact" if exact else "f32", check=False)
     paths = [v for v in json.loads(p.stdout)["paths"] if v["status"] != "n/a"]
     logits = max(v["logits_rel"] for v in paths)
     layers = [max(v["layer_rel"][i] for v in paths) for i in range(len(paths[0]["layer_rel"]))]

@@ -34,6 +34,7 @@ void run_doctor_cmd(const DoctorArgs& a) {
     if (p.empty()) fail("doctor: --prompt must not be empty");
   o.n_threads = resolve_threads(a.engine.threads);
   o.kv_dtype = parse_cache_dtype(a.engine.kv_cache_dtype);
+  o.exact_attention = parse_attention_precision(a.engine.attention_precision);
   if (a.n_greedy < 1) fail("doctor: --n-greedy must be >= 1, got {}", a.n_greedy);
   o.n_greedy = a.n_greedy;
   if (a.engine.max_num_batched_tokens < 1)

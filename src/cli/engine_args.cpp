@@ -85,10 +85,11 @@ std::string describe_engine_setup(const EngineSetup& s) {
                                                        : fmt::format("{} tokens", KvCacheOptions::kDefaultTokens);
   return fmt::format(
       "max_num_batched_tokens {}, max_num_seqs {}, max_model_len {}, prefix caching {}, kv cache {} ({}, block {}), "
-      "mla_path {}, dsa {}, speculative tokens {}, threads {}{}",
+      "mla_path {}, attention {}, dsa {}, speculative tokens {}, threads {}{}",
       ec.max_num_batched_tokens, ec.max_num_seqs, ec.max_model_len > 0 ? std::to_string(ec.max_model_len) : "auto",
       ec.enable_prefix_caching ? "on" : "off", ggml_type_name(s.kv.dtype), capacity, s.kv.block_size,
-      mla_path_policy_name(s.policy), s.model.dsa ? "on" : "off", ec.num_speculative_tokens, s.model.n_threads,
+      mla_path_policy_name(s.policy), s.model.exact_attention ? "exact" : "f32", s.model.dsa ? "on" : "off",
+      ec.num_speculative_tokens, s.model.n_threads,
       !ec.kv_tiers.enabled() ? std::string()
                              : fmt::format(", kv tiers: host {} bytes, dir '{}' (cap {} bytes)", ec.kv_tiers.host_bytes,
                                            ec.kv_tiers.dir, ec.kv_tiers.disk_bytes));
@@ -104,6 +105,12 @@ void add_engine_args(CLI::App* cmd, EngineArgs& a, EngineFlagSet which) {
                     "model's widths, logged at start) | mha | mqa")
         ->check(CLI::IsMember({"auto", "mha", "mqa"}))
         ->capture_default_str();
+  if (which.attention_precision)
+    cmd->add_option("--attention-precision", a.attention_precision,
+                    "MLA attention arithmetic: exact (double inside, one rounding to F32: the MHA and MQA paths give "
+                    "the same bits) | f32 (F32 kernels: faster at long context, the paths differ by an ulp)")
+        ->check(CLI::IsMember({"exact", "f32"}))
+        ->capture_default_str();
   if (which.max_num_batched_tokens)
     cmd->add_option("--max-num-batched-tokens", a.max_num_batched_tokens,
                     "Token budget per engine step (prefill chunks + decodes)")
@@ -116,6 +123,12 @@ void add_engine_args(CLI::App* cmd, EngineArgs& a, EngineFlagSet which) {
                     R"(Speculative decoding with the model's MTP layer, as vLLM spells it: )"
                     R"('{"method": "mtp", "num_speculative_tokens": K}', K = 1..4)");
   if (which.capacity) add_capacity_flags(cmd, a);
+}
+
+bool parse_attention_precision(const std::string& value) {
+  if (value == "exact") return true;
+  if (value == "f32") return false;
+  fail("--attention-precision '{}': expected exact or f32", value);
 }
 
 int resolve_threads(int threads) {
@@ -131,6 +144,7 @@ EngineSetup build_engine_setup(const EngineArgs& a, const CommonOptions& common,
   s.model.n_threads = resolve_threads(a.threads);
   s.model.max_batch_tokens = a.max_num_batched_tokens;
   s.model.dsa = dsa_enabled(common);
+  s.model.exact_attention = parse_attention_precision(a.attention_precision);
   s.kv = kv_cache_options(a, command);
   EngineConfig& ec = s.engine;
   ec.num_speculative_tokens = apply_speculative_config(a, command, need_mtp, s.model);

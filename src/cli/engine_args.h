@@ -23,6 +23,7 @@ struct CommonOptions;
 struct EngineArgs {
   int threads = 0;                                                     // -t: 0 → every hardware thread
   std::string mla_path = "auto";                                       // auto | mha | mqa
+  std::string attention_precision = "exact";                           // exact | f32 (ModelOptions)
   int max_num_batched_tokens = EngineConfig{}.max_num_batched_tokens;  // token budget per engine step
   std::string kv_cache_dtype = "f16";
   std::string speculative_config;  // {"method": "mtp", "num_speculative_tokens": K}; "": off
@@ -48,6 +49,7 @@ struct EngineArgs {
 struct EngineFlagSet {
   bool threads = true;                 // -t,--threads
   bool mla_path = true;                // --mla-path
+  bool attention_precision = true;     // --attention-precision
   bool max_num_batched_tokens = true;  // --max-num-batched-tokens
   bool kv_cache_dtype = true;          // --kv-cache-dtype
   bool speculative_config = true;      // --speculative-config
@@ -58,6 +60,10 @@ void add_engine_args(CLI::App* cmd, EngineArgs& a, EngineFlagSet which = {});
 
 // -t as a thread count: the value given, or every hardware thread.
 int resolve_threads(int threads);
+
+// --attention-precision as ModelOptions::exact_attention: exact → true, f32 → false; throws
+// mla::Error for anything else.
+bool parse_attention_precision(const std::string& value);
 
 // What the engine of a command is built from. engine.eos_token_ids are the loaded model's: the
 // caller sets them once it has the runner.

@@ -184,6 +184,7 @@ void run_perplexity(const PerplexityArgs& a) {
   mo.n_threads = resolve_threads(a.engine.threads);
   mo.max_batch_tokens = ch.batch;
   mo.dsa = a.dsa == "on";
+  mo.exact_attention = parse_attention_precision(a.engine.attention_precision);
   Deepseek2Model model(c, bundle->weights, mo);
   LatentCache cache = model.make_cache(ch.n_ctx);
   if (!a.json)

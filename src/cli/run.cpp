@@ -312,6 +312,7 @@ VerifyVerdict judge_verify_paths(const Deepseek2Runner& runner, GgmlType kv_dtyp
   r.log = &v;
   DoctorOptions dopt;
   dopt.kv_dtype = kv_dtype;
+  dopt.exact_attention = runner.exact_attention();
   r.tol = path_tolerances(runner.weights(), dopt);
   for (size_t l = 0; l < v.layer_rel.size(); ++l)
     if (v.layer_rel[l] > v.layer_rel[r.worst]) r.worst = static_cast<int64_t>(l);

@@ -108,6 +108,7 @@ void self_check(const std::string& mode, const Deepseek2Runner& runner, const To
   DoctorOptions o;
   o.n_threads = n_threads;
   o.kv_dtype = kv_dtype;
+  o.exact_attention = runner.exact_attention();
   o.n_greedy = 4;
   // The dispatch trace covers the first calls of serving, not the self-check's: off meanwhile,
   // then set again (counters from zero).

@@ -376,8 +376,9 @@ std::vector<PromptRun> path_checks(const Deepseek2Bundle& b, const DoctorOptions
   }
   if (bad.empty())
     add_check(r, "paths", CheckStatus::Ok,
-              fmt::format("every path agrees with {} (layers <= {:.0e}, logits <= {:.0e}, same greedy tokens)",
-                          r.reference, tol_layer, tol.logits));
+              fmt::format("every path agrees with {} ({} attention; layers <= {:.0e}, logits <= {:.0e}, same greedy "
+                          "tokens)",
+                          r.reference, opt.exact_attention ? "exact" : "f32", tol_layer, tol.logits));
   else
     add_check(r, "paths", CheckStatus::Fail, bad);
   return refs;
@@ -603,13 +604,13 @@ void set_canaries(const DoctorOptions& opt, const Tokenizer* tok, int64_t n_voca
 }  // namespace
 
 // With the exact attention kernels (the default) every path gives the same bits, so a difference
-// beyond opt's tolerances (1e-4) is a real one. With MLA_EXACT_ATTENTION=0 the F32 kernels' paths
+// beyond opt's tolerances (1e-4) is a real one. With the F32 kernels (--attention-precision f32) the paths
 // differ by ~1e-7 in a layer's output; downstream that can flip one rounding of a cached latent
 // value or of a quantized matmul activation, which moves a later layer's attention by a few such
 // steps without anything being wrong: the layer tolerance is then at least 4 steps of the coarsest
 // rounding the forward applies, and the logits' 1e-2.
 PathTolerances path_tolerances(const DeepseekWeights& w, const DoctorOptions& opt) {
-  if (default_exact_attention()) return {opt.tol_layer, opt.tol_logits};
+  if (opt.exact_attention) return {opt.tol_layer, opt.tol_logits};
   double step = rounding_of(opt.kv_dtype);
   auto see = [&](const WeightMatrix& m) {
     if (m.n_rows > 0) step = std::max(step, rounding_of(vec_dot_type(m.type)));

@@ -48,9 +48,12 @@ struct DoctorOptions {
   int64_t layout_max_bytes = int64_t{4} << 30;  // larger files skip the other-layout comparison
   bool layout = true;                           // compare against the other MLA layout (a converted temporary copy)
   bool numerics = true, output = true, scheduling = true;
+  // The attention kernels the checks run (--attention-precision): exact by default, under which the
+  // paths give the same bits, so any difference is a real one.
+  bool exact_attention = true;
   // Tolerances of the path agreement (relative: max |a - b| / max |a|) with the exact attention
-  // kernels, under which the paths give the same bits; with MLA_EXACT_ATTENTION=0 the doctor widens
-  // them to what the F32 kernels' last-bit differences can grow to (doctor.cpp, path_tolerances).
+  // kernels; with the F32 kernels the doctor widens them to what their last-bit differences can
+  // grow to (doctor.cpp, path_tolerances).
   double tol_layer = 1e-4;   // a layer's attention output
   double tol_logits = 1e-4;  // the logits after the prompt and at each greedy step
 };
@@ -146,7 +149,7 @@ DoctorReport run_path_self_check(const Deepseek2Bundle& b, const Tokenizer* tok,
 
 // The tolerances the path check holds each layer's attention output and the logits to (relative).
 // With the exact attention kernels (the default; the paths give the same bits) opt.tol_layer and
-// opt.tol_logits; with MLA_EXACT_ATTENTION=0 the F32 kernels' last-bit differences can flip a
+// opt.tol_logits; with opt.exact_attention false the F32 kernels' last-bit differences can flip a
 // rounding downstream, so at least four steps of the coarsest rounding the forward applies (the
 // latent cache type opt.kv_dtype, or a matmul's quantized activations) and 1e-2 on the logits.
 // `mla run --verify-paths` uses them too.

@@ -79,6 +79,7 @@ PromptRun run_prompt(const DeepseekConfig& c, const DeepseekWeights& w, const st
   mo.n_threads = opt.n_threads;
   mo.max_batch_tokens = chunk;
   mo.dsa = spec.dsa;
+  mo.exact_attention = opt.exact_attention;
   mo.observer = &rec;
   Deepseek2Model model(c, w, mo);
   LatentCache cache = model.make_cache(n_pos, opt.kv_dtype);

@@ -107,7 +107,7 @@ void mla_attention_mqa(const MlaAttnParams& p, ThreadPool& pool, AttnScratch& sc
 // The same two paths computed in double and rounded to F32 once (attention_exact.cpp): the
 // result is the F32 value nearest the exact one, so both paths give the same bits (but for an
 // output within ~1e-15 of a rounding midpoint), on every build target. The model's default
-// (MLA_EXACT_ATTENTION); the F32 kernels above differ between the paths by an ulp or two, which
+// (--attention-precision exact); the F32 kernels above differ between the paths by an ulp or two, which
 // the next matmul's activation quantization can turn into a 1e-3 difference.
 void mla_attention_mha_exact(const MlaAttnParams& p, ThreadPool& pool, AttnScratch& scratch);
 void mla_attention_mqa_exact(const MlaAttnParams& p, ThreadPool& pool, AttnScratch& scratch);

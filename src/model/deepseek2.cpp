@@ -48,8 +48,6 @@ MlaPath cheaper_prefill_path(int64_t kv_lora, int64_t qk_nope, int64_t qk_rope, 
 
 Deepseek2Bundle::~Deepseek2Bundle() = default;
 
-bool default_exact_attention() { return env_value("MLA_EXACT_ATTENTION").value_or("1") != "0"; }
-
 WeightLoadOptions weight_options_for(MlaPathPolicy policy, bool verify_paths) {
   WeightLoadOptions o;
   if (!verify_paths && policy == MlaPathPolicy::Mha) o.need_mqa = false;

@@ -49,9 +49,6 @@ class AttentionObserver {
 };
 // ---- end of the observation hook ----
 
-// MLA_EXACT_ATTENTION (default 1).
-bool default_exact_attention();
-
 struct ModelOptions {
   int n_threads = 1;
   int64_t max_batch_tokens = 512;  // most tokens one forward call may carry
@@ -61,8 +58,8 @@ struct ModelOptions {
   bool verify_paths = false;
   // The MLA attention kernels: exact (double inside, one rounding to F32: the two paths give the
   // same bits) or the F32 kernels (faster; the paths differ by an ulp, which quantized matmuls
-  // downstream can amplify). MLA_EXACT_ATTENTION=0 selects the F32 ones.
-  bool exact_attention = default_exact_attention();
+  // downstream can amplify). --attention-precision exact|f32.
+  bool exact_attention = true;
   bool dsa = true;                        // DeepSeek Sparse Attention where the model has an indexer (--dsa)
   bool mtp = false;                       // load the MTP (nextn) layer for speculative decoding (the runner)
   AttentionObserver* observer = nullptr;  // see AttentionObservation; must outlive the model
@@ -161,6 +158,7 @@ class Deepseek2Model {
 
   const DeepseekConfig& config() const { return c_; }
   bool sparse() const { return opt_.dsa && c_.has_indexer; }
+  const ModelOptions& options() const { return opt_; }
   const SparseCounters& sparse_counters() const { return sparse_counters_; }
   const MoeCounters& moe_counters() const { return moe_counters_; }
   const StageCounters& stage_counters() const { return stage_counters_; }

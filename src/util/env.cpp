@@ -23,16 +23,13 @@ constexpr EnvVarInfo kEnvVars[] = {
     {"MLA_PREFAULT", "0|1",
      "load model files with every page mapped up front (default 1; 0 leaves paging to first use, "
      "for files larger than memory)"},
-    {"MLA_EXACT_ATTENTION", "0|1",
-     "MLA attention in double with one rounding to F32, so the MHA and MQA paths give the same bits "
-     "(default 1); 0 runs the F32 kernels (faster at long context; the paths then differ by an ulp, "
-     "which quantized matmuls can amplify to ~1e-2 in the logits)"},
     {"MLA_SIMD", "scalar",
      "scalar: the quant library's scalar reference kernels only, as on a CPU without AVX2 (no AVX2 "
      "dot products, no AVX-512 repacking); for testing the scalar kernel family"},
     {"MLA_REPACK", "0|1",
-     "repack Q8_0/Q4_K/Q6_K weights at load into 16-row groups for the AVX-512 VNNI GEMM (default 1 "
-     "where the CPU has it; 0 keeps only the file's layout, saving the copy's memory)"},
+     "repack weights at load into 16-row groups for the AVX-512 VNNI GEMM (Q8_0, Q4_0, Q5_0, Q2_K..Q6_K, "
+     "IQ4_NL, IQ4_XS, MXFP4, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S; default 1 where the CPU has it; 0 "
+     "keeps only the file's layout, saving the copy's memory)"},
     {"MLA_REFERENCE_DIR", "PATH",
      "tests: directory of the reference logits fixtures (default tests/fixtures/reference)"},
     {"MLA_BIN", "PATH", "tests: the mla binary the Python tests run (set by ctest)"},

@@ -118,25 +118,25 @@ def step0_rel(primary, other_run, n):
     return max(float(np.abs(p[i] - o[i]).max() / np.abs(p[i]).max()) for i in range(n))
 
 
-@pytest.mark.parametrize("exact", ["0", "1"], ids=["f32-kernels", "exact-kernels"])
+@pytest.mark.parametrize("precision", ["f32", "exact"], ids=["f32-kernels", "exact-kernels"])
 @pytest.mark.parametrize("wtype", ["f32", "q4_k"])
-def test_verify_paths_step0_is_the_forced_runs_difference(tmp_path, wtype, exact):
+def test_verify_paths_step0_is_the_forced_runs_difference(tmp_path, wtype, precision):
     """--verify-paths reruns each step end to end down the other paths: at step 0 (the prompt, empty
     cache) its logits difference is exactly that of two forced-path runs' --dump-logits, for each
     policy, and the primary run's own logits are untouched by the rerun. It passes or fails by the
     doctor's tolerances, with the exit status to match. With the F32 attention kernels
-    (MLA_EXACT_ATTENTION=0) and F32 weights the paths' logits differ by ~1e-7; with the exact
+    (--attention-precision f32) and F32 weights the paths' logits differ by ~1e-7; with the exact
     kernels (the default) they are equal, and verify reports 0."""
-    env = {"MLA_EXACT_ATTENTION": exact}
 
     def mla(*args, **kw):
-        return run_mla(MLA, *args, env=env, **kw)
+        return run_mla(MLA, *args, **kw)
 
     model = tmp_path / f"{wtype}.gguf"
     mla("gguf", "synth", "-o", model, "--type", wtype, "--seed", "9", *SMALL)
     prompt = [5, 9, 200, 31, 7, 11, 64]
     n = len(prompt)
-    base = ["run", "-m", model, "--tokens", ",".join(map(str, prompt)), "-n", "3", "--ignore-eos", "-t", "2"]
+    base = ["run", "-m", model, "--tokens", ",".join(map(str, prompt)), "-n", "3", "--ignore-eos", "-t", "2",
+            "--attention-precision", precision]
     forced = {}
     for p in ("mha", "mqa"):
         dump = tmp_path / f"{p}.f32"
@@ -157,7 +157,7 @@ def test_verify_paths_step0_is_the_forced_runs_difference(tmp_path, wtype, exact
         assert np.array_equal(got[:rows], forced[primary][:rows]), policy
         assert len(v["steps"]) == 3 and v["steps"][0]["tokens"] == n  # the prompt, then 2 decode steps
         assert v["steps"][0]["logits_rel"] == step0_rel(forced[primary], forced[other(primary)], n), (policy, v)
-        if exact == "1":  # the exact kernels: the paths give the same bits
+        if precision == "exact":  # the exact kernels: the paths give the same bits
             assert v["max_logits_rel"] == 0 and v["max_layer_rel"] == 0 and v["ok"], v
         elif wtype == "f32":  # a difference there is, and it is the forced runs' to the last bit
             assert v["steps"][0]["logits_rel"] > 0

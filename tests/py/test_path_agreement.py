@@ -10,7 +10,7 @@ layer's attention output, with the same greedy tokens.
 
 The widths (hidden 512, 16 heads of v 64, 3 layers) are the smallest at which the F32 attention
 kernels, whose paths differ by an ulp, part at layer 1 on the Q4_K file: the ulp flips one
-rounding of the next matmul's Q8_K activations (MLA_EXACT_ATTENTION=0 shows it, checked below).
+rounding of the next matmul's Q8_K activations (--attention-precision f32 shows it, checked below).
 """
 
 from __future__ import annotations
@@ -87,8 +87,9 @@ def model_file(mla_bin: str, tmp: Path, name: str, dense: bool) -> Path:
     return out
 
 
-def doctor_paths(mla_bin: str, path: Path, env: dict | None = None) -> dict:
-    p = run_mla(mla_bin, "doctor", path, "--json", "--kv-cache-dtype", "f32", "-t", "2", check=False, env=env)
+def doctor_paths(mla_bin: str, path: Path, precision: str = "exact") -> dict:
+    p = run_mla(mla_bin, "doctor", path, "--json", "--kv-cache-dtype", "f32", "-t", "2", "--attention-precision",
+                precision, check=False)
     assert p.stdout, f"mla doctor printed nothing: {p.stderr}"
     report = json.loads(p.stdout)
     return {v["name"]: v for v in report["paths"] if v["status"] != "n/a"}
@@ -115,5 +116,5 @@ def test_the_f32_kernels_part_on_q4_k(mla_bin, tmp_path):
     """The check above can fail: with the F32 attention kernels (the old default) the same Q4_K
     file's paths part by far more than the tolerance."""
     path = model_file(mla_bin, tmp_path, "q4_k", dense=False)
-    paths = doctor_paths(mla_bin, path, env={"MLA_EXACT_ATTENTION": "0"})
+    paths = doctor_paths(mla_bin, path, precision="f32")
     assert paths["mqa"]["logits_rel"] > 100 * TOL, paths["mqa"]

@@ -31,6 +31,7 @@ void build_batch_meta(std::span<const ScheduledSeq> seqs, int block_size, MlaPat
     m.slots_start = static_cast<int32_t>(meta.context_slots.size());
     m.blocks_start = static_cast<int32_t>(meta.block_table.size());
     m.verify = s.verify;
+    m.n_prompt = s.n_prompt;
     const int n_blocks = (n_ctx + block_size - 1) / block_size;
     meta.block_table.insert(meta.block_table.end(), s.blocks.begin(), s.blocks.begin() + n_blocks);
     for (int j = 0; j < n_ctx; ++j)

@@ -22,6 +22,7 @@ struct ScheduledSeq {
   bool verify = false;
   // Prompt logprobs: every new row's logits (each predicts the prompt token after it).
   bool prompt_logits = false;
+  int n_prompt = -1;  // positions < n_prompt hold prompt tokens (SeqMeta::n_prompt); -1: not said
 };
 
 // Empties meta (keeping its buffers) for a new batch of the given geometry and path policy.

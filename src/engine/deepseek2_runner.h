@@ -63,6 +63,7 @@ class Deepseek2Runner : public ModelRunner {
   const MoeCounters& moe_counters() const { return model_->moe_counters(); }
   const StageCounters& stage_counters() const { return model_->stage_counters(); }
   bool exact_attention() const { return model_->options().exact_attention; }
+  bool rows_depend_on_phase() const override { return !exact_attention(); }
   int64_t parallel_regions() const { return model_->parallel_regions(); }
   const PathCounters& path_counters() const { return model_->path_counters(); }
   const PathVerifyLog& verify_log() const { return model_->verify_log(); }

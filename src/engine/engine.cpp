@@ -95,7 +95,8 @@ Engine::Impl::Impl(std::unique_ptr<ModelRunner> r, EngineConfig c, std::shared_p
       kv(runner->cache().n_blocks(), runner->cache().block_size(), cfg.enable_prefix_caching),
       sched({.max_num_batched_tokens = cfg.max_num_batched_tokens,
              .max_num_seqs = cfg.max_num_seqs,
-             .max_prompt_logits_rows = cfg.max_prompt_logits_rows},
+             .max_prompt_logits_rows = cfg.max_prompt_logits_rows,
+             .cache_generated_blocks = !runner->rows_depend_on_phase()},
             kv),
       sampler(n_vocab),
       spec(*runner, cfg, kv, n_vocab) {
@@ -434,7 +435,7 @@ void Engine::Impl::build_batch(const SchedulerOutput& plan) {
     if (item.verify) Speculator::append_drafts(*s);
     scheduled.push_back({s->tokens, s->blocks.table, s->n_computed, item.n_new,
                          s->n_computed + item.n_new == static_cast<int>(s->tokens.size()), item.verify,
-                         s->wants_prompt_logits()});
+                         s->wants_prompt_logits(), s->n_prompt});
   }
   build_batch_meta(scheduled, kv.block_size(), cfg.path_policy, cfg.decode_threshold, cfg.all_logits, meta);
   const int n_rows = static_cast<int>(meta.logits_rows.size());

@@ -60,6 +60,11 @@ class ModelRunner {
   // auto_prefill_path: where the model's `auto` sends prefill chunks (for the start-up line).
   virtual PathTokens path_tokens() const { return {}; }
   virtual MlaPath auto_prefill_path() const { return MlaPath::Mha; }
+  // True when a row's bits depend on whether its token was a prompt or a generated one (the model's
+  // F32 attention kernels: `auto` sends prompt tokens down the prefill path and generated ones
+  // down MQA, and the two differ in the last bits). The engine then keeps blocks holding
+  // generated tokens out of the prefix cache, so that a later prompt computes them as a prompt.
+  virtual bool rows_depend_on_phase() const { return false; }
 };
 
 inline void ModelRunner::forward_hidden(const BatchMeta&, float*, float*) {

@@ -146,7 +146,9 @@ void Scheduler::on_forward_done(const SchedulerOutput& out) {
 void Scheduler::on_step_done(const SchedulerOutput& out) {
   for (const auto& item : out.items) {
     Sequence* seq = item.seq;
-    if (!seq->blocks.table.empty()) kv_.cache_full_blocks(seq->blocks, seq->tokens, seq->n_computed);
+    if (seq->blocks.table.empty()) continue;
+    const int n_cacheable = config_.cache_generated_blocks ? seq->n_computed : std::min(seq->n_computed, seq->n_prompt);
+    kv_.cache_full_blocks(seq->blocks, seq->tokens, n_cacheable);
   }
 }
 

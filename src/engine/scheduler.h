@@ -32,6 +32,9 @@ struct SchedulerConfig {
   // prefill chunks of such sequences take at most this many tokens per step, all together. They
   // skip the prefix cache: a cached block has rows, not the logits at its positions.
   int max_prompt_logits_rows = 256;
+  // Enter full blocks of generated tokens in the prefix cache too (ModelRunner::rows_depend_on_phase
+  // false); otherwise only a sequence's blocks within its prompt.
+  bool cache_generated_blocks = true;
 };
 
 struct SchedulerOutput {

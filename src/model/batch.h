@@ -30,6 +30,11 @@ struct SeqMeta {
   // The model sends them down the path a 1-token decode would take, so that their bits are the
   // decode's.
   bool verify = false;
+  // Positions < n_prompt hold the request's prompt, later ones tokens it generated; -1: not said
+  // (tools that run the model without an engine). With the F32 attention kernels, `auto` sends
+  // prompt tokens down the prefill path and generated ones down MQA whatever the chunking, so a
+  // row's bits depend on its token's phase only (Deepseek2Model::plan_attention_calls).
+  int32_t n_prompt = -1;
 };
 
 struct BatchMeta {

@@ -435,11 +435,23 @@ void Deepseek2Model::attention_inputs(const LayerWeights& L, int64_t il, const B
 void Deepseek2Model::plan_attention_calls(const BatchMeta& b, bool sparse) {
   // The dispatch decision point (mla_path): one kernel call per sequence, except speculative
   // verify rows in a sparse layer under the auto policy, which go one query at a time so that each
-  // takes the path (and the kernel call) a 1-token decode at its position would; elsewhere verify
-  // rows take the decode's path whole.
+  // takes the path (and the kernel call) a 1-token decode at its position would (elsewhere verify
+  // rows take the decode's path whole), and, under phase paths, a chunk that spans the end of the
+  // prompt, which goes as two calls.
   attn_calls_.clear();
   for (const auto& s : b.seqs) {
-    if (sparse && b.policy == MlaPathPolicy::Auto && s.verify) {
+    const int32_t first = s.context_len - s.query_len;
+    if (phase_paths(b, s) && !s.verify && first < s.n_prompt && s.n_prompt < s.context_len) {
+      // A chunk that holds the prompt's end and generated tokens (a preempted sequence computed
+      // again): two calls, each of its tokens down its phase's path.
+      SeqMeta prompt = s, generated = s;
+      prompt.query_len = s.n_prompt - first;
+      prompt.context_len = s.n_prompt;
+      generated.query_start = s.query_start + prompt.query_len;
+      generated.query_len = s.query_len - prompt.query_len;
+      attn_calls_.push_back({prompt, mla_path(b, prompt, sparse), false});
+      attn_calls_.push_back({generated, mla_path(b, generated, sparse), true});
+    } else if (sparse && b.policy == MlaPathPolicy::Auto && s.verify) {
       for (int32_t i = 0; i < s.query_len; ++i) {
         SeqMeta q = s;
         q.query_start = s.query_start + i;
@@ -493,13 +505,19 @@ MlaPath Deepseek2Model::mla_path(const BatchMeta& b, const SeqMeta& s, bool spar
       path = MlaPath::Mqa;
       break;
     case MlaPathPolicy::Auto:
-      if (sparse)
+      if (phase_paths(b, s))
+        path = s.verify || s.context_len - s.query_len >= s.n_prompt ? MlaPath::Mqa : prefill_path_;
+      else if (sparse)
         path = sparse_path(s);
       else
         path = (s.verify ? 1 : s.query_len) <= b.decode_threshold ? MlaPath::Mqa : prefill_path_;
       break;
   }
   return other_run_ ? other_path(path) : path;
+}
+
+bool Deepseek2Model::phase_paths(const BatchMeta& b, const SeqMeta& s) const {
+  return !opt_.exact_attention && b.policy == MlaPathPolicy::Auto && s.n_prompt >= 0;
 }
 
 MlaPath Deepseek2Model::sparse_path(const SeqMeta& s) const {

@@ -225,6 +225,11 @@ class Deepseek2Model {
   // The path a sequence takes in a sparse layer under the auto policy: the cheaper one for its
   // query length, context and selection (both are exact). Only mla_path calls it.
   MlaPath sparse_path(const SeqMeta& s) const;
+  // Whether `auto` sends s's tokens down their phase's path (prompt tokens: the prefill path,
+  // generated ones: MQA) rather than by the chunk's length: with the F32 attention kernels, whose
+  // paths differ in the last bits, when the engine said where the prompt ends (SeqMeta::n_prompt).
+  // Then a row's bits do not depend on how the prompt was chunked.
+  bool phase_paths(const BatchMeta& b, const SeqMeta& s) const;
   // The sequence's context row j is the cache's slot ctx_slots[j], read in the cache's dtype.
   void run_mla_path(const LayerWeights& L, int64_t il, const SeqMeta& s, MlaPath path, const LatentCache& cache,
                     const int32_t* ctx_slots, bool sparse, float* out);

@@ -44,8 +44,9 @@ std::string synth_q8_model() {
 
 std::function<std::unique_ptr<ModelRunner>()> model_runner(const std::string& path, MlaPathPolicy policy,
                                                            int block_size, int64_t tokens,
-                                                           GgmlType dtype = GgmlType::F16) {
-  return deepseek2_runner(path, policy, {.block_size = block_size, .tokens = tokens, .dtype = dtype});
+                                                           GgmlType dtype = GgmlType::F16, bool exact = true) {
+  return deepseek2_runner(path, policy,
+                          {.block_size = block_size, .tokens = tokens, .dtype = dtype, .exact_attention = exact});
 }
 
 std::vector<int32_t> prompt_of(int n, int seed, int n_vocab) {
@@ -83,6 +84,7 @@ void expect_bit_identical(const RunResult& want, const RunResult& got, const std
 struct Case {
   std::string name;
   MlaPathPolicy policy;
+  bool exact = true;  // the attention kernels: exact, or F32 (--attention-precision f32)
 };
 
 class ModelBatchInvariance : public ::testing::TestWithParam<Case> {
@@ -92,6 +94,7 @@ class ModelBatchInvariance : public ::testing::TestWithParam<Case> {
 
 TEST_P(ModelBatchInvariance, AloneEqualsBatchedAcrossBudgetsPrefixHitsAndPreemption) {
   const MlaPathPolicy policy = GetParam().policy;
+  const bool exact = GetParam().exact;
   const std::string file = path();
   const int n_vocab = static_cast<int>(load_deepseek2(file, {})->config.n_vocab);
   const auto all = arrivals(n_vocab);
@@ -99,14 +102,15 @@ TEST_P(ModelBatchInvariance, AloneEqualsBatchedAcrossBudgetsPrefixHitsAndPreempt
   RunResult solo;
   for (auto a : all) {
     a.at_step = 0;
-    auto r = run_engine(model_runner(file, policy, 16, 256), config(policy, 2048, false), {a});
+    auto r = run_engine(model_runner(file, policy, 16, 256, GgmlType::F16, exact), config(policy, 2048, false), {a});
     solo.seqs[a.id] = r.seqs[a.id];
     solo.logits[a.id] = r.logits[a.id];
   }
   for (int budget : {8, 16, 64, 2048}) {
     for (bool prefix : {false, true}) {
       if (budget == 2048 && !prefix) continue;  // covered by the solo runs' configuration
-      auto got = run_engine(model_runner(file, policy, 16, 256), config(policy, budget, prefix), all);
+      auto got =
+          run_engine(model_runner(file, policy, 16, 256, GgmlType::F16, exact), config(policy, budget, prefix), all);
       expect_bit_identical(solo, got, "budget " + std::to_string(budget) + (prefix ? " prefix" : ""));
       if (prefix) {
         EXPECT_GT(got.counters.n_prefix_hits, 0);
@@ -114,18 +118,49 @@ TEST_P(ModelBatchInvariance, AloneEqualsBatchedAcrossBudgetsPrefixHitsAndPreempt
     }
   }
   // 6 blocks of 8 tokens for ten requests (the longest needs 5): preemption and recomputation.
-  auto tight = run_engine(model_runner(file, policy, 8, 48), config(policy, 16, true), all);
+  auto tight = run_engine(model_runner(file, policy, 8, 48, GgmlType::F16, exact), config(policy, 16, true), all);
   expect_bit_identical(solo, tight, "preemption");
   EXPECT_GT(tight.counters.n_preemptions, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, ModelBatchInvariance,
+                         // With the F32 kernels the MLA paths differ in the last bits, so under `auto`
+                         // the bits hold only because a token's path follows its phase (prompt or
+                         // generated), not its chunk's length, and generated blocks stay out of the
+                         // prefix cache.
                          ::testing::Values(Case{"synth_q8", MlaPathPolicy::Mha}, Case{"synth_q8", MlaPathPolicy::Mqa},
                                            Case{"fixture_v3", MlaPathPolicy::Mha},
-                                           Case{"fixture_v3", MlaPathPolicy::Mqa}),
+                                           Case{"fixture_v3", MlaPathPolicy::Mqa},
+                                           Case{"synth_q8", MlaPathPolicy::Auto, false},
+                                           Case{"fixture_v3", MlaPathPolicy::Auto, false},
+                                           Case{"fixture_v3", MlaPathPolicy::Mqa, false}),
                          [](const auto& info) {
-                           return info.param.name + "_" + std::string(mla_path_policy_name(info.param.policy));
+                           return info.param.name + "_" + std::string(mla_path_policy_name(info.param.policy)) +
+                                  (info.param.exact ? "" : "_f32");
                          });
+
+// With the F32 kernels a generated token's row (MQA) is not the row its token gets as part of a
+// prompt (the prefill path): a later prompt that repeats a reply (a chat's next turn) must compute
+// those tokens as a prompt, not take the reply's rows from the prefix cache. The prompt's own blocks
+// still hit.
+TEST(ModelEngine, F32PromptRepeatingAReplyGivesItsOwnBits) {
+  const int n_vocab = static_cast<int>(load_deepseek2(kFixtureModel, {})->config.n_vocab);
+  const auto runner = model_runner(kFixtureModel, MlaPathPolicy::Auto, 16, 256, GgmlType::F16, false);
+  const Arrival first{"a", prompt_of(18, 3, n_vocab), greedy(30), 0};
+  const auto reply = run_engine(runner, config(MlaPathPolicy::Auto, 2048, true), {first}).seqs.at("a")[0].tokens;
+  ASSERT_EQ(reply.size(), 30u);
+  Arrival next{"b", first.prompt, greedy(3), 0};
+  next.prompt.insert(next.prompt.end(), reply.begin(), reply.end());  // positions 16..31: a block of the reply
+  next.prompt.push_back(7);
+  const RunResult alone = run_engine(runner, config(MlaPathPolicy::Auto, 2048, true), {next});
+  next.at_step = 40;  // after the first request has finished and its blocks are cached
+  const RunResult after = run_engine(runner, config(MlaPathPolicy::Auto, 2048, true), {first, next});
+  EXPECT_GT(after.counters.n_prefix_hits, 0);
+  RunResult want;
+  want.seqs["b"] = alone.seqs.at("b");
+  want.logits["b"] = alone.logits.at("b");
+  expect_bit_identical(want, after, "a prompt repeating a reply");
+}
 
 double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
   double diff = 0, ref = 0;

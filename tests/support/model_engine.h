@@ -19,6 +19,7 @@ struct TestRunnerOptions {
   GgmlType dtype = GgmlType::F16;
   int64_t max_batch_tokens = 2048;
   bool mtp = false;
+  bool exact_attention = true;  // ModelOptions::exact_attention (--attention-precision)
 };
 
 inline std::function<std::unique_ptr<ModelRunner>()> deepseek2_runner(const std::string& path, MlaPathPolicy policy,
@@ -28,6 +29,7 @@ inline std::function<std::unique_ptr<ModelRunner>()> deepseek2_runner(const std:
     mo.n_threads = 2;
     mo.max_batch_tokens = o.max_batch_tokens;
     mo.mtp = o.mtp;
+    mo.exact_attention = o.exact_attention;
     KvCacheOptions kv;
     kv.dtype = o.dtype;
     kv.block_size = o.block_size;

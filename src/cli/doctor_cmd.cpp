@@ -59,6 +59,9 @@ void register_doctor(CLI::App& app) {
   cmd->add_option("--prompt", a.prompts,
                   "Canary prompt (repeatable; default: \"Hello\" and a built-in longer sentence)");
   cmd->add_flag("--json", a.json, "Print the report as one JSON object");
+  // The path checks run the exact kernels unless told otherwise: under them the paths give the same
+  // bits, so any difference is a wrong path, whatever precision the server uses.
+  a.engine.attention_precision = "exact";
   add_engine_args(cmd, a.engine, {.mla_path = false, .speculative_config = false, .capacity = false});
   cmd->get_option("--kv-cache-dtype")->description("Latent cache dtype the checks run with: f16 | f32 | bf16 | q8_0");
   cmd->get_option("--max-num-batched-tokens")

@@ -107,8 +107,9 @@ void add_engine_args(CLI::App* cmd, EngineArgs& a, EngineFlagSet which) {
         ->capture_default_str();
   if (which.attention_precision)
     cmd->add_option("--attention-precision", a.attention_precision,
-                    "MLA attention arithmetic: exact (double inside, one rounding to F32: the MHA and MQA paths give "
-                    "the same bits) | f32 (F32 kernels: faster at long context, the paths differ by an ulp)")
+                    "MLA attention arithmetic: f32 (F32 kernels; under --mla-path auto prompt tokens take the "
+                    "prefill path and generated ones MQA, whatever the chunking) | exact (double inside, one rounding "
+                    "to F32: the MHA and MQA paths give the same bits; slower at long context)")
         ->check(CLI::IsMember({"exact", "f32"}))
         ->capture_default_str();
   if (which.max_num_batched_tokens)

@@ -21,9 +21,9 @@ struct CommonOptions;
 // The values of the shared flags; the initializers are the defaults every command shows (the
 // engine's and the cache's own, where they have one).
 struct EngineArgs {
-  int threads = 0;                                                     // -t: 0 → every hardware thread
-  std::string mla_path = "auto";                                       // auto | mha | mqa
-  std::string attention_precision = "exact";                           // exact | f32 (ModelOptions)
+  int threads = 0;                          // -t: 0 → every hardware thread
+  std::string mla_path = "auto";            // auto | mha | mqa
+  std::string attention_precision = "f32";  // exact | f32 (ModelOptions::exact_attention); mla doctor: exact
   int max_num_batched_tokens = EngineConfig{}.max_num_batched_tokens;  // token budget per engine step
   std::string kv_cache_dtype = "f16";
   std::string speculative_config;  // {"method": "mtp", "num_speculative_tokens": K}; "": off

@@ -108,7 +108,8 @@ void self_check(const std::string& mode, const Deepseek2Runner& runner, const To
   DoctorOptions o;
   o.n_threads = n_threads;
   o.kv_dtype = kv_dtype;
-  o.exact_attention = runner.exact_attention();
+  // The exact kernels whatever the serving precision: under them the paths give the same bits, so
+  // any difference is a wrong path (DoctorOptions::exact_attention's default).
   o.n_greedy = 4;
   // The dispatch trace covers the first calls of serving, not the self-check's: off meanwhile,
   // then set again (counters from zero).

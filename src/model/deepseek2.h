@@ -58,7 +58,8 @@ struct ModelOptions {
   bool verify_paths = false;
   // The MLA attention kernels: exact (double inside, one rounding to F32: the two paths give the
   // same bits) or the F32 kernels (faster; the paths differ by an ulp, which quantized matmuls
-  // downstream can amplify). --attention-precision exact|f32.
+  // downstream can amplify). The CLI's --attention-precision: f32 by default (the doctor: exact);
+  // a model built in code without saying gets the exact kernels.
   bool exact_attention = true;
   bool dsa = true;                        // DeepSeek Sparse Attention where the model has an indexer (--dsa)
   bool mtp = false;                       // load the MTP (nextn) layer for speculative decoding (the runner)

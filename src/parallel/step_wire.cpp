@@ -5,7 +5,7 @@
 namespace mla {
 namespace {
 
-constexpr int kSeqInts = 6;  // query_start, query_len, context_len, slots_start, verify, blocks_start
+constexpr int kSeqInts = 7;  // query_start, query_len, context_len, slots_start, verify, blocks_start, n_prompt
 
 void put(std::vector<int32_t>& out, const std::vector<int32_t>& v) { out.insert(out.end(), v.begin(), v.end()); }
 
@@ -29,7 +29,7 @@ StepHeader encode_step(const BatchMeta& meta, const BlockCopies& copies, std::ve
   put(payload, meta.slot_mapping);
   for (const SeqMeta& s : meta.seqs)
     payload.insert(payload.end(), {s.query_start, s.query_len, s.context_len, s.slots_start,
-                                   static_cast<int32_t>(s.verify), s.blocks_start});
+                                   static_cast<int32_t>(s.verify), s.blocks_start, s.n_prompt});
   put(payload, meta.context_slots);
   put(payload, meta.logits_rows);
   put(payload, meta.block_table);
@@ -60,6 +60,7 @@ void decode_step(const StepHeader& h, const std::vector<int32_t>& payload, Batch
     s.slots_start = p[3];
     s.verify = p[4] != 0;
     s.blocks_start = p[5];
+    s.n_prompt = p[6];
     p += kSeqInts;
   }
   take(meta.context_slots, h.n_context_slots);

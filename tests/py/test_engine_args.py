@@ -83,7 +83,7 @@ def serve_engine_line(mla_bin, *args):
     [],
     ["-t", "1", "--max-num-batched-tokens", "64", "--max-num-seqs", "3", "--max-model-len", "200",
      "--kv-cache-dtype", "bf16", "--kv-cache-tokens", "4096", "--block-size", "8", "--mla-path", "mqa",
-     "--no-enable-prefix-caching"],
+     "--no-enable-prefix-caching", "--attention-precision", "exact"],
 ])
 def test_run_and_serve_resolve_the_same_engine(mla_bin, args):
     r = run_mla(mla_bin, "run", "-m", TINY, "--tokens", "1,2,3", "-n", "1", *args)
@@ -91,10 +91,11 @@ def test_run_and_serve_resolve_the_same_engine(mla_bin, args):
     assert engine_line(r.stderr) == line
     if not args:
         assert line.startswith("max_num_batched_tokens 2048, max_num_seqs 64, max_model_len auto, prefix caching on, "
-                               "kv cache F16 (32768 tokens, block 16), mla_path auto, dsa on, speculative tokens 0")
+                               "kv cache F16 (32768 tokens, block 16), mla_path auto, attention f32, dsa on, "
+                               "speculative tokens 0")
     else:
         assert line.startswith("max_num_batched_tokens 64, max_num_seqs 3, max_model_len 200, prefix caching off, "
-                               "kv cache BF16 (4096 tokens, block 8), mla_path mqa")
+                               "kv cache BF16 (4096 tokens, block 8), mla_path mqa, attention exact")
         assert line.endswith("threads 1")
 
 
@@ -103,8 +104,8 @@ def test_bench_resolves_the_model_flags_the_same_way(mla_bin):
                 "--kv-cache-dtype", "bf16", "--mla-path", "mha")
     # One sequence, no prefix caching, a cache of whole 256-token blocks for the longest test.
     assert engine_line(r.stderr) == ("max_num_batched_tokens 2048, max_num_seqs 1, max_model_len auto, prefix caching "
-                                     "off, kv cache BF16 (256 tokens, block 16), mla_path mha, dsa on, speculative "
-                                     "tokens 0, threads 1")
+                                     "off, kv cache BF16 (256 tokens, block 16), mla_path mha, attention f32, dsa on, "
+                                     "speculative tokens 0, threads 1")
 
 
 def test_old_spelling_still_works_and_says_it_is_deprecated(mla_bin):

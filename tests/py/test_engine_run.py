@@ -107,9 +107,14 @@ def test_help_env_unknown_variable_and_trace(model):
     assert "MLA_TRACE" in r.stdout and "MLA_LOG_LEVEL" in r.stdout
     r = mla("run", "-m", model, "--tokens", "1", "-n", "2", env={"MLA_TRCE": "dispatch:1", "MLA_TRACE": "dispatch:1"})
     assert "unknown environment variable MLA_TRCE is ignored (did you mean MLA_TRACE?" in r.stderr
-    # A 1-token prompt is a decode: MQA under auto.
-    assert "dispatch layer=blk.0 is_sparse=0 num_mqa=1 num_mha=0 total_toks=1 policy=auto" in r.stderr
+    # A 1-token prompt under auto with the F32 kernels (the default): a prompt token, so the
+    # prefill path (MHA at these widths), as every chunking of a longer prompt would send it.
+    assert "dispatch layer=blk.0 is_sparse=0 num_mqa=0 num_mha=1 total_toks=1 policy=auto" in r.stderr
     assert r.stderr.count("dispatch layer=blk.0") == 1
+    # With the exact kernels the paths agree, and auto goes by the chunk's length: one token is a
+    # decode, MQA.
+    r = mla("run", "-m", model, "--tokens", "1", "-n", "2", "--trace", "dispatch:1", "--attention-precision", "exact")
+    assert "dispatch layer=blk.0 is_sparse=0 num_mqa=1 num_mha=0 total_toks=1 policy=auto" in r.stderr
     r = mla("run", "-m", model, "--tokens", "1", "-n", "2", "--log-level", "warn", "--trace", "dispatch:1")
     assert "dispatch layer=" not in r.stderr and "kv cache:" not in r.stderr
     bad = mla("run", "-m", model, "--tokens", "1", "--log-level", "loud", check=False)

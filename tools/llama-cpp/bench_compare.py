@@ -91,6 +91,8 @@ def main() -> None:
     ap.add_argument("--ik-bench", help="ik_llama.cpp's llama-bench binary: a third column")
     ap.add_argument("--no-llama", action="store_true", help="do not run llama.cpp's llama-bench")
     ap.add_argument("--mla-base", help="another mla binary, measured the same way: a base column")
+    ap.add_argument("--mla-arg", action="append", default=[],
+                    help="an extra argument for the mla binary's bench (repeatable), e.g. --mla-arg=--attention-precision=f32")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
 
@@ -111,11 +113,11 @@ def main() -> None:
             if args.ik_bench:
                 for name, ts in ik_rows(args, model):
                     slot(r, name)["ik"].append(ts)
-            for key, binary in (("mla", args.mla), ("base", args.mla_base)):
+            for key, binary, extra in (("mla", args.mla, args.mla_arg), ("base", args.mla_base, [])):
                 if binary is None:
                     continue
                 for e in run_json([binary, "bench", "-m", model, "-p", str(args.p), "-n", str(args.n), "-d", args.d,
-                                   "-t", str(args.t), "-r", "1", "--json", "--log-level", "warn"]):
+                                   "-t", str(args.t), "-r", "1", "--json", "--log-level", "warn", *extra]):
                     slot(r, e["test"])[key].append(e["avg_ts"])
         results[model] = {"repack": repack, "tests": r}
 

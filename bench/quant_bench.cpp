@@ -15,6 +15,8 @@
 //                          (matmul's thread split); GB/s of packed weight bytes per wall second
 //                          and per CPU second (a memory-bound kernel's stalls count as CPU time),
 //                          and per wall second over the bytes the file's rows hold (file_GB/s)
+//   peak/vnni_dpbusd/<threads>  the packed kernels' ceiling: independent vpdpbusd chains in
+//                          registers (64 multiply-adds each), GMAC/s over wall time
 //   membw/read_sum         sum of a cold buffer of uint64 (read bandwidth), 1 and 2 threads
 //   membw/memcpy           memcpy between cold buffers (bytes counted once per direction)
 //
@@ -216,6 +218,36 @@ void bm_gemv_cold(benchmark::State& state, GgmlType t, int n_threads) {
                          benchmark::Counter::kIsRate);
 }
 
+// vpdpbusd back to back on 12 independent accumulators per thread (more than the instruction's
+// latency times its throughput), so the rate is the core's integer multiply-add ceiling.
+void bm_peak_vnni(benchmark::State& state, int n_threads) {
+#if defined(__AVX512F__) && defined(__AVX512VNNI__)
+  constexpr int kChains = 12;
+  constexpr int64_t kSteps = int64_t{1} << 16;
+  ThreadPool pool(n_threads);
+  std::vector<int64_t> sink(n_threads);
+  volatile int32_t seed = 0x01020304;  // opaque to the compiler
+  for (auto _ : state) {
+    pool.run([&](int t) {
+      const __m512i a = _mm512_set1_epi32(seed), b = _mm512_set1_epi32(seed + 1);
+      __m512i acc[kChains];
+      for (int i = 0; i < kChains; ++i) acc[i] = _mm512_set1_epi32(i);
+      for (int64_t s = 0; s < kSteps; ++s)
+        for (int i = 0; i < kChains; ++i) acc[i] = _mm512_dpbusd_epi32(acc[i], a, b);
+      int64_t sum = 0;
+      for (int i = 0; i < kChains; ++i) sum += _mm512_reduce_add_epi32(acc[i]);
+      sink[t] = sum;
+    });
+  }
+  benchmark::DoNotOptimize(sink.data());
+  state.counters["GMAC/s"] = benchmark::Counter(
+      static_cast<double>(state.iterations()) * kSteps * kChains * 64 * n_threads / 1e9, benchmark::Counter::kIsRate);
+#else
+  (void)n_threads;
+  state.SkipWithError("this build has no AVX-512 VNNI (the packed kernels' instruction)");
+#endif
+}
+
 // Cold buffers for the bandwidth probes, shared by all of them.
 struct ColdBuffers {
   size_t bytes;
@@ -315,6 +347,10 @@ const GgmlType kBenchTypes[] = {GgmlType::F32,    GgmlType::F16,   GgmlType::BF1
           ->Unit(benchmark::kMillisecond)
           ->UseRealTime();
     }
+  for (int n_threads : {1, 2})
+    benchmark::RegisterBenchmark(("peak/vnni_dpbusd/" + std::to_string(n_threads)).c_str(), bm_peak_vnni, n_threads)
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("membw/read_sum", bm_read_sum)->Unit(benchmark::kMillisecond)->ThreadRange(1, 2);
   benchmark::RegisterBenchmark("membw/memcpy", bm_memcpy)->Unit(benchmark::kMillisecond);
   return true;

@@ -131,7 +131,10 @@ Engine::Impl::Impl(std::unique_ptr<ModelRunner> r, EngineConfig c, std::shared_p
     log().warn("kv cache tiers: off, because prefix caching is off");
   }
   sched.configure_speculation(cfg.num_speculative_tokens, cfg.max_model_len);
-  if (cfg.path_policy == MlaPathPolicy::Auto)
+  if (cfg.path_policy == MlaPathPolicy::Auto && runner->rows_depend_on_phase())
+    log().info("mla path auto: prompt tokens down {}, generated tokens down mqa (by phase, whatever the chunking)",
+               mla_path_name(runner->auto_prefill_path()));
+  else if (cfg.path_policy == MlaPathPolicy::Auto)
     log().info("mla path auto: query length <= {} down mqa, longer (prefill chunks) down {}", cfg.decode_threshold,
                mla_path_name(runner->auto_prefill_path()));
   logits.resize(static_cast<size_t>(cfg.all_logits ? cfg.max_num_batched_tokens : cfg.max_num_seqs) * n_vocab);

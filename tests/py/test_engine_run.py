@@ -53,7 +53,7 @@ def test_batch_file_gives_every_prompt_its_solo_tokens(model, tmp_path):
     assert res["n_sequences"] == 5
     assert res["decode_tokens_per_second"] > 0
     # auto: decodes go down MQA, prompt chunks down the prefill path the engine announces.
-    prefill = re.search(r"mla path auto: .* longer \(prefill chunks\) down (mha|mqa)", r.stderr).group(1)
+    prefill = re.search(r"mla path auto: .*(?:longer \(prefill chunks\)|prompt tokens) down (mha|mqa)", r.stderr).group(1)
     assert res["tokens_mqa"] > 0 and (res["tokens_mha"] > 0) == (prefill == "mha")
     # The text form lists every request and the throughput.
     text = mla("run", "-m", model, "--batch", batch, "-n", "6", "--ignore-eos", "-t", "2").stdout

@@ -149,7 +149,8 @@ def test_verify_paths_step0_is_the_forced_runs_difference(tmp_path, wtype, preci
         v = res["verify_paths"]
         primary = policy
         if policy == "auto":  # the prompt goes where the model's auto sends prefill chunks
-            primary = re.search(r"mla path auto: .* longer \(prefill chunks\) down (mha|mqa)", r.stderr).group(1)
+            primary = re.search(r"mla path auto: .*(?:longer \(prefill chunks\)|prompt tokens) down (mha|mqa)",
+                                r.stderr).group(1)
         got = np.fromfile(dump, dtype="<f4").reshape(-1, 512)
         # auto decodes down MQA whatever its prefill took, so past the prompt only the forced mqa
         # run is the same computation.
@@ -175,7 +176,7 @@ def test_auto_is_one_decision_for_run_perplexity_and_doctor(tmp_path):
     tiny = ROOT / "models" / "tiny-q8_0.gguf"
     r = mla("run", "-m", tiny, "--tokens", ",".join(map(str, range(10, 18))), "-n", "2", "--json", "--ignore-eos",
             "-t", "2")
-    prefill = re.search(r"mla path auto: .* longer \(prefill chunks\) down (mha|mqa)", r.stderr).group(1)
+    prefill = re.search(r"mla path auto: .*(?:longer \(prefill chunks\)|prompt tokens) down (mha|mqa)", r.stderr).group(1)
     res = json.loads(r.stdout)
     assert res[f"tokens_{prefill}"] == 8 + (prefill == "mqa") and res[f"tokens_{other(prefill)}"] == (prefill == "mha")
     text = tmp_path / "text.txt"

@@ -131,6 +131,6 @@ def test_verify_paths_reports_small_differences(model, model_files, tmp_path):
     assert len(rel) == 3 * n_layer, err
     assert max(rel) <= 1e-5 and max(float(x) for x, _ in steps) <= 1e-4, err
     assert "verify-paths: ok" in err, err
-    prefill = re.search(r"mla path auto: .* longer \(prefill chunks\) down (mha|mqa)", err).group(1)
+    prefill = re.search(r"mla path auto: .*(?:longer \(prefill chunks\)|prompt tokens) down (mha|mqa)", err).group(1)
     one = "num_mqa=0 num_mha=1" if prefill == "mha" else "num_mqa=1 num_mha=0"
     assert len(re.findall(rf"dispatch layer=blk\.\d+ is_sparse=0 {one} total_toks=(?:[2-9]|[1-9][0-9]+) ", err)) == n_layer, err

@@ -39,7 +39,7 @@ def test_probe_with_dispatch_trace():
         assert j["usage"]["total_tokens"] == 3
         # The probe's prefill went through layer 0 on the path the server announced for prefill
         # chunks (2 query tokens > threshold 1).
-        prefill = re.search(r"mla path auto: .* longer \(prefill chunks\) down (mha|mqa)", s.log).group(1)
+        prefill = re.search(r"mla path auto: .*(?:longer \(prefill chunks\)|prompt tokens) down (mha|mqa)", s.log).group(1)
         one = "num_mqa=0 num_mha=1" if prefill == "mha" else "num_mqa=1 num_mha=0"
         deadline = time.time() + 5
         pattern = re.compile(rf"dispatch layer=blk\.0 is_sparse=0 {one} total_toks=2 policy=auto")

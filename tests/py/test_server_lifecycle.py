@@ -50,7 +50,7 @@ def test_metrics_format_and_counters_move(server):
     assert delta("mla:e2e_request_latency_seconds_sum") > 0
     # The prefill went down the path the server announced for prompt chunks (query length > 1),
     # the 4 decode steps through MQA.
-    prefill = re.search(r"mla path auto: .* longer \(prefill chunks\) down (mha|mqa)", server.log).group(1)
+    prefill = re.search(r"mla path auto: .*(?:longer \(prefill chunks\)|prompt tokens) down (mha|mqa)", server.log).group(1)
     assert delta("mla:attention_path_tokens_total", path="mha") == (n_prompt if prefill == "mha" else 0)
     assert delta("mla:attention_path_tokens_total", path="mqa") == 4 + (n_prompt if prefill == "mqa" else 0)
     # Every prompt token is looked up; a prompt shorter than a block (16 tokens) cannot hit.

@@ -15,27 +15,10 @@
 
 #include "quant/blocks.h"
 #include "quant/kernels.h"
+#include "quant/packed_avx512.h"
 
 namespace mla::quant {
 namespace {
-
-inline __m512i bcast32(const void* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return _mm512_set1_epi32(v);
-}
-
-inline int32_t load_i32(const uint8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-
-inline __m512i load512(const uint8_t* p) { return _mm512_loadu_si512(p); }
-
-inline __m512 load_f16x16(const uint8_t* p) {
-  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-}
 
 // Q8_0x16 · Q8_0: weights stored as q + 128, so each block's int32 sums start from the
 // activation extra -128 * sum(a) and end as the exact sum of q * a.
@@ -292,69 +275,47 @@ void gemm_q3_k(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t
   for (int t = 0; t < NT; ++t) _mm512_storeu_ps(out + 16 * t, acc[t]);
 }
 
-template <template <int> class K>
-void by_count(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, int n_tok, float* out) {
-  switch (n_tok) {
-    case 1:
-      return K<1>::run(n_cols, group, act, act_stride, out);
-    case 2:
-      return K<2>::run(n_cols, group, act, act_stride, out);
-    case 3:
-      return K<3>::run(n_cols, group, act, act_stride, out);
-    case 4:
-      return K<4>::run(n_cols, group, act, act_stride, out);
-    case 5:
-      return K<5>::run(n_cols, group, act, act_stride, out);
-    case 6:
-      return K<6>::run(n_cols, group, act, act_stride, out);
-    case 7:
-      return K<7>::run(n_cols, group, act, act_stride, out);
-    case 8:
-      return K<8>::run(n_cols, group, act, act_stride, out);
-    default:
-      return;
-  }
-}
-
-template <int NT>
+// The kernels as by_count's K.
 struct Q8_0Kernel {
-  static void run(int64_t n, const uint8_t* g, const uint8_t* a, int64_t s, float* o) { gemm_q8_0<NT>(n, g, a, s, o); }
+  template <int NT>
+  static void run(int64_t n, const uint8_t* g, const uint8_t* a, int64_t s, float* o) {
+    gemm_q8_0<NT>(n, g, a, s, o);
+  }
 };
-template <int NT>
 struct Q2_KKernel {
-  static void run(int64_t n, const uint8_t* g, const uint8_t* a, int64_t s, float* o) { gemm_q2_k<NT>(n, g, a, s, o); }
+  template <int NT>
+  static void run(int64_t n, const uint8_t* g, const uint8_t* a, int64_t s, float* o) {
+    gemm_q2_k<NT>(n, g, a, s, o);
+  }
 };
-template <int NT>
 struct Q3_KKernel {
-  static void run(int64_t n, const uint8_t* g, const uint8_t* a, int64_t s, float* o) { gemm_q3_k<NT>(n, g, a, s, o); }
-};
-template <int NT>
-struct Q4_KKernel {
+  template <int NT>
   static void run(int64_t n, const uint8_t* g, const uint8_t* a, int64_t s, float* o) {
-    gemm_q45_k<NT, kQ4Kx16Bytes>(n, g, a, s, o);
+    gemm_q3_k<NT>(n, g, a, s, o);
   }
 };
-template <int NT>
-struct Q5_KKernel {
+template <int64_t kBytes>
+struct Q45_KKernel {
+  template <int NT>
   static void run(int64_t n, const uint8_t* g, const uint8_t* a, int64_t s, float* o) {
-    gemm_q45_k<NT, kQ5Kx16Bytes>(n, g, a, s, o);
+    gemm_q45_k<NT, kBytes>(n, g, a, s, o);
   }
 };
-
-template <int NT>
 struct Q6_KKernel {
-  static void run(int64_t n, const uint8_t* g, const uint8_t* a, int64_t s, float* o) { gemm_q6_k<NT>(n, g, a, s, o); }
+  template <int NT>
+  static void run(int64_t n, const uint8_t* g, const uint8_t* a, int64_t s, float* o) {
+    gemm_q6_k<NT>(n, g, a, s, o);
+  }
 };
 
 }  // namespace
 
 PackedGemmFn packed_gemm_avx512_fn(GgmlType t) {
-  static_assert(kPackedMaxTokens == 8, "by_count instantiates 1..8 tokens");
   if (t == GgmlType::Q8_0) return by_count<Q8_0Kernel>;
   if (t == GgmlType::Q2_K) return by_count<Q2_KKernel>;
   if (t == GgmlType::Q3_K) return by_count<Q3_KKernel>;
-  if (t == GgmlType::Q4_K) return by_count<Q4_KKernel>;
-  if (t == GgmlType::Q5_K) return by_count<Q5_KKernel>;
+  if (t == GgmlType::Q4_K) return by_count<Q45_KKernel<kQ4Kx16Bytes>>;
+  if (t == GgmlType::Q5_K) return by_count<Q45_KKernel<kQ5Kx16Bytes>>;
   if (t == GgmlType::Q6_K) return by_count<Q6_KKernel>;
   if (PackedGemmFn f = packed_gemm_iq_avx512_fn(t)) return f;
   return packed_gemm_nibble_avx512_fn(t);

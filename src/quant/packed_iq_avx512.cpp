@@ -16,16 +16,11 @@
 
 #include "quant/blocks.h"
 #include "quant/kernels.h"
+#include "quant/packed_avx512.h"
 #include "quant/packed_iq.h"
 
 namespace mla::quant {
 namespace {
-
-inline __m512i bcast32(const void* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return _mm512_set1_epi32(v);
-}
 
 template <GgmlType kType, int NT>
 void gemm_iq(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, float* out) {
@@ -120,45 +115,29 @@ void gemm_iq(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t a
   for (int t = 0; t < NT; ++t) _mm512_storeu_ps(out + 16 * t, acc[t]);
 }
 
+// The kernel of kType as by_count's K.
 template <GgmlType kType>
-void by_count(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, int n_tok, float* out) {
-  static_assert(kPackedMaxTokens == 8, "instantiates 1..8 tokens");
-  switch (n_tok) {
-    case 1:
-      return gemm_iq<kType, 1>(n_cols, group, act, act_stride, out);
-    case 2:
-      return gemm_iq<kType, 2>(n_cols, group, act, act_stride, out);
-    case 3:
-      return gemm_iq<kType, 3>(n_cols, group, act, act_stride, out);
-    case 4:
-      return gemm_iq<kType, 4>(n_cols, group, act, act_stride, out);
-    case 5:
-      return gemm_iq<kType, 5>(n_cols, group, act, act_stride, out);
-    case 6:
-      return gemm_iq<kType, 6>(n_cols, group, act, act_stride, out);
-    case 7:
-      return gemm_iq<kType, 7>(n_cols, group, act, act_stride, out);
-    case 8:
-      return gemm_iq<kType, 8>(n_cols, group, act, act_stride, out);
-    default:
-      return;
+struct IqKernel {
+  template <int NT>
+  static void run(int64_t n, const uint8_t* g, const uint8_t* a, int64_t s, float* o) {
+    gemm_iq<kType, NT>(n, g, a, s, o);
   }
-}
+};
 
 }  // namespace
 
 PackedGemmFn packed_gemm_iq_avx512_fn(GgmlType t) {
   switch (t) {
     case GgmlType::IQ2_XXS:
-      return by_count<GgmlType::IQ2_XXS>;
+      return by_count<IqKernel<GgmlType::IQ2_XXS>>;
     case GgmlType::IQ2_XS:
-      return by_count<GgmlType::IQ2_XS>;
+      return by_count<IqKernel<GgmlType::IQ2_XS>>;
     case GgmlType::IQ2_S:
-      return by_count<GgmlType::IQ2_S>;
+      return by_count<IqKernel<GgmlType::IQ2_S>>;
     case GgmlType::IQ3_XXS:
-      return by_count<GgmlType::IQ3_XXS>;
+      return by_count<IqKernel<GgmlType::IQ3_XXS>>;
     case GgmlType::IQ3_S:
-      return by_count<GgmlType::IQ3_S>;
+      return by_count<IqKernel<GgmlType::IQ3_S>>;
     default:
       return nullptr;
   }

@@ -13,18 +13,11 @@
 #include <cstring>
 
 #include "quant/kernels.h"
+#include "quant/packed_avx512.h"
 #include "quant/packed_nibble.h"
 
 namespace mla::quant {
 namespace {
-
-inline __m512i bcast32(const void* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return _mm512_set1_epi32(v);
-}
-
-inline __m512i load512(const uint8_t* p) { return _mm512_loadu_si512(p); }
 
 // level + 128 for each nibble value, in every 128-bit lane (vpshufb looks up within lanes).
 inline __m512i shifted_table(const int8_t* table) {
@@ -158,53 +151,32 @@ void gemm_iq4_xs(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64
   for (int t = 0; t < NT; ++t) _mm512_storeu_ps(out + 16 * t, acc[t]);
 }
 
-template <GgmlType kType, int NT>
-void run(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, float* out) {
-  if constexpr (kType == GgmlType::IQ4_XS)
-    gemm_iq4_xs<NT>(n_cols, group, act, act_stride, out);
-  else
-    gemm32<kType, NT>(n_cols, group, act, act_stride, out);
-}
-
+// The kernel of kType as by_count's K.
 template <GgmlType kType>
-void by_count(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, int n_tok, float* out) {
-  static_assert(kPackedMaxTokens == 8, "instantiates 1..8 tokens");
-  switch (n_tok) {
-    case 1:
-      return run<kType, 1>(n_cols, group, act, act_stride, out);
-    case 2:
-      return run<kType, 2>(n_cols, group, act, act_stride, out);
-    case 3:
-      return run<kType, 3>(n_cols, group, act, act_stride, out);
-    case 4:
-      return run<kType, 4>(n_cols, group, act, act_stride, out);
-    case 5:
-      return run<kType, 5>(n_cols, group, act, act_stride, out);
-    case 6:
-      return run<kType, 6>(n_cols, group, act, act_stride, out);
-    case 7:
-      return run<kType, 7>(n_cols, group, act, act_stride, out);
-    case 8:
-      return run<kType, 8>(n_cols, group, act, act_stride, out);
-    default:
-      return;
+struct NibbleKernel {
+  template <int NT>
+  static void run(int64_t n, const uint8_t* g, const uint8_t* a, int64_t s, float* o) {
+    if constexpr (kType == GgmlType::IQ4_XS)
+      gemm_iq4_xs<NT>(n, g, a, s, o);
+    else
+      gemm32<kType, NT>(n, g, a, s, o);
   }
-}
+};
 
 }  // namespace
 
 PackedGemmFn packed_gemm_nibble_avx512_fn(GgmlType t) {
   switch (t) {
     case GgmlType::Q4_0:
-      return by_count<GgmlType::Q4_0>;
+      return by_count<NibbleKernel<GgmlType::Q4_0>>;
     case GgmlType::Q5_0:
-      return by_count<GgmlType::Q5_0>;
+      return by_count<NibbleKernel<GgmlType::Q5_0>>;
     case GgmlType::IQ4_NL:
-      return by_count<GgmlType::IQ4_NL>;
+      return by_count<NibbleKernel<GgmlType::IQ4_NL>>;
     case GgmlType::MXFP4:
-      return by_count<GgmlType::MXFP4>;
+      return by_count<NibbleKernel<GgmlType::MXFP4>>;
     case GgmlType::IQ4_XS:
-      return by_count<GgmlType::IQ4_XS>;
+      return by_count<NibbleKernel<GgmlType::IQ4_XS>>;
     default:
       return nullptr;
   }

@@ -64,7 +64,7 @@ void pack_iq4_xs(const NibblePackedSpec& sp, const uint8_t* src, int64_t row_byt
 int level(const NibblePackedSpec& sp, const uint8_t* quants, const uint8_t* bits, int r, int c) {
   const int g = (c % 16) / 4, i = c % 4;
   int v = (quants[64 * g + 4 * r + i] >> (c < 16 ? 0 : 4)) & 0x0F;
-  if (sp.table) return sp.table[v];
+  if (sp.lookup) return sp.table[v];
   if (sp.fifth_bit) v |= ((bits[4 * r + i] >> (c < 16 ? g : 4 + g)) & 1) << 4;
   return v - sp.offset;
 }

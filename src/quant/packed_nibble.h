@@ -28,7 +28,8 @@ struct NibblePackedSpec {
   int block_cols = 0;  // 32, or 256 for IQ4_XS
   int offset = 0;      // level + offset is the unsigned vpdpbusd operand: 8, 16 or 128
   bool fifth_bit = false;
-  const int8_t* table = nullptr;  // nibble -> level; nullptr: level = value - offset
+  bool lookup = false;            // the level is table[nibble]; else nibble (| fifth bit << 4) - offset
+  const int8_t* table = nullptr;  // with lookup: nibble -> level
 
   constexpr int64_t quants_offset() const { return block_cols == 32 ? 32 : 32 + 128; }
   constexpr int64_t bits_offset() const { return quants_offset() + 256 * (block_cols / 32); }
@@ -39,15 +40,15 @@ struct NibblePackedSpec {
 constexpr NibblePackedSpec nibble_packed_spec(GgmlType t) {
   switch (t) {
     case GgmlType::Q4_0:
-      return {32, 8, false, nullptr};
+      return {32, 8, false, false, nullptr};
     case GgmlType::Q5_0:
-      return {32, 16, true, nullptr};
+      return {32, 16, true, false, nullptr};
     case GgmlType::IQ4_NL:
-      return {32, 128, false, kIQ4NLValues};
+      return {32, 128, false, true, kIQ4NLValues};
     case GgmlType::MXFP4:
-      return {32, 128, false, kMXFP4Values};
+      return {32, 128, false, true, kMXFP4Values};
     case GgmlType::IQ4_XS:
-      return {256, 128, false, kIQ4NLValues};
+      return {256, 128, false, true, kIQ4NLValues};
     default:
       return {};
   }

@@ -8,6 +8,7 @@
 // GCC 12 flags the deliberately undefined pass-through operand of its own AVX-512 intrinsics.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 
 #include <cstring>
@@ -49,7 +50,7 @@ inline void operands(const uint8_t* quants, const uint8_t* bits_p, int g, __m512
   const __m512i raw = load512(quants + 64 * g);
   lo = _mm512_and_si512(raw, low);
   hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low);
-  if constexpr (sp.table != nullptr) {
+  if constexpr (sp.lookup) {
     lo = _mm512_shuffle_epi8(tbl, lo);
     hi = _mm512_shuffle_epi8(tbl, hi);
   }
@@ -75,7 +76,7 @@ void gemm32(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t ac
     a[t] = reinterpret_cast<const BlockQ8_0*>(act + t * act_stride);
     ex[t] = act + t * act_stride + nb * static_cast<int64_t>(sizeof(BlockQ8_0));
   }
-  const __m512i tbl = sp.table ? shifted_table(sp.table) : _mm512_setzero_si512();
+  const __m512i tbl = sp.lookup ? shifted_table(sp.table) : _mm512_setzero_si512();
   __m512 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {

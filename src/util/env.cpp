@@ -87,6 +87,11 @@ std::string_view closest_env_var(std::string_view name) {
   return best;
 }
 
+std::string_view removed_env_var_replacement(std::string_view name) {
+  if (name == "MLA_EXACT_ATTENTION") return "--attention-precision exact|f32 (f32 is the default; the doctor: exact)";
+  return {};
+}
+
 std::vector<std::string> unknown_env_vars(char** env) {
   std::vector<std::string> out;
   for (char** e = env; e && *e; ++e) {
@@ -100,9 +105,13 @@ std::vector<std::string> unknown_env_vars(char** env) {
 }
 
 void warn_unknown_env_vars() {
-  for (const auto& name : unknown_env_vars(environ))
-    log().warn("unknown environment variable {} is ignored (did you mean {}? see --help-env)", name,
-               closest_env_var(name));
+  for (const auto& name : unknown_env_vars(environ)) {
+    if (const std::string_view instead = removed_env_var_replacement(name); !instead.empty())
+      log().warn("environment variable {} was removed and is ignored: use {}", name, instead);
+    else
+      log().warn("unknown environment variable {} is ignored (did you mean {}? see --help-env)", name,
+                 closest_env_var(name));
+  }
 }
 
 }  // namespace mla

@@ -28,6 +28,10 @@ std::string env_help_text();
 // The known name closest to `name` (edit distance), for "did you mean" messages.
 std::string_view closest_env_var(std::string_view name);
 
+// What replaced a variable that earlier releases read ("" for any other name), so that the
+// start-up warning can say it instead of a near name.
+std::string_view removed_env_var_replacement(std::string_view name);
+
 // MLA_* names in `environ` (a null-terminated NAME=VALUE array) that are not in the table.
 std::vector<std::string> unknown_env_vars(char** environ);
 // Logs one warning per unknown MLA_* variable of this process, naming the closest known one.

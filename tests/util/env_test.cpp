@@ -18,6 +18,9 @@ TEST(Env, UnknownMlaVariablesAreReportedWithTheClosestKnownName) {
   EXPECT_EQ(unknown_env_vars(env.data()), (std::vector<std::string>{"MLA_TRCE", "MLA_LOGLEVEL", "MLA_"}));
   EXPECT_EQ(closest_env_var("MLA_TRCE"), "MLA_TRACE");
   EXPECT_EQ(closest_env_var("MLA_LOGLEVEL"), "MLA_LOG_LEVEL");
+  // A variable that was removed names what replaced it.
+  EXPECT_NE(removed_env_var_replacement("MLA_EXACT_ATTENTION").find("--attention-precision"), std::string::npos);
+  EXPECT_TRUE(removed_env_var_replacement("MLA_TRCE").empty());
 }
 
 TEST(Env, HelpTextListsEveryVariable) {

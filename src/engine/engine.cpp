@@ -96,7 +96,8 @@ Engine::Impl::Impl(std::unique_ptr<ModelRunner> r, EngineConfig c, std::shared_p
       sched({.max_num_batched_tokens = cfg.max_num_batched_tokens,
              .max_num_seqs = cfg.max_num_seqs,
              .max_prompt_logits_rows = cfg.max_prompt_logits_rows,
-             .cache_generated_blocks = !runner->rows_depend_on_phase()},
+             // A forced path runs every token the same way, whatever its phase.
+             .cache_generated_blocks = !runner->rows_depend_on_phase() || cfg.path_policy != MlaPathPolicy::Auto},
             kv),
       sampler(n_vocab),
       spec(*runner, cfg, kv, n_vocab) {

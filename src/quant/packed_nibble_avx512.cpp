@@ -11,6 +11,7 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 
+#include <array>
 #include <cstring>
 
 #include "quant/kernels.h"
@@ -20,11 +21,20 @@
 namespace mla::quant {
 namespace {
 
-// level + 128 for each nibble value, in every 128-bit lane (vpshufb looks up within lanes).
-inline __m512i shifted_table(const int8_t* table) {
-  alignas(16) uint8_t t[16];
-  for (int i = 0; i < 16; ++i) t[i] = static_cast<uint8_t>(table[i] + 128);
-  return _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(t)));
+// level + 128 for each nibble value of kType's table, made once at compile time.
+template <GgmlType kType>
+struct ShiftedTable {
+  static constexpr auto bytes = [] {
+    std::array<uint8_t, 16> t{};
+    for (int i = 0; i < 16; ++i) t[i] = static_cast<uint8_t>(nibble_packed_spec(kType).table[i] + 128);
+    return t;
+  }();
+};
+
+// kType's shifted table in every 128-bit lane (vpshufb looks up within lanes).
+template <GgmlType kType>
+inline __m512i shifted_table() {
+  return _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ShiftedTable<kType>::bytes.data())));
 }
 
 // The 16 rows' scales: fp16, or E8M0 exponents e as 2^(e-128) (0x00200000 << e below e = 2).
@@ -76,7 +86,8 @@ void gemm32(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t ac
     a[t] = reinterpret_cast<const BlockQ8_0*>(act + t * act_stride);
     ex[t] = act + t * act_stride + nb * static_cast<int64_t>(sizeof(BlockQ8_0));
   }
-  const __m512i tbl = sp.lookup ? shifted_table(sp.table) : _mm512_setzero_si512();
+  __m512i tbl = _mm512_setzero_si512();
+  if constexpr (sp.lookup) tbl = shifted_table<kType>();
   __m512 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
@@ -117,7 +128,7 @@ void gemm_iq4_xs(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64
   const int64_t nb = n_cols / kQK_K;
   const BlockQ8_K* a[NT];
   for (int t = 0; t < NT; ++t) a[t] = reinterpret_cast<const BlockQ8_K*>(act + t * act_stride);
-  const __m512i tbl = shifted_table(sp.table);
+  const __m512i tbl = shifted_table<GgmlType::IQ4_XS>();
   __m512 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {

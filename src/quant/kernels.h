@@ -72,7 +72,7 @@ inline constexpr int64_t kQ8KExtraNeg32 = 64;
 // cpu_has_avx512_vnni().
 PackedGemmFn packed_gemm_avx512_fn(GgmlType t);
 
-// The grid-and-sign i-quants' packed groups (packed_iq.cpp, packed_iq_avx512.cpp; layout in
+// The grid i-quants' packed groups (IQ2_*, IQ3_*, IQ1_S, IQ1_M; packed_iq.cpp, packed_iq_avx512.cpp; layout in
 // packed_iq.h): 0 bytes / nullptr for any other type.
 int64_t packed_iq_group_bytes(GgmlType t, int64_t n_cols);
 void pack_iq_rows(GgmlType t, const uint8_t* src, int64_t row_bytes, int64_t n_cols, uint8_t* dst);

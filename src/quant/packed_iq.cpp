@@ -18,7 +18,8 @@ struct IqFields {
   uint16_t d;
   uint8_t ls[16];       // 2s+1 per scale group
   uint16_t idx[32][2];  // grid indices per group of 8 columns
-  uint8_t sign[32];     // bit j: column 8g + j is negative (the parity rule already applied)
+  uint8_t sign[32];     // bit j: column 8g + j is negative (the parity rule already applied);
+                        // IQ1: 1 when group g's shift is +1/8, else 0
 };
 
 uint32_t load32(const void* p) {
@@ -96,6 +97,31 @@ void read_fields(const BlockIQ3_S& b, IqFields& f) {
   }
 }
 
+void read_fields(const BlockIQ1_S& b, IqFields& f) {
+  f.d = b.d;
+  for (int ib = 0; ib < 8; ++ib) {
+    const uint16_t h = b.qh[ib];
+    f.ls[ib] = static_cast<uint8_t>(2 * ((h >> 12) & 7) + 1);
+    for (int l = 0; l < 4; ++l) {
+      f.idx[4 * ib + l][0] = static_cast<uint16_t>(b.qs[4 * ib + l] | ((h >> (3 * l)) & 7) << 8);
+      f.sign[4 * ib + l] = (h & 0x8000) ? 0 : 1;
+    }
+  }
+}
+
+void read_fields(const BlockIQ1_M& b, IqFields& f) {
+  // d is spread over the top nibbles of the four scale words; each word holds 4 3-bit scales.
+  uint16_t sc[4];
+  std::memcpy(sc, b.scales, 8);
+  f.d = static_cast<uint16_t>((sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000));
+  for (int s = 0; s < 16; ++s) f.ls[s] = static_cast<uint8_t>(2 * ((sc[s / 4] >> (3 * (s % 4))) & 7) + 1);
+  for (int g = 0; g < 32; ++g) {
+    const int h = b.qh[g / 2] >> (4 * (g % 2));  // this group's nibble: 3 index bits, shift sign
+    f.idx[g][0] = static_cast<uint16_t>(b.qs[g] | (h & 7) << 8);
+    f.sign[g] = (h & 8) ? 0 : 1;
+  }
+}
+
 template <typename Block>
 void pack(const IqPackedSpec& sp, const uint8_t* src, int64_t row_bytes, int64_t n_cols, uint8_t* dst) {
   std::memset(dst, 0, static_cast<size_t>(n_cols / kQK_K * sp.bytes()));
@@ -110,6 +136,11 @@ void pack(const IqPackedSpec& sp, const uint8_t* src, int64_t row_bytes, int64_t
         for (int k = 0; k < sp.n_idx; ++k)
           std::memcpy(out + sp.idx_offset() + ((g * sp.n_idx + k) * 16 + r) * sp.idx_bytes, &f.idx[g][k],
                       static_cast<size_t>(sp.idx_bytes));
+        if (sp.shift) {
+          out[sp.mask_offset() + 2 * g + r / 8] =
+              static_cast<uint8_t>(out[sp.mask_offset() + 2 * g + r / 8] | f.sign[g] << (r % 8));
+          continue;
+        }
         if (sp.point_bytes == 8) {
           out[sp.mask_offset() + 16 * g + r] = f.sign[g];
           continue;
@@ -143,6 +174,17 @@ bool negative(const IqPackedSpec& sp, const uint8_t* blk, int g, int r, int j) {
   return (mask >> (4 * r + j % 4)) & 1;
 }
 
+// The integer weight of column 8g + 4h + j of row r: the signed grid value, or for IQ1
+// 8 * grid + shift (shift +-1, over the denominator 8).
+int weight(const IqPackedSpec& sp, const uint8_t* blk, int g, int h, int r, int j) {
+  const int w = grid_byte(sp, blk, g, h, r, j);
+  if (sp.shift) {
+    const int up = (blk[sp.mask_offset() + 2 * g + r / 8] >> (r % 8)) & 1;
+    return 8 * static_cast<int8_t>(w) + (up ? 1 : -1);
+  }
+  return negative(sp, blk, g, r, 4 * h + j) ? -w : w;
+}
+
 // Per (token, row): tot = sum over scale groups of ls * sum(grid * sign * a), exact in int32;
 // then acc = fma((d * inv_den) * a.d, tot, acc) per super-block, in block order.
 template <GgmlType kType>
@@ -160,8 +202,7 @@ void gemm_iq_ref(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64
           int32_t isum = 0;
           for (int c = s * cols_per_scale; c < (s + 1) * cols_per_scale; ++c) {
             const int g = c / 8, h = (c / 4) % 2, j = c % 4;
-            const int w = grid_byte(sp, blk, g, h, r, j);
-            isum += (negative(sp, blk, g, r, c % 8) ? -w : w) * a[b].qs[c];
+            isum += weight(sp, blk, g, h, r, j) * a[b].qs[c];
           }
           tot += blk[sp.ls_offset() + 16 * s + r] * isum;
         }
@@ -194,6 +235,10 @@ void pack_iq_rows(GgmlType t, const uint8_t* src, int64_t row_bytes, int64_t n_c
       return pack<BlockIQ3_XXS>(sp, src, row_bytes, n_cols, dst);
     case GgmlType::IQ3_S:
       return pack<BlockIQ3_S>(sp, src, row_bytes, n_cols, dst);
+    case GgmlType::IQ1_S:
+      return pack<BlockIQ1_S>(sp, src, row_bytes, n_cols, dst);
+    case GgmlType::IQ1_M:
+      return pack<BlockIQ1_M>(sp, src, row_bytes, n_cols, dst);
     default:
       return;
   }
@@ -211,6 +256,10 @@ PackedGemmFn packed_gemm_iq_ref_fn(GgmlType t) {
       return gemm_iq_ref<GgmlType::IQ3_XXS>;
     case GgmlType::IQ3_S:
       return gemm_iq_ref<GgmlType::IQ3_S>;
+    case GgmlType::IQ1_S:
+      return gemm_iq_ref<GgmlType::IQ1_S>;
+    case GgmlType::IQ1_M:
+      return gemm_iq_ref<GgmlType::IQ1_M>;
     default:
       return nullptr;
   }

@@ -4,8 +4,10 @@
 // (the operand of one vpdpbusd: lane r = row r). The signs, stored as the gathers' 64-bit masks,
 // negate the bytes, and +64 makes them unsigned for vpdpbusd. Each scale group's int32 sums start
 // from -64 x the activation sum of its columns (Q8_K's bsums), so they end exact; then times the
-// row's integer scale. The float steps per (row, token) are the scalar twin's, in its order, so
-// results are bit-identical to packed_iq.cpp whatever the number of tokens in the call.
+// row's integer scale. IQ1 has no signs: its -1/0/+1 points become 8 * (point + 1) and the group's
+// shift (stored as one bit per row) adds 2 where it is +1/8, giving 8 * point + shift + 9, so its
+// sums start from -9 x the activation sum instead. The float steps per (row, token) are the scalar twin's, in its
+// order, so results are bit-identical to packed_iq.cpp whatever the number of tokens in the call.
 #include <immintrin.h>
 // GCC 12 flags the deliberately undefined pass-through operand of its own AVX-512 intrinsics.
 #if defined(__GNUC__) && !defined(__clang__)
@@ -22,6 +24,14 @@
 namespace mla::quant {
 namespace {
 
+// Bit q of `bits` to all 8 bits of byte q: the byte mask of the rows whose bit is set, in the
+// layout of an 8-row qword gather (byte 8q + j = column j of row q).
+inline __mmask64 row_bytes_mask(uint8_t bits) {
+  uint64_t m = (bits * 0x0101010101010101ULL) & 0x8040201008040201ULL;  // byte q keeps bit q
+  m = ((m + 0x7f7f7f7f7f7f7f7fULL) | m) & 0x8080808080808080ULL;        // nonzero byte -> 0x80
+  return _cvtu64_mask64((m >> 7) * 0xffULL);
+}
+
 template <GgmlType kType, int NT>
 void gemm_iq(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, float* out) {
   constexpr IqPackedSpec sp = iq_packed_spec(kType);
@@ -33,6 +43,7 @@ void gemm_iq(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t a
   for (int t = 0; t < NT; ++t) a[t] = reinterpret_cast<const BlockQ8_K*>(act + t * act_stride);
   const auto* grid = static_cast<const uint8_t*>(sp.grid);
   const __m512i c64 = _mm512_set1_epi8(64);
+  const __m512i c1 = _mm512_set1_epi8(1), c2 = _mm512_set1_epi8(2);
   const __m512 inv_den = _mm512_set1_ps(sp.inv_den);
   // Lane pairs (2r, 2r+1) of the two 8-row halves folded into row order.
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
@@ -50,7 +61,7 @@ void gemm_iq(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t a
       for (int t = 0; t < NT; ++t) {
         const int16_t* bs = a[t][b].bsums;
         const int32_t sum = sp.n_scales == 16 ? bs[s] : bs[2 * s] + bs[2 * s + 1];
-        is[t] = _mm512_set1_epi32(-64 * sum);
+        is[t] = _mm512_set1_epi32(-sp.offset * sum);
       }
       if constexpr (sp.point_bytes == 8) {
         // Rows 0-7 and 8-15 gathered 8 rows x 8 bytes at a time: dword lanes 2q and 2q+1 hold
@@ -69,11 +80,20 @@ void gemm_iq(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t a
             i1 = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)));
           }
           const __m512i w0 = _mm512_i32gather_epi64(i0, grid, 8), w1 = _mm512_i32gather_epi64(i1, grid, 8);
-          __mmask64 n0, n1;
-          std::memcpy(&n0, blk + sp.mask_offset() + 16 * g, 8);
-          std::memcpy(&n1, blk + sp.mask_offset() + 16 * g + 8, 8);
-          const __m512i wu0 = _mm512_mask_sub_epi8(_mm512_add_epi8(w0, c64), n0, c64, w0);
-          const __m512i wu1 = _mm512_mask_sub_epi8(_mm512_add_epi8(w1, c64), n1, c64, w1);
+          __m512i wu0, wu1;
+          if constexpr (sp.shift) {
+            // (point + 1) * 8 stays inside each byte (at most 16), then +2 on the rows shifted up.
+            const __m512i s0 = _mm512_slli_epi16(_mm512_add_epi8(w0, c1), 3);
+            const __m512i s1 = _mm512_slli_epi16(_mm512_add_epi8(w1, c1), 3);
+            wu0 = _mm512_mask_add_epi8(s0, row_bytes_mask(blk[sp.mask_offset() + 2 * g]), s0, c2);
+            wu1 = _mm512_mask_add_epi8(s1, row_bytes_mask(blk[sp.mask_offset() + 2 * g + 1]), s1, c2);
+          } else {
+            __mmask64 n0, n1;
+            std::memcpy(&n0, blk + sp.mask_offset() + 16 * g, 8);
+            std::memcpy(&n1, blk + sp.mask_offset() + 16 * g + 8, 8);
+            wu0 = _mm512_mask_sub_epi8(_mm512_add_epi8(w0, c64), n0, c64, w0);
+            wu1 = _mm512_mask_sub_epi8(_mm512_add_epi8(w1, c64), n1, c64, w1);
+          }
           for (int t = 0; t < NT; ++t) {
             int64_t a8;
             std::memcpy(&a8, a[t][b].qs + 8 * g, 8);
@@ -138,6 +158,10 @@ PackedGemmFn packed_gemm_iq_avx512_fn(GgmlType t) {
       return by_count<IqKernel<GgmlType::IQ3_XXS>>;
     case GgmlType::IQ3_S:
       return by_count<IqKernel<GgmlType::IQ3_S>>;
+    case GgmlType::IQ1_S:
+      return by_count<IqKernel<GgmlType::IQ1_S>>;
+    case GgmlType::IQ1_M:
+      return by_count<IqKernel<GgmlType::IQ1_M>>;
     default:
       return nullptr;
   }

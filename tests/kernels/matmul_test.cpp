@@ -132,7 +132,7 @@ TEST(PackedMatmulTest, RepackNeedsWholeGroupsPerSlice) {
   auto w = make_weight(GgmlType::Q8_0, 40, 64, 3);
   PackedWeightStore store;
   EXPECT_FALSE(repack_weight(w.m, 40, store));  // 40 rows are not whole groups of 16
-  auto f = make_weight(GgmlType::IQ1_S, 32, 256, 4);
+  auto f = make_weight(GgmlType::Q4_1, 32, 256, 4);
   EXPECT_FALSE(repack_weight(f.m, 32, store));  // no packed layout
   EXPECT_EQ(store.bytes(), 0u);
 }
@@ -140,8 +140,9 @@ TEST(PackedMatmulTest, RepackNeedsWholeGroupsPerSlice) {
 INSTANTIATE_TEST_SUITE_P(Types, PackedMatmul,
                          ::testing::Values(GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K,
                                            GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ2_XXS, GgmlType::IQ2_XS,
-                                           GgmlType::IQ2_S, GgmlType::IQ3_XXS, GgmlType::IQ3_S, GgmlType::Q4_0,
-                                           GgmlType::Q5_0, GgmlType::IQ4_NL, GgmlType::MXFP4, GgmlType::IQ4_XS),
+                                           GgmlType::IQ2_S, GgmlType::IQ3_XXS, GgmlType::IQ3_S, GgmlType::IQ1_S,
+                                           GgmlType::IQ1_M, GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::IQ4_NL,
+                                           GgmlType::MXFP4, GgmlType::IQ4_XS),
                          [](const auto& info) { return std::string(ggml_type_name(info.param)); });
 
 // matmul_multi: several matrices over one input in one region, split by bytes across threads,

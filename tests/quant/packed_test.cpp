@@ -126,9 +126,10 @@ TEST(Packed, LayoutsAndExtras) {
   EXPECT_TRUE(packed_layout_exists(GgmlType::Q6_K));
   EXPECT_TRUE(packed_layout_exists(GgmlType::Q5_K));
   EXPECT_TRUE(packed_layout_exists(GgmlType::IQ2_XXS));
-  EXPECT_FALSE(packed_layout_exists(GgmlType::IQ1_S));
-  EXPECT_EQ(packed_gemm_ref_fn(GgmlType::IQ1_S), nullptr);
-  EXPECT_EQ(packed_gemm_fn(GgmlType::IQ1_S), nullptr);
+  EXPECT_TRUE(packed_layout_exists(GgmlType::IQ1_M));
+  EXPECT_FALSE(packed_layout_exists(GgmlType::Q4_1));
+  EXPECT_EQ(packed_gemm_ref_fn(GgmlType::Q4_1), nullptr);
+  EXPECT_EQ(packed_gemm_fn(GgmlType::Q4_1), nullptr);
   // 16 rows of Q8_0 are 16 x 34 bytes per block; the packed group keeps that size.
   EXPECT_EQ(packed_group_bytes(GgmlType::Q8_0, 64), 2 * 16 * 34);
   EXPECT_EQ(packed_group_bytes(GgmlType::Q4_K, 512), 2 * (16 * 144 + 64));
@@ -138,6 +139,10 @@ TEST(Packed, LayoutsAndExtras) {
   // IQ2_XXS: 16 x 66 bytes, plus 8 x 16 scale bytes and 32 x 16 expanded sign bytes, less the
   // 16 x 32 sign-and-scale words the rows store.
   EXPECT_EQ(packed_group_bytes(GgmlType::IQ2_XXS, 256), 16 * 66 + 128 + 512 - 16 * 32);
+  // IQ1_S: fp16 d x 16, a scale byte per 32 columns and row, the 11-bit grid indices widened to 16
+  // bits, and one shift bit per group of 8 columns and row.
+  EXPECT_EQ(packed_group_bytes(GgmlType::IQ1_S, 512), 2 * (32 + 8 * 16 + 32 * 16 * 2 + 32 * 16 / 8));
+  EXPECT_EQ(packed_group_bytes(GgmlType::IQ1_M, 256), 32 + 16 * 16 + 32 * 16 * 2 + 32 * 16 / 8);
   EXPECT_EQ(packed_act_extra_bytes(GgmlType::Q8_0, 64), 8);
   EXPECT_EQ(packed_act_extra_bytes(GgmlType::Q8_K, 512), 2 * (16 + 64));
   EXPECT_EQ(packed_act_extra_bytes(GgmlType::F16, 512), 0);
@@ -146,8 +151,9 @@ TEST(Packed, LayoutsAndExtras) {
 INSTANTIATE_TEST_SUITE_P(Quant, PackedTest,
                          ::testing::Values(GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K,
                                            GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ2_XXS, GgmlType::IQ2_XS,
-                                           GgmlType::IQ2_S, GgmlType::IQ3_XXS, GgmlType::IQ3_S, GgmlType::Q4_0,
-                                           GgmlType::Q5_0, GgmlType::IQ4_NL, GgmlType::MXFP4, GgmlType::IQ4_XS),
+                                           GgmlType::IQ2_S, GgmlType::IQ3_XXS, GgmlType::IQ3_S, GgmlType::IQ1_S,
+                                           GgmlType::IQ1_M, GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::IQ4_NL,
+                                           GgmlType::MXFP4, GgmlType::IQ4_XS),
                          [](const auto& info) { return testing::type_label(info.param); });
 
 }  // namespace

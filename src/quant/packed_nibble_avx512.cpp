@@ -101,6 +101,7 @@ void gemm32(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t ac
       s0[t] = _mm512_set1_epi32(e >> kShift);  // exact: e is a multiple of 128
       s1[t] = _mm512_setzero_si512();
     }
+#pragma GCC unroll 8
     for (int g = 0; g < 4; ++g) {
       __m512i lo, hi;
       operands<kType>(blk + sp.quants_offset(), blk + sp.bits_offset(), g, tbl, lo, hi);
@@ -144,6 +145,7 @@ void gemm_iq4_xs(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64
         s1[t] = _mm512_setzero_si512();
       }
       const uint8_t* quants = blk + sp.quants_offset() + 256 * s;
+#pragma GCC unroll 8
       for (int g = 0; g < 4; ++g) {
         __m512i lo, hi;
         operands<GgmlType::IQ4_XS>(quants, nullptr, g, tbl, lo, hi);

@@ -12,13 +12,15 @@
 //                                        (4160: the last step of tg64@d4096, a short last part)
 //   attn/mqa_chunk/<ctx>/<threads>       a 512-token prefill chunk ending at ctx (causal), MQA
 //   attn/mha_chunk/<ctx>/<threads>       the same chunk down the decompressed (MHA) path
+//   attn/v3_mha_chunk2048/<ctx>/<threads> a 2,048-token chunk ending at ctx down the MHA path at
+//                                        DeepSeek-V3's widths (128 heads, nope 128, v 128)
 //   indexer/decode/<ctx>/<threads>       one query's indexer scores and top-2048 over ctx keys
 //   attn/exact/glm5_decode_q4km/<ctx>/<threads>
 //                                        one exact query at GLM-5's widths with W_UK as Q8_0 and W_UV
 //                                        as Q6_K rows (what `mla gguf quantize ... q4_k_m` stores)
 //   attn/exact/v2lite_decode_q4km/<ctx>/<threads>
 //                                        the same at V2-Lite's widths, W_UV as Q4_K (ditto)
-//   attn/exact/...                       the exact kernels (attention_exact.cpp, the model's default)
+//   attn/exact/...                       the exact kernels (attention_exact.cpp, `--attention-precision exact`)
 //                                        on the same shapes, and both paths of a 512-token chunk at
 //                                        V2-Lite's widths (ctx 512: the pp512 prefill)
 //
@@ -48,7 +50,7 @@ constexpr int64_t kRope = 64, kLora = 512;
 struct Widths {
   int64_t head, nope, v;
 };
-constexpr Widths kGlm5{64, 192, 256}, kV2Lite{16, 128, 128};
+constexpr Widths kGlm5{64, 192, 256}, kV2Lite{16, 128, 128}, kV3{128, 128, 128};
 constexpr int64_t kHead = kGlm5.head, kNope = kGlm5.nope, kV = kGlm5.v;
 constexpr int64_t kIdxHead = 32, kIdxDim = 128, kTopK = 2048;
 constexpr int64_t kChunk = 512;
@@ -151,10 +153,11 @@ void BM_MqaChunk(benchmark::State& state) {
   report(state, w.head * (kChunk * (w.nope + w.v) * kLora + d.pairs() * (2 * kLora + kRope)));
 }
 
-template <bool kExact, int kWidths = 0>
+// kWidths: 0 GLM-5, 1 V2-Lite, 2 DeepSeek-V3 (128 heads); kQ queries at the end of the context.
+template <bool kExact, int kWidths = 0, int64_t kQ = kChunk>
 void BM_MhaChunk(benchmark::State& state) {
-  const Widths w = kWidths == 0 ? kGlm5 : kV2Lite;
-  AttnData d(state.range(0), kChunk, w);
+  const Widths w = kWidths == 0 ? kGlm5 : kWidths == 1 ? kV2Lite : kV3;
+  AttnData d(state.range(0), kQ, w);
   ThreadPool pool(static_cast<int>(state.range(1)));
   AttnScratch scratch;
   const auto p = d.params();
@@ -243,6 +246,8 @@ BENCHMARK(BM_MqaChunk<false>)->Name("attn/mqa_chunk")->Apply([](auto* b) { depth
 BENCHMARK(BM_MhaChunk<false>)->Name("attn/mha_chunk")->Apply([](auto* b) { depth_args(b, {2048, 8192}); });
 BENCHMARK(BM_MqaChunk<false, 1>)->Name("attn/v2lite_mqa_chunk")->Apply([](auto* b) { depth_args(b, {512}); });
 BENCHMARK(BM_MhaChunk<false, 1>)->Name("attn/v2lite_mha_chunk")->Apply([](auto* b) { depth_args(b, {512}); });
+// A 4,096-token prompt's second 2,048-token chunk at DeepSeek-V3's 128 heads (mla bench -p 4096).
+BENCHMARK(BM_MhaChunk<false, 2, 2048>)->Name("attn/v3_mha_chunk2048")->Apply([](auto* b) { depth_args(b, {4096}); });
 BENCHMARK(BM_MqaDecode<true>)->Name("attn/exact/mqa_decode")->Apply([](auto* b) { depth_args(b, {1, 2048, 8192}); });
 BENCHMARK(BM_MqaDecodeQ8w<1, true>)->Name("attn/exact/v2lite_decode")->Apply([](auto* b) {
   depth_args(b, {1, 4096, 4160});

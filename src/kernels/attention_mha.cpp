@@ -42,10 +42,10 @@ constexpr int kWidth = 8;
 using vf = float __attribute__((vector_size(kWidth * 4)));
 using vi = int32_t __attribute__((vector_size(kWidth * 4)));
 
-constexpr int64_t kBlock = 64;          // key rows per block: bits of one uint64_t lane mask
-constexpr int64_t kLanes = 16;          // queries per tile (one bit each in a key's lane mask)
-constexpr int kVecs = kLanes / kWidth;  // vectors per 16-lane row
-constexpr int64_t kMaxGroupTiles = 64;  // query tiles sharing one pass over the blocks (1,024 queries)
+constexpr int64_t kBlock = 64;           // key rows per block: bits of one uint64_t lane mask
+constexpr int64_t kLanes = 16;           // queries per tile (one bit each in a key's lane mask)
+constexpr int kVecs = kLanes / kWidth;   // vectors per 16-lane row
+constexpr int64_t kMaxGroupTiles = 128;  // query tiles sharing one pass over the blocks (2,048 queries)
 // Register tile height: rows of a tile sharing one load of a 16-lane row (kVecs registers). AVX2's
 // 16 registers hold 6 x 2 accumulators; AVX-512's 32 hold 12 x 1.
 constexpr int kRows = kWidth == 16 ? 12 : 6;
@@ -152,6 +152,67 @@ void score_tile(const float* kt, const int32_t* key, const float* qt, int64_t n_
     for (int i = 0; i < kVecs; ++i) s[r].v[i] = acc[r][i];
 }
 
+// The same scores with keys in the vector lanes: out[q][k] = Σ_{d < n_d} qt[d][q0 + q] · kt[d][k] for
+// q < Q queries from q0 and k < NKV * kWidth consecutive block rows. Each output is the same single
+// chain over d, in order, with the same products (multiplication commutes), so it has score_tile's
+// bits; but each d costs NKV vector loads and Q broadcasts for Q * NKV multiply-adds, instead of one
+// broadcast per multiply-add: the dense blocks of a prefill run at several times the rate.
+template <int Q, int NKV>
+void score_keys_tile(const float* kt, const float* qt, int64_t q0, int64_t n_d, float (*out)[kBlock]) {
+  vf acc[Q][NKV] = {};
+  for (int64_t d = 0; d < n_d; ++d) {
+    vf k[NKV];
+    for (int j = 0; j < NKV; ++j) k[j] = load(kt + d * kBlock + j * kWidth);
+    for (int q = 0; q < Q; ++q) {
+      const vf x = splat(qt[d * kLanes + q0 + q]);
+      for (int j = 0; j < NKV; ++j) acc[q][j] = fmav(x, k[j], acc[q][j]);
+    }
+  }
+  for (int q = 0; q < Q; ++q)
+    for (int j = 0; j < NKV; ++j) store(out[q0 + q] + j * kWidth, acc[q][j]);
+}
+
+// Key vectors per score_keys_tile; its Q x NKV accumulators, NKV key vectors and a broadcast fill the
+// registers with Q = 6 (AVX-512) or 2 (AVX2's 16 registers).
+constexpr int kKeyVecs = 4;  // key vectors per pass (64 rows on AVX-512, 32 on AVX2)
+
+// score_tile's scores for every row of [0, n_rows) of the block, computed with keys in the lanes and
+// transposed back to one 16-query row per key: s[k] for k < n_rows.
+void score_block(const float* kt, const float* qt, int64_t n_d, int64_t n_rows, Row* s) {
+  alignas(64) float st[kLanes][kBlock];
+  for (int64_t k0 = 0; k0 < n_rows; k0 += kKeyVecs * kWidth) {
+    const int64_t nv = std::min<int64_t>(kKeyVecs, (n_rows - k0 + kWidth - 1) / kWidth);
+    auto pass = [&]<int NKV>() {
+      // 16 queries as 6 + 6 + 4 (AVX-512) or 8 x 2.
+      if constexpr (kWidth == 16) {
+        score_keys_tile<6, NKV>(kt + k0, qt, 0, n_d, st);
+        score_keys_tile<6, NKV>(kt + k0, qt, 6, n_d, st);
+        score_keys_tile<4, NKV>(kt + k0, qt, 12, n_d, st);
+      } else {
+        for (int64_t q0 = 0; q0 < kLanes; q0 += 2) score_keys_tile<2, NKV>(kt + k0, qt, q0, n_d, st);
+      }
+    };
+    switch (nv) {
+      case 1:
+        pass.template operator()<1>();
+        break;
+      case 2:
+        pass.template operator()<2>();
+        break;
+      case 3:
+        pass.template operator()<3>();
+        break;
+      default:
+        pass.template operator()<4>();
+        break;
+    }
+    const int64_t k1 = std::min(n_rows, k0 + nv * kWidth);
+    for (int64_t k = k0; k < k1; ++k)
+      for (int i = 0; i < kVecs; ++i)
+        for (int l = 0; l < kWidth; ++l) s[k].v[i][l] = st[i * kWidth + l][k - k0];
+  }
+}
+
 // A run of consecutive listed keys that every real lane sees (plain) or only some (blended).
 struct Run {
   int32_t begin, end;
@@ -160,29 +221,26 @@ struct Run {
 
 // ot[e][lane] = ot[e][lane] · α + Σ_k vt[e][key[k]] · p[k][lane] for e < R, k in run order; a
 // partial key adds only in the lanes of its mask (a blend, so the other lanes keep their bits).
-template <int R>
-void pv_tile(float* ot, const Row& alpha, const float* vt, const int32_t* key, const Row* p, const Run* runs,
-             int n_runs, const Mask* mask) {
+template <int R, bool kPartial>
+[[gnu::noinline]] void pv_run(float* ot, const Row* alpha, const float* vt, const int32_t* key, const Row* p,
+                              int32_t k0, int32_t k1, const Mask* mask) {
+  // The accumulators live in this function alone, not inlined: inlined into the attention loop, GCC
+  // stored all of them to the stack after every key (a third of the kernel's time).
   vf acc[R][kVecs];
   for (int r = 0; r < R; ++r)
-    for (int i = 0; i < kVecs; ++i) acc[r][i] = load(ot + r * kLanes + i * kWidth) * alpha.v[i];
-  for (int u = 0; u < n_runs; ++u) {
-    const Run run = runs[u];
-    if (!run.partial) {
-      for (int32_t k = run.begin; k < run.end; ++k) {
-        const float* col = vt + key[k];
-        for (int r = 0; r < R; ++r) {
-          const vf v = splat(col[r * kBlock]);
-          for (int i = 0; i < kVecs; ++i) acc[r][i] = fmav(v, p[k].v[i], acc[r][i]);
-        }
-      }
-    } else {
-      for (int32_t k = run.begin; k < run.end; ++k) {
-        const float* col = vt + key[k];
-        for (int r = 0; r < R; ++r) {
-          const vf v = splat(col[r * kBlock]);
-          for (int i = 0; i < kVecs; ++i) acc[r][i] = mask[k].v[i] ? fmav(v, p[k].v[i], acc[r][i]) : acc[r][i];
-        }
+    for (int i = 0; i < kVecs; ++i) {
+      acc[r][i] = load(ot + r * kLanes + i * kWidth);
+      if (alpha) acc[r][i] = acc[r][i] * alpha->v[i];
+    }
+  for (int32_t k = k0; k < k1; ++k) {
+    const float* col = vt + key[k];
+    for (int r = 0; r < R; ++r) {
+      const vf v = splat(col[r * kBlock]);
+      for (int i = 0; i < kVecs; ++i) {
+        if constexpr (kPartial)
+          acc[r][i] = mask[k].v[i] ? fmav(v, p[k].v[i], acc[r][i]) : acc[r][i];
+        else
+          acc[r][i] = fmav(v, p[k].v[i], acc[r][i]);
       }
     }
   }
@@ -190,29 +248,56 @@ void pv_tile(float* ot, const Row& alpha, const float* vt, const int32_t* key, c
     for (int i = 0; i < kVecs; ++i) store(ot + r * kLanes + i * kWidth, acc[r][i]);
 }
 
-// out[d][key] = Σ_c w[d][c] · ct[c][key] for d < n_rows, keys in n_grp groups of 16: one chain over
-// c per output, whatever tile computes it.
 template <int R>
+void pv_tile(float* ot, const Row& alpha, const float* vt, const int32_t* key, const Row* p, const Run* runs,
+             int n_runs, const Mask* mask) {
+  if (n_runs == 0) return pv_run<R, false>(ot, &alpha, vt, key, p, 0, 0, mask);
+  for (int u = 0; u < n_runs; ++u) {
+    const Row* a = u == 0 ? &alpha : nullptr;  // the rescale once, before the first key
+    if (runs[u].partial)
+      pv_run<R, true>(ot, a, vt, key, p, runs[u].begin, runs[u].end, mask);
+    else
+      pv_run<R, false>(ot, a, vt, key, p, runs[u].begin, runs[u].end, mask);
+  }
+}
+
+// out[d][key] = Σ_c w[d][c] · ct[c][key] for d < n_rows and the block's first n_grp groups of 16 keys:
+// one chain over c per output, whatever tile computes it. A tile is R rows of w by G groups: each c
+// costs G x kVecs loads of ct and R broadcasts of w for R x G x kVecs multiply-adds.
+template <int R, int G>
 void decompress_tile(const float* w, int64_t kv_lora, const float* ct, float* out) {
-  vf acc[R][kVecs] = {};
+  vf acc[R][G * kVecs] = {};
   for (int64_t c = 0; c < kv_lora; ++c) {
-    vf x[kVecs];
-    for (int i = 0; i < kVecs; ++i) x[i] = load(ct + c * kBlock + i * kWidth);
+    vf x[G * kVecs];
+    for (int i = 0; i < G * kVecs; ++i) x[i] = load(ct + c * kBlock + i * kWidth);
     for (int r = 0; r < R; ++r) {
       const vf a = splat(w[r * kv_lora + c]);
-      for (int i = 0; i < kVecs; ++i) acc[r][i] = fmav(a, x[i], acc[r][i]);
+      for (int i = 0; i < G * kVecs; ++i) acc[r][i] = fmav(a, x[i], acc[r][i]);
     }
   }
   for (int r = 0; r < R; ++r)
-    for (int i = 0; i < kVecs; ++i) store(out + r * kBlock + i * kWidth, acc[r][i]);
+    for (int i = 0; i < G * kVecs; ++i) store(out + r * kBlock + i * kWidth, acc[r][i]);
 }
 
+// Rows of w per decompress tile: R x G x kVecs accumulators, G x kVecs inputs and a broadcast.
+constexpr int kDecompRows = kWidth == 16 ? 6 : 3;
+
 void decompress(const float* w, int64_t kv_lora, const float* ct, int64_t n_grp, int64_t n_rows, float* out) {
-  auto tile = [&]<int R>(int64_t d) {
-    for (int64_t g = 0; g < n_grp; ++g)
-      decompress_tile<R>(w + d * kv_lora, kv_lora, ct + g * kLanes, out + d * kBlock + g * kLanes);
+  auto by_groups = [&]<int G>() {
+    auto tile = [&]<int R>(int64_t d) { decompress_tile<R, G>(w + d * kv_lora, kv_lora, ct, out + d * kBlock); };
+    row_tiles<kDecompRows>(0, n_rows, tile);
   };
-  row_tiles<kRows>(0, n_rows, tile);
+  static_assert(kBlock == 4 * kLanes, "a block is at most 4 groups of 16 keys");
+  switch (n_grp) {
+    case 1:
+      return by_groups.template operator()<1>();
+    case 2:
+      return by_groups.template operator()<2>();
+    case 3:
+      return by_groups.template operator()<3>();
+    default:
+      return by_groups.template operator()<4>();
+  }
 }
 
 // One head's running state for a group of query tiles, and its decompressed block.
@@ -261,8 +346,16 @@ void attend_block(const Dims& dims, const Work& w, int64_t tile, const uint64_t*
   Row s[kBlock + kRows];
   Mask mask[kBlock];
   const float* qt = w.qt + tile * dims.qk_head * kLanes;
-  auto scores = [&]<int R>(int64_t k) { score_tile<R>(w.kt, key + k, qt, dims.qk_head, s + k); };
-  row_tiles<kRows>(0, round_up(nk, kRows), scores);
+  const int32_t span = key[nk - 1] + 1;  // rows [0, span) hold every listed key
+  if (2 * nk >= span) {
+    // Dense enough (a causal prefill's blocks): every row's score, then the listed ones in order.
+    Row all[kBlock];
+    score_block(w.kt, qt, dims.qk_head, span, all);
+    for (int32_t k = 0; k < nk; ++k) s[k] = all[key[k]];
+  } else {
+    auto scores = [&]<int R>(int64_t k) { score_tile<R>(w.kt, key + k, qt, dims.qk_head, s + k); };
+    row_tiles<kRows>(0, round_up(nk, kRows), scores);
+  }
 
   // Partial keys: -inf scores outside their lanes; runs of plain and partial keys in key order.
   Run runs[kBlock];

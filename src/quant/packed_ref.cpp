@@ -1,5 +1,5 @@
 // Packed 16-row weight groups (see packed.h): the packers (run once at load), the activation
-// extras, the scalar reference GEMM (bit-identical to the AVX-512 kernels) and the dispatch.
+// extras, the scalar reference GEMM (bit-identical to the AVX-512 and AVX2 kernels) and the dispatch.
 #include <cmath>
 #include <cstring>
 
@@ -340,8 +340,10 @@ PackedGemmFn packed_gemm_ref_fn(GgmlType t) {
 }
 
 PackedGemmFn packed_gemm_fn(GgmlType t) {
-  if (!repack_enabled() || !quant::cpu_has_avx512_vnni()) return nullptr;
-  return quant::packed_gemm_avx512_fn(t);
+  if (!repack_enabled()) return nullptr;
+  if (quant::cpu_has_avx512_vnni()) return quant::packed_gemm_avx512_fn(t);
+  if (quant::cpu_has_avx2_fma()) return quant::packed_gemm_avx2_fn(t);
+  return nullptr;
 }
 
 }  // namespace mla

@@ -335,10 +335,17 @@ struct Q45_KKernel {
     gemm_q45_k<NT, kBytes>(n, g, a, s, o);
   }
 };
+// More than 4 tokens run as two calls: 8 tokens' int16 and int32 sums do not fit the 16 ymm
+// registers, and the spills cost more than rebuilding the levels twice.
 struct Q6_KKernel {
   template <int NT>
   static void run(int64_t n, const uint8_t* g, const uint8_t* a, int64_t s, float* o) {
-    gemm_q6_k<NT>(n, g, a, s, o);
+    if constexpr (NT > 4) {
+      gemm_q6_k<4>(n, g, a, s, o);
+      gemm_q6_k<NT - 4>(n, g, a + 4 * s, s, o + 4 * kPackedRows);
+    } else {
+      gemm_q6_k<NT>(n, g, a, s, o);
+    }
   }
 };
 

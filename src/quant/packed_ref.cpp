@@ -339,6 +339,13 @@ PackedGemmFn packed_gemm_ref_fn(GgmlType t) {
   return packed_gemm_nibble_ref_fn(t);
 }
 
+const char* packed_gemm_family() {
+  if (!repack_enabled()) return "none";
+  if (quant::cpu_has_avx512_vnni()) return "avx512";
+  if (quant::cpu_has_avx2_fma()) return "avx2";
+  return "none";
+}
+
 PackedGemmFn packed_gemm_fn(GgmlType t) {
   if (!repack_enabled()) return nullptr;
   if (quant::cpu_has_avx512_vnni()) return quant::packed_gemm_avx512_fn(t);

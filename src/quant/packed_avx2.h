@@ -71,4 +71,20 @@ static inline __m256i expand_mask32(uint32_t m) {
   return _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
 }
 
+// Kernel K (by_count's interface) over at most 4 tokens per call: where 8 tokens' sums do not fit
+// the 16 ymm registers, the spills cost more than rebuilding the weight operands twice. Each
+// token's result is the same whichever call it is in.
+template <typename K>
+struct InFours {
+  template <int NT>
+  static void run(int64_t n, const uint8_t* g, const uint8_t* a, int64_t s, float* o) {
+    if constexpr (NT > 4) {
+      K::template run<4>(n, g, a, s, o);
+      K::template run<NT - 4>(n, g, a + 4 * s, s, o + 4 * kPackedRows);
+    } else {
+      K::template run<NT>(n, g, a, s, o);
+    }
+  }
+};
+
 }  // namespace mla::quant::avx2p

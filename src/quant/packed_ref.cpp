@@ -349,6 +349,8 @@ const char* packed_gemm_family() {
 PackedGemmFn packed_gemm_fn(GgmlType t) {
   if (!repack_enabled()) return nullptr;
   if (quant::cpu_has_avx512_vnni()) return quant::packed_gemm_avx512_fn(t);
+  // Every AVX2 kernel beats the AVX2 row dot products, prefill and decode (bench/quant_bench.cpp
+  // in mla_bench_avx2: gemm/<TYPE>/{rows,packed_avx2}/t8 and gemv/<TYPE>/.../cold), so all are used.
   if (quant::cpu_has_avx2_fma()) return quant::packed_gemm_avx2_fn(t);
   return nullptr;
 }

@@ -349,8 +349,10 @@ const char* packed_gemm_family() {
 PackedGemmFn packed_gemm_fn(GgmlType t) {
   if (!repack_enabled()) return nullptr;
   if (quant::cpu_has_avx512_vnni()) return quant::packed_gemm_avx512_fn(t);
-  // Every AVX2 kernel beats the AVX2 row dot products, prefill and decode (bench/quant_bench.cpp
-  // in mla_bench_avx2: gemm/<TYPE>/{rows,packed_avx2}/t8 and gemv/<TYPE>/.../cold), so all are used.
+  // Every AVX2 kernel beats the AVX2 row dot products in prefill and decode (mla_bench_avx2:
+  // gemm/<TYPE>/{rows,packed_avx2}/t8 by 1.3-6x, gemv/<TYPE>/.../cold by 1.5-6x), so all are
+  // used. Only a 1-token GEMM over cached weights is slower for Q3_K and Q6_K (0.7-0.85x); decode
+  // streams its weights from memory.
   if (quant::cpu_has_avx2_fma()) return quant::packed_gemm_avx2_fn(t);
   return nullptr;
 }

@@ -29,8 +29,8 @@ void gemm_q8_0(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t
   for (int t = 0; t < NT; ++t) a[t] = reinterpret_cast<const BlockQ8_0*>(act + t * act_stride);
   const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
   __m256 acc[2][NT];
-  for (int h = 0; h < 2; ++h)
-    for (int t = 0; t < NT; ++t) acc[h][t] = _mm256_setzero_ps();
+  for (auto& half_acc : acc)
+    for (auto& v : half_acc) v = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = group + b * kQ8x16Bytes;
     for (int l = 0; l < 9; ++l)
@@ -75,8 +75,8 @@ void gemm_q45_k(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_
   }
   const __m256i low = _mm256_set1_epi8(0x0F), fifth = _mm256_set1_epi8(0x10);
   __m256 acc[2][NT];
-  for (int h = 0; h < 2; ++h)
-    for (int t = 0; t < NT; ++t) acc[h][t] = _mm256_setzero_ps();
+  for (auto& half_acc : acc)
+    for (auto& v : half_acc) v = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = group + b * kBytes;
     for (int h = 0; h < 2; ++h) {
@@ -152,8 +152,8 @@ void gemm_q6_k(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t
   for (int t = 0; t < NT; ++t) a[t] = reinterpret_cast<const BlockQ8_K*>(act + t * act_stride);
   const __m256i low = _mm256_set1_epi8(0x0F), top = _mm256_set1_epi8(0x30);
   __m256 acc[2][NT];
-  for (int h = 0; h < 2; ++h)
-    for (int t = 0; t < NT; ++t) acc[h][t] = _mm256_setzero_ps();
+  for (auto& half_acc : acc)
+    for (auto& v : half_acc) v = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = group + b * kQ6Kx16Bytes;
     for (int h = 0; h < 2; ++h) {
@@ -210,8 +210,8 @@ void gemm_q2_k(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t
   for (int t = 0; t < NT; ++t) a[t] = reinterpret_cast<const BlockQ8_K*>(act + t * act_stride);
   const __m256i three = _mm256_set1_epi8(3), nib = _mm256_set1_epi16(0x0F);
   __m256 acc[2][NT];
-  for (int h = 0; h < 2; ++h)
-    for (int t = 0; t < NT; ++t) acc[h][t] = _mm256_setzero_ps();
+  for (auto& half_acc : acc)
+    for (auto& v : half_acc) v = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = group + b * kQ2Kx16Bytes;
     for (int h = 0; h < 2; ++h) {
@@ -268,8 +268,8 @@ void gemm_q3_k(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t
   for (int t = 0; t < NT; ++t) a[t] = reinterpret_cast<const BlockQ8_K*>(act + t * act_stride);
   const __m256i three = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
   __m256 acc[2][NT];
-  for (int h = 0; h < 2; ++h)
-    for (int t = 0; t < NT; ++t) acc[h][t] = _mm256_setzero_ps();
+  for (auto& half_acc : acc)
+    for (auto& v : half_acc) v = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = group + b * kQ3Kx16Bytes;
     for (int h = 0; h < 2; ++h) {

@@ -57,8 +57,8 @@ void gemm_iq(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t a
   for (int t = 0; t < NT; ++t) a[t] = reinterpret_cast<const BlockQ8_K*>(act + t * act_stride);
   const __m256 inv_den = _mm256_set1_ps(sp.inv_den);
   __m256 acc[2][NT];
-  for (int h = 0; h < 2; ++h)
-    for (int t = 0; t < NT; ++t) acc[h][t] = _mm256_setzero_ps();
+  for (auto& half_acc : acc)
+    for (auto& v : half_acc) v = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = group + b * kBytes;
     for (int h = 0; h < 2; ++h) {

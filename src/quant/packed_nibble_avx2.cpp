@@ -102,8 +102,8 @@ void gemm32(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t ac
   __m256i tbl = _mm256_setzero_si256();
   if constexpr (sp.lookup) tbl = table<kType>();
   __m256 acc[2][NT];
-  for (int h = 0; h < 2; ++h)
-    for (int t = 0; t < NT; ++t) acc[h][t] = _mm256_setzero_ps();
+  for (auto& half_acc : acc)
+    for (auto& v : half_acc) v = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = group + b * kBytes;
     for (int l = 0; l < kLines; ++l)
@@ -157,8 +157,8 @@ void gemm_iq4_xs(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64
   for (int t = 0; t < NT; ++t) a[t] = reinterpret_cast<const BlockQ8_K*>(act + t * act_stride);
   const __m256i tbl = table<GgmlType::IQ4_XS>();
   __m256 acc[2][NT];
-  for (int h = 0; h < 2; ++h)
-    for (int t = 0; t < NT; ++t) acc[h][t] = _mm256_setzero_ps();
+  for (auto& half_acc : acc)
+    for (auto& v : half_acc) v = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = group + b * kBytes;
     for (int h = 0; h < 2; ++h) {

@@ -8,9 +8,11 @@
 //   dequantize/<TYPE>/<isa>  the hot matrix to floats, GB/s of weight bytes
 //   quantize/<TYPE>/<isa>    one 4096-float activation row, GB/s of floats read
 //   gemm/<TYPE>/<layout>/tN  matmul_rows over the hot matrix (256 rows of 2048) with N tokens,
-//                          `packed` (16-row groups, AVX-512 VNNI) or `rows` (row-major vec_dot
-//                          / four-row kernels); counter GMAC/s of multiply-adds
-//   gemv/<TYPE>/packed/cold  the decode step's GEMV: one token against a cold packed matrix of
+//                          `packed` (16-row groups, AVX-512 VNNI), `packed_avx2` (the same groups,
+//                          AVX2 kernels: MLA_SIMD=avx2 or a CPU without AVX-512) or `rows`
+//                          (row-major vec_dot / four-row kernels); counter GMAC/s of multiply-adds
+//   gemv/<TYPE>/<layout>/cold  the decode step's GEMV: one token against a cold matrix (packed, or
+//                          `rows`: the file's layout with the row-dot kernels) of
 //                          MLA_BENCH_COLD_MIB (lm_head-like rows of 2048), 1 and 2 threads
 //                          (matmul's thread split); GB/s of packed weight bytes per wall second
 //                          and per CPU second (a memory-bound kernel's stalls count as CPU time),
@@ -183,7 +185,7 @@ void bm_gemm(benchmark::State& state, GgmlType t, bool packed, int n_tok) {
 
 // One decode-shaped matmul (one token) over a cold packed matrix of about cold_bytes(), with
 // matmul's own thread pool and split.
-void bm_gemv_cold(benchmark::State& state, GgmlType t, int n_threads) {
+void bm_gemv_cold(benchmark::State& state, GgmlType t, bool packed, int n_threads) {
   constexpr int64_t kGemvCols = 2048;
   const int64_t row_bytes = ggml_row_bytes(t, kGemvCols);
   const int64_t n_rows = std::max<int64_t>(16, static_cast<int64_t>(cold_bytes()) / row_bytes / 16 * 16);
@@ -195,12 +197,14 @@ void bm_gemv_cold(benchmark::State& state, GgmlType t, int n_threads) {
   fill(m);
   WeightMatrix w{t, m.data.get(), kGemvCols, n_rows, row_bytes};
   PackedWeightStore store;
-  if (!repack_weight(w, n_rows, store)) {
-    state.SkipWithError("no packed kernel on this CPU");
-    return;
+  if (packed) {
+    if (!repack_weight(w, n_rows, store)) {
+      state.SkipWithError("no packed kernel on this CPU");
+      return;
+    }
+    m.data.reset();  // only the groups are read
+    w.data = nullptr;
   }
-  m.data.reset();  // only the groups are read
-  w.data = nullptr;
   std::mt19937 rng(5);
   const auto x = testing::random_floats(kGemvCols, rng, 1.0f);
   std::vector<float> y(static_cast<size_t>(n_rows));
@@ -212,10 +216,11 @@ void bm_gemv_cold(benchmark::State& state, GgmlType t, int n_threads) {
     benchmark::DoNotOptimize(y.data());
   }
   const double cpu_s = static_cast<double>(std::clock() - cpu0) / CLOCKS_PER_SEC;
-  const double bytes = static_cast<double>(state.iterations()) * static_cast<double>(store.bytes());
+  const double read = packed ? static_cast<double>(store.bytes()) : static_cast<double>(n_rows * row_bytes);
+  const double bytes = static_cast<double>(state.iterations()) * read;
   state.counters["GB/s_wall"] = benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsRate);
   state.counters["GB/s_cpu"] = cpu_s > 0 ? bytes / 1e9 / cpu_s * n_threads : 0.0;
-  state.counters["MB"] = static_cast<double>(store.bytes()) / 1e6;
+  state.counters["MB"] = read / 1e6;
   // The same time over the bytes the file stores (a packed group may be larger than its rows).
   state.counters["file_GB/s_wall"] =
       benchmark::Counter(static_cast<double>(state.iterations()) * static_cast<double>(n_rows * row_bytes) / 1e9,
@@ -301,11 +306,18 @@ void bm_memcpy(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * c.bytes * 2);
 }
 
-const GgmlType kBenchTypes[] = {GgmlType::F32,    GgmlType::F16,   GgmlType::BF16,    GgmlType::Q8_0,
-                                GgmlType::Q4_0,   GgmlType::Q4_K,  GgmlType::Q5_K,    GgmlType::Q6_K,
-                                GgmlType::Q2_K,   GgmlType::Q3_K,  GgmlType::IQ4_XS,  GgmlType::IQ4_NL,
-                                GgmlType::MXFP4,  GgmlType::IQ1_S, GgmlType::IQ1_M,   GgmlType::IQ2_XXS,
-                                GgmlType::IQ2_XS, GgmlType::IQ2_S, GgmlType::IQ3_XXS, GgmlType::IQ3_S};
+// The packed rows' layout field: `packed` for the AVX-512 kernels, `packed_avx2` for the AVX2
+// family (MLA_SIMD=avx2, a CPU without AVX-512 VNNI, or the x86-64-v3 mla_bench_avx2).
+std::string packed_layout_name() {
+  const std::string family = packed_gemm_family();
+  return family == "avx512" ? "packed" : "packed_" + family;
+}
+
+const GgmlType kBenchTypes[] = {
+    GgmlType::F32,    GgmlType::F16,     GgmlType::BF16,  GgmlType::Q8_0,  GgmlType::Q4_0,    GgmlType::Q5_0,
+    GgmlType::Q4_K,   GgmlType::Q5_K,    GgmlType::Q6_K,  GgmlType::Q2_K,  GgmlType::Q3_K,    GgmlType::IQ4_XS,
+    GgmlType::IQ4_NL, GgmlType::MXFP4,   GgmlType::IQ1_S, GgmlType::IQ1_M, GgmlType::IQ2_XXS, GgmlType::IQ2_XS,
+    GgmlType::IQ2_S,  GgmlType::IQ3_XXS, GgmlType::IQ3_S};
 
 [[maybe_unused]] const bool registered = [] {
   for (GgmlType t : kBenchTypes) {
@@ -338,19 +350,21 @@ const GgmlType kBenchTypes[] = {GgmlType::F32,    GgmlType::F16,   GgmlType::BF1
     for (bool packed : {false, true})
       for (int n_tok : {1, 8, 64}) {
         if (!packed_layout_exists(t) || !find_vec_dot(t, QuantIsa::Avx2)) continue;
-        const std::string name = std::string("gemm/") + std::string(ggml_type_name(t)) +
-                                 (packed ? "/packed" : "/rows") + "/t" + std::to_string(n_tok);
+        const std::string name = std::string("gemm/") + std::string(ggml_type_name(t)) + "/" +
+                                 (packed ? packed_layout_name() : "rows") + "/t" + std::to_string(n_tok);
         benchmark::RegisterBenchmark(name.c_str(), bm_gemm, t, packed, n_tok)->Unit(benchmark::kMicrosecond);
       }
   for (GgmlType t : kBenchTypes)
-    for (int n_threads : {1, 2}) {
-      if (!packed_layout_exists(t)) continue;
-      const std::string name =
-          std::string("gemv/") + std::string(ggml_type_name(t)) + "/packed/cold/threads:" + std::to_string(n_threads);
-      benchmark::RegisterBenchmark(name.c_str(), bm_gemv_cold, t, n_threads)
-          ->Unit(benchmark::kMillisecond)
-          ->UseRealTime();
-    }
+    for (bool packed : {false, true})
+      for (int n_threads : {1, 2}) {
+        if (!packed_layout_exists(t) || !find_vec_dot(t, QuantIsa::Avx2)) continue;
+        const std::string name = std::string("gemv/") + std::string(ggml_type_name(t)) + "/" +
+                                 (packed ? packed_layout_name() : "rows") +
+                                 "/cold/threads:" + std::to_string(n_threads);
+        benchmark::RegisterBenchmark(name.c_str(), bm_gemv_cold, t, packed, n_threads)
+            ->Unit(benchmark::kMillisecond)
+            ->UseRealTime();
+      }
   for (int n_threads : {1, 2})
     benchmark::RegisterBenchmark(("peak/vnni_dpbusd/" + std::to_string(n_threads)).c_str(), bm_peak_vnni, n_threads)
         ->UseRealTime()

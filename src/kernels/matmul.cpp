@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "quant/packed.h"
 #include "quant/quant.h"
@@ -13,9 +14,9 @@ namespace mla {
 namespace {
 
 // Bytes of packed-kernel sums appended to each activation row of act_type: only where this CPU
-// runs the packed kernels (they all come with the same ISA).
+// runs packed kernels (one family per process; which types it packs may differ, so any counts).
 int64_t act_extra_bytes(GgmlType act_type, int64_t n_cols) {
-  static const bool packing = packed_gemm_fn(GgmlType::Q8_0) != nullptr;
+  static const bool packing = std::strcmp(packed_gemm_family(), "none") != 0;
   return packing ? packed_act_extra_bytes(act_type, n_cols) : 0;
 }
 

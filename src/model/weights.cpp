@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "gguf/gguf.h"
+#include "quant/packed.h"
 #include "quant/quant.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -273,8 +274,8 @@ void repack_matrices(DeepseekWeights& w, const DeepseekConfig& c) {
     if (bytes > lead && (bytes - lead) / page > 0)
       madvise(const_cast<uint8_t*>(m->data) + lead, (bytes - lead) / page * page, MADV_DONTNEED);
   }
-  log().info("weights repacked into 16-row groups for the AVX-512 GEMM: {:.1f} MiB (MLA_REPACK=0: off)",
-             static_cast<double>(store->bytes()) / (1 << 20));
+  log().info("weights repacked into 16-row groups for the {} packed GEMM: {:.1f} MiB (MLA_REPACK=0: off)",
+             packed_gemm_family(), static_cast<double>(store->bytes()) / (1 << 20));
   w.packed = std::move(store);
 }
 

@@ -36,9 +36,11 @@ bool cpu_has_avx2_fma() {
 
 bool cpu_has_avx512_vnni() {
 #if defined(__x86_64__) || defined(__i386__)
-  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
-                          cpu_has_avx2_fma();
+  // MLA_SIMD=avx2: the AVX2 kernels (packed GEMM included), as on a CPU without AVX-512 (the
+  // avx2 family's tests run so on AVX-512 hosts).
+  static const bool has = env_value("MLA_SIMD").value_or("") != "avx2" && __builtin_cpu_supports("avx512f") &&
+                          __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                          __builtin_cpu_supports("avx512vnni") && cpu_has_avx2_fma();
   return has;
 #else
   return false;

@@ -31,7 +31,8 @@ VecDotFn vec_dot_avx2_fn(GgmlType t);
 VecDot4Fn vec_dot4_avx2_fn(GgmlType t);
 
 bool cpu_has_avx2_fma();
-// AVX-512 F, BW, VL and VNNI (the packed GEMM kernels of packed_avx512.cpp).
+// AVX-512 F, BW, VL and VNNI (the packed GEMM kernels of packed_avx512.cpp); false under
+// MLA_SIMD=avx2 (the AVX2 family on any AVX2 host) and MLA_SIMD=scalar.
 bool cpu_has_avx512_vnni();
 
 // Offsets inside one packed block (Q8_0x16) or super-block (Q4_Kx16, Q6_Kx16) of a 16-row group; the
@@ -71,6 +72,12 @@ inline constexpr int64_t kQ8KExtraNeg32 = 64;
 // The AVX-512 packed GEMM kernels; nullptr for a type without a packed layout. Call only when
 // cpu_has_avx512_vnni().
 PackedGemmFn packed_gemm_avx512_fn(GgmlType t);
+// The AVX2 packed GEMM kernels over the same layouts (packed_avx2.cpp, packed_nibble_avx2.cpp,
+// packed_iq_avx2.cpp), bit-identical to the same twins; nullptr for a type without a packed
+// layout. Call only when cpu_has_avx2_fma().
+PackedGemmFn packed_gemm_avx2_fn(GgmlType t);
+PackedGemmFn packed_gemm_nibble_avx2_fn(GgmlType t);
+PackedGemmFn packed_gemm_iq_avx2_fn(GgmlType t);
 
 // The grid i-quants' packed groups (IQ2_*, IQ3_*, IQ1_S, IQ1_M; packed_iq.cpp, packed_iq_avx512.cpp; layout in
 // packed_iq.h): 0 bytes / nullptr for any other type.

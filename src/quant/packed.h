@@ -1,9 +1,10 @@
 #pragma once
-// Weight rows repacked for register-tiled integer GEMM (AVX-512 VNNI): 16 consecutive rows of a
-// Q8_0, Q4_K or Q6_K matrix are interleaved into one *group* so that one 64-byte load holds 4
-// consecutive weights of each of the 16 rows — exactly the operand of one vpdpbusd, whose 16
-// int32 lanes are then the 16 rows' partial sums. A tile of up to kPackedMaxTokens activation
-// rows shares every weight load (prefill); one token is the decode GEMV over the same layout.
+// Weight rows repacked for register-tiled integer GEMM (AVX-512 VNNI, or AVX2): 16 consecutive
+// rows of a Q8_0, Q4_K or Q6_K matrix are interleaved into one *group* so that one 64-byte load
+// holds 4 consecutive weights of each of the 16 rows — exactly the operand of one vpdpbusd, whose
+// 16 int32 lanes are then the 16 rows' partial sums (AVX2 reads it as two 8-row halves). A tile of up to
+// kPackedMaxTokens activation rows shares every weight load (prefill); one token is the decode GEMV over the same
+// layout.
 //
 // The float arithmetic is fixed per (row, token): integer block sums are exact, and the float
 // accumulation runs over the blocks in order, one accumulator, the same instructions whatever
@@ -34,7 +35,7 @@ namespace mla {
 inline constexpr int kPackedRows = 16;      // weight rows per group
 inline constexpr int kPackedMaxTokens = 8;  // activation rows per kernel call
 
-// True when t has a packed layout (Q8_0, Q4_K, Q6_K), whatever the CPU.
+// True when t has a packed layout (see packed_gemm_ref_fn), whatever the CPU.
 bool packed_layout_exists(GgmlType t);
 // Bytes of one group of 16 rows of n_cols elements (n_cols a multiple of the block size).
 int64_t packed_group_bytes(GgmlType t, int64_t n_cols);
@@ -56,8 +57,11 @@ using PackedGemmFn = void (*)(int64_t n_cols, const uint8_t* group, const uint8_
 
 // The scalar reference (any CPU); nullptr when t has no packed layout.
 PackedGemmFn packed_gemm_ref_fn(GgmlType t);
-// The SIMD kernel this CPU runs (AVX-512 F/BW/VL/VNNI), or nullptr: no such CPU, no layout, or
-// MLA_REPACK=0. Callers pack weights only when this is non-null.
+// The SIMD kernel this CPU runs, or nullptr: no layout, MLA_REPACK=0, or no AVX2+FMA+F16C (the
+// scalar family keeps row dot products). The AVX-512 F/BW/VL/VNNI family where the CPU has it
+// (and MLA_SIMD is not avx2), else the AVX2 one. Callers pack weights only when this is non-null.
 PackedGemmFn packed_gemm_fn(GgmlType t);
+// The family packed_gemm_fn chooses from: "avx512", "avx2", or "none" (then it is always nullptr).
+const char* packed_gemm_family();
 
 }  // namespace mla

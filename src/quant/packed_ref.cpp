@@ -1,5 +1,5 @@
 // Packed 16-row weight groups (see packed.h): the packers (run once at load), the activation
-// extras, the scalar reference GEMM (bit-identical to the AVX-512 kernels) and the dispatch.
+// extras, the scalar reference GEMM (bit-identical to the AVX-512 and AVX2 kernels) and the dispatch.
 #include <cmath>
 #include <cstring>
 
@@ -339,9 +339,22 @@ PackedGemmFn packed_gemm_ref_fn(GgmlType t) {
   return packed_gemm_nibble_ref_fn(t);
 }
 
+const char* packed_gemm_family() {
+  if (!repack_enabled()) return "none";
+  if (quant::cpu_has_avx512_vnni()) return "avx512";
+  if (quant::cpu_has_avx2_fma()) return "avx2";
+  return "none";
+}
+
 PackedGemmFn packed_gemm_fn(GgmlType t) {
-  if (!repack_enabled() || !quant::cpu_has_avx512_vnni()) return nullptr;
-  return quant::packed_gemm_avx512_fn(t);
+  if (!repack_enabled()) return nullptr;
+  if (quant::cpu_has_avx512_vnni()) return quant::packed_gemm_avx512_fn(t);
+  // Every AVX2 kernel beats the AVX2 row dot products in prefill and decode (mla_bench_avx2:
+  // gemm/<TYPE>/{rows,packed_avx2}/t8 by 1.3-6x, gemv/<TYPE>/.../cold by 1.5-6x), so all are
+  // used. Only a 1-token GEMM over cached weights is slower for Q3_K and Q6_K (0.7-0.85x); decode
+  // streams its weights from memory.
+  if (quant::cpu_has_avx2_fma()) return quant::packed_gemm_avx2_fn(t);
+  return nullptr;
 }
 
 }  // namespace mla

@@ -23,13 +23,14 @@ constexpr EnvVarInfo kEnvVars[] = {
     {"MLA_PREFAULT", "0|1",
      "load model files with every page mapped up front (default 1; 0 leaves paging to first use, "
      "for files larger than memory)"},
-    {"MLA_SIMD", "scalar",
-     "scalar: the quant library's scalar reference kernels only, as on a CPU without AVX2 (no AVX2 "
-     "dot products, no AVX-512 repacking); for testing the scalar kernel family"},
+    {"MLA_SIMD", "avx2|scalar",
+     "avx2: the AVX2 kernel family, as on a CPU without AVX-512 (AVX2 packed GEMM instead of the "
+     "AVX-512 VNNI one); scalar: the quant library's scalar reference kernels only, as on a CPU "
+     "without AVX2 (no AVX2 dot products, no repacking); for testing those kernel families"},
     {"MLA_REPACK", "0|1",
-     "repack weights at load into 16-row groups for the AVX-512 VNNI GEMM (Q8_0, Q4_0, Q5_0, Q2_K..Q6_K, "
-     "IQ4_NL, IQ4_XS, MXFP4, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S; default 1 where the CPU has it; 0 "
-     "keeps only the file's layout, saving the copy's memory)"},
+     "repack weights at load into 16-row groups for the packed GEMM, AVX-512 VNNI or else AVX2 (Q8_0, "
+     "Q4_0, Q5_0, Q2_K..Q6_K, IQ4_NL, IQ4_XS, MXFP4, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S; default 1 "
+     "where the CPU has AVX2; 0 keeps only the file's layout, saving the copy's memory)"},
     {"MLA_REFERENCE_DIR", "PATH",
      "tests: directory of the reference logits fixtures (default tests/fixtures/reference)"},
     {"MLA_BIN", "PATH", "tests: the mla binary the Python tests run (set by ctest)"},

@@ -92,7 +92,7 @@ INSTANTIATE_TEST_SUITE_P(Types, MatmulTypes,
                                            GgmlType::Q4_K, GgmlType::Q6_K),
                          [](const auto& info) { return std::string(ggml_type_name(info.param)); });
 
-// Weights repacked into 16-row groups (AVX-512 VNNI CPUs): the packed path against matmul_ref,
+// Weights repacked into 16-row groups (AVX-512 VNNI or AVX2 CPUs): the packed path against matmul_ref,
 // batch/thread invariance (the thread split and token tiles change, a row's bits must not), and
 // expert slices taken with rows().
 class PackedMatmul : public ::testing::TestWithParam<GgmlType> {};

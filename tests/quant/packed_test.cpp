@@ -2,8 +2,9 @@
 //  - the scalar twin packed_gemm_ref equals sum(dequant(w) * dequant(a)) in double from the
 //    gguf-py-verified dequantizers, to within 2e-5 of sum|w*a| (it rounds per-block scale
 //    products and accumulates in float, like the SIMD dot kernels), for every row and token;
-//  - the AVX-512 kernel gives the same bits as the twin, and a token's bits do not depend on how
-//    many tokens share the call (batch invariance), for 1..8 tokens;
+//  - the selected SIMD kernel (AVX-512 or AVX2 family) and the AVX2 kernel itself give the same
+//    bits as the twin, and a token's bits do not depend on how many tokens share the call (batch
+//    invariance), for 1..8 tokens;
 // on random raw blocks (all 6-bit scales and mins, q = -128 for Q8_0) with random, zero, tiny
 // and huge fp16 scales, and activations of several magnitudes including ±max, for odd block
 // counts.
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "../support/packed_kernels.h"
+#include "quant/kernels.h"
 #include "quant/packed.h"
 #include "quant/quant.h"
 #include "quant_test_util.h"
@@ -99,10 +101,8 @@ TEST_P(PackedTest, ReferenceMatchesDequantizedProducts) {
   });
 }
 
-TEST_P(PackedTest, SimdEqualsReferenceBitsForEveryTokenCount) {
-  const GgmlType wt = GetParam();
-  PackedGemmFn simd = packed_gemm_fn(wt);
-  if (!simd) GTEST_SKIP() << packed_kernels_unavailable_reason(wt);
+// simd gives the twin's bits for every token count and offset of the tile.
+void expect_reference_bits(GgmlType wt, PackedGemmFn simd) {
   PackedGemmFn ref = packed_gemm_ref_fn(wt);
   for_each_case(wt, [&](const Case& c) {
     float want[kPackedMaxTokens * kPackedRows];
@@ -118,6 +118,26 @@ TEST_P(PackedTest, SimdEqualsReferenceBitsForEveryTokenCount) {
       }
     }
   });
+}
+
+// The kernel this process selected (AVX-512 or AVX2 family, packed_gemm_fn).
+TEST_P(PackedTest, SimdEqualsReferenceBitsForEveryTokenCount) {
+  const GgmlType wt = GetParam();
+  PackedGemmFn simd = packed_gemm_fn(wt);
+  if (!simd) GTEST_SKIP() << packed_kernels_unavailable_reason(wt);
+  expect_reference_bits(wt, simd);
+}
+
+// The AVX2 family's kernel itself, on any AVX2 host and whatever packed_gemm_fn selected (an
+// AVX-512 host selects the AVX-512 kernel; the AVX2 family may keep row dot products for a type).
+TEST_P(PackedTest, Avx2KernelEqualsReferenceBits) {
+  const GgmlType wt = GetParam();
+  if (!quant::cpu_has_avx2_fma())
+    GTEST_SKIP() << "AVX2 packed GEMM kernel NOT TESTED for " << ggml_type_name(wt)
+                 << ": the CPU lacks avx2/fma/f16c, or MLA_SIMD=scalar";
+  PackedGemmFn avx2 = quant::packed_gemm_avx2_fn(wt);
+  ASSERT_NE(avx2, nullptr);
+  expect_reference_bits(wt, avx2);
 }
 
 TEST(Packed, LayoutsAndExtras) {

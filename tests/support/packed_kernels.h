@@ -1,8 +1,10 @@
 #pragma once
-// Why the packed AVX-512 GEMM kernels (quant/packed.h) did not run, as the skip message of the
-// tests that exercise them. gtest_discover_tests makes a GTEST_SKIP a "Skipped" test in ctest's
-// summary; this reason names what the host lacks, so a run on an AVX2-only machine says plainly
-// that the default fast path of AVX-512 machines went untested there.
+// Why the packed SIMD GEMM kernels (quant/packed.h) did not run, as the skip message of the tests
+// that exercise them. gtest_discover_tests makes a GTEST_SKIP a "Skipped" test in ctest's
+// summary; this reason names what the host or the environment lacks, so a run without them says
+// plainly which fast path went untested there. The families: AVX-512 F/BW/VL/VNNI kernels where
+// the CPU has them, else AVX2+FMA+F16C kernels (MLA_SIMD=avx2 forces these on an AVX-512 CPU),
+// else none (the scalar family keeps row dot products).
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -14,21 +16,18 @@
 namespace mla {
 
 inline std::string packed_kernels_unavailable_reason(GgmlType t) {
-  std::string why = "packed AVX-512 GEMM kernels NOT TESTED on this host for " + std::string(ggml_type_name(t)) + ": ";
+  std::string why = "packed GEMM kernels NOT TESTED on this host for " + std::string(ggml_type_name(t)) + ": ";
   if (const char* v = std::getenv("MLA_REPACK"); v != nullptr && std::strcmp(v, "0") == 0)
     return why + "MLA_REPACK=0 turns them off";
-  std::string missing;
+  if (const char* v = std::getenv("MLA_SIMD"); v != nullptr && std::strcmp(v, "scalar") == 0)
+    return why + "MLA_SIMD=scalar selects the scalar kernel family, which has none (row dot products only)";
 #if defined(__x86_64__) || defined(__i386__)
-  if (!__builtin_cpu_supports("avx512f")) missing += " avx512f";
-  if (!__builtin_cpu_supports("avx512bw")) missing += " avx512bw";
-  if (!__builtin_cpu_supports("avx512vl")) missing += " avx512vl";
-  if (!__builtin_cpu_supports("avx512vnni")) missing += " avx512vnni";
-  if (!quant_isa_available(QuantIsa::Avx2)) missing += " avx2/fma/f16c";
+  if (!quant_isa_available(QuantIsa::Avx2))
+    return why + "the CPU lacks avx2/fma/f16c (the AVX2 family needs them; the AVX-512 one also F/BW/VL/VNNI)";
+  return why + "the CPU has AVX2/FMA/F16C and MLA_REPACK is not 0, yet no packed kernel was chosen";
 #else
-  missing = " x86-64 (another architecture)";
+  return why + "they need x86-64 (this is another architecture)";
 #endif
-  if (!missing.empty()) return why + "the CPU lacks" + missing + " (the kernels need AVX-512 F/BW/VL/VNNI)";
-  return why + "the CPU has AVX-512 F/BW/VL/VNNI and MLA_REPACK is not 0, yet no packed kernel was chosen";
 }
 
 }  // namespace mla

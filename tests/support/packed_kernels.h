@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "gguf/types.h"
+#include "quant/packed.h"
 #include "quant/quant.h"
 
 namespace mla {
@@ -24,7 +25,7 @@ inline std::string packed_kernels_unavailable_reason(GgmlType t) {
 #if defined(__x86_64__) || defined(__i386__)
   if (!quant_isa_available(QuantIsa::Avx2))
     return why + "the CPU lacks avx2/fma/f16c (the AVX2 family needs them; the AVX-512 one also F/BW/VL/VNNI)";
-  return why + "the CPU has AVX2/FMA/F16C and MLA_REPACK is not 0, yet no packed kernel was chosen";
+  return why + "the " + packed_gemm_family() + " packed family has no kernel for this type (row dot products run it)";
 #else
   return why + "they need x86-64 (this is another architecture)";
 #endif

@@ -94,6 +94,33 @@ void quant_q5_0(const float* x, void* dst, int64_t n) {
   }
 }
 
+// Affine with a fifth bit: d = (max - min)/31, m = min, q = trunc((x - min)/d + 0.5); packed as
+// Q5_0.
+void quant_q5_1(const float* x, void* dst, int64_t n) {
+  auto* b = static_cast<BlockQ5_1*>(dst);
+  for (int64_t i = 0; i < n / kQK; ++i, x += kQK) {
+    float min = x[0], max = x[0];
+    for (int j = 1; j < kQK; ++j) {
+      min = std::min(min, x[j]);
+      max = std::max(max, x[j]);
+    }
+    const float d = (max - min) / 31;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    b[i].d = fp32_to_fp16(d);
+    b[i].m = fp32_to_fp16(min);
+    uint32_t qh = 0;
+    // (x - min) * id lies in [0, 31] for finite input; the clamp keeps inf/NaN defined.
+    auto level = [&](float v) { return static_cast<int>(std::fmax(0.0f, std::fmin(31.0f, (v - min) * id + 0.5f))); };
+    for (int j = 0; j < kQK / 2; ++j) {
+      const int q0 = level(x[j]), q1 = level(x[j + 16]);
+      b[i].qs[j] = static_cast<uint8_t>((q0 & 0x0F) | ((q1 & 0x0F) << 4));
+      qh |= static_cast<uint32_t>((q0 >> 4) & 1) << j;
+      qh |= static_cast<uint32_t>((q1 >> 4) & 1) << (j + kQK / 2);
+    }
+    std::memcpy(b[i].qh, &qh, sizeof qh);
+  }
+}
+
 // Activations for K-quant dot products: the value of largest magnitude maps to -127, the rest
 // round to nearest-even; d is kept in fp32 and bsums hold each 16-element sum.
 void quant_q8_k(const float* x, void* dst, int64_t n) {
@@ -140,6 +167,12 @@ QuantizeFn quantize_ref_fn(GgmlType t) {
       return quant_q4_0;
     case GgmlType::Q5_0:
       return quant_q5_0;
+    case GgmlType::Q5_1:
+      return quant_q5_1;
+    case GgmlType::Q2_K:
+      return quantize_q2_k_ref;
+    case GgmlType::Q3_K:
+      return quantize_q3_k_ref;
     case GgmlType::Q4_K:
       return quantize_q4_k_ref;
     case GgmlType::Q5_K:
@@ -149,7 +182,8 @@ QuantizeFn quantize_ref_fn(GgmlType t) {
     case GgmlType::Q8_K:
       return quant_q8_k;
     default:
-      return nullptr;
+      if (QuantizeFn f = quantize_iq4_ref_fn(t)) return f;
+      return quantize_iq_ref_fn(t);
   }
 }
 

@@ -217,7 +217,10 @@ def test_a_unsupported_types_fail_by_name(mla_bin, gguf_py_file, tmp_path, qtype
 @pytest.fixture(scope="module")
 def mla_file(mla_bin, tmp_path_factory):
     path = tmp_path_factory.mktemp("b") / "from_mla.gguf"
-    types = "f32,f16,bf16,q8_0,q4_0,q5_0,q4_k,q5_k,q6_k,q8_k"
+    # Every type mla.cpp writes that gguf-py decodes (MXFP4 is not in this gguf-py: its bytes are
+    # checked against llama-quantize's in test_quantize_vs_llama.py).
+    types = ("f32,f16,bf16,q8_0,q4_0,q5_0,q5_1,q2_k,q3_k,q4_k,q5_k,q6_k,q8_k,iq4_nl,iq4_xs,iq2_xxs,iq2_xs,iq2_s,"
+             "iq3_xxs,iq3_s,iq1_s,iq1_m")
     run_mla(mla_bin, "gguf", "quantize-test-file", str(path), "--types", types, "--seed", "7", "--rows", "8",
             "--cols", "1024")
     return path, types.split(",")
@@ -233,8 +236,10 @@ def dequantize_q8_k(data: np.ndarray) -> np.ndarray:
 
 # Quantization error bounds (RMSE relative to the RMS of the data, per row) far above what the
 # formats reach on this data, to catch a broken quantizer without flakiness.
-REL_RMSE_BOUND = {"f32": 0.0, "f16": 1e-3, "bf16": 5e-3, "q8_0": 0.02, "q4_0": 0.2, "q5_0": 0.1, "q4_k": 0.15, "q5_k": 0.08,
-                  "q6_k": 0.04, "q8_k": 0.05}
+REL_RMSE_BOUND = {"f32": 0.0, "f16": 1e-3, "bf16": 5e-3, "q8_0": 0.02, "q4_0": 0.2, "q5_0": 0.1, "q5_1": 0.1,
+                  "q2_k": 0.5, "q3_k": 0.3, "q4_k": 0.15, "q5_k": 0.08, "q6_k": 0.04, "q8_k": 0.05, "iq4_nl": 0.15,
+                  "iq4_xs": 0.15, "iq2_xxs": 0.6, "iq2_xs": 0.55, "iq2_s": 0.5, "iq3_xxs": 0.35, "iq3_s": 0.3,
+                  "iq1_s": 0.8, "iq1_m": 0.75}
 
 
 def test_b_mla_file_read_by_gguf_py(mla_bin, mla_file, tmp_path):
@@ -260,7 +265,7 @@ def test_b_mla_file_read_by_gguf_py(mla_bin, mla_file, tmp_path):
         assert np.all(rel <= REL_RMSE_BOUND[name]), f"{name}: relative RMSE per row {rel}"
 
 
-@pytest.mark.parametrize("name", ["f16", "bf16", "q8_0", "q4_0", "q5_0"])
+@pytest.mark.parametrize("name", ["f16", "bf16", "q8_0", "q4_0", "q5_0", "q5_1"])
 def test_b_quantized_bytes_equal_gguf_py(mla_file, name):
     path, _ = mla_file
     reader = gguf.GGUFReader(str(path))

@@ -41,6 +41,7 @@ struct Lattice {
   int dim = 0;
   std::vector<int8_t> coords;   // n_points x dim
   std::vector<float> levels;    // the distinct coordinate values, ascending
+  std::vector<float> midpoints;  // between consecutive levels
   std::vector<uint32_t> first;  // lattice index -> [first[i], first[i+1]) in candidates
   std::vector<uint16_t> candidates;
 
@@ -51,6 +52,7 @@ struct Lattice {
     for (int8_t c : coords)
       if (std::find(levels.begin(), levels.end(), c) == levels.end()) levels.push_back(c);
     std::sort(levels.begin(), levels.end());
+    for (size_t k = 0; k + 1 < levels.size(); ++k) midpoints.push_back(0.5f * (levels[k] + levels[k + 1]));
     const int n_levels = static_cast<int>(levels.size());
     int n_lattice = 1;
     for (int j = 0; j < dim; ++j) n_lattice *= n_levels;
@@ -81,9 +83,10 @@ struct Lattice {
     first.push_back(static_cast<uint32_t>(candidates.size()));
   }
 
+  // The number of level midpoints below v: the nearest level's index.
   int nearest_level(float v) const {
     int k = 0;
-    while (k + 1 < static_cast<int>(levels.size()) && v > 0.5f * (levels[k] + levels[k + 1])) ++k;
+    for (float m : midpoints) k += v > m;
     return k;
   }
 
@@ -225,7 +228,7 @@ void quantize_super_block(const Format& f, const float* x, Group* groups, int* c
   // The fan of step 2, as factors of amax / max_level (IQ1's three levels want a wider one).
   const float lo = f.shift_span ? 0.55f : 0.8f, hi = f.shift_span ? 1.5f : 1.3f;
   const float top = f.max_level() + (f.shift_span ? kIQ1Delta : 0.0f);
-  constexpr int kFan = 12;
+  constexpr int kFan = 8;
   for (int s = 0; s < n_sub; ++s) {
     const float* xs = x + s * f.sub;
     const float* ws = w + s * f.sub;

@@ -22,21 +22,28 @@ MLA_NO_FP_CONTRACT
 namespace mla::quant {
 namespace {
 
-// The index of the level of kIQ4NLValues nearest to v (the lower one on a tie), by bisection.
-int nearest_iq4_level(float v) {
-  const int8_t* t = kIQ4NLValues;
-  if (v <= t[0]) return 0;
-  if (v >= t[15]) return 15;
-  int lo = 0, hi = 15;
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) / 2;
-    if (v < t[mid]) {
-      hi = mid;
-    } else {
-      lo = mid;
+// The index of the level of kIQ4NLValues nearest to v (the upper one on a tie: a value exactly
+// between two levels takes the higher). Every decision boundary is a multiple of 1/2, so the
+// answer only depends on floor(2v): one table lookup.
+struct Iq4LevelTable {
+  static constexpr int kLo = 2 * -127, kHi = 2 * 113;
+  uint8_t index[kHi - kLo + 1];
+  constexpr Iq4LevelTable() : index() {
+    for (int m = kLo; m <= kHi; ++m) {
+      // v in [m/2, (m+1)/2): the level nearest to m/2 + 1/4 decides.
+      const float v = 0.5f * static_cast<float>(m) + 0.25f;
+      int k = 0;
+      while (k < 15 && v - kIQ4NLValues[k] >= kIQ4NLValues[k + 1] - v) ++k;
+      index[m - kLo] = static_cast<uint8_t>(k);
     }
   }
-  return v - t[hi - 1] < t[hi] - v ? hi - 1 : hi;
+};
+constexpr Iq4LevelTable kIq4Levels;
+
+int nearest_iq4_level(float v) {
+  if (!(v > kIQ4NLValues[0])) return 0;  // also NaN
+  if (v >= kIQ4NLValues[15]) return 15;
+  return kIq4Levels.index[static_cast<int>(std::floor(2 * v)) - Iq4LevelTable::kLo];
 }
 
 // The weighted least-squares scale of 32 values x against the table, searched as described

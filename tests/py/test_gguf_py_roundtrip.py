@@ -289,3 +289,18 @@ def test_b_special_values_quantize_like_gguf_py(mla_bin, tmp_path):
         run_mla(mla_bin, "gguf", "quant-roundtrip", str(src), "--type", qtype.name, "--cols", "1024", "-o", str(out))
         ref = gguf.quants.dequantize(gguf.quants.quantize(x.reshape(1, -1), qtype), qtype)
         assert_bits_equal(np.fromfile(out, dtype="<f4"), ref, qtype.name)
+
+
+@pytest.mark.parametrize("qtype", ["q5_1", "q2_k", "q3_k", "iq4_nl", "iq4_xs", "iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs",
+                                   "iq3_s", "iq1_s", "iq1_m"])
+def test_synth_writes_every_quantizable_type(mla_bin, tmp_path, qtype):
+    """`mla gguf synth --types` takes each type mla.cpp can write; gguf-py reads the tensors back with
+    that type and decodes them to finite values."""
+    path = tmp_path / "s.gguf"
+    run_mla(mla_bin, "gguf", "synth", "-o", str(path), "--n-layer", "2", "--n-embd", "256", "--n-ff", "256",
+            "--n-expert", "2", "--n-expert-used", "1", "--n-ff-exp", "256", "--n-vocab", "256", "--types",
+            f"ffn_exps={qtype},ffn={qtype},embd={qtype}")
+    tensors = {t.name: t for t in gguf.GGUFReader(str(path)).tensors}
+    for name in ("token_embd.weight", "blk.0.ffn_up.weight", "blk.1.ffn_down_exps.weight"):
+        assert tensors[name].tensor_type == QT[qtype.upper()], name
+        assert np.all(np.isfinite(gguf.quants.dequantize(tensors[name].data, tensors[name].tensor_type)))

@@ -55,10 +55,12 @@ float signed_absmax(const float* x) {
 }
 
 // min(top, trunc(x*id + offset)): x*id + offset lies in [0.5, 2*offset - 0.5] for finite input;
-// the clamp keeps inf/NaN defined. ggml's C is compiled with FMA contraction on x86, so x*id +
-// offset is rounded once; std::fma reproduces that on every target.
+// the clamp keeps inf/NaN defined. The product and the sum round separately, as in ggml's
+// quantize_row_*_ref (ggml-base is built without FMA; an FMA here changed one value in 262144 of
+// tools/quant-compare's uniform data) and in gguf-py.
 int level(float x, float id, float offset, int top) {
-  const int q = static_cast<int>(std::fmax(0.0f, std::fmin(2 * offset - 1, std::fma(x, id, offset))));
+  const float scaled = x * id;
+  const int q = static_cast<int>(std::fmax(0.0f, std::fmin(2 * offset - 1, scaled + offset)));
   return q < top ? q : top;
 }
 

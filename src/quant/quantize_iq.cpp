@@ -39,10 +39,10 @@ constexpr float kIQ1Delta = 0.125f;
 // One grid of points of `dim` coordinates, with the neighbour table described above.
 struct Lattice {
   int dim = 0;
-  std::vector<int8_t> coords;   // n_points x dim
-  std::vector<float> levels;    // the distinct coordinate values, ascending
+  std::vector<int8_t> coords;    // n_points x dim
+  std::vector<float> levels;     // the distinct coordinate values, ascending
   std::vector<float> midpoints;  // between consecutive levels
-  std::vector<uint32_t> first;  // lattice index -> [first[i], first[i+1]) in candidates
+  std::vector<uint32_t> first;   // lattice index -> [first[i], first[i+1]) in candidates
   std::vector<uint16_t> candidates;
 
   template <typename T>

@@ -19,8 +19,9 @@
 //   - a row length the chosen block does not divide falls back: 256-element i-quants to IQ4_NL,
 //     Q2_K/Q3_K to Q4_0, Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0, then F16 when even that does
 //     not fit.
-// Deliberate differences from llama-quantize: Q5_K's fallback Q5_1 (which mla.cpp does not
-// write) becomes Q5_0, and overrides also apply in F16 files (llama-quantize ignores them there).
+// Not modelled: importance-matrix rules (mla.cpp has none), Falcon's and 70B llama's rules, and
+// llama-quantize's --output-tensor-type / --token-embedding-type / --pure. One deliberate
+// difference: --tensor-type also applies in F16 files (llama-quantize ignores it there).
 #include <cstdint>
 #include <optional>
 #include <regex>

@@ -10,22 +10,74 @@ mla must choose the same type for every tensor and, where the types agree, write
 """
 import hashlib
 import json
+import re
+import struct
 from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import run_mla
 
-from gguf import GGUFReader
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "quant"
 DATA = json.loads((FIX / "llama-quantize.json").read_text())
 REF, PLANS, OVERRIDES = DATA["types"], DATA["plans"], DATA["overrides"]
 
 
+# ggml type id -> (name, block elements, block bytes): gguf-py's table, plus MXFP4 (id 39), which the
+# pinned gguf-py predates.
+TYPES = {int(t): (t.name, *GGML_QUANT_SIZES[t]) for t in GGMLQuantizationType} | {39: ("MXFP4", 32, 17)}
+SCALAR = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+
+
 def digests(path: Path) -> dict:
-    return {t.name: [t.tensor_type.name, hashlib.sha256(np.asarray(t.data).view(np.uint8).tobytes()).hexdigest()]
-            for t in GGUFReader(path).tensors}
+    """Tensor name -> [type name, SHA-256 of its bytes], from the GGUF v3 layout itself (gguf-py's
+    reader refuses types it does not know)."""
+    b = path.read_bytes()
+    pos = 0
+
+    def take(fmt: str):
+        nonlocal pos
+        v = struct.unpack_from("<" + fmt, b, pos)[0]
+        pos += struct.calcsize("<" + fmt)
+        return v
+
+    def text() -> str:
+        nonlocal pos
+        n = take("Q")
+        pos += n
+        return b[pos - n:pos].decode()
+
+    def value(vtype: int):
+        if vtype == 8:
+            return text()
+        if vtype == 9:
+            elem, n = take("I"), take("Q")
+            return [value(elem) for _ in range(n)]
+        return take(SCALAR[vtype])
+
+    assert b[:4] == b"GGUF" and struct.unpack_from("<I", b, 4)[0] == 3
+    pos = 8
+    n_tensors, n_kv = take("Q"), take("Q")
+    alignment = 32
+    for _ in range(n_kv):
+        key = text()
+        v = value(take("I"))
+        if key == "general.alignment":
+            alignment = v
+    infos = []
+    for _ in range(n_tensors):
+        name = text()
+        ne = [take("Q") for _ in range(take("I"))]
+        infos.append((name, ne, take("I"), take("Q")))
+    data = (pos + alignment - 1) // alignment * alignment
+    out = {}
+    for name, ne, tid, offset in infos:
+        tname, block, size = TYPES[tid]
+        n_bytes = int(np.prod(ne)) // block * size
+        out[name] = [tname, hashlib.sha256(b[data + offset:data + offset + n_bytes]).hexdigest()]
+    return out
 
 
 def quantize(mla_bin, out: Path, ftype: str, overrides=(), plan_only=False) -> str:
@@ -39,9 +91,9 @@ def plan_types(stdout: str) -> dict:
     """Tensor name -> type from the --plan table ("name  shape  FROM -> TO  reason")."""
     out = {}
     for line in stdout.splitlines():
-        parts = line.split()
-        if len(parts) >= 5 and parts[3] == "->":
-            out[parts[0]] = parts[4]
+        m = re.match(r"(\S+)\s+\{[^}]*\}\s+\S+ -> (\S+)", line)
+        if m:
+            out[m.group(1)] = m.group(2)
     return out
 
 

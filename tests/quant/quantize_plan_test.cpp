@@ -18,6 +18,7 @@ struct Spec {
   int64_t n_layer = 3, n_expert = 8;
   GgmlType weight_type = GgmlType::F16;
   bool tied = false;
+  bool kv_b = false;  // also the older attn_kv_b (attention-V-like for llama-quantize)
 };
 
 // A deepseek2 file shaped like models/tiny (hidden 256, q/kv lora 256, 4 heads, qk_nope 32,
@@ -42,6 +43,7 @@ std::vector<uint8_t> make_file(const Spec& s) {
     add(b + "attn_q_b.weight", {256, 256}, W);
     add(b + "attn_kv_a_mqa.weight", {256, 288}, W);
     add(b + "attn_kv_a_norm.weight", {256}, GgmlType::F32);
+    if (s.kv_b) add(b + "attn_kv_b.weight", {256, 384}, W);
     add(b + "attn_k_b.weight", {32, 256, 4}, W);
     add(b + "attn_v_b.weight", {256, 64, 4}, W);
     add(b + "attn_output.weight", {256, 256}, W);
@@ -105,11 +107,13 @@ TEST(QuantizePlan, Q4KMOnTheTinyModel) {
 TEST(QuantizePlan, MoreBitsLayersWithoutTheEightExpertRule) {
   Spec s;
   s.n_expert = 16;
+  s.kv_b = true;
   auto p = plan_of(s, QuantFileType::Q4_K_M);
   // attention-V-like tensors counted in file order: i = 0, 1, 2 of n = 3 -> only i = 2 gets more bits.
-  EXPECT_EQ(p["blk.0.attn_v_b.weight"], GgmlType::Q4_K);
-  EXPECT_EQ(p["blk.1.attn_v_b.weight"], GgmlType::Q4_K);
-  EXPECT_EQ(p["blk.2.attn_v_b.weight"], GgmlType::Q6_K);
+  EXPECT_EQ(p["blk.0.attn_kv_b.weight"], GgmlType::Q4_K);
+  EXPECT_EQ(p["blk.1.attn_kv_b.weight"], GgmlType::Q4_K);
+  EXPECT_EQ(p["blk.2.attn_kv_b.weight"], GgmlType::Q6_K);
+  EXPECT_EQ(p["blk.2.attn_v_b.weight"], GgmlType::Q4_K);  // not a role of llama-quantize's
   EXPECT_EQ(p["blk.1.attn_output.weight"], GgmlType::Q4_K);
   // 16 layers: more bits at 0, 1 (< 2), 14, 15 (>= 14) and where (i - 2) % 3 == 2: 4, 7, 10, 13.
   s.n_layer = 16;

@@ -181,20 +181,15 @@ GT role_type(State& s, GT t, const GgufTensorInfo& tensor, FT ft, Cat cat) {
       t = s.n_gqa >= 4 ? GT::Q4_K : GT::Q3_K;
     } else if (ft == FT::IQ3_XXS) {
       t = s.n_gqa >= 4 ? GT::Q4_K : GT::IQ3_S;
-    } else if ((ft == FT::IQ3_XS || ft == FT::IQ3_S) && s.n_gqa >= 4) {
-      t = GT::Q4_K;
-    } else if (ft == FT::IQ3_M) {
+    } else if (((ft == FT::IQ3_XS || ft == FT::IQ3_S) && s.n_gqa >= 4) || ft == FT::IQ3_M) {
       t = GT::Q4_K;
     } else if (ft == FT::Q3_K_M) {
       t = s.i_attn_v < 2 ? GT::Q5_K : GT::Q4_K;
-    } else if (ft == FT::Q3_K_L) {
-      t = GT::Q5_K;
-    } else if ((ft == FT::IQ4_NL || ft == FT::IQ4_XS) && s.n_gqa >= 4) {
+    } else if (ft == FT::Q3_K_L || ((ft == FT::IQ4_NL || ft == FT::IQ4_XS) && s.n_gqa >= 4) ||
+               (ft == FT::Q4_K_S && s.i_attn_v < 4)) {
       t = GT::Q5_K;
     } else if ((ft == FT::Q4_K_M || ft == FT::Q5_K_M) && use_more_bits(s.i_attn_v, s.n_attn_v)) {
       t = GT::Q6_K;
-    } else if (ft == FT::Q4_K_S && s.i_attn_v < 4) {
-      t = GT::Q5_K;
     }
     if (s.n_expert == 8) t = GT::Q8_0;
     ++s.i_attn_v;

@@ -5,7 +5,11 @@ without an importance matrix (the lattice i-quants), only the per-tensor types, 
 The same for a few --tensor-type override sets. tests/py/test_quantize_vs_llama.py checks
 `mla gguf quantize` against them.
 
-    .venv/bin/python tools/llama-cpp/make_quant_fixtures.py [--llama-quantize PATH] [--mla build/mla]
+    PYTHONPATH=SDIST/vendor/llama.cpp/gguf-py \
+        .venv/bin/python tools/llama-cpp/make_quant_fixtures.py [--llama-quantize PATH] [--mla build/mla]
+
+(the sdist's gguf-py, printed by fetch-sdist.sh: the pinned one predates MXFP4 and cannot read the
+MXFP4_MOE output).
 
 llama-quantize is built by build-perplexity.sh (llama-cpp-python 0.3.36 sdist). The input model is
 made once with `mla gguf synth` (random weights, seed 5) and then kept: only the outputs come from

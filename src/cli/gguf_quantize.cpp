@@ -1,6 +1,8 @@
-// mla gguf quantize IN OUT TYPE [--threads N] [--plan]: writes a copy of IN with its weights
-// quantized to the file type TYPE (f16, q8_0, q4_k_m = q4_k, q5_k_m = q5_k, q6_k) under
-// llama-quantize's per-role rules (src/quant/quantize_plan.h). Metadata is copied unchanged except
+// mla gguf quantize IN OUT TYPE [--tensor-type PATTERN=TYPE ...] [--threads N] [--plan]: writes a
+// copy of IN with its weights quantized to llama-quantize's file type TYPE (f16, q8_0, q4_0, q5_0,
+// q2_k, q3_k_s/m/l, q4_k_s/m, q5_k_s/m, q6_k, iq4_nl, iq4_xs, mxfp4_moe, iq1_s, iq1_m, iq2_xxs,
+// iq2_xs, iq2_s, iq2_m, iq3_xxs, iq3_xs, iq3_s, iq3_m) under its per-role rules, with per-tensor
+// overrides (src/quant/quantize_plan.h). Metadata is copied unchanged except
 // general.file_type and general.quantization_version (and the split.* keys of a split input: the
 // output is one file). The output is assembled in memory (fine for
 // the small models this is used on) and written atomically.
@@ -22,6 +24,7 @@ namespace {
 
 struct QuantizeArgs {
   std::string in, out, type;
+  std::vector<std::string> tensor_types;
   int threads = 0;
   bool plan_only = false;
 };
@@ -53,9 +56,11 @@ std::vector<uint8_t> convert_tensor(const GgufTensorInfo& t, GgmlType to, int n_
 
 void quantize_file(const QuantizeArgs& a) {
   const auto ft = parse_quant_file_type(a.type);
-  if (!ft) fail("gguf quantize: unknown type '{}' (expected f16, q8_0, q4_k_m, q4_k, q5_k_m, q5_k, q6_k)", a.type);
+  if (!ft) fail("gguf quantize: unknown file type '{}' (expected one of {})", a.type, quant_file_type_list());
+  std::vector<TensorTypeOverride> overrides;
+  for (const auto& spec : a.tensor_types) overrides.push_back(parse_tensor_type_override(spec));
   auto f = GgufFile::open(a.in);
-  const std::vector<TensorQuantPlan> plan = plan_quantization(*f, *ft);
+  const std::vector<TensorQuantPlan> plan = plan_quantization(*f, *ft, overrides);
 
   int64_t bytes_in = 0, bytes_out = 0, n_weights = 0;
   for (size_t i = 0; i < plan.size(); ++i) {
@@ -64,7 +69,7 @@ void quantize_file(const QuantizeArgs& a) {
     bytes_in += static_cast<int64_t>(t.n_bytes);
     bytes_out += out_bytes;
     n_weights += t.n_elements;
-    fmt::print("{:<34} {:<18} {:>5} -> {:<5} {}\n", t.name, t.shape_string(), ggml_type_name(plan[i].from),
+    fmt::print("{:<34} {:<18} {:>5} -> {:<7} {}\n", t.name, t.shape_string(), ggml_type_name(plan[i].from),
                ggml_type_name(plan[i].to), plan[i].reason);
   }
   fmt::print("{}: {} tensors, {:.2f} MiB -> {:.2f} MiB ({:.3f} bits per weight)\n", quant_file_type_name(*ft),
@@ -100,7 +105,10 @@ void register_gguf_quantize(CLI::App& gguf) {
   static QuantizeArgs a;
   cmd->add_option("input", a.in, "Input GGUF (F32/F16/BF16 weights)")->required();
   cmd->add_option("output", a.out, "Output GGUF")->required();
-  cmd->add_option("type", a.type, "f16 | q8_0 | q4_k_m (= q4_k) | q5_k_m (= q5_k) | q6_k")->required();
+  cmd->add_option("type", a.type, "File type as llama-quantize names it: " + quant_file_type_list())->required();
+  cmd->add_option("--tensor-type", a.tensor_types,
+                  "PATTERN=TYPE: tensors whose name matches the regular expression PATTERN get the ggml type TYPE "
+                  "(first match wins; repeatable), e.g. 'ffn_(gate|up)_exps=iq2_xxs'");
   cmd->add_option("-t,--threads", a.threads, "Threads (default: all hardware threads)");
   cmd->add_flag("--plan", a.plan_only, "Print the per-tensor types only; write nothing");
   cmd->callback([] { quantize_file(a); });

@@ -105,8 +105,14 @@ DequantizeFn dequantize_iq_ref_fn(GgmlType t);
 VecDotFn vec_dot_iq_ref_fn(GgmlType t);
 
 // K-quant quantizers (quantize_k.cpp), exported for quantize.cpp's table.
+void quantize_q2_k_ref(const float* x, void* dst, int64_t n);
+void quantize_q3_k_ref(const float* x, void* dst, int64_t n);
 void quantize_q4_k_ref(const float* x, void* dst, int64_t n);
 void quantize_q5_k_ref(const float* x, void* dst, int64_t n);
 void quantize_q6_k_ref(const float* x, void* dst, int64_t n);
+// IQ4_NL, IQ4_XS and MXFP4 (quantize_iq4.cpp) and the lattice i-quants (quantize_iq.cpp);
+// nullptr for any other type.
+QuantizeFn quantize_iq4_ref_fn(GgmlType t);
+QuantizeFn quantize_iq_ref_fn(GgmlType t);
 
 }  // namespace mla::quant

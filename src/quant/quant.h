@@ -7,10 +7,11 @@
 // within the tolerance stated in tests/quant.
 //
 // Dequantization (reference and SIMD) is bit-exact with ggml's dequantize_row_* and gguf-py's
-// gguf.quants.dequantize. quantize_row for F16, BF16, Q8_0, Q4_0 and Q8_K is bit-exact with
-// ggml's quantize_row_*_ref (and gguf-py); the K-quants search scales like llama.cpp's reference
-// quantizer (without an importance matrix) and give the same bytes on the data of
-// tools/quant-compare.
+// gguf.quants.dequantize. quantize_row for F16, BF16, Q8_0, Q4_0, Q5_0, Q5_1 and Q8_K is
+// bit-exact with ggml's quantize_row_*_ref (and gguf-py); the K-quants, IQ4_NL, IQ4_XS and MXFP4
+// follow the algorithms llama-quantize runs without an importance matrix and give its bytes
+// (tests/py/test_quantize_vs_llama.py); the lattice i-quants (IQ1_*, IQ2_*, IQ3_*) use mla.cpp's
+// own grid search (quantize_iq.cpp), checked for error against llama.cpp's.
 #include <cstddef>
 #include <cstdint>
 
@@ -22,7 +23,7 @@ namespace mla {
 // Q8_K, IQ4_NL, IQ4_XS, MXFP4, and the lattice i-quants IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S,
 // IQ3_XXS, IQ3_S).
 bool can_dequantize(GgmlType t);
-// True when quantize_row() supports t (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, and Q8_K).
+// True when quantize_row() supports t: every type can_dequantize() accepts except Q4_1.
 bool can_quantize(GgmlType t);
 
 // Throws mla::Error "tensor type IQ2_XXS is not supported yet" for an unsupported type, and

@@ -55,10 +55,12 @@ float signed_absmax(const float* x) {
 }
 
 // min(top, trunc(x*id + offset)): x*id + offset lies in [0.5, 2*offset - 0.5] for finite input;
-// the clamp keeps inf/NaN defined. ggml's C is compiled with FMA contraction on x86, so x*id +
-// offset is rounded once; std::fma reproduces that on every target.
+// the clamp keeps inf/NaN defined. The product and the sum round separately, as in ggml's
+// quantize_row_*_ref (ggml-base is built without FMA; an FMA here changed one value in 262144 of
+// tools/quant-compare's uniform data) and in gguf-py.
 int level(float x, float id, float offset, int top) {
-  const int q = static_cast<int>(std::fmax(0.0f, std::fmin(2 * offset - 1, std::fma(x, id, offset))));
+  const float scaled = x * id;
+  const int q = static_cast<int>(std::fmax(0.0f, std::fmin(2 * offset - 1, scaled + offset)));
   return q < top ? q : top;
 }
 
@@ -86,6 +88,33 @@ void quant_q5_0(const float* x, void* dst, int64_t n) {
     uint32_t qh = 0;
     for (int j = 0; j < kQK / 2; ++j) {
       const int q0 = level(x[j], id, 16.5f, 31), q1 = level(x[j + 16], id, 16.5f, 31);
+      b[i].qs[j] = static_cast<uint8_t>((q0 & 0x0F) | ((q1 & 0x0F) << 4));
+      qh |= static_cast<uint32_t>((q0 >> 4) & 1) << j;
+      qh |= static_cast<uint32_t>((q1 >> 4) & 1) << (j + kQK / 2);
+    }
+    std::memcpy(b[i].qh, &qh, sizeof qh);
+  }
+}
+
+// Affine with a fifth bit: d = (max - min)/31, m = min, q = trunc((x - min)/d + 0.5); packed as
+// Q5_0.
+void quant_q5_1(const float* x, void* dst, int64_t n) {
+  auto* b = static_cast<BlockQ5_1*>(dst);
+  for (int64_t i = 0; i < n / kQK; ++i, x += kQK) {
+    float min = x[0], max = x[0];
+    for (int j = 1; j < kQK; ++j) {
+      min = std::min(min, x[j]);
+      max = std::max(max, x[j]);
+    }
+    const float d = (max - min) / 31;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    b[i].d = fp32_to_fp16(d);
+    b[i].m = fp32_to_fp16(min);
+    uint32_t qh = 0;
+    // (x - min) * id lies in [0, 31] for finite input; the clamp keeps inf/NaN defined.
+    auto level = [&](float v) { return static_cast<int>(std::fmax(0.0f, std::fmin(31.0f, (v - min) * id + 0.5f))); };
+    for (int j = 0; j < kQK / 2; ++j) {
+      const int q0 = level(x[j]), q1 = level(x[j + 16]);
       b[i].qs[j] = static_cast<uint8_t>((q0 & 0x0F) | ((q1 & 0x0F) << 4));
       qh |= static_cast<uint32_t>((q0 >> 4) & 1) << j;
       qh |= static_cast<uint32_t>((q1 >> 4) & 1) << (j + kQK / 2);
@@ -140,6 +169,12 @@ QuantizeFn quantize_ref_fn(GgmlType t) {
       return quant_q4_0;
     case GgmlType::Q5_0:
       return quant_q5_0;
+    case GgmlType::Q5_1:
+      return quant_q5_1;
+    case GgmlType::Q2_K:
+      return quantize_q2_k_ref;
+    case GgmlType::Q3_K:
+      return quantize_q3_k_ref;
     case GgmlType::Q4_K:
       return quantize_q4_k_ref;
     case GgmlType::Q5_K:
@@ -149,7 +184,8 @@ QuantizeFn quantize_ref_fn(GgmlType t) {
     case GgmlType::Q8_K:
       return quant_q8_k;
     default:
-      return nullptr;
+      if (QuantizeFn f = quantize_iq4_ref_fn(t)) return f;
+      return quantize_iq_ref_fn(t);
   }
 }
 

@@ -1,4 +1,4 @@
-// K-quant quantizers (Q4_K, Q5_K, Q6_K) without an importance matrix.
+// K-quant quantizers (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) without an importance matrix.
 //
 // The algorithm is llama.cpp's reference one, written from its description:
 //  1. For each sub-block, search a scale (and for Q4_K/Q5_K an offset) that minimises the
@@ -29,8 +29,10 @@ namespace {
 // (this is what llama.cpp's reference does, and it measurably lowers the error). For each grid
 // the levels are rounded and the optimal (scale, offset) is solved in closed form from the 2x2
 // normal equations. Returns scale; writes the best levels to L.
+// With abs_error the error is sum w[i] * |err[i]| instead (Q2_K's choice: with 4 levels the
+// squared error lets a few large values pull the whole grid).
 float fit_scale_offset(int n, int nmax, const float* x, const float* w, uint8_t* L, float* neg_min, float rmin,
-                       float rdelta, int nstep) {
+                       float rdelta, int nstep, bool abs_error = false) {
   float lo = x[0], hi = x[0];
   float sum_w = 0, sum_wx = 0;
   for (int i = 0; i < n; ++i) {
@@ -50,7 +52,7 @@ float fit_scale_offset(int n, int nmax, const float* x, const float* w, uint8_t*
     float err = 0;
     for (int i = 0; i < n; ++i) {
       const float diff = scale * levels[i] + offset - x[i];
-      err += w[i] * (diff * diff);
+      err += w[i] * (abs_error ? std::fabs(diff) : diff * diff);
     }
     return err;
   };
@@ -179,7 +181,153 @@ void quantize_k_affine(const float* x, Block* b, uint8_t* L, int nmax, float rmi
   }
 }
 
+// Q3_K's symmetric fit: levels l in [-nmax, nmax-1] start from the grid that maps the value of
+// largest magnitude to -nmax, then up to 5 sweeps move single elements to the level the current
+// least-squares scale prefers, keeping a move only when it raises the explained weighted energy
+// sum(w x l)^2 / sum(w l^2) (weights x^2). Returns the scale; L holds l + nmax.
+float fit_symmetric_scale_sweeps(int n, int nmax, const float* x, uint8_t* L) {
+  float amax = 0, max = 0;
+  for (int i = 0; i < n; ++i) {
+    if (std::fabs(x[i]) > amax) {
+      amax = std::fabs(x[i]);
+      max = x[i];
+    }
+  }
+  if (amax < 1e-15f) {
+    std::fill(L, L + n, uint8_t{0});
+    return 0.0f;
+  }
+  const float inv = -nmax / max;
+  int l_of[32];
+  float sum_lx = 0, sum_l2 = 0;
+  for (int i = 0; i < n; ++i) {
+    const int l = std::clamp(nearest_int(inv * x[i]), -nmax, nmax - 1);
+    l_of[i] = l;
+    const float w = x[i] * x[i];
+    sum_lx += w * x[i] * l;
+    sum_l2 += w * l * l;
+  }
+  for (int sweep = 0; sweep < 5; ++sweep) {
+    int n_changed = 0;
+    for (int i = 0; i < n; ++i) {
+      const float w = x[i] * x[i];
+      float slx = sum_lx - w * x[i] * l_of[i];
+      if (slx <= 0) continue;
+      float sl2 = sum_l2 - w * l_of[i] * l_of[i];
+      const int new_l = std::clamp(nearest_int(x[i] * sl2 / slx), -nmax, nmax - 1);
+      if (new_l == l_of[i]) continue;
+      slx += w * x[i] * new_l;
+      sl2 += w * new_l * new_l;
+      if (sl2 > 0 && slx * slx * sum_l2 > sum_lx * sum_lx * sl2) {
+        l_of[i] = new_l;
+        sum_lx = slx;
+        sum_l2 = sl2;
+        ++n_changed;
+      }
+    }
+    if (n_changed == 0) break;
+  }
+  for (int i = 0; i < n; ++i) L[i] = static_cast<uint8_t>(l_of[i] + nmax);
+  return sum_l2 > 0.0f ? sum_lx / sum_l2 : 0.0f;
+}
+
+// Q2_K / Q3_K keep 2 low bits per element: element 128h + 32k + l at bits 2k of qs[32h + l].
+void pack_2bit_levels(const uint8_t* L, uint8_t* qs) {
+  for (int h = 0; h < 2; ++h)
+    for (int l = 0; l < 32; ++l) {
+      const uint8_t* e = L + 128 * h + l;
+      qs[32 * h + l] = static_cast<uint8_t>((e[0] & 3) | (e[32] & 3) << 2 | (e[64] & 3) << 4 | (e[96] & 3) << 6);
+    }
+}
+
 }  // namespace
+
+// 16 sub-blocks of 16 with a scale and a subtracted minimum each (4 bits each, against fp16 d and
+// dmin); the fit weights each element by |x| and minimises the weighted absolute error.
+void quantize_q2_k_ref(const float* x, void* dst, int64_t n) {
+  auto* b = static_cast<BlockQ2_K*>(dst);
+  uint8_t L[kQK_K];
+  for (int64_t i = 0; i < n / kQK_K; ++i, x += kQK_K) {
+    float scales[16], mins[16], w[16];
+    float max_scale = 0, max_min = 0;
+    for (int s = 0; s < 16; ++s) {
+      for (int l = 0; l < 16; ++l) w[l] = std::fabs(x[16 * s + l]);
+      scales[s] = fit_scale_offset(16, 3, x + 16 * s, w, L + 16 * s, &mins[s], -0.5f, 0.1f, 15, true);
+      max_scale = std::max(max_scale, scales[s]);
+      max_min = std::max(max_min, mins[s]);
+    }
+    // The nibbles are not clamped: the largest maps to exactly 15, the others below it.
+    if (max_scale > 0) {
+      const float inv = 15.0f / max_scale;
+      for (int s = 0; s < 16; ++s) b[i].scales[s] = static_cast<uint8_t>(nearest_int(inv * scales[s]));
+      b[i].d = fp32_to_fp16(max_scale / 15.0f);
+    } else {
+      std::memset(b[i].scales, 0, sizeof b[i].scales);
+      b[i].d = fp32_to_fp16(0.0f);
+    }
+    if (max_min > 0) {
+      const float inv = 15.0f / max_min;
+      for (int s = 0; s < 16; ++s) b[i].scales[s] |= static_cast<uint8_t>(nearest_int(inv * mins[s]) << 4);
+      b[i].dmin = fp32_to_fp16(max_min / 15.0f);
+    } else {
+      b[i].dmin = fp32_to_fp16(0.0f);
+    }
+    for (int s = 0; s < 16; ++s) {
+      const float ds = fp16_to_fp32(b[i].d) * static_cast<float>(b[i].scales[s] & 0xF);
+      if (ds == 0.0f) continue;
+      const float dm = fp16_to_fp32(b[i].dmin) * static_cast<float>(b[i].scales[s] >> 4);
+      for (int l = 0; l < 16; ++l)
+        L[16 * s + l] = static_cast<uint8_t>(std::clamp(nearest_int((x[16 * s + l] + dm) / ds), 0, 3));
+    }
+    pack_2bit_levels(L, b[i].qs);
+  }
+}
+
+// 16 sub-blocks of 16 with a signed 6-bit scale each against fp16 d; levels -4..3 kept as 2 low
+// bits plus a high bit (hmask: set = level >= 0).
+void quantize_q3_k_ref(const float* x, void* dst, int64_t n) {
+  auto* b = static_cast<BlockQ3_K*>(dst);
+  uint8_t L[kQK_K];
+  for (int64_t i = 0; i < n / kQK_K; ++i, x += kQK_K) {
+    float scales[16];
+    float max_scale = 0, amax = 0;
+    for (int s = 0; s < 16; ++s) {
+      scales[s] = fit_symmetric_scale_sweeps(16, 4, x + 16 * s, L + 16 * s);
+      if (std::fabs(scales[s]) > amax) {
+        amax = std::fabs(scales[s]);
+        max_scale = scales[s];
+      }
+    }
+    std::memset(b[i].scales, 0, sizeof b[i].scales);
+    if (max_scale != 0.0f) {
+      const float inv = -32.0f / max_scale;
+      for (int s = 0; s < 16; ++s) {
+        const int l = std::clamp(static_cast<int>(static_cast<int8_t>(nearest_int(inv * scales[s]))), -32, 31) + 32;
+        b[i].scales[s % 8] |= static_cast<uint8_t>((l & 0xF) << (4 * (s / 8)));
+        b[i].scales[8 + s % 4] |= static_cast<uint8_t>((l >> 4) << (2 * (s / 4)));
+      }
+      b[i].d = fp32_to_fp16(1 / inv);
+    } else {
+      b[i].d = fp32_to_fp16(0.0f);
+    }
+    int8_t q_scales[16];
+    unpack_q3_k_scales(b[i].scales, q_scales);
+    for (int s = 0; s < 16; ++s) {
+      const float ds = fp16_to_fp32(b[i].d) * static_cast<float>(q_scales[s]);
+      if (ds == 0.0f) continue;
+      for (int l = 0; l < 16; ++l)
+        L[16 * s + l] = static_cast<uint8_t>(std::clamp(nearest_int(x[16 * s + l] / ds), -4, 3) + 4);
+    }
+    // Element e's high bit: bit e/32 of hmask[e%32].
+    std::memset(b[i].hmask, 0, sizeof b[i].hmask);
+    for (int e = 0; e < kQK_K; ++e)
+      if (L[e] > 3) {
+        b[i].hmask[e % 32] |= static_cast<uint8_t>(1 << (e / 32));
+        L[e] -= 4;
+      }
+    pack_2bit_levels(L, b[i].qs);
+  }
+}
 
 void quantize_q4_k_ref(const float* x, void* dst, int64_t n) {
   auto* b = static_cast<BlockQ4_K*>(dst);

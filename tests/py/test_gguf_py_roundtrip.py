@@ -217,7 +217,10 @@ def test_a_unsupported_types_fail_by_name(mla_bin, gguf_py_file, tmp_path, qtype
 @pytest.fixture(scope="module")
 def mla_file(mla_bin, tmp_path_factory):
     path = tmp_path_factory.mktemp("b") / "from_mla.gguf"
-    types = "f32,f16,bf16,q8_0,q4_0,q5_0,q4_k,q5_k,q6_k,q8_k"
+    # Every type mla.cpp writes that gguf-py decodes (MXFP4 is not in this gguf-py: its bytes are
+    # checked against llama-quantize's in test_quantize_vs_llama.py).
+    types = ("f32,f16,bf16,q8_0,q4_0,q5_0,q5_1,q2_k,q3_k,q4_k,q5_k,q6_k,q8_k,iq4_nl,iq4_xs,iq2_xxs,iq2_xs,iq2_s,"
+             "iq3_xxs,iq3_s,iq1_s,iq1_m")
     run_mla(mla_bin, "gguf", "quantize-test-file", str(path), "--types", types, "--seed", "7", "--rows", "8",
             "--cols", "1024")
     return path, types.split(",")
@@ -233,8 +236,10 @@ def dequantize_q8_k(data: np.ndarray) -> np.ndarray:
 
 # Quantization error bounds (RMSE relative to the RMS of the data, per row) far above what the
 # formats reach on this data, to catch a broken quantizer without flakiness.
-REL_RMSE_BOUND = {"f32": 0.0, "f16": 1e-3, "bf16": 5e-3, "q8_0": 0.02, "q4_0": 0.2, "q5_0": 0.1, "q4_k": 0.15, "q5_k": 0.08,
-                  "q6_k": 0.04, "q8_k": 0.05}
+REL_RMSE_BOUND = {"f32": 0.0, "f16": 1e-3, "bf16": 5e-3, "q8_0": 0.02, "q4_0": 0.2, "q5_0": 0.1, "q5_1": 0.08,
+                  "q2_k": 0.45, "q3_k": 0.3, "q4_k": 0.15, "q5_k": 0.08, "q6_k": 0.04, "q8_k": 0.05, "iq4_nl": 0.18,
+                  "iq4_xs": 0.18, "iq2_xxs": 1.0, "iq2_xs": 0.75, "iq2_s": 0.75, "iq3_xxs": 0.4, "iq3_s": 0.45,
+                  "iq1_s": 0.85, "iq1_m": 0.65}
 
 
 def test_b_mla_file_read_by_gguf_py(mla_bin, mla_file, tmp_path):
@@ -260,7 +265,7 @@ def test_b_mla_file_read_by_gguf_py(mla_bin, mla_file, tmp_path):
         assert np.all(rel <= REL_RMSE_BOUND[name]), f"{name}: relative RMSE per row {rel}"
 
 
-@pytest.mark.parametrize("name", ["f16", "bf16", "q8_0", "q4_0", "q5_0"])
+@pytest.mark.parametrize("name", ["f16", "bf16", "q8_0", "q4_0", "q5_0", "q5_1"])
 def test_b_quantized_bytes_equal_gguf_py(mla_file, name):
     path, _ = mla_file
     reader = gguf.GGUFReader(str(path))
@@ -284,3 +289,18 @@ def test_b_special_values_quantize_like_gguf_py(mla_bin, tmp_path):
         run_mla(mla_bin, "gguf", "quant-roundtrip", str(src), "--type", qtype.name, "--cols", "1024", "-o", str(out))
         ref = gguf.quants.dequantize(gguf.quants.quantize(x.reshape(1, -1), qtype), qtype)
         assert_bits_equal(np.fromfile(out, dtype="<f4"), ref, qtype.name)
+
+
+@pytest.mark.parametrize("qtype", ["q5_1", "q2_k", "q3_k", "iq4_nl", "iq4_xs", "iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs",
+                                   "iq3_s", "iq1_s", "iq1_m"])
+def test_synth_writes_every_quantizable_type(mla_bin, tmp_path, qtype):
+    """`mla gguf synth --types` takes each type mla.cpp can write; gguf-py reads the tensors back with
+    that type and decodes them to finite values."""
+    path = tmp_path / "s.gguf"
+    run_mla(mla_bin, "gguf", "synth", "-o", str(path), "--n-layer", "2", "--n-embd", "256", "--n-ff", "256",
+            "--n-expert", "2", "--n-expert-used", "1", "--n-ff-exp", "256", "--n-vocab", "256", "--types",
+            f"ffn_exps={qtype},ffn={qtype},embd={qtype}")
+    tensors = {t.name: t for t in gguf.GGUFReader(str(path)).tensors}
+    for name in ("token_embd.weight", "blk.0.ffn_up.weight", "blk.1.ffn_down_exps.weight"):
+        assert tensors[name].tensor_type == QT[qtype.upper()], name
+        assert np.all(np.isfinite(gguf.quants.dequantize(tensors[name].data, tensors[name].tensor_type)))

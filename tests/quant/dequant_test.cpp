@@ -136,7 +136,8 @@ TEST(Dequant, UnsupportedTypesFailByName) {
     EXPECT_THROW(vec_dot_type(t), Error);
     EXPECT_THROW(vec_dot(t, 256, buf.data(), buf.data()), Error);
   }
-  EXPECT_THROW(quantize_row(GgmlType::Q2_K, out.data(), buf.data(), 256), Error);
+  EXPECT_THROW(quantize_row(GgmlType::Q4_1, out.data(), buf.data(), 256), Error);  // no quantizer
+  EXPECT_THROW(quantize_row(GgmlType::TQ1_0, out.data(), buf.data(), 256), Error);
 }
 
 TEST(Dequant, RowLengthMustBeWholeBlocks) {

@@ -127,8 +127,11 @@ TEST(Quantize, Q8_KMatchesDefinition) {
 }
 
 TEST(Quantize, ZeroRowsStayZero) {
-  for (GgmlType t : {GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q5_K,
-                     GgmlType::Q6_K, GgmlType::Q8_K}) {
+  for (GgmlType t :
+       {GgmlType::F16,    GgmlType::BF16,   GgmlType::Q8_0,    GgmlType::Q4_0,  GgmlType::Q5_0,  GgmlType::Q5_1,
+        GgmlType::Q2_K,   GgmlType::Q3_K,   GgmlType::Q4_K,    GgmlType::Q5_K,  GgmlType::Q6_K,  GgmlType::Q8_K,
+        GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::MXFP4,   GgmlType::IQ1_S, GgmlType::IQ1_M, GgmlType::IQ2_XXS,
+        GgmlType::IQ2_XS, GgmlType::IQ2_S,  GgmlType::IQ3_XXS, GgmlType::IQ3_S}) {
     const std::vector<float> x(512, 0.0f);
     const auto y = roundtrip(t, x);
     for (float v : y) ASSERT_EQ(v, 0.0f) << ggml_type_name(t);
@@ -186,6 +189,42 @@ TEST(Quantize, KQuantsHandleScaleExtremes) {
       if (i != 77) {
         EXPECT_NEAR(y[i], 0.0f, 0.2f) << ggml_type_name(t) << " element " << i;
       }
+  }
+}
+
+// The low-bit types at data scales far from 1 (their fp16 scales near the subnormal range and
+// large), and the lattice i-quants' sign handling: the value of largest magnitude in each group of
+// 8 keeps its sign (a forced sign flip, when the format needs an even count, goes to a cheaper
+// value).
+TEST(Quantize, LowBitTypesHandleScalesAndSigns) {
+  struct Case {
+    GgmlType t;
+    double max_rel;  // relative RMSE bound on Gaussian data, well above what the type reaches
+    bool sign_grid;
+  };
+  std::mt19937 rng(6);
+  for (const Case& c :
+       {Case{GgmlType::Q2_K, 0.45, false}, Case{GgmlType::Q3_K, 0.25, false}, Case{GgmlType::IQ4_NL, 0.12, false},
+        Case{GgmlType::IQ4_XS, 0.12, false}, Case{GgmlType::MXFP4, 0.2, false}, Case{GgmlType::IQ2_XXS, 0.45, true},
+        Case{GgmlType::IQ2_XS, 0.4, true}, Case{GgmlType::IQ2_S, 0.35, true}, Case{GgmlType::IQ3_XXS, 0.25, true},
+        Case{GgmlType::IQ3_S, 0.2, true}, Case{GgmlType::IQ1_S, 0.6, false}, Case{GgmlType::IQ1_M, 0.55, false}}) {
+    for (float scale : {3e-2f, 1.0f, 1e3f}) {
+      const auto x = testing::random_floats(4096, rng, scale);
+      const auto y = roundtrip(c.t, x);
+      double sum_sq = 0;
+      for (float v : x) sum_sq += static_cast<double>(v) * v;
+      const double rel = rmse(x, y) / std::sqrt(sum_sq / x.size());
+      EXPECT_LT(rel, c.max_rel) << ggml_type_name(c.t) << " scale " << scale;
+      if (!c.sign_grid) continue;
+      int wrong = 0;
+      for (size_t g = 0; g < x.size(); g += 8) {
+        size_t top = g;
+        for (size_t i = g; i < g + 8; ++i)
+          if (std::fabs(x[i]) > std::fabs(x[top])) top = i;
+        wrong += (x[top] < 0) != (y[top] < 0);
+      }
+      EXPECT_EQ(wrong, 0) << ggml_type_name(c.t) << " scale " << scale;
+    }
   }
 }
 

@@ -1,18 +1,22 @@
-/* Quantizes raw float32 rows with ggml's own reference quantizer (ggml_quantize_chunk without
- * an importance matrix, i.e. quantize_row_<type>_ref) and writes them dequantized with ggml's
- * to_float. Built by compare.py against the ggml of a llama.cpp release; never part of mla.cpp.
+/* Quantizes raw float32 rows with ggml's own quantizer (ggml_quantize_chunk, as llama-quantize
+ * calls it) and writes them dequantized with ggml's to_float. Built by compare.py against the
+ * ggml of a llama.cpp release; never part of mla.cpp.
  *
- *   ggml_roundtrip IN.f32 OUT.f32 N_COLS TYPE      (TYPE as ggml names it: q4_K, q8_0, ...)
+ *   ggml_roundtrip IN.f32 OUT.f32 N_COLS TYPE [ones]   (TYPE as ggml names it: q4_K, iq2_xxs, ...)
+ *
+ * Without "ones" no importance matrix is passed (llama-quantize without --imatrix); with it, an
+ * importance matrix of all ones (every column equally important).
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <strings.h>
 
 #include "ggml.h"
 
 int main(int argc, char** argv) {
-  if (argc != 5) {
-    fprintf(stderr, "usage: %s IN.f32 OUT.f32 N_COLS TYPE\n", argv[0]);
+  if (argc != 5 && !(argc == 6 && strcmp(argv[5], "ones") == 0)) {
+    fprintf(stderr, "usage: %s IN.f32 OUT.f32 N_COLS TYPE [ones]\n", argv[0]);
     return 2;
   }
   const long n_cols = atol(argv[3]);
@@ -38,8 +42,13 @@ int main(int argc, char** argv) {
   if (fread(x, sizeof(float), n, in) != (size_t)n) { fprintf(stderr, "short read\n"); return 1; }
   fclose(in);
 
+  float* imatrix = NULL;
+  if (argc == 6) {
+    imatrix = malloc(n_cols * sizeof(float));
+    for (long c = 0; c < n_cols; ++c) imatrix[c] = 1.0f;
+  }
   ggml_quantize_init(type);
-  ggml_quantize_chunk(type, x, q, 0, n / n_cols, n_cols, NULL);
+  ggml_quantize_chunk(type, x, q, 0, n / n_cols, n_cols, imatrix);
   ggml_get_type_traits(type)->to_float(q, y, n);
 
   FILE* out = fopen(argv[2], "wb");

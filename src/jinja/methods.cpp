@@ -5,10 +5,10 @@
 #include <algorithm>
 #include <set>
 
-#include "tokenizer/chat_template/builtins.h"
-#include "tokenizer/chat_template/format.h"
-#include "tokenizer/chat_template/interpreter.h"
-#include "tokenizer/chat_template/pystr.h"
+#include "jinja/builtins.h"
+#include "jinja/format.h"
+#include "jinja/interpreter.h"
+#include "jinja/pystr.h"
 
 namespace mla::jinja {
 

@@ -1,10 +1,10 @@
-#include "tokenizer/chat_template/parser.h"
+#include "jinja/parser.h"
 
 #include <fmt/format.h>
 
 #include <set>
 
-#include "tokenizer/chat_template/builtins.h"
+#include "jinja/builtins.h"
 
 namespace mla::jinja {
 namespace {

@@ -1,10 +1,10 @@
-#include "tokenizer/chat_template/interpreter.h"
+#include "jinja/interpreter.h"
 
 #include <fmt/format.h>
 
-#include "tokenizer/chat_template/builtins.h"
-#include "tokenizer/chat_template/globals.h"
-#include "tokenizer/chat_template/ops.h"
+#include "jinja/builtins.h"
+#include "jinja/globals.h"
+#include "jinja/ops.h"
 
 namespace mla::jinja {
 namespace {

@@ -14,8 +14,8 @@
 #include <string>
 #include <unordered_map>
 
-#include "tokenizer/chat_template/ast.h"
-#include "tokenizer/chat_template/value.h"
+#include "jinja/ast.h"
+#include "jinja/value.h"
 
 namespace mla::jinja {
 

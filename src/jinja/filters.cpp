@@ -10,10 +10,10 @@
 #include <cstdlib>
 #include <map>
 
-#include "tokenizer/chat_template/builtins.h"
-#include "tokenizer/chat_template/interpreter.h"
-#include "tokenizer/chat_template/ops.h"
-#include "tokenizer/chat_template/pystr.h"
+#include "jinja/builtins.h"
+#include "jinja/interpreter.h"
+#include "jinja/ops.h"
+#include "jinja/pystr.h"
 
 namespace mla::jinja {
 namespace {

@@ -1,14 +1,14 @@
 // Python string formatting: printf-style `fmt % args` and str.format() with the format-spec
 // mini-language ([[fill]align][sign][#][0][width][,|_][.precision][type]).
-#include "tokenizer/chat_template/format.h"
+#include "jinja/format.h"
 
 #include <fmt/format.h>
 
 #include <cmath>
 #include <cstdio>
 
-#include "tokenizer/chat_template/builtins.h"
-#include "tokenizer/chat_template/pystr.h"
+#include "jinja/builtins.h"
+#include "jinja/pystr.h"
 
 namespace mla::jinja {
 namespace {

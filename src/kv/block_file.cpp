@@ -153,7 +153,7 @@ std::string write_block_file(const std::string& dir, const BlockFileSpec& spec, 
                   write_all(fd, b.payload.data(), b.payload.size());
   const int err = errno;
   if (::close(fd) != 0 || !ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = fmt::format("cannot write {}: {}", path, std::strerror(ok ? errno : err));
+    std::string why = fmt::format("cannot write {}: {}", path, std::strerror(ok ? errno : err));
     ::unlink(tmp.c_str());
     return why;
   }

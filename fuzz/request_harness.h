@@ -23,11 +23,11 @@
 #include <string>
 #include <string_view>
 
+#include "jinja/chat_template.h"
 #include "server/anthropic_protocol.h"
 #include "server/chat_tools.h"
 #include "server/openai_protocol.h"
 #include "server/sse.h"
-#include "tokenizer/chat_template/chat_template.h"
 #include "util/error.h"
 
 namespace mla::fuzz {

@@ -80,6 +80,47 @@ class Driver {
   int n_req_ = 0;
 };
 
+// The phases' TTFTs as a table (or JSON), and a block read back against one computed.
+void print_prefix_reuse(const PrefixReuseArgs& a, const std::vector<Phase>& phases, const EngineCounters& c, int bs) {
+  // A block read back against one computed: the tier-2 phase's time over the tier-0 phase's
+  // (the suffix and the last prefix token, computed in both) per loaded block, against the cold
+  // phase's over the tier-0 phase's per prefix block.
+  const double n_blocks = static_cast<double>(a.n_prefix / bs);
+  const double t_cold = mean(phases[0].ttft), t0 = mean(phases[1].ttft), t2 = mean(phases[3].ttft);
+  const double load_per_block = n_blocks > 0 ? std::max(0.0, t2 - t0) / n_blocks : 0.0;
+  const double compute_per_block = n_blocks > 0 ? std::max(0.0, t_cold - t0) / n_blocks : 0.0;
+  if (a.json) {
+    nlohmann::json out = {{"model_filename", a.model},
+                          {"n_prefix", a.n_prefix},
+                          {"n_suffix", a.n_suffix},
+                          {"block_size", bs},
+                          {"disk_bytes_read", c.tier_disk_bytes_read},
+                          {"load_seconds_per_block", load_per_block},
+                          {"compute_seconds_per_block", compute_per_block},
+                          {"phases", nlohmann::json::array()}};
+    for (const Phase& ph : phases)
+      out["phases"].push_back({{"phase", ph.name},
+                               {"ttft_seconds", mean(ph.ttft)},
+                               {"stddev_seconds", sd(ph.ttft)},
+                               {"samples_seconds", ph.ttft},
+                               {"vs_cold", t_cold > 0 ? mean(ph.ttft) / t_cold : 0.0},
+                               {"tokens_cached", ph.cached},
+                               {"tokens_loaded", ph.loaded}});
+    fmt::print("{}\n", out.dump(1));
+    return;
+  }
+  fmt::print("prefix reuse: {}-token shared prefix, {}-token suffixes, block {}, {} repetition(s)\n", a.n_prefix,
+             a.n_suffix, bs, a.reps);
+  fmt::print("| prefix found in | TTFT ms | vs cold | prompt tokens cached | of them loaded from a tier |\n");
+  fmt::print("| --- | ---: | ---: | ---: | ---: |\n");
+  for (const Phase& ph : phases)
+    fmt::print("| {} | {:.1f} ± {:.1f} | {:.3f}x | {} | {} |\n", ph.name, 1e3 * mean(ph.ttft), 1e3 * sd(ph.ttft),
+               t_cold > 0 ? mean(ph.ttft) / t_cold : 0.0, ph.cached / std::max(1, a.reps),
+               ph.loaded / std::max(1, a.reps));
+  fmt::print("a block read back from disk: {:.3f} ms; computed: {:.3f} ms ({:.1f}%)\n", 1e3 * load_per_block,
+             1e3 * compute_per_block, compute_per_block > 0 ? 100.0 * load_per_block / compute_per_block : 0.0);
+}
+
 }  // namespace
 
 void prefix_reuse_bench(const PrefixReuseArgs& a, EngineSetup setup) {
@@ -153,43 +194,7 @@ void prefix_reuse_bench(const PrefixReuseArgs& a, EngineSetup setup) {
   engine.reset();
   if (temp_dir) std::filesystem::remove_all(dir);
 
-  // A block read back against one computed: the tier-2 phase's time over the tier-0 phase's
-  // (the suffix and the last prefix token, computed in both) per loaded block, against the cold
-  // phase's over the tier-0 phase's per prefix block.
-  const double n_blocks = static_cast<double>(a.n_prefix / bs);
-  const double t_cold = mean(phases[0].ttft), t0 = mean(phases[1].ttft), t2 = mean(phases[3].ttft);
-  const double load_per_block = n_blocks > 0 ? std::max(0.0, t2 - t0) / n_blocks : 0.0;
-  const double compute_per_block = n_blocks > 0 ? std::max(0.0, t_cold - t0) / n_blocks : 0.0;
-  if (a.json) {
-    nlohmann::json out = {{"model_filename", a.model},
-                          {"n_prefix", a.n_prefix},
-                          {"n_suffix", a.n_suffix},
-                          {"block_size", bs},
-                          {"disk_bytes_read", c.tier_disk_bytes_read},
-                          {"load_seconds_per_block", load_per_block},
-                          {"compute_seconds_per_block", compute_per_block},
-                          {"phases", nlohmann::json::array()}};
-    for (const Phase& ph : phases)
-      out["phases"].push_back({{"phase", ph.name},
-                               {"ttft_seconds", mean(ph.ttft)},
-                               {"stddev_seconds", sd(ph.ttft)},
-                               {"samples_seconds", ph.ttft},
-                               {"vs_cold", t_cold > 0 ? mean(ph.ttft) / t_cold : 0.0},
-                               {"tokens_cached", ph.cached},
-                               {"tokens_loaded", ph.loaded}});
-    fmt::print("{}\n", out.dump(1));
-    return;
-  }
-  fmt::print("prefix reuse: {}-token shared prefix, {}-token suffixes, block {}, {} repetition(s)\n", a.n_prefix,
-             a.n_suffix, bs, a.reps);
-  fmt::print("| prefix found in | TTFT ms | vs cold | prompt tokens cached | of them loaded from a tier |\n");
-  fmt::print("| --- | ---: | ---: | ---: | ---: |\n");
-  for (const Phase& ph : phases)
-    fmt::print("| {} | {:.1f} ± {:.1f} | {:.3f}x | {} | {} |\n", ph.name, 1e3 * mean(ph.ttft), 1e3 * sd(ph.ttft),
-               t_cold > 0 ? mean(ph.ttft) / t_cold : 0.0, ph.cached / std::max(1, a.reps),
-               ph.loaded / std::max(1, a.reps));
-  fmt::print("a block read back from disk: {:.3f} ms; computed: {:.3f} ms ({:.1f}%)\n", 1e3 * load_per_block,
-             1e3 * compute_per_block, compute_per_block > 0 ? 100.0 * load_per_block / compute_per_block : 0.0);
+  print_prefix_reuse(a, phases, c, bs);
 }
 
 }  // namespace mla::cli

@@ -32,14 +32,15 @@ void run_doctor_cmd(const DoctorArgs& a) {
   if (!a.prompts.empty()) o.prompts = a.prompts;
   for (const auto& p : a.prompts)
     if (p.empty()) fail("doctor: --prompt must not be empty");
-  o.n_threads = resolve_threads(a.engine.threads);
-  o.kv_dtype = parse_cache_dtype(a.engine.kv_cache_dtype);
-  o.exact_attention = parse_attention_precision(a.engine.attention_precision);
   if (a.n_greedy < 1) fail("doctor: --n-greedy must be >= 1, got {}", a.n_greedy);
   o.n_greedy = a.n_greedy;
   if (a.engine.max_num_batched_tokens < 1)
     fail("doctor: --max-num-batched-tokens must be >= 1, got {}", a.engine.max_num_batched_tokens);
-  o.max_num_batched_tokens = a.engine.max_num_batched_tokens;
+  const EngineSetup setup = build_engine_setup(a.engine, a.common, "doctor");
+  o.n_threads = setup.model.n_threads;
+  o.kv_dtype = setup.kv.dtype;
+  o.exact_attention = setup.model.exact_attention;
+  o.max_num_batched_tokens = setup.engine.max_num_batched_tokens;
   o.layout_max_bytes = parse_byte_size(a.layout_max_bytes, "--layout-max-bytes");
   o.layout = !a.no_layout;
   const DoctorReport r = run_doctor(a.model, o);
@@ -62,7 +63,9 @@ void register_doctor(CLI::App& app) {
   // The path checks run the exact kernels unless told otherwise: under them the paths give the same
   // bits, so any difference is a wrong path, whatever precision the server uses.
   a.engine.attention_precision = "exact";
-  add_engine_args(cmd, a.engine, {.mla_path = false, .speculative_config = false, .capacity = false});
+  // The doctor maps the file on demand (no prefault) and runs its own path policies.
+  add_engine_args(cmd, a.engine,
+                  {.mla_path = false, .speculative_config = false, .prefault = false, .capacity = false});
   cmd->get_option("--kv-cache-dtype")->description("Latent cache dtype the checks run with: f16 | f32 | bf16 | q8_0");
   cmd->get_option("--max-num-batched-tokens")
       ->description("Scheduler token budget for the scheduling section (as mla serve)");

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 #include <thread>
 
 #include "cli/common.h"
@@ -10,6 +11,7 @@
 #include "gguf/types.h"
 #include "kv/latent_cache.h"
 #include "parallel/world.h"
+#include "util/env.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -67,6 +69,17 @@ int apply_speculative_config(const EngineArgs& a, std::string_view command, bool
   return n_spec;
 }
 
+// --no-prefault, or the deprecated MLA_PREFAULT=0 (the variable set at all logs a warning naming
+// the flag).
+bool prefault_enabled(const EngineArgs& a, std::string_view command) {
+  const std::optional<std::string> env = env_value("MLA_PREFAULT");
+  if (!env) return !a.no_prefault;
+  if (!is_worker())
+    log().warn("{}: environment variable MLA_PREFAULT is deprecated, use --no-prefault (MLA_PREFAULT=0 is read as it)",
+               command);
+  return !a.no_prefault && *env != "0";
+}
+
 KvCacheOptions kv_cache_options(const EngineArgs& a, std::string_view command) {
   KvCacheOptions kv;
   kv.dtype = parse_cache_dtype(a.kv_cache_dtype);
@@ -85,11 +98,11 @@ std::string describe_engine_setup(const EngineSetup& s) {
                                                        : fmt::format("{} tokens", KvCacheOptions::kDefaultTokens);
   return fmt::format(
       "max_num_batched_tokens {}, max_num_seqs {}, max_model_len {}, prefix caching {}, kv cache {} ({}, block {}), "
-      "mla_path {}, attention {}, dsa {}, speculative tokens {}, threads {}{}",
+      "mla_path {}, attention {}, dsa {}, speculative tokens {}, threads {}, prefault {}{}",
       ec.max_num_batched_tokens, ec.max_num_seqs, ec.max_model_len > 0 ? std::to_string(ec.max_model_len) : "auto",
       ec.enable_prefix_caching ? "on" : "off", ggml_type_name(s.kv.dtype), capacity, s.kv.block_size,
       mla_path_policy_name(s.policy), s.model.exact_attention ? "exact" : "f32", s.model.dsa ? "on" : "off",
-      ec.num_speculative_tokens, s.model.n_threads,
+      ec.num_speculative_tokens, s.model.n_threads, s.model.prefault ? "on" : "off",
       !ec.kv_tiers.enabled() ? std::string()
                              : fmt::format(", kv tiers: host {} bytes, dir '{}' (cap {} bytes)", ec.kv_tiers.host_bytes,
                                            ec.kv_tiers.dir, ec.kv_tiers.disk_bytes));
@@ -123,6 +136,10 @@ void add_engine_args(CLI::App* cmd, EngineArgs& a, EngineFlagSet which) {
     cmd->add_option("--speculative-config", a.speculative_config,
                     R"(Speculative decoding with the model's MTP layer, as vLLM spells it: )"
                     R"('{"method": "mtp", "num_speculative_tokens": K}', K = 1..4)");
+  if (which.prefault)
+    cmd->add_flag("--no-prefault", a.no_prefault,
+                  "Do not map every page of the model file at load: pages are read on first use (for files "
+                  "larger than memory; replaces MLA_PREFAULT=0)");
   if (which.capacity) add_capacity_flags(cmd, a);
 }
 
@@ -146,6 +163,7 @@ EngineSetup build_engine_setup(const EngineArgs& a, const CommonOptions& common,
   s.model.max_batch_tokens = a.max_num_batched_tokens;
   s.model.dsa = dsa_enabled(common);
   s.model.exact_attention = parse_attention_precision(a.attention_precision);
+  s.model.prefault = prefault_enabled(a, command);
   s.kv = kv_cache_options(a, command);
   EngineConfig& ec = s.engine;
   ec.num_speculative_tokens = apply_speculative_config(a, command, need_mtp, s.model);

@@ -10,9 +10,9 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/deepseek2_runner.h"  // KvCacheOptions
-#include "engine/engine.h"            // EngineConfig
-#include "model/deepseek2.h"          // ModelOptions
+#include "engine/engine.h"    // EngineConfig
+#include "kv/latent_cache.h"  // KvCacheOptions
+#include "model/deepseek2.h"  // ModelOptions
 
 namespace mla::cli {
 
@@ -37,6 +37,7 @@ struct EngineArgs {
   std::string kv_cache_host_bytes;  // e.g. "8G"; "": no host tier
   std::string kv_cache_dir;         // "": no disk tier
   std::string kv_cache_disk_bytes;  // e.g. "100G"; "": no cap but the disk's
+  bool no_prefault = false;         // --no-prefault: ModelOptions::prefault off
   // One line per deprecated spelling on this command line ("OLD is deprecated, use NEW"),
   // logged as a warning by build_engine_setup.
   std::vector<std::string> deprecated_used;
@@ -53,6 +54,7 @@ struct EngineFlagSet {
   bool max_num_batched_tokens = true;  // --max-num-batched-tokens
   bool kv_cache_dtype = true;          // --kv-cache-dtype
   bool speculative_config = true;      // --speculative-config
+  bool prefault = true;                // --no-prefault
   bool capacity = true;
 };
 
@@ -74,8 +76,9 @@ struct EngineSetup {
   EngineConfig engine;
 };
 
-// The one builder: logs a warning for each deprecated spelling used (rank 0 only under mpirun) and
-// checks the values. need_mtp loads the model's MTP layer even without --speculative-config (run's
+// The one builder: logs a warning for each deprecated spelling used (rank 0 only under mpirun),
+// the environment variable MLA_PREFAULT among them (0 still turns prefaulting off), and checks the
+// values. need_mtp loads the model's MTP layer even without --speculative-config (run's
 // --mtp-logits). With the MTP layer the run must be one process, and model.max_batch_tokens is
 // widened by max_num_seqs (the MTP pass carries up to one row more per sequence). Throws
 // mla::Error naming the command and the flag.

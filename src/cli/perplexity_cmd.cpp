@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/common.h"
 #include "cli/engine_args.h"
 #include "gguf/gguf.h"
 #include "model/deepseek2.h"
@@ -31,11 +32,11 @@ namespace {
 struct PerplexityArgs {
   std::string model;
   std::string file;
-  int n_ctx = 0;      // 0: the model's context length
-  int n_chunks = -1;  // -1: all
-  int batch = 0;      // 0: n_ctx
-  EngineArgs engine;  // -t and --mla-path
-  std::string dsa = "on";
+  int n_ctx = 0;         // 0: the model's context length
+  int n_chunks = -1;     // -1: all
+  int batch = 0;         // 0: n_ctx
+  EngineArgs engine;     // -t, --mla-path, --attention-precision, --no-prefault
+  CommonOptions common;  // --dsa, --log-level, --trace, --help-env
   bool json = false;
 };
 
@@ -174,17 +175,18 @@ void print_perplexity(const PerplexityArgs& a, const Chunks& ch, const NllSums& 
 }
 
 void run_perplexity(const PerplexityArgs& a) {
-  const MlaPathPolicy policy = parse_mla_path_policy(a.engine.mla_path);
-  auto bundle = load_deepseek2(a.model, weight_options_for(policy, false));
+  apply_common_options(a.common);
+  const EngineSetup setup = build_engine_setup(a.engine, a.common, "perplexity");
+  const MlaPathPolicy policy = setup.policy;
+  WeightLoadOptions wo = weight_options_for(policy, false);
+  wo.prefault = setup.model.prefault;
+  auto bundle = load_deepseek2(a.model, wo);
   const DeepseekConfig& c = bundle->config;
   auto tokenizer = Tokenizer::from_gguf(*bundle->file);
   const Chunks ch = cut_into_chunks(a, c, *tokenizer);
 
-  ModelOptions mo;
-  mo.n_threads = resolve_threads(a.engine.threads);
-  mo.max_batch_tokens = ch.batch;
-  mo.dsa = a.dsa == "on";
-  mo.exact_attention = parse_attention_precision(a.engine.attention_precision);
+  ModelOptions mo = setup.model;
+  mo.max_batch_tokens = ch.batch;  // the chunk's batch, not an engine step's budget
   Deepseek2Model model(c, bundle->weights, mo);
   LatentCache cache = model.make_cache(ch.n_ctx);
   if (!a.json)
@@ -211,9 +213,7 @@ void register_perplexity(CLI::App& app) {
   add_engine_args(
       cmd, a.engine,
       {.max_num_batched_tokens = false, .kv_cache_dtype = false, .speculative_config = false, .capacity = false});
-  cmd->add_option("--dsa", a.dsa, "on | off: sparse attention for models with a DSA indexer")
-      ->check(CLI::IsMember({"on", "off"}))
-      ->capture_default_str();
+  add_common_options(cmd, a.common);
   cmd->add_flag("--json", a.json, "Print the result as one JSON object");
   cmd->callback([] { run_perplexity(a); });
 }

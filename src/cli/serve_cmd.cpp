@@ -27,6 +27,7 @@
 #include "engine/text_decoder.h"
 #include "gguf/gguf.h"
 #include "grammar/grammar.h"
+#include "jinja/chat_template.h"
 #include "parallel/dist_runner.h"
 #include "parallel/world.h"
 #include "server/anthropic_api.h"
@@ -38,7 +39,6 @@
 #include "server/server_state.h"
 #include "server/tool_choice.h"
 #include "server/tool_parsers/tool_parser.h"
-#include "tokenizer/chat_template/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "util/env.h"
 #include "util/error.h"
@@ -69,36 +69,6 @@ struct ServeArgs {
   EngineArgs engine;
   CommonOptions common;
 };
-
-// The chat renderer: the template sees messages, tools (when given), add_generation_prompt,
-// bos_token, eos_token and chat_template_kwargs (as transformers' apply_chat_template passes
-// them).
-server::ChatRenderer make_renderer(const std::shared_ptr<ChatTemplate>& tmpl, const Tokenizer& tok) {
-  auto special_text = [&tok](TokenId id) {
-    return tok.is_valid(id) ? std::string(tok.token_bytes(id, true)) : std::string();
-  };
-  std::string bos = special_text(tok.vocab().bos), eos = special_text(tok.vocab().eos);
-  return [tmpl, bos, eos](const server::ChatPromptInput& in) {
-    nlohmann::ordered_json ctx = nlohmann::ordered_json::object();
-    for (const auto& [k, v] : in.kwargs.items()) ctx[k] = v;
-    ctx["messages"] = in.messages;
-    if (!in.tools.is_null()) ctx["tools"] = in.tools;
-    ctx["add_generation_prompt"] = in.add_generation_prompt;
-    ctx["bos_token"] = bos;
-    ctx["eos_token"] = eos;
-    std::string text = tmpl->render(ctx);
-    if (in.continue_final_message) {
-      // End the prompt right after the final (assistant) message's text, so the model
-      // continues it instead of starting a new turn.
-      const std::string last = server::string_or_empty(in.messages.back(), "content");
-      const size_t at = last.empty() ? std::string::npos : text.rfind(last);
-      if (at == std::string::npos)
-        fail("continue_final_message: the final message's text is not in the rendered prompt");
-      text.resize(at + last.size());
-    }
-    return text;
-  };
-}
 
 // The doctor's path-agreement checks (mla doctor, src/doctor/) on the model before it serves, on
 // the runner's own weights (its packed copies included): the file is loaded and repacked once.
@@ -386,7 +356,7 @@ void serve(ServeArgs& a) {
                            a.json_max_whitespace);
   sm.engine = engine.get();
   sm.tokenizer = tokenizer.get();
-  if (tmpl) sm.render_chat = make_renderer(tmpl, *tokenizer);
+  if (tmpl) sm.render_chat = server::make_chat_renderer(tmpl, *tokenizer);
   sm.chat_template = tmpl_src;
   sm.grammars = &grammars;
   sm.max_model_len = engine->config().max_model_len;

@@ -13,7 +13,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
-#include "tokenizer/chat_template/chat_template.h"
+#include "jinja/chat_template.h"
 #include "util/error.h"
 
 namespace mla::cli {

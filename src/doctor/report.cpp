@@ -33,96 +33,116 @@ const DoctorCheck* find_check(const DoctorReport& r, std::string_view name) {
   return nullptr;
 }
 
-}  // namespace
-
-std::string format_doctor_report(const DoctorReport& r) {
+// The text report, a line at a time; check(name) adds that check's line when the report has it.
+struct ReportText {
+  const DoctorReport& r;
   std::string s;
-  auto line = [&](const std::string& t) { s += t + "\n"; };
-  auto check_line = [&](std::string_view name) {
+  void line(const std::string& t) { s += t + "\n"; }
+  void check(std::string_view name) {
     if (const DoctorCheck* c = find_check(r, name))
       line(fmt::format("  check {:<9} {:<4} {}", c->name, check_status_name(c->status), c->detail));
-  };
-  line(fmt::format("mla doctor: {}", r.path));
-  line("");
-  line("File");
-  line(fmt::format("  architecture  {}", r.architecture.empty() ? "?" : r.architecture));
-  line(fmt::format("  shards        {}", r.shards));
-  if (!r.mla_layout.empty()) line(fmt::format("  MLA layout    {}", r.mla_layout));
-  line(fmt::format("  indexer       {}", r.indexer));
-  line(fmt::format("  MTP           {}", r.mtp));
+  }
+};
+
+void file_section(ReportText& t) {
+  const DoctorReport& r = t.r;
+  t.line("File");
+  t.line(fmt::format("  architecture  {}", r.architecture.empty() ? "?" : r.architecture));
+  t.line(fmt::format("  shards        {}", r.shards));
+  if (!r.mla_layout.empty()) t.line(fmt::format("  MLA layout    {}", r.mla_layout));
+  t.line(fmt::format("  indexer       {}", r.indexer));
+  t.line(fmt::format("  MTP           {}", r.mtp));
   if (!r.types.empty()) {
-    line("  tensor types by role:");
-    for (const auto& t : r.types)
-      line(fmt::format("    {:<15} {:<6} {:>4} tensors {:>10.2f} MiB", t.role, t.type, t.n_tensors,
-                       t.n_bytes / 1048576.0));
+    t.line("  tensor types by role:");
+    for (const auto& ty : r.types)
+      t.line(fmt::format("    {:<15} {:<6} {:>4} tensors {:>10.2f} MiB", ty.role, ty.type, ty.n_tensors,
+                         ty.n_bytes / 1048576.0));
   }
   if (!r.absent_keys.empty()) {
-    line("  absent keys (default taken):");
-    for (const auto& k : r.absent_keys) line(fmt::format("    {} = {}", k.key, k.default_taken));
+    t.line("  absent keys (default taken):");
+    for (const auto& k : r.absent_keys) t.line(fmt::format("    {} = {}", k.key, k.default_taken));
   }
-  check_line("load");
-  check_line("keys");
-  if (const DoctorCheck* c = find_check(r, "load"); c && c->status == CheckStatus::Fail) {
-    line("");
-    line("verdict: " + r.verdict_line);
-    return s;
-  }
+  t.check("load");
+  t.check("keys");
+}
 
-  if (!r.numerics.empty()) {
-    line("");
-    line(fmt::format("Numerics of the absorbed path (canaries, {} latent cache)", r.kv_dtype));
-    line("  layer   max|q·W_UK|  max|attn·W_UV|  max|latent|  score err F16  score err BF16  cache rel err");
-    for (const auto& n : r.numerics)
-      line(fmt::format("  blk.{:<3} {:>11}  {:>14}  {:>11}  {:>13}  {:>14}  {:>13}", n.layer, num(n.max_q_absorbed),
+void numerics_section(ReportText& t) {
+  const DoctorReport& r = t.r;
+  if (r.numerics.empty()) return;
+  t.line("");
+  t.line(fmt::format("Numerics of the absorbed path (canaries, {} latent cache)", r.kv_dtype));
+  t.line("  layer   max|q·W_UK|  max|attn·W_UV|  max|latent|  score err F16  score err BF16  cache rel err");
+  for (const auto& n : r.numerics)
+    t.line(fmt::format("  blk.{:<3} {:>11}  {:>14}  {:>11}  {:>13}  {:>14}  {:>13}", n.layer, num(n.max_q_absorbed),
                        num(n.max_attn_out), num(n.max_latent), num(n.score_err_f16), num(n.score_err_bf16),
                        num(n.cache_rel_err)));
-    check_line("heads");
-    check_line("overflow");
-    check_line("bf16");
-    check_line("cache");
-  }
+  t.check("heads");
+  t.check("overflow");
+  t.check("bf16");
+  t.check("cache");
+}
 
-  line("");
-  line(fmt::format("Path agreement (reference: {}, whole prompt; the others teacher-forced on its greedy tokens)",
-                   r.reference));
+void paths_section(ReportText& t) {
+  const DoctorReport& r = t.r;
+  t.line("");
+  t.line(fmt::format("Path agreement (reference: {}, whole prompt; the others teacher-forced on its greedy tokens)",
+                     r.reference));
   for (size_t i = 0; i < r.canary_texts.size(); ++i)
-    line(
+    t.line(
         fmt::format("  canary {}: \"{}\" ({} tokens)", i + 1, printable(r.canary_texts[i]), r.canary_tokens[i].size()));
   for (const auto& p : r.paths) {
     if (p.status == CheckStatus::NotApplicable) {
-      line(fmt::format("  {:<22} n/a   {}", p.name, p.note));
+      t.line(fmt::format("  {:<22} n/a   {}", p.name, p.note));
       continue;
     }
     std::string layers;
     for (size_t l = 0; l < p.layer_rel.size(); ++l) layers += (l ? " " : "") + fmt::format("{:.1e}", p.layer_rel[l]);
-    line(fmt::format("  {:<22} {:<4}  logits {:.1e}  greedy {}  layers [{}]  ran mqa {} / mha {} tokens{}", p.name,
-                     check_status_name(p.status), p.logits_rel, p.greedy_agree ? "same" : "DIFFER", layers,
-                     p.tokens_mqa, p.tokens_mha, p.note.empty() ? "" : "  (" + p.note + ")"));
+    t.line(fmt::format("  {:<22} {:<4}  logits {:.1e}  greedy {}  layers [{}]  ran mqa {} / mha {} tokens{}", p.name,
+                       check_status_name(p.status), p.logits_rel, p.greedy_agree ? "same" : "DIFFER", layers,
+                       p.tokens_mqa, p.tokens_mha, p.note.empty() ? "" : "  (" + p.note + ")"));
   }
-  check_line("paths");
+  t.check("paths");
+}
 
-  if (!r.dispatch.empty()) {
-    line("");
-    line("Scheduling (the engine's scheduler over the real forward, policy auto: the paths the model took)");
-    for (const auto& d : r.dispatch) line("  " + d);
-  }
-
-  if (find_check(r, "output")) {
-    line("");
-    line("Output");
-    std::string toks;
-    for (const auto& g : r.greedy)
-      toks += fmt::format("{}[{} \"{}\" p={:.2f}]", toks.empty() ? "" : " ", g.id, printable(g.text), g.prob);
-    line(fmt::format("  greedy after canary 1: {}", toks));
-    line(fmt::format("  first distribution entropy {:.2f} nats (uniform: {:.2f})", r.first_entropy, r.max_entropy));
-    if (r.ppl > 0)
-      line(fmt::format("  perplexity of the built-in English text: {:.4g} over {} tokens (vocabulary {})", r.ppl,
+void output_section(ReportText& t) {
+  const DoctorReport& r = t.r;
+  if (!find_check(r, "output")) return;
+  t.line("");
+  t.line("Output");
+  std::string toks;
+  for (const auto& g : r.greedy)
+    toks += fmt::format("{}[{} \"{}\" p={:.2f}]", toks.empty() ? "" : " ", g.id, printable(g.text), g.prob);
+  t.line(fmt::format("  greedy after canary 1: {}", toks));
+  t.line(fmt::format("  first distribution entropy {:.2f} nats (uniform: {:.2f})", r.first_entropy, r.max_entropy));
+  if (r.ppl > 0)
+    t.line(fmt::format("  perplexity of the built-in English text: {:.4g} over {} tokens (vocabulary {})", r.ppl,
                        r.ppl_tokens, r.n_vocab));
-    check_line("output");
+  t.check("output");
+}
+
+}  // namespace
+
+std::string format_doctor_report(const DoctorReport& r) {
+  ReportText t{r, {}};
+  t.line(fmt::format("mla doctor: {}", r.path));
+  t.line("");
+  file_section(t);
+  if (const DoctorCheck* c = find_check(r, "load"); c && c->status == CheckStatus::Fail) {
+    t.line("");
+    t.line("verdict: " + r.verdict_line);
+    return t.s;
   }
-  line("");
-  line(fmt::format("verdict: {}", r.verdict_line));
-  return s;
+  numerics_section(t);
+  paths_section(t);
+  if (!r.dispatch.empty()) {
+    t.line("");
+    t.line("Scheduling (the engine's scheduler over the real forward, policy auto: the paths the model took)");
+    for (const auto& d : r.dispatch) t.line("  " + d);
+  }
+  output_section(t);
+  t.line("");
+  t.line(fmt::format("verdict: {}", r.verdict_line));
+  return t.s;
 }
 
 nlohmann::json doctor_report_json(const DoctorReport& r) {

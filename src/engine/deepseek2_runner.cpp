@@ -14,10 +14,11 @@ namespace mla {
 Deepseek2Runner::Deepseek2Runner(const std::string& path, MlaPathPolicy policy, const ModelOptions& model,
                                  const KvCacheOptions& kv) {
   WeightLoadOptions wo = weight_options_for(policy, model.verify_paths);
-  wo.prefault = !model.comm || model.comm->size() == 1;  // several ranks: each maps its own shard (parallel/)
+  const bool several_ranks = model.comm && model.comm->size() > 1;
+  wo.prefault = model.prefault && !several_ranks;  // several ranks: each maps its own shard (parallel/)
   // Repacking copies every matrix (reading all of the file), which would undo a rank's shard
   // mapping: several ranks keep the row-major kernels until packing learns the shard ranges.
-  if (!wo.prefault) wo.repack = false;
+  if (several_ranks) wo.repack = false;
   if (model.mtp && model.comm && model.comm->size() > 1)
     fail("speculative decoding (method mtp) runs in a single process; this run has {} ranks", model.comm->size());
   wo.load_mtp = model.mtp;

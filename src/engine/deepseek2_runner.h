@@ -7,18 +7,10 @@
 #include <vector>
 
 #include "engine/model_runner.h"
+#include "kv/latent_cache.h"  // KvCacheOptions
 #include "model/deepseek2.h"
 
 namespace mla {
-
-struct KvCacheOptions {
-  GgmlType dtype = GgmlType::F16;  // --kv-cache-dtype
-  int block_size = 16;             // tokens per block (CPU default; see docs/ARCHITECTURE.md)
-  int64_t tokens = 0;              // --kv-cache-tokens; 0: from memory
-  int64_t memory_bytes = 0;        // --kv-cache-memory; 0 with tokens 0: the default below
-  // Without either: kDefaultTokens tokens, whatever the context length.
-  static constexpr int64_t kDefaultTokens = 32768;
-};
 
 class Deepseek2Runner : public ModelRunner {
  public:

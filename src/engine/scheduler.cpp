@@ -44,24 +44,35 @@ void Scheduler::preempt(Sequence* seq) {
   waiting_.push_front(seq);
 }
 
+namespace {
+
+// n_new under the prompt-logits cap (0: none left this step), which it takes from logits_rows.
+int cap_logits_rows(const Sequence* seq, int n_new, int& logits_rows) {
+  if (!seq->wants_prompt_logits()) return n_new;
+  n_new = std::min(n_new, logits_rows);
+  logits_rows -= n_new;
+  return n_new;
+}
+
+}  // namespace
+
 SchedulerOutput Scheduler::schedule() {
   SchedulerOutput out;
   int budget = config_.max_num_batched_tokens;
   int logits_rows = config_.max_prompt_logits_rows;
-  // n_new under the prompt-logits cap (0: none left this step).
-  auto cap_logits_rows = [&](const Sequence* seq, int n_new) {
-    if (!seq->wants_prompt_logits()) return n_new;
-    n_new = std::min(n_new, logits_rows);
-    logits_rows -= n_new;
-    return n_new;
-  };
+  schedule_running(out, budget, logits_rows);
+  if (out.n_preempted == 0) admit_waiting(out, budget, logits_rows);
+  return out;
+}
 
-  // Running sequences first, in admission order.
+// Running sequences first, in admission order; preempts from the tail when blocks run out.
+void Scheduler::schedule_running(SchedulerOutput& out, int& budget, int& logits_rows) {
   size_t i = 0;
   while (i < running_.size() && budget > 0) {
     Sequence* seq = running_[i];
     const int n_base = static_cast<int>(seq->tokens.size()) - seq->n_computed;
-    const int n_new = cap_logits_rows(seq, std::min(n_base + static_cast<int>(seq->drafts.size()), budget));
+    const int n_new =
+        cap_logits_rows(seq, std::min(n_base + static_cast<int>(seq->drafts.size()), budget), logits_rows);
     if (n_new == 0) {  // its prompt logits wait for the next step
       ++i;
       continue;
@@ -88,54 +99,52 @@ SchedulerOutput Scheduler::schedule() {
     budget -= n_new;
     ++i;
   }
+}
 
-  // Then waiting sequences, FCFS, unless this step had to preempt.
-  if (out.n_preempted == 0) {
-    int slots = running_slots();
-    while (!waiting_.empty() && budget > 0) {
-      Sequence* seq = waiting_.front();
-      if (slots + seq->n_slots > config_.max_num_seqs) break;
-      const int n_tokens = static_cast<int>(seq->tokens.size());
-      // A scored prompt (prompt logprobs) neither takes nor counts a prefix hit.
-      const bool use_prefix_cache = kv_.prefix_caching() && !seq->wants_prompt_logits();
-      kv::PrefixHit hit;
-      int n_cached = 0, n_found = 0;
-      if (use_prefix_cache) {
-        hit = kv_.find_prefix(seq->tokens);
-        n_found = n_cached = std::min(hit.n_tokens, n_tokens - 1);
-        // Speculation: the hit's last position is recomputed (its hidden state feeds the MTP row
-        // after it); the cache still served it, so it counts as a hit.
-        if (config_.num_speculative_tokens > 0 && hit.n_tokens > 0) n_cached = std::min(n_cached, hit.n_tokens - 1);
-      }
-      const int n_new = cap_logits_rows(seq, std::min(n_tokens - n_cached, budget));
-      if (n_new == 0) break;       // FCFS: it waits for the next step's logits rows
-      seq->n_computed = n_cached;  // for lookahead(); committed below
-      if (!kv_.allocate(seq->blocks, n_cached, n_new + lookahead(seq, n_new), n_cached > 0 ? &hit : nullptr,
-                        out.copies)) {
-        if (running_.empty() && out.items.empty()) {  // nothing else holds blocks
-          waiting_.pop_front();
-          out.failed.push_back(seq);
-          continue;
-        }
-        break;
-      }
-      waiting_.pop_front();
-      seq->n_computed = n_cached;
-      seq->mtp_valid = n_cached;  // the MTP rows of the cached blocks were written with them
-      seq->status = SeqStatus::kRunning;
-      running_.push_back(seq);
-      slots += seq->n_slots;
-      out.items.push_back({seq, n_cached, n_new, false});
-      budget -= n_new;
-      if (use_prefix_cache) {
-        out.n_prefix_query_tokens += n_tokens;
-        out.n_prefix_hit_tokens += n_found;
-      }
-      if (seq->req->n_cached_tokens < 0 && seq->index == 0)
-        seq->req->n_cached_tokens = std::min(n_found, seq->n_prompt);
+// Then waiting sequences, FCFS (not on a step that had to preempt).
+void Scheduler::admit_waiting(SchedulerOutput& out, int& budget, int& logits_rows) {
+  int slots = running_slots();
+  while (!waiting_.empty() && budget > 0) {
+    Sequence* seq = waiting_.front();
+    if (slots + seq->n_slots > config_.max_num_seqs) break;
+    const int n_tokens = static_cast<int>(seq->tokens.size());
+    // A scored prompt (prompt logprobs) neither takes nor counts a prefix hit.
+    const bool use_prefix_cache = kv_.prefix_caching() && !seq->wants_prompt_logits();
+    kv::PrefixHit hit;
+    int n_cached = 0, n_found = 0;
+    if (use_prefix_cache) {
+      hit = kv_.find_prefix(seq->tokens);
+      n_found = n_cached = std::min(hit.n_tokens, n_tokens - 1);
+      // Speculation: the hit's last position is recomputed (its hidden state feeds the MTP row
+      // after it); the cache still served it, so it counts as a hit.
+      if (config_.num_speculative_tokens > 0 && hit.n_tokens > 0) n_cached = std::min(n_cached, hit.n_tokens - 1);
     }
+    const int n_new = cap_logits_rows(seq, std::min(n_tokens - n_cached, budget), logits_rows);
+    if (n_new == 0) break;       // FCFS: it waits for the next step's logits rows
+    seq->n_computed = n_cached;  // for lookahead(); committed below
+    if (!kv_.allocate(seq->blocks, n_cached, n_new + lookahead(seq, n_new), n_cached > 0 ? &hit : nullptr,
+                      out.copies)) {
+      if (running_.empty() && out.items.empty()) {  // nothing else holds blocks
+        waiting_.pop_front();
+        out.failed.push_back(seq);
+        continue;
+      }
+      break;
+    }
+    waiting_.pop_front();
+    seq->n_computed = n_cached;
+    seq->mtp_valid = n_cached;  // the MTP rows of the cached blocks were written with them
+    seq->status = SeqStatus::kRunning;
+    running_.push_back(seq);
+    slots += seq->n_slots;
+    out.items.push_back({seq, n_cached, n_new, false});
+    budget -= n_new;
+    if (use_prefix_cache) {
+      out.n_prefix_query_tokens += n_tokens;
+      out.n_prefix_hit_tokens += n_found;
+    }
+    if (seq->req->n_cached_tokens < 0 && seq->index == 0) seq->req->n_cached_tokens = std::min(n_found, seq->n_prompt);
   }
-  return out;
 }
 
 void Scheduler::on_forward_done(const SchedulerOutput& out) {

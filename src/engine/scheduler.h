@@ -83,6 +83,9 @@ class Scheduler {
   const kv::KvManager& kv() const { return kv_; }
 
  private:
+  // schedule()'s two passes; budget and logits_rows are what the step has left of each.
+  void schedule_running(SchedulerOutput& out, int& budget, int& logits_rows);
+  void admit_waiting(SchedulerOutput& out, int& budget, int& logits_rows);
   void preempt(Sequence* seq);
   int lookahead(const Sequence* seq, int n_new) const;
   int running_slots() const;

@@ -220,22 +220,97 @@ GgufFile::~GgufFile() {
   if (map_) munmap(map_, size_);
 }
 
-void GgufFile::parse_all() {
-  Cursor c(base_, size_, path_);
+namespace {
+
+// The magic and version; throws (naming the byte offset) for anything but GGUF version 2 or 3.
+uint32_t read_magic_and_version(Cursor& c) {
   uint32_t magic = c.read<uint32_t>("magic");
   if (magic != kMagic) {
     uint8_t m[4];
     std::memcpy(m, &magic, 4);
     c.error_at(0, "not a GGUF file (magic bytes {:02x} {:02x} {:02x} {:02x}, expected 'GGUF')", m[0], m[1], m[2], m[3]);
   }
-  version_ = c.read<uint32_t>("version");
-  if (version_ == 1) c.error_at(4, "GGUF version 1 is not supported (only 2 and 3)");
-  if (version_ != 2 && version_ != 3) {
-    uint32_t swapped = byteswap32(version_);
+  const uint32_t version = c.read<uint32_t>("version");
+  if (version == 1) c.error_at(4, "GGUF version 1 is not supported (only 2 and 3)");
+  if (version != 2 && version != 3) {
+    uint32_t swapped = byteswap32(version);
     if (swapped == 2 || swapped == 3)
       c.error_at(4, "big-endian GGUF (version {} byte-swapped) is not supported", swapped);
-    c.error_at(4, "unsupported GGUF version {} (expected 2 or 3)", version_);
+    c.error_at(4, "unsupported GGUF version {} (expected 2 or 3)", version);
   }
+  return version;
+}
+
+// Tensor info i: name, dimensions, type, offset (aligned), element and byte counts.
+GgufTensorInfo read_tensor_info(Cursor& c, uint64_t i, uint64_t alignment) {
+  uint64_t at = c.pos();
+  GgufTensorInfo t;
+  t.name = c.read_string("tensor name");
+  if (t.name.empty()) c.error_at(at, "tensor {} has an empty name", i);
+  uint64_t dims_at = c.pos();
+  uint32_t n_dims = c.read<uint32_t>("tensor dimension count");
+  if (n_dims == 0 || n_dims > kMaxDims)
+    c.error_at(dims_at, "tensor '{}' has {} dimensions (expected 1 to {})", t.name, n_dims, kMaxDims);
+  int64_t n_el = 1;
+  for (uint32_t d = 0; d < n_dims; ++d) {
+    uint64_t ne_at = c.pos();
+    uint64_t ne = c.read<uint64_t>("tensor dimension");
+    if (ne > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      c.error_at(ne_at, "tensor '{}' dimension {} is {} (negative or too large)", t.name, d, ne);
+    int64_t ne_s = static_cast<int64_t>(ne);
+    if (ne_s != 0 && n_el > std::numeric_limits<int64_t>::max() / ne_s)
+      c.error_at(ne_at, "tensor '{}': element count overflows int64", t.name);
+    n_el *= ne_s;
+    t.ne.push_back(ne_s);
+  }
+  uint64_t type_at = c.pos();
+  uint32_t raw_type = c.read<uint32_t>("tensor type");
+  auto traits = ggml_type_traits(raw_type);
+  if (!traits) c.error_at(type_at, "tensor '{}' has unknown type id {}", t.name, raw_type);
+  t.type = static_cast<GgmlType>(raw_type);
+  if (t.ne[0] % traits->block_elems != 0)
+    c.error_at(dims_at, "tensor '{}' of type {} has row length {}, not a multiple of its block size {}", t.name,
+               traits->name, t.ne[0], traits->block_elems);
+  uint64_t off_at = c.pos();
+  t.offset = c.read<uint64_t>("tensor offset");
+  if (t.offset % alignment != 0)
+    c.error_at(off_at, "tensor '{}' offset {} is not a multiple of the alignment {}", t.name, t.offset, alignment);
+  t.n_elements = n_el;
+  // n_bytes = n_el / block_elems * block_bytes, computed without overflow.
+  uint64_t n_blocks = static_cast<uint64_t>(n_el / traits->block_elems);
+  if (n_blocks > std::numeric_limits<uint64_t>::max() / static_cast<uint64_t>(traits->block_bytes))
+    c.error_at(dims_at, "tensor '{}': byte size overflows", t.name);
+  t.n_bytes = n_blocks * static_cast<uint64_t>(traits->block_bytes);
+  return t;
+}
+
+// Bounds, then overlap: sort by offset and require each tensor to end before the next begins.
+// info_pos[i]: where tensor i's info starts (for the message).
+void check_tensor_extents(Cursor& c, const std::vector<GgufTensorInfo>& tensors, const std::vector<uint64_t>& info_pos,
+                          uint64_t data_size) {
+  std::vector<size_t> order(tensors.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const auto& t = tensors[i];
+    if (t.offset > data_size || t.n_bytes > data_size - t.offset)
+      c.error_at(info_pos[i], "tensor '{}' data [{}, +{}) runs past the end of the file (data section has {} bytes)",
+                 t.name, t.offset, t.n_bytes, data_size);
+  }
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return tensors[a].offset < tensors[b].offset; });
+  for (size_t k = 1; k < order.size(); ++k) {
+    const auto& prev = tensors[order[k - 1]];
+    const auto& cur = tensors[order[k]];
+    if (prev.offset + prev.n_bytes > cur.offset)
+      c.error_at(info_pos[order[k]], "tensor '{}' data at offset {} overlaps tensor '{}' [{}, +{})", cur.name,
+                 cur.offset, prev.name, prev.offset, prev.n_bytes);
+  }
+}
+
+}  // namespace
+
+void GgufFile::parse_all() {
+  Cursor c(base_, size_, path_);
+  version_ = read_magic_and_version(c);
   uint64_t n_tensors_at = c.pos();
   uint64_t n_tensors = c.read<uint64_t>("tensor count");
   uint64_t n_kv_at = c.pos();
@@ -272,45 +347,9 @@ void GgufFile::parse_all() {
   std::vector<uint64_t> info_pos;
   info_pos.reserve(n_tensors);
   for (uint64_t i = 0; i < n_tensors; ++i) {
-    uint64_t at = c.pos();
+    const uint64_t at = c.pos();
     info_pos.push_back(at);
-    GgufTensorInfo t;
-    t.name = c.read_string("tensor name");
-    if (t.name.empty()) c.error_at(at, "tensor {} has an empty name", i);
-    uint64_t dims_at = c.pos();
-    uint32_t n_dims = c.read<uint32_t>("tensor dimension count");
-    if (n_dims == 0 || n_dims > kMaxDims)
-      c.error_at(dims_at, "tensor '{}' has {} dimensions (expected 1 to {})", t.name, n_dims, kMaxDims);
-    int64_t n_el = 1;
-    for (uint32_t d = 0; d < n_dims; ++d) {
-      uint64_t ne_at = c.pos();
-      uint64_t ne = c.read<uint64_t>("tensor dimension");
-      if (ne > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-        c.error_at(ne_at, "tensor '{}' dimension {} is {} (negative or too large)", t.name, d, ne);
-      int64_t ne_s = static_cast<int64_t>(ne);
-      if (ne_s != 0 && n_el > std::numeric_limits<int64_t>::max() / ne_s)
-        c.error_at(ne_at, "tensor '{}': element count overflows int64", t.name);
-      n_el *= ne_s;
-      t.ne.push_back(ne_s);
-    }
-    uint64_t type_at = c.pos();
-    uint32_t raw_type = c.read<uint32_t>("tensor type");
-    auto traits = ggml_type_traits(raw_type);
-    if (!traits) c.error_at(type_at, "tensor '{}' has unknown type id {}", t.name, raw_type);
-    t.type = static_cast<GgmlType>(raw_type);
-    if (t.ne[0] % traits->block_elems != 0)
-      c.error_at(dims_at, "tensor '{}' of type {} has row length {}, not a multiple of its block size {}", t.name,
-                 traits->name, t.ne[0], traits->block_elems);
-    uint64_t off_at = c.pos();
-    t.offset = c.read<uint64_t>("tensor offset");
-    if (t.offset % alignment_ != 0)
-      c.error_at(off_at, "tensor '{}' offset {} is not a multiple of the alignment {}", t.name, t.offset, alignment_);
-    t.n_elements = n_el;
-    // n_bytes = n_el / block_elems * block_bytes, computed without overflow.
-    uint64_t n_blocks = static_cast<uint64_t>(n_el / traits->block_elems);
-    if (n_blocks > std::numeric_limits<uint64_t>::max() / static_cast<uint64_t>(traits->block_bytes))
-      c.error_at(dims_at, "tensor '{}': byte size overflows", t.name);
-    t.n_bytes = n_blocks * static_cast<uint64_t>(traits->block_bytes);
+    GgufTensorInfo t = read_tensor_info(c, i, alignment_);
     if (tensor_index_.count(t.name)) c.error_at(at, "duplicate tensor name '{}'", t.name);
     tensor_index_.emplace(t.name, tensors_.size());
     tensors_.push_back(std::move(t));
@@ -322,25 +361,7 @@ void GgufFile::parse_all() {
   if (n_tensors > 0 && data > size_)
     c.error_at(end_of_infos, "data section would start at byte {} but the file has {} bytes", data, size_);
   data_offset_ = data;
-  uint64_t data_size = size_ >= data ? size_ - data : 0;
-
-  // Bounds, then overlap: sort by offset and require each tensor to end before the next begins.
-  std::vector<size_t> order(tensors_.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  for (size_t i = 0; i < tensors_.size(); ++i) {
-    const auto& t = tensors_[i];
-    if (t.offset > data_size || t.n_bytes > data_size - t.offset)
-      c.error_at(info_pos[i], "tensor '{}' data [{}, +{}) runs past the end of the file (data section has {} bytes)",
-                 t.name, t.offset, t.n_bytes, data_size);
-  }
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return tensors_[a].offset < tensors_[b].offset; });
-  for (size_t k = 1; k < order.size(); ++k) {
-    const auto& prev = tensors_[order[k - 1]];
-    const auto& cur = tensors_[order[k]];
-    if (prev.offset + prev.n_bytes > cur.offset)
-      c.error_at(info_pos[order[k]], "tensor '{}' data at offset {} overlaps tensor '{}' [{}, +{})", cur.name,
-                 cur.offset, prev.name, prev.offset, prev.n_bytes);
-  }
+  check_tensor_extents(c, tensors_, info_pos, size_ >= data ? size_ - data : 0);
   for (auto& t : tensors_) t.data = base_ + data_offset_ + t.offset;
   n_own_tensors_ = tensors_.size();
 }

@@ -8,8 +8,9 @@
 // (so the same block table pages it), in F32 for an F32 cache, BF16 for BF16, else F16.
 //
 // Slot s = block * block_size + offset addresses row s of every layer's arena. The model writes
-// the rows of the tokens it computes (write_row) and reads its context rows back as F32
-// (read_rows); the engine copies whole blocks for copy-on-write (copy_block).
+// the rows of the tokens it computes (write_row); the attention kernels read the context rows in
+// the stored type through row_data and the slots (read_rows converts rows to F32 for the doctor,
+// the scripted runner and tests); the engine copies whole blocks for copy-on-write (copy_block).
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -32,6 +33,17 @@ struct LatentShape {
   std::vector<int> index_key_dims;  // [n_layer] indexer key width per layer (0: none); empty: no indexer
   int row_elems() const { return kv_lora_rank + qk_rope_head_dim; }
   int index_key_dim(int layer) const { return index_key_dims.empty() ? 0 : index_key_dims[layer]; }
+};
+
+// How the engine sizes the cache (mla --kv-cache-*; the runner turns it into a LatentShape and a
+// block count).
+struct KvCacheOptions {
+  GgmlType dtype = GgmlType::F16;  // --kv-cache-dtype
+  int block_size = 16;             // tokens per block (CPU default; see docs/ARCHITECTURE.md)
+  int64_t tokens = 0;              // --kv-cache-tokens; 0: from memory
+  int64_t memory_bytes = 0;        // --kv-cache-memory; 0 with tokens 0: the default below
+  // Without either: kDefaultTokens tokens, whatever the context length.
+  static constexpr int64_t kDefaultTokens = 32768;
 };
 
 // The dtype of the indexer-key rows for a cache dtype: F32 and BF16 as they are, F16 otherwise.

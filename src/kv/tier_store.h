@@ -24,22 +24,25 @@
 // read-only directory) cost the blocks they concern and one warning, never a request.
 //
 // Threads: put/fetch/contains run on the engine thread; the writer thread shares only the disk
-// index (under a mutex) and the counters (atomics).
+// index (under a mutex) and the counters (atomics). The file format is kv/block_file.h; each
+// tier's LRU is a kv/lru.h ByteLru.
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
-#include <list>
 #include <memory>
 #include <mutex>
 #include <span>
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <variant>
 #include <vector>
 
 #include "gguf/types.h"
+#include "kv/block_file.h"
 #include "kv/latent_cache.h"
+#include "kv/lru.h"
 
 namespace mla::kv {
 
@@ -126,21 +129,13 @@ class TierStore {
   TierCounters counters() const;
 
  private:
-  struct HostEntry {
-    TierBlockPtr block;
-    std::list<uint64_t>::iterator lru;
-  };
-  struct DiskEntry {
-    int64_t file_bytes = 0;
-    std::list<uint64_t>::iterator lru;
-  };
   void host_insert(TierBlockPtr block);
   TierBlockPtr disk_read(uint64_t hash, uint64_t parent_hash, std::span<const int32_t> tokens);
+  void disk_forget(uint64_t hash);
   void scan_dir();
   void writer_loop();
   void reader_loop();
   TierBlockPtr take_prefetched(uint64_t hash, uint64_t parent_hash, std::span<const int32_t> tokens);
-  bool write_file(const TierBlock& b, int64_t& file_bytes);
   void disk_evict_locked(std::vector<std::string>& victims);
   std::string file_path(uint64_t hash) const;
   void reject(const std::string& path, const std::string& why);
@@ -150,19 +145,16 @@ class TierStore {
   uint64_t fingerprint_;
   int block_size_;
   int64_t payload_bytes_;
+  BlockFileSpec file_spec_;
 
-  // Tier 1 (engine thread only).
-  std::unordered_map<uint64_t, HostEntry> host_;
-  std::list<uint64_t> host_lru_;  // front: least recently used
-  int64_t host_used_ = 0;
+  // Tier 1 (engine thread only): blocks, sized payload + tokens.
+  ByteLru<uint64_t, TierBlockPtr> host_;
 
   // Tier 2.
   bool disk_on_ = false;
   std::string dir_;
   mutable std::mutex disk_mu_;
-  std::unordered_map<uint64_t, DiskEntry> disk_;  // files on disk, by hash
-  std::list<uint64_t> disk_lru_;
-  int64_t disk_used_ = 0;
+  ByteLru<uint64_t, std::monostate> disk_;  // files on disk by hash, sized in file bytes
   std::condition_variable queue_cv_, idle_cv_;
   std::deque<TierBlockPtr> queue_;
   std::unordered_map<uint64_t, int> queued_;  // hashes in queue_ or being written
@@ -177,9 +169,7 @@ class TierStore {
   std::deque<std::vector<ChainBlock>> prefetch_queue_;
   bool reading_ = false;
   bool prefetch_stop_ = false;
-  std::list<uint64_t> prefetched_order_;  // oldest first
-  std::unordered_map<uint64_t, std::pair<TierBlockPtr, std::list<uint64_t>::iterator>> prefetched_;
-  int64_t prefetched_bytes_ = 0;
+  ByteLru<uint64_t, TierBlockPtr> prefetched_;  // sized by payload; the oldest go first
   std::thread reader_;
 
   struct Atomics {

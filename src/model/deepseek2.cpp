@@ -12,7 +12,6 @@
 #include "kernels/rope.h"
 #include "model/model_comm.h"
 #include "quant/quant.h"
-#include "util/env.h"
 #include "util/error.h"
 #include "util/log.h"
 #include "util/trace.h"
@@ -57,7 +56,7 @@ WeightLoadOptions weight_options_for(MlaPathPolicy policy, bool verify_paths) {
 
 std::unique_ptr<Deepseek2Bundle> load_deepseek2(const std::string& path, const WeightLoadOptions& opt) {
   auto b = std::make_unique<Deepseek2Bundle>();
-  b->file = GgufFile::open(path, /*prefault=*/opt.prefault && env_value("MLA_PREFAULT").value_or("1") != "0");
+  b->file = GgufFile::open(path, opt.prefault);
   b->config = load_deepseek_config(*b->file);
   b->weights = bind_deepseek_weights(*b->file, b->config, opt);
   return b;

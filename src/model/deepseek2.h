@@ -61,8 +61,11 @@ struct ModelOptions {
   // downstream can amplify). The CLI's --attention-precision: f32 by default (the doctor: exact);
   // a model built in code without saying gets the exact kernels.
   bool exact_attention = true;
-  bool dsa = true;                        // DeepSeek Sparse Attention where the model has an indexer (--dsa)
-  bool mtp = false;                       // load the MTP (nextn) layer for speculative decoding (the runner)
+  bool dsa = true;   // DeepSeek Sparse Attention where the model has an indexer (--dsa)
+  bool mtp = false;  // load the MTP (nextn) layer for speculative decoding (the runner)
+  // The runner maps every page of the file at load (--no-prefault: pages are read on first use,
+  // for files larger than memory); several ranks map their shard instead (src/parallel/).
+  bool prefault = true;
   AttentionObserver* observer = nullptr;  // see AttentionObservation; must outlive the model
   // Several processes (model/model_comm.h; src/parallel/ implements it over MPI): this rank
   // computes the routed experts of its shard_range(n_expert, rank, size), summed across ranks in

@@ -91,7 +91,7 @@ struct WeightLoadOptions {
   bool need_mqa = true;   // derive W_UK in the absorption (attn_k_b) form
   bool repack = true;     // repack matmul weights into 16-row groups where the CPU has the kernels
   bool load_mtp = false;  // bind the first MTP (nextn) block (speculative decoding); the file must have one
-  bool prefault = true;   // map every page at open (MLA_PREFAULT=0 turns it off); several ranks map their shard instead
+  bool prefault = true;   // map every page at open (--no-prefault turns it off); several ranks map their shard instead
 };
 
 // Binds every tensor of the trunk layers and, with load_mtp, of the first MTP block (other MTP

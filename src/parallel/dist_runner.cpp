@@ -9,7 +9,6 @@
 #include "gguf/gguf.h"
 #include "parallel/shard_pages.h"
 #include "parallel/world.h"
-#include "util/env.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -179,8 +178,7 @@ std::unique_ptr<Deepseek2Runner> open_runner(const std::string& path, MlaPathPol
   const DeepseekConfig& c = runner->config();
   const ShardRange ex = shard_range(c.n_expert, comm.rank(), comm.size());
   const ShardRange hd = shard_range(c.n_head, comm.rank(), comm.size());
-  const ShardBytes mapped =
-      map_rank_shard(c, runner->weights(), comm.rank(), comm.size(), env_value("MLA_PREFAULT").value_or("1") != "0");
+  const ShardBytes mapped = map_rank_shard(c, runner->weights(), comm.rank(), comm.size(), model.prefault);
   log().info(
       "parallel: rank {} of {} (pid {} on {}): routed experts [{}, {}), heads [{}, {}); reads {:.1f} MiB of the model "
       "file ({:.1f} MiB its share, {:.1f} MiB every rank's)",

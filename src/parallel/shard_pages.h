@@ -1,6 +1,6 @@
 #pragma once
 // The bytes of the mapped model file a rank reads, and their pages mapped up front. A single
-// process maps the whole file (MLA_PREFAULT); under mpirun each rank maps only what it computes
+// process maps the whole file (unless --no-prefault); under mpirun each rank maps only what it computes
 // with, so its resident memory is about its shard (docs/SCALING.md): its routed experts, its
 // heads' query rows, its rows of attn_output and of the dense and shared FFNs; everything small
 // and every rank's (norms, kv_a, router, indexer) whole. The embedding rows are paged in by use;

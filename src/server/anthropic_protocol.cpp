@@ -7,6 +7,9 @@
 #include <string>
 #include <string_view>
 
+#include "server/api_error.h"
+#include "server/json.h"
+
 namespace mla::server {
 namespace {
 
@@ -22,11 +25,6 @@ const char* anthropic_error_type(int status) {
 
 [[noreturn]] void wrong_type(const std::string& name, const char* expected, const json& v) {
   bad_request(fmt::format("'{}' must be {}, got {}", name, expected, v.type_name()), name, "invalid_type");
-}
-
-const json* field(const json& obj, const char* name) {
-  auto it = obj.find(name);
-  return it == obj.end() || it->is_null() ? nullptr : &*it;
 }
 
 // Text of a content value that may only hold text: a string or a list of text blocks.

@@ -10,4 +10,11 @@ namespace mla::server {
 
 using json = nlohmann::ordered_json;
 
+// A request object's field when present and not null, else nullptr (the protocols treat an
+// explicit null as absent, as the OpenAI and Anthropic APIs do).
+inline const json* field(const json& obj, const char* name) {
+  auto it = obj.find(name);
+  return it == obj.end() || it->is_null() ? nullptr : &*it;
+}
+
 }  // namespace mla::server

@@ -106,6 +106,51 @@ void ServerMetrics::count_finished(FinishReason r) {
   ++finished_[std::string(to_string(r))];
 }
 
+namespace {
+
+// The prefix cache's lower tiers (--kv-cache-host-bytes, --kv-cache-dir): block lookups by tier,
+// bytes held, tokens loaded, the disk writer's and reader's counts.
+void write_tier_metrics(PrometheusWriter& w, const PrometheusWriter::Labels& m, const EngineCounters& c) {
+  auto with = [&](const char* k, std::string v) {
+    PrometheusWriter::Labels l = m;
+    l.emplace_back(k, std::move(v));
+    return l;
+  };
+  auto counter = [&](const char* name, const char* help, int64_t n) {
+    w.family(name, "counter", help);
+    w.sample(name, m, static_cast<double>(n));
+  };
+  auto by_tier = [&](const char* name, const char* type, const char* help, double host, double disk) {
+    w.family(name, type, help);
+    w.sample(name, with("tier", "host"), host);
+    w.sample(name, with("tier", "disk"), disk);
+  };
+  by_tier("mla:prefix_cache_tier_hits_total", "counter",
+          "KV blocks found in a lower tier of the prefix cache (host RAM, disk) after the KV cache's own ran out.",
+          static_cast<double>(c.n_tier_host_hits), static_cast<double>(c.n_tier_disk_hits));
+  by_tier("mla:prefix_cache_tier_misses_total", "counter", "Block lookups that found no block in that tier.",
+          static_cast<double>(c.n_tier_host_misses), static_cast<double>(c.n_tier_disk_misses));
+  by_tier("mla:prefix_cache_tier_bytes", "gauge", "Bytes of KV blocks each lower tier holds.",
+          static_cast<double>(c.tier_host_bytes_used), static_cast<double>(c.tier_disk_bytes_used));
+  counter("mla:prefix_cache_tier_tokens_loaded_total",
+          "Prompt tokens whose KV was loaded from a lower tier instead of computed (prefill saved).",
+          c.n_tier_tokens_loaded);
+  counter("mla:prefix_cache_disk_read_bytes_total", "Bytes of block files read back from --kv-cache-dir.",
+          c.tier_disk_bytes_read);
+  counter("mla:prefix_cache_disk_written_bytes_total", "Bytes of block files written to --kv-cache-dir.",
+          c.tier_disk_bytes_written);
+  counter("mla:prefix_cache_disk_writes_dropped_total",
+          "Blocks not written to disk because the background writer's queue was full.", c.n_tier_writes_dropped);
+  counter("mla:prefix_cache_disk_write_errors_total",
+          "Blocks not written to disk because the write failed (a full disk, a read-only directory).",
+          c.n_tier_write_errors);
+  counter("mla:prefix_cache_disk_files_rejected_total",
+          "Block files skipped and deleted: corrupt, truncated, another model's, or left by an unfinished write.",
+          c.n_tier_files_rejected);
+}
+
+}  // namespace
+
 std::string ServerMetrics::render(const EngineCounters& c, std::string_view model_name) const {
   PrometheusWriter w;
   const PrometheusWriter::Labels m = {{"model_name", std::string(model_name)}};
@@ -139,34 +184,7 @@ std::string ServerMetrics::render(const EngineCounters& c, std::string_view mode
   counter("mla:num_preemptions_total", "Sequences preempted (recomputed later).", c.n_preemptions);
   counter("mla:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", c.n_prefix_queries);
   counter("mla:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.", c.n_prefix_hits);
-  // The lower tiers under it (--kv-cache-host-bytes, --kv-cache-dir): block lookups by tier.
-  auto by_tier = [&](const char* name, const char* type, const char* help, double host, double disk) {
-    w.family(name, type, help);
-    w.sample(name, with("tier", "host"), host);
-    w.sample(name, with("tier", "disk"), disk);
-  };
-  by_tier("mla:prefix_cache_tier_hits_total", "counter",
-          "KV blocks found in a lower tier of the prefix cache (host RAM, disk) after the KV cache's own ran out.",
-          static_cast<double>(c.n_tier_host_hits), static_cast<double>(c.n_tier_disk_hits));
-  by_tier("mla:prefix_cache_tier_misses_total", "counter", "Block lookups that found no block in that tier.",
-          static_cast<double>(c.n_tier_host_misses), static_cast<double>(c.n_tier_disk_misses));
-  by_tier("mla:prefix_cache_tier_bytes", "gauge", "Bytes of KV blocks each lower tier holds.",
-          static_cast<double>(c.tier_host_bytes_used), static_cast<double>(c.tier_disk_bytes_used));
-  counter("mla:prefix_cache_tier_tokens_loaded_total",
-          "Prompt tokens whose KV was loaded from a lower tier instead of computed (prefill saved).",
-          c.n_tier_tokens_loaded);
-  counter("mla:prefix_cache_disk_read_bytes_total", "Bytes of block files read back from --kv-cache-dir.",
-          c.tier_disk_bytes_read);
-  counter("mla:prefix_cache_disk_written_bytes_total", "Bytes of block files written to --kv-cache-dir.",
-          c.tier_disk_bytes_written);
-  counter("mla:prefix_cache_disk_writes_dropped_total",
-          "Blocks not written to disk because the background writer's queue was full.", c.n_tier_writes_dropped);
-  counter("mla:prefix_cache_disk_write_errors_total",
-          "Blocks not written to disk because the write failed (a full disk, a read-only directory).",
-          c.n_tier_write_errors);
-  counter("mla:prefix_cache_disk_files_rejected_total",
-          "Block files skipped and deleted: corrupt, truncated, another model's, or left by an unfinished write.",
-          c.n_tier_files_rejected);
+  write_tier_metrics(w, m, c);
   w.family("mla:attention_path_tokens_total", "counter",
            "Tokens attended through each MLA path (mha: decompressed, mqa: absorbed).");
   w.sample("mla:attention_path_tokens_total", with("path", "mha"), static_cast<double>(c.n_tokens_mha));

@@ -10,13 +10,6 @@ namespace mla::server {
 
 namespace {
 
-// A present, non-null field, or nullptr.
-const json* field(const json& body, const char* name) {
-  auto it = body.find(name);
-  if (it == body.end() || it->is_null()) return nullptr;
-  return &*it;
-}
-
 [[noreturn]] void wrong_type(const char* name, const char* expected, const json& v) {
   bad_request(fmt::format("'{}' must be {}, got {}", name, expected, v.type_name()), name, "invalid_type");
 }

@@ -10,11 +10,6 @@
 namespace mla::server {
 namespace {
 
-const json* field(const json& obj, const char* name) {
-  auto it = obj.find(name);
-  return it == obj.end() || it->is_null() ? nullptr : &*it;
-}
-
 [[noreturn]] void wrong_type(const std::string& where, const char* expected, const json& v, const std::string& param) {
   bad_request(fmt::format("'{}' must be {}, got {}", where, expected, v.type_name()), param, "invalid_type");
 }

@@ -3,12 +3,40 @@
 
 #include <fmt/format.h>
 
+#include "jinja/chat_template.h"
 #include "server/api_error.h"
 #include "server/tool_choice.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 
 namespace mla::server {
+
+ChatRenderer make_chat_renderer(std::shared_ptr<const ChatTemplate> tmpl, const Tokenizer& tok) {
+  auto special_text = [&tok](TokenId id) {
+    return tok.is_valid(id) ? std::string(tok.token_bytes(id, true)) : std::string();
+  };
+  std::string bos = special_text(tok.vocab().bos), eos = special_text(tok.vocab().eos);
+  return [tmpl = std::move(tmpl), bos, eos](const ChatPromptInput& in) {
+    nlohmann::ordered_json ctx = nlohmann::ordered_json::object();
+    for (const auto& [k, v] : in.kwargs.items()) ctx[k] = v;
+    ctx["messages"] = in.messages;
+    if (!in.tools.is_null()) ctx["tools"] = in.tools;
+    ctx["add_generation_prompt"] = in.add_generation_prompt;
+    ctx["bos_token"] = bos;
+    ctx["eos_token"] = eos;
+    std::string text = tmpl->render(ctx);
+    if (in.continue_final_message) {
+      // End the prompt right after the final (assistant) message's text, so the model
+      // continues it instead of starting a new turn.
+      const std::string last = string_or_empty(in.messages.back(), "content");
+      const size_t at = last.empty() ? std::string::npos : text.rfind(last);
+      if (at == std::string::npos)
+        fail("continue_final_message: the final message's text is not in the rendered prompt");
+      text.resize(at + last.size());
+    }
+    return text;
+  };
+}
 
 std::string render_chat(const ServedModel& model, const ChatPromptInput& in) {
   if (!model.render_chat)

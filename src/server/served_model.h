@@ -15,6 +15,7 @@
 #include "server/json.h"
 
 namespace mla {
+class ChatTemplate;
 class Tokenizer;
 }  // namespace mla
 
@@ -30,6 +31,11 @@ struct ChatPromptInput {
   bool continue_final_message = false;
 };
 using ChatRenderer = std::function<std::string(const ChatPromptInput&)>;
+
+// The renderer of a model's chat template (src/jinja/): the template sees messages, tools (when
+// given), add_generation_prompt, bos_token, eos_token and chat_template_kwargs, as transformers'
+// apply_chat_template passes them. The tokenizer is read here, not kept.
+ChatRenderer make_chat_renderer(std::shared_ptr<const ChatTemplate> tmpl, const Tokenizer& tok);
 
 // The pointers must stay valid while the server runs.
 struct ServedModel {

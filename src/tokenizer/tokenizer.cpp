@@ -83,7 +83,112 @@ struct Tokenizer::Impl {
   tok::TokenTrie control_trie, user_trie;
   bool ignore_merges = false;
   WordCache cache;
+
+  // The building steps of from_gguf (path names the file in messages).
+  void index_tokens(const Vocab& v, const std::string& path);
+  void check_byte_tokens(const std::string& path) const;
+  void build_merges(const Vocab& v, const std::string& path);
+  void find_end_of_generation(const Vocab& v);
 };
+
+// Per token: its text's id, the bytes it stands for, whether it is special, the tries of
+// CONTROL and USER_DEFINED texts, the single-byte tokens.
+void Tokenizer::Impl::index_tokens(const Vocab& v, const std::string& path) {
+  const size_t n = v.size();
+  text_to_id.reserve(n);
+  bytes.resize(n);
+  special.assign(n, 0);
+  byte_id.fill(-1);
+  for (size_t i = 0; i < n; ++i) {
+    const auto id = static_cast<TokenId>(i);
+    const std::string& text = v.texts[i];
+    if (!text.empty() && !text_to_id.emplace(text, id).second)
+      fail("tokenizer: {}: duplicate token text '{}' at ids {} and {}", path, text, text_to_id[text], id);
+    switch (v.types[i]) {
+      case TokenType::NORMAL: {
+        // A NORMAL token holds byte-level text; one that does not decode is taken verbatim
+        // (HF's ByteLevel decoder does the same).
+        auto raw = tok::byte_level_decode(text);
+        if (raw)
+          bytes[i] = std::move(*raw);
+        else
+          bytes[i] = text;
+        if (raw && bytes[i].size() == 1) {
+          auto b = static_cast<unsigned char>(bytes[i][0]);
+          if (byte_id[b] < 0) byte_id[b] = id;
+        }
+        if (ignore_merges) normal_bytes_to_id.emplace(bytes[i], id);
+        break;
+      }
+      case TokenType::CONTROL:
+      case TokenType::UNKNOWN:
+        bytes[i] = text;
+        special[i] = 1;
+        control_trie.insert(text, id);
+        break;
+      case TokenType::USER_DEFINED:
+        bytes[i] = text;
+        user_trie.insert(text, id);
+        break;
+      default:  // UNUSED, BYTE, UNDEFINED: never produced by encode, decode to nothing
+        break;
+    }
+  }
+}
+
+// Bytes without a token are dropped when encoding (HF's BPE drops unknown symbols when there is
+// no unk token). Vocabularies trained on valid UTF-8 often lack C0, C1 and F5..FF, which never
+// occur in it; any other gap is worth a warning.
+void Tokenizer::Impl::check_byte_tokens(const std::string& path) const {
+  size_t n_missing = 0, n_missing_valid = 0;
+  for (int b = 0; b < 256; ++b) {
+    if (byte_id[b] >= 0) continue;
+    ++n_missing;
+    n_missing_valid += !(b == 0xC0 || b == 0xC1 || b >= 0xF5);
+  }
+  if (n_missing_valid)
+    log().warn("tokenizer: {}: {} of 256 single-byte tokens are missing; such bytes are dropped when encoding", path,
+               n_missing);
+  else if (n_missing)
+    log().debug("tokenizer: {}: no tokens for {} bytes that never occur in valid UTF-8", path, n_missing);
+}
+
+// Merges "left right" → (rank, merged id). Entries naming unknown tokens are skipped.
+void Tokenizer::Impl::build_merges(const Vocab& v, const std::string& path) {
+  if (v.merges.empty())
+    fail("tokenizer: {}: {} is missing or empty; byte-level BPE needs merges", path, gguf_key::kMerges);
+  merges.reserve(v.merges.size());
+  size_t n_bad = 0;
+  std::string joined;
+  for (size_t r = 0; r < v.merges.size(); ++r) {
+    const std::string& m = v.merges[r];
+    size_t sp = m.find(' ', 1);
+    if (sp == std::string::npos) {
+      ++n_bad;
+      continue;
+    }
+    std::string_view left(m.data(), sp), right(m.data() + sp + 1, m.size() - sp - 1);
+    joined.assign(left);
+    joined.append(right);
+    auto l = text_to_id.find(left), rr = text_to_id.find(right), j = text_to_id.find(joined);
+    if (l == text_to_id.end() || rr == text_to_id.end() || j == text_to_id.end()) {
+      ++n_bad;
+      continue;
+    }
+    merges.insert(l->second, rr->second, static_cast<int32_t>(r), j->second);
+  }
+  if (n_bad)
+    log().warn("tokenizer: {}: skipped {} of {} merges that name tokens not in the vocabulary", path, n_bad,
+               v.merges.size());
+}
+
+void Tokenizer::Impl::find_end_of_generation(const Vocab& v) {
+  for (TokenId id : {v.eos, v.eot, v.eom})
+    if (id >= 0) eog.push_back(id);
+  if (v.eot < 0)
+    for (std::string_view s : kEogTexts)
+      if (auto it = text_to_id.find(s); it != text_to_id.end() && special[it->second]) eog.push_back(it->second);
+}
 
 Tokenizer::Tokenizer() : impl_(std::make_unique<Impl>()) {}
 Tokenizer::~Tokenizer() = default;
@@ -124,96 +229,12 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& f, const Tokeniz
   if (t->add_eos_ && v.eos < 0)
     fail("tokenizer: {}: add_eos_token is true but {} is not set", f.path(), gguf_key::kEosId);
 
-  const size_t n = v.size();
-  im.text_to_id.reserve(n);
-  im.bytes.resize(n);
-  im.special.assign(n, 0);
-  im.byte_id.fill(-1);
-  for (size_t i = 0; i < n; ++i) {
-    const auto id = static_cast<TokenId>(i);
-    const std::string& text = v.texts[i];
-    if (!text.empty() && !im.text_to_id.emplace(text, id).second)
-      fail("tokenizer: {}: duplicate token text '{}' at ids {} and {}", f.path(), text, im.text_to_id[text], id);
-    switch (v.types[i]) {
-      case TokenType::NORMAL: {
-        // A NORMAL token holds byte-level text; one that does not decode is taken verbatim
-        // (HF's ByteLevel decoder does the same).
-        auto raw = tok::byte_level_decode(text);
-        if (raw)
-          im.bytes[i] = std::move(*raw);
-        else
-          im.bytes[i] = text;
-        if (raw && im.bytes[i].size() == 1) {
-          auto b = static_cast<unsigned char>(im.bytes[i][0]);
-          if (im.byte_id[b] < 0) im.byte_id[b] = id;
-        }
-        if (spec->ignore_merges) im.normal_bytes_to_id.emplace(im.bytes[i], id);
-        break;
-      }
-      case TokenType::CONTROL:
-      case TokenType::UNKNOWN:
-        im.bytes[i] = text;
-        im.special[i] = 1;
-        im.control_trie.insert(text, id);
-        break;
-      case TokenType::USER_DEFINED:
-        im.bytes[i] = text;
-        im.user_trie.insert(text, id);
-        break;
-      default:  // UNUSED, BYTE, UNDEFINED: never produced by encode, decode to nothing
-        break;
-    }
-  }
-  // Bytes without a token are dropped when encoding (HF's BPE drops unknown symbols when there is
-  // no unk token). Vocabularies trained on valid UTF-8 often lack C0, C1 and F5..FF, which never
-  // occur in it; any other gap is worth a warning.
-  size_t n_missing = 0, n_missing_valid = 0;
-  for (int b = 0; b < 256; ++b) {
-    if (im.byte_id[b] >= 0) continue;
-    ++n_missing;
-    n_missing_valid += !(b == 0xC0 || b == 0xC1 || b >= 0xF5);
-  }
-  if (n_missing_valid)
-    log().warn("tokenizer: {}: {} of 256 single-byte tokens are missing; such bytes are dropped when encoding",
-               f.path(), n_missing);
-  else if (n_missing)
-    log().debug("tokenizer: {}: no tokens for {} bytes that never occur in valid UTF-8", f.path(), n_missing);
-
-  // Merges "left right" → (rank, merged id). Entries naming unknown tokens are skipped.
-  if (v.merges.empty())
-    fail("tokenizer: {}: {} is missing or empty; byte-level BPE needs merges", f.path(), gguf_key::kMerges);
-  im.merges.reserve(v.merges.size());
-  size_t n_bad = 0;
-  std::string joined;
-  for (size_t r = 0; r < v.merges.size(); ++r) {
-    const std::string& m = v.merges[r];
-    size_t sp = m.find(' ', 1);
-    if (sp == std::string::npos) {
-      ++n_bad;
-      continue;
-    }
-    std::string_view left(m.data(), sp), right(m.data() + sp + 1, m.size() - sp - 1);
-    joined.assign(left);
-    joined.append(right);
-    auto l = im.text_to_id.find(left), rr = im.text_to_id.find(right), j = im.text_to_id.find(joined);
-    if (l == im.text_to_id.end() || rr == im.text_to_id.end() || j == im.text_to_id.end()) {
-      ++n_bad;
-      continue;
-    }
-    im.merges.insert(l->second, rr->second, static_cast<int32_t>(r), j->second);
-  }
-  if (n_bad)
-    log().warn("tokenizer: {}: skipped {} of {} merges that name tokens not in the vocabulary", f.path(), n_bad,
-               v.merges.size());
+  im.index_tokens(v, f.path());
+  im.check_byte_tokens(f.path());
+  im.build_merges(v, f.path());
   v.merges.clear();
   v.merges.shrink_to_fit();
-
-  for (TokenId id : {v.eos, v.eot, v.eom})
-    if (id >= 0) im.eog.push_back(id);
-  if (v.eot < 0)
-    for (std::string_view s : kEogTexts)
-      if (auto it = im.text_to_id.find(s); it != im.text_to_id.end() && im.special[it->second])
-        im.eog.push_back(it->second);
+  im.find_end_of_generation(v);
   return t;
 }
 

@@ -21,25 +21,29 @@ constexpr EnvVarInfo kEnvVars[] = {
      "RAM or disk tier"},
     {"MLA_API_KEY", "KEY", "mla serve: require 'Authorization: Bearer KEY' (overridden by --api-key)"},
     {"MLA_PREFAULT", "0|1",
-     "load model files with every page mapped up front (default 1; 0 leaves paging to first use, "
-     "for files larger than memory)"},
+     "deprecated (logs a warning when set): use --no-prefault; 0 still leaves the model file's pages to "
+     "first use"},
     {"MLA_SIMD", "avx2|scalar",
      "avx2: the AVX2 kernel family, as on a CPU without AVX-512 (AVX2 packed GEMM instead of the "
      "AVX-512 VNNI one); scalar: the quant library's scalar reference kernels only, as on a CPU "
      "without AVX2 (no AVX2 dot products, no repacking); for testing those kernel families"},
     {"MLA_REPACK", "0|1",
      "repack weights at load into 16-row groups for the packed GEMM, AVX-512 VNNI or else AVX2 (Q8_0, "
-     "Q4_0, Q5_0, Q2_K..Q6_K, IQ4_NL, IQ4_XS, MXFP4, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S; default 1 "
-     "where the CPU has AVX2; 0 keeps only the file's layout, saving the copy's memory)"},
-    {"MLA_REFERENCE_DIR", "PATH",
-     "tests: directory of the reference logits fixtures (default tests/fixtures/reference)"},
-    {"MLA_BIN", "PATH", "tests: the mla binary the Python tests run (set by ctest)"},
-    {"MLA_BUILD_DIR", "PATH", "tests: the build directory (set by ctest)"},
-    {"MLA_REQUEST_MUTATIONS", "N", "tests: mutations of the request seeds in mla_tests RequestCorpus (default 3000)"},
-    {"MLA_FUZZ_CASES", "N", "tests: cases of the live-server request fuzzer, test_server_fuzz.py (default 400)"},
-    {"MLA_FUZZ_SEED", "N", "tests: the seed of test_server_fuzz.py's mutations"},
-    {"MLA_SOAK_CLIENTS", "N", "tests: clients of the short soak in test_server_faults.py (default 64)"},
-    {"MLA_SOAK_SECONDS", "S", "tests: seconds of the short soak in test_server_faults.py (default 20)"},
+     "Q4_0, Q5_0, Q2_K..Q6_K, IQ4_NL, IQ4_XS, MXFP4, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S; "
+     "default 1 where the CPU has AVX2; 0 keeps only the file's layout, saving the copy's memory)"},
+};
+
+// The test suite's variables (CONTRIBUTING.md lists them): known, so that no start-up warning calls
+// them unknown when a test sets them, but not the product's and not printed by --help-env.
+constexpr EnvVarInfo kTestEnvVars[] = {
+    {"MLA_REFERENCE_DIR", "PATH", "directory of the reference logits fixtures (default tests/fixtures/reference)"},
+    {"MLA_BIN", "PATH", "the mla binary the Python tests run (set by ctest)"},
+    {"MLA_BUILD_DIR", "PATH", "the build directory (set by ctest)"},
+    {"MLA_REQUEST_MUTATIONS", "N", "mutations of the request seeds in mla_tests RequestCorpus (default 3000)"},
+    {"MLA_FUZZ_CASES", "N", "cases of the live-server request fuzzer, test_server_fuzz.py (default 400)"},
+    {"MLA_FUZZ_SEED", "N", "the seed of test_server_fuzz.py's mutations"},
+    {"MLA_SOAK_CLIENTS", "N", "clients of the short soak in test_server_faults.py (default 64)"},
+    {"MLA_SOAK_SECONDS", "S", "seconds of the short soak in test_server_faults.py (default 20)"},
 };
 
 size_t edit_distance(std::string_view a, std::string_view b) {
@@ -54,9 +58,16 @@ size_t edit_distance(std::string_view a, std::string_view b) {
   return prev[b.size()];
 }
 
+bool known(std::string_view name) {
+  auto is = [&](const EnvVarInfo& v) { return v.name == name; };
+  return std::any_of(std::begin(kEnvVars), std::end(kEnvVars), is) ||
+         std::any_of(std::begin(kTestEnvVars), std::end(kTestEnvVars), is);
+}
+
 }  // namespace
 
 std::span<const EnvVarInfo> env_vars() { return kEnvVars; }
+std::span<const EnvVarInfo> test_env_vars() { return kTestEnvVars; }
 
 std::optional<std::string> env_value(std::string_view name) {
   assert(std::any_of(std::begin(kEnvVars), std::end(kEnvVars), [&](const EnvVarInfo& v) { return v.name == name; }) &&
@@ -78,13 +89,14 @@ std::string env_help_text() {
 std::string_view closest_env_var(std::string_view name) {
   std::string_view best;
   size_t best_d = SIZE_MAX;
-  for (const auto& v : kEnvVars) {
-    size_t d = edit_distance(name, v.name);
-    if (d < best_d) {
-      best_d = d;
-      best = v.name;
+  for (const auto& table : {env_vars(), test_env_vars()})
+    for (const auto& v : table) {
+      size_t d = edit_distance(name, v.name);
+      if (d < best_d) {
+        best_d = d;
+        best = v.name;
+      }
     }
-  }
   return best;
 }
 
@@ -99,8 +111,7 @@ std::vector<std::string> unknown_env_vars(char** env) {
     std::string_view entry(*e);
     if (!entry.starts_with("MLA_")) continue;
     std::string_view name = entry.substr(0, entry.find('='));
-    if (std::none_of(std::begin(kEnvVars), std::end(kEnvVars), [&](const EnvVarInfo& v) { return v.name == name; }))
-      out.emplace_back(name);
+    if (!known(name)) out.emplace_back(name);
   }
   return out;
 }

@@ -1,7 +1,7 @@
 #pragma once
-// Every MLA_* environment variable the project reads, in one table: documented, printed by
-// `--help-env`, and checked at start-up so that a misspelt name is reported (with the closest
-// known one) instead of silently ignored.
+// Every MLA_* environment variable the project reads, in one table (and the test suite's in a
+// second): documented, the product's printed by `--help-env`, and checked at start-up so that a misspelt name is
+// reported (with the closest known one) instead of silently ignored.
 #include <optional>
 #include <span>
 #include <string>
@@ -16,7 +16,11 @@ struct EnvVarInfo {
   std::string_view help;    // one line
 };
 
+// The product's variables, as `--help-env` prints them.
 std::span<const EnvVarInfo> env_vars();
+// The test suite's (MLA_BIN, MLA_FUZZ_*, ...): known names, so not reported as unknown, but not in
+// `--help-env`; env_value does not read them.
+std::span<const EnvVarInfo> test_env_vars();
 
 // The value of a variable from the table (nullopt when unset). Reading a name that is not in the
 // table is a programming error (asserted), so every variable stays documented.

@@ -14,7 +14,8 @@ from conftest import run_mla
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "models" / "tiny-q8_0.gguf"
 
-MODEL_FLAGS = ["--threads", "--mla-path", "--max-num-batched-tokens", "--kv-cache-dtype", "--speculative-config"]
+MODEL_FLAGS = ["--threads", "--mla-path", "--max-num-batched-tokens", "--kv-cache-dtype", "--speculative-config",
+               "--no-prefault"]
 CAPACITY_FLAGS = ["--max-num-seqs", "--max-model-len", "--enable-prefix-caching", "--kv-cache-tokens",
                   "--kv-cache-memory", "--block-size", "--no-prefix-cache", "--kv-cache-host-bytes",
                   "--kv-cache-disk-bytes"]
@@ -96,7 +97,7 @@ def test_run_and_serve_resolve_the_same_engine(mla_bin, args):
     else:
         assert line.startswith("max_num_batched_tokens 64, max_num_seqs 3, max_model_len 200, prefix caching off, "
                                "kv cache BF16 (4096 tokens, block 8), mla_path mqa, attention exact")
-        assert line.endswith("threads 1")
+        assert line.endswith("threads 1, prefault on")
 
 
 def test_bench_resolves_the_model_flags_the_same_way(mla_bin):
@@ -105,7 +106,7 @@ def test_bench_resolves_the_model_flags_the_same_way(mla_bin):
     # One sequence, no prefix caching, a cache of whole 256-token blocks for the longest test.
     assert engine_line(r.stderr) == ("max_num_batched_tokens 2048, max_num_seqs 1, max_model_len auto, prefix caching "
                                      "off, kv cache BF16 (256 tokens, block 16), mla_path mha, attention f32, dsa on, "
-                                     "speculative tokens 0, threads 1")
+                                     "speculative tokens 0, threads 1, prefault on")
 
 
 def test_old_spelling_still_works_and_says_it_is_deprecated(mla_bin):
@@ -120,6 +121,29 @@ def test_old_spelling_still_works_and_says_it_is_deprecated(mla_bin):
     assert "prefix caching on" in engine_line(on.stderr)
     line, log = serve_engine_line(mla_bin, "--no-prefix-cache")
     assert "prefix caching off" in line and "serve: --no-prefix-cache is deprecated" in log
+
+
+def test_no_prefault_is_a_flag_and_the_variable_a_deprecated_alias(mla_bin):
+    base = ["run", "-m", TINY, "--tokens", "1,2,3,4", "-n", "3", "--json"]
+    default = run_mla(mla_bin, *base)
+    flag = run_mla(mla_bin, *base, "--no-prefault")
+    env = run_mla(mla_bin, *base, env={"MLA_PREFAULT": "0"})
+    env_on = run_mla(mla_bin, *base, env={"MLA_PREFAULT": "1"})
+    assert engine_line(default.stderr).endswith("prefault on") and "deprecated" not in default.stderr
+    assert engine_line(flag.stderr).endswith("prefault off") and "deprecated" not in flag.stderr
+    assert engine_line(env.stderr) == engine_line(flag.stderr)
+    assert engine_line(env_on.stderr) == engine_line(default.stderr)
+    warning = "run: environment variable MLA_PREFAULT is deprecated, use --no-prefault"
+    assert warning in env.stderr and warning in env_on.stderr
+    # Paging changes when the file's bytes are read, never what the model computes.
+    assert json.loads(flag.stdout)["continuation"] == json.loads(default.stdout)["continuation"]
+    line, _ = serve_engine_line(mla_bin, "--no-prefault")
+    assert line.endswith("prefault off")
+    # The product's --help-env no longer lists the test suite's variables.
+    help_env = run_mla(mla_bin, "run", "--help-env").stdout
+    assert "MLA_PREFAULT" in help_env and "--no-prefault" in help_env
+    for name in ("MLA_BIN", "MLA_BUILD_DIR", "MLA_FUZZ_CASES", "MLA_SOAK_CLIENTS"):
+        assert name not in help_env, name
 
 
 @pytest.mark.parametrize("command", [["run", "--tokens", "1"], ["serve", "--port", "0"], ["bench", "-n", "1"],

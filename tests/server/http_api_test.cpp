@@ -17,12 +17,12 @@
 #include "../tokenizer/test_data.h"
 #include "engine/engine.h"
 #include "engine/text_decoder.h"
+#include "jinja/chat_template.h"
 #include "server/anthropic_api.h"
 #include "server/http_server.h"
 #include "server/openai_api.h"
 #include "server/router.h"
 #include "server/server_state.h"
-#include "tokenizer/chat_template/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace mla::server {

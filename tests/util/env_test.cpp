@@ -23,6 +23,22 @@ TEST(Env, UnknownMlaVariablesAreReportedWithTheClosestKnownName) {
   EXPECT_TRUE(removed_env_var_replacement("MLA_TRCE").empty());
 }
 
+// The test suite's variables are known (a test that sets one gets no start-up warning) but are not
+// the product's: --help-env does not print them.
+TEST(Env, TestVariablesAreKnownButNotInTheHelp) {
+  std::vector<std::string> entries = {"MLA_BIN=/x/mla", "MLA_FUZZ_CASES=10", "MLA_SOAK_SECONDS=1", "MLA_SOAK_SECOND=1"};
+  std::vector<char*> env;
+  for (auto& e : entries) env.push_back(e.data());
+  env.push_back(nullptr);
+  EXPECT_EQ(unknown_env_vars(env.data()), (std::vector<std::string>{"MLA_SOAK_SECOND"}));
+  EXPECT_EQ(closest_env_var("MLA_SOAK_SECOND"), "MLA_SOAK_SECONDS");
+  const std::string help = env_help_text();
+  ASSERT_FALSE(test_env_vars().empty());
+  for (const auto& v : test_env_vars()) EXPECT_EQ(help.find(std::string(v.name)), std::string::npos) << v.name;
+  EXPECT_NE(help.find("MLA_PREFAULT"), std::string::npos);
+  EXPECT_NE(help.find("--no-prefault"), std::string::npos);
+}
+
 TEST(Env, HelpTextListsEveryVariable) {
   const std::string help = env_help_text();
   for (const auto& v : env_vars()) {

@@ -7,7 +7,7 @@
 #include <functional>
 #include <set>
 
-#include "tokenizer/chat_template/parser.h"
+#include "jinja/parser.h"
 
 namespace mla::jinja {
 namespace {

@@ -5,10 +5,10 @@
 #include <algorithm>
 #include <set>
 
-#include "tokenizer/chat_template/builtins.h"
-#include "tokenizer/chat_template/format.h"
-#include "tokenizer/chat_template/interpreter.h"
-#include "tokenizer/chat_template/pystr.h"
+#include "jinja/builtins.h"
+#include "jinja/format.h"
+#include "jinja/interpreter.h"
+#include "jinja/pystr.h"
 
 namespace mla::jinja {
 
@@ -82,12 +82,78 @@ Value bound(const std::string& type, const std::string& name, Method m) {
   return Value::function(fmt::format("{}.{}", type, name), "builtin_function_or_method", std::move(m));
 }
 
+// The value a str.format replacement field names: {} (the next positional argument), {0}, {name},
+// then any .attr and [key] steps.
+struct FieldNumbering {
+  size_t auto_index = 0;
+  bool used_auto = false, used_manual = false;
+};
+
+Value field_value(Interpreter& in, const std::string& field, CallArgs& a, FieldNumbering& n) {
+  size_t end = field.find_first_of(".[");
+  std::string head = field.substr(0, end);
+  Value v;
+  if (head.empty()) {
+    if (n.used_manual) throw Error("cannot switch from manual field specification to automatic field numbering");
+    n.used_auto = true;
+    if (n.auto_index >= a.args.size())
+      throw Error(fmt::format("Replacement index {} out of range for positional args tuple", n.auto_index));
+    v = a.args[n.auto_index++];
+  } else if (std::all_of(head.begin(), head.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
+    if (n.used_auto) throw Error("cannot switch from automatic field numbering to manual field specification");
+    n.used_manual = true;
+    auto k = static_cast<size_t>(py::digits_value(head));
+    if (k >= a.args.size()) throw Error(fmt::format("Replacement index {} out of range for positional args tuple", k));
+    v = a.args[k];
+  } else {
+    auto it = std::find_if(a.kwargs.begin(), a.kwargs.end(), [&](const auto& kv) { return kv.first == head; });
+    if (it == a.kwargs.end()) throw Error(fmt::format("KeyError: '{}'", head));
+    v = it->second;
+  }
+  while (end != std::string::npos && end < field.size()) {
+    if (field[end] == '.') {
+      size_t next = field.find_first_of(".[", end + 1);
+      v = in.getattr(v, field.substr(end + 1, next == std::string::npos ? std::string::npos : next - end - 1));
+      end = next;
+    } else {
+      size_t rb = field.find(']', end);
+      if (rb == std::string::npos) throw Error("Missing ']' in format string");
+      std::string key = field.substr(end + 1, rb - end - 1);
+      bool digits = !key.empty() && std::all_of(key.begin(), key.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+      v = in.getitem(v, digits ? Value::integer(py::digits_value(key)) : Value::string(key));
+      end = rb + 1;
+    }
+  }
+  return v;
+}
+
+// One replacement field's text: field[!conv][:spec].
+std::string replacement(Interpreter& in, std::string field, CallArgs& a, FieldNumbering& n) {
+  if (field.find('{') != std::string::npos) throw Error("nested replacement fields in format specs are not supported");
+  std::string spec, conv;
+  if (size_t colon = field.find(':'); colon != std::string::npos) {
+    spec = field.substr(colon + 1);
+    field.resize(colon);
+  }
+  if (size_t bang = field.find('!'); bang != std::string::npos) {
+    conv = field.substr(bang + 1);
+    field.resize(bang);
+  }
+  Value v = field_value(in, field, a, n);
+  if (conv == "r" || conv == "a")
+    v = Value::string(v.repr());
+  else if (conv == "s")
+    v = Value::string(v.str());
+  else if (!conv.empty())
+    throw Error(fmt::format("Unknown conversion specifier {}", conv));
+  return format_value(v, spec);
+}
+
 // str.format: {} {0} {name} {0.attr} {0[key]} with !r/!s/!a and a format spec.
 std::string str_format(Interpreter& in, const std::string& f, CallArgs& a) {
   std::u32string s = py::decode(f);
   std::string out;
-  size_t auto_index = 0;
-  bool used_auto = false, used_manual = false;
+  FieldNumbering numbering;
   for (size_t i = 0; i < s.size(); ++i) {
     char32_t c = s[i];
     if (c == '}') {
@@ -109,62 +175,8 @@ std::string str_format(Interpreter& in, const std::string& f, CallArgs& a) {
     }
     size_t close = s.find(U'}', i);
     if (close == std::u32string::npos) throw Error("expected '}' before end of string");
-    std::string field = py::encode(s.substr(i + 1, close - i - 1));
-    if (field.find('{') != std::string::npos)
-      throw Error("nested replacement fields in format specs are not supported");
+    out += replacement(in, py::encode(s.substr(i + 1, close - i - 1)), a, numbering);
     i = close;
-    std::string spec, conv;
-    if (size_t colon = field.find(':'); colon != std::string::npos) {
-      spec = field.substr(colon + 1);
-      field.resize(colon);
-    }
-    if (size_t bang = field.find('!'); bang != std::string::npos) {
-      conv = field.substr(bang + 1);
-      field.resize(bang);
-    }
-    size_t end = field.find_first_of(".[");
-    std::string head = field.substr(0, end);
-    Value v;
-    if (head.empty()) {
-      if (used_manual) throw Error("cannot switch from manual field specification to automatic field numbering");
-      used_auto = true;
-      if (auto_index >= a.args.size())
-        throw Error(fmt::format("Replacement index {} out of range for positional args tuple", auto_index));
-      v = a.args[auto_index++];
-    } else if (std::all_of(head.begin(), head.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
-      if (used_auto) throw Error("cannot switch from automatic field numbering to manual field specification");
-      used_manual = true;
-      auto k = static_cast<size_t>(py::digits_value(head));
-      if (k >= a.args.size())
-        throw Error(fmt::format("Replacement index {} out of range for positional args tuple", k));
-      v = a.args[k];
-    } else {
-      auto it = std::find_if(a.kwargs.begin(), a.kwargs.end(), [&](const auto& kv) { return kv.first == head; });
-      if (it == a.kwargs.end()) throw Error(fmt::format("KeyError: '{}'", head));
-      v = it->second;
-    }
-    while (end != std::string::npos && end < field.size()) {
-      if (field[end] == '.') {
-        size_t next = field.find_first_of(".[", end + 1);
-        v = in.getattr(v, field.substr(end + 1, next == std::string::npos ? std::string::npos : next - end - 1));
-        end = next;
-      } else {
-        size_t rb = field.find(']', end);
-        if (rb == std::string::npos) throw Error("Missing ']' in format string");
-        std::string key = field.substr(end + 1, rb - end - 1);
-        bool digits =
-            !key.empty() && std::all_of(key.begin(), key.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
-        v = in.getitem(v, digits ? Value::integer(py::digits_value(key)) : Value::string(key));
-        end = rb + 1;
-      }
-    }
-    if (conv == "r" || conv == "a")
-      v = Value::string(v.repr());
-    else if (conv == "s")
-      v = Value::string(v.str());
-    else if (!conv.empty())
-      throw Error(fmt::format("Unknown conversion specifier {}", conv));
-    out += format_value(v, spec);
   }
   return out;
 }
@@ -219,8 +231,8 @@ std::string pad_str(const std::string& s, int64_t width, const std::string& fill
   return out;
 }
 
-std::optional<Value> str_method(const Value& self, const std::string& name) {
-  const std::string& s = self.as_string();  // the methods below capture copies
+// str methods that test, convert case, strip, split or replace.
+std::optional<Value> str_text_method(const std::string& s, const std::string& name) {
   auto m = [&](Method fn) { return bound("str", name, std::move(fn)); };
   static const std::set<std::string> predicates = {"isalnum",   "isalpha", "isdigit", "isdecimal",
                                                    "isnumeric", "isspace", "isascii", "isidentifier",
@@ -264,6 +276,12 @@ std::optional<Value> str_method(const Value& self, const std::string& name) {
       return Value::string(py::replace(s, want_str(v[0], "replace() argument 1"),
                                        want_str(v[1], "replace() argument 2"), want_int(v[2], "count")));
     });
+  return std::nullopt;
+}
+
+// str methods that search, join, partition or remove an affix.
+std::optional<Value> str_search_method(const std::string& s, const std::string& name) {
+  auto m = [&](Method fn) { return bound("str", name, std::move(fn)); };
   if (name == "startswith" || name == "endswith")
     return m([s, name](Interpreter&, CallArgs& a) {
       auto v = bind_args(name, a, {{"prefix", std::nullopt}, {"start", Value::none()}, {"end", Value::none()}});
@@ -321,6 +339,12 @@ std::optional<Value> str_method(const Value& self, const std::string& name) {
         return Value::string(s.substr(0, s.size() - x.size()));
       return Value::string(s);
     });
+  return std::nullopt;
+}
+
+// str methods that pad or format, and the ones mla.cpp does not support.
+std::optional<Value> str_layout_method(const std::string& s, const std::string& name) {
+  auto m = [&](Method fn) { return bound("str", name, std::move(fn)); };
   if (name == "center" || name == "ljust" || name == "rjust")
     return m([s, name](Interpreter&, CallArgs& a) {
       auto v = bind_args(name, a, {{"width", std::nullopt}, {"fillchar", Value::string(" ")}});
@@ -345,6 +369,13 @@ std::optional<Value> str_method(const Value& self, const std::string& name) {
       throw Error(fmt::format("str.{}() is not supported by mla.cpp", name));
     });
   return std::nullopt;
+}
+
+std::optional<Value> str_method(const Value& self, const std::string& name) {
+  const std::string& s = self.as_string();  // the methods capture copies
+  if (auto v = str_text_method(s, name)) return v;
+  if (auto v = str_search_method(s, name)) return v;
+  return str_layout_method(s, name);
 }
 
 Value unsafe(const Value& obj, const std::string& name) {

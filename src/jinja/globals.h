@@ -4,7 +4,7 @@
 #include <memory>
 #include <vector>
 
-#include "tokenizer/chat_template/interpreter.h"
+#include "jinja/interpreter.h"
 
 namespace mla::jinja {
 

@@ -7,10 +7,10 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "tokenizer/chat_template/chat_template.h"
-#include "tokenizer/chat_template/lexer.h"
-#include "tokenizer/chat_template/pystr.h"
-#include "tokenizer/chat_template/value.h"
+#include "jinja/chat_template.h"
+#include "jinja/lexer.h"
+#include "jinja/pystr.h"
+#include "jinja/value.h"
 #include "util/error.h"
 
 namespace mla {

@@ -3,7 +3,7 @@
 #include <string>
 #include <string_view>
 
-#include "tokenizer/chat_template/value.h"
+#include "jinja/value.h"
 
 namespace mla::jinja {
 

@@ -1,19 +1,20 @@
-#include "tokenizer/chat_template/parser.h"
+#include "jinja/parser.h"
 
 #include <fmt/format.h>
 
 #include <set>
 
-#include "tokenizer/chat_template/builtins.h"
+#include "jinja/builtins.h"
+#include "jinja/token_cursor.h"
 
 namespace mla::jinja {
 namespace {
 
 constexpr int k_max_depth = 200;  // nesting of expressions/blocks; deeper input is an error, not a stack overflow
 
-class Parser {
+class Parser : TokenCursor {
  public:
-  explicit Parser(const std::vector<Token>& tokens) : toks_(tokens) {}
+  explicit Parser(const std::vector<Token>& tokens) : TokenCursor(tokens) {}
 
   Body parse_template() {
     Body body = subparse({});
@@ -21,50 +22,9 @@ class Parser {
   }
 
  private:
-  const std::vector<Token>& toks_;
-  size_t i_ = 0;
   int depth_ = 0;
   int loop_depth_ = 0;
   std::vector<std::pair<std::string, Pos>> tag_stack_;  // open tags, for end-of-template messages
-
-  // ---- token stream ---------------------------------------------------------------------------
-
-  const Token& cur() const { return toks_[i_]; }
-  const Token& peek() const { return toks_[std::min(i_ + 1, toks_.size() - 1)]; }
-  const Token& next() {
-    const Token& t = toks_[i_];
-    if (t.type != TokenType::TokenType_eof) ++i_;
-    return t;
-  }
-  static Pos pos_of(const Token& t) { return Pos{t.line, t.column}; }
-  Pos pos() const { return pos_of(cur()); }
-
-  [[noreturn]] void fail(const std::string& msg, Pos p) const { throw Error(msg, p.line, p.column); }
-  [[noreturn]] void fail(const std::string& msg) const { fail(msg, pos()); }
-
-  bool is_op(std::string_view op) const { return cur().type == TokenType::TokenType_op && cur().text == op; }
-  bool is_name(std::string_view n) const { return cur().type == TokenType::TokenType_name && cur().text == n; }
-  bool skip_op(std::string_view op) {
-    if (!is_op(op)) return false;
-    next();
-    return true;
-  }
-  bool skip_name(std::string_view n) {
-    if (!is_name(n)) return false;
-    next();
-    return true;
-  }
-  void expect_op(std::string_view op) {
-    if (!skip_op(op)) unexpected(fmt::format("'{}'", op));
-  }
-  const Token& expect(TokenType type, const char* what) {
-    if (cur().type != type) unexpected(what);
-    return next();
-  }
-  [[noreturn]] void unexpected(const std::string& expected) const {
-    if (cur().type == TokenType::TokenType_eof) fail(fmt::format("unexpected end of template, expected {}", expected));
-    fail(fmt::format("expected {}, got '{}'", expected, describe(cur())));
-  }
 
   struct DepthGuard {
     Parser& p;

@@ -1,4 +1,4 @@
-#include "tokenizer/chat_template/value.h"
+#include "jinja/value.h"
 
 #include <fmt/format.h>
 
@@ -6,7 +6,7 @@
 #include <cmath>
 #include <limits>
 
-#include "tokenizer/chat_template/pystr.h"
+#include "jinja/pystr.h"
 
 namespace mla::jinja {
 

@@ -1,10 +1,10 @@
-#include "tokenizer/chat_template/interpreter.h"
+#include "jinja/interpreter.h"
 
 #include <fmt/format.h>
 
-#include "tokenizer/chat_template/builtins.h"
-#include "tokenizer/chat_template/globals.h"
-#include "tokenizer/chat_template/ops.h"
+#include "jinja/builtins.h"
+#include "jinja/globals.h"
+#include "jinja/ops.h"
 
 namespace mla::jinja {
 namespace {
@@ -357,19 +357,8 @@ Value Interpreter::eval_inner(const Expr& e, const ScopePtr& scope) {
       const auto& g = static_cast<const GetAttrExpr&>(e);
       return getattr(eval(*g.obj, scope), g.attr);
     }
-    case ExprKind::ExprKind_getitem: {
-      const auto& g = static_cast<const GetItemExpr&>(e);
-      Value obj = eval(*g.obj, scope);
-      if (g.key->kind == ExprKind::ExprKind_slice) {
-        const auto& s = static_cast<const SliceExpr&>(*g.key);
-        auto part = [&](const ExprPtr& x) -> std::optional<Value> {
-          if (!x) return std::nullopt;
-          return eval(*x, scope);
-        };
-        return slice(obj, part(s.start), part(s.stop), part(s.step));
-      }
-      return getitem(obj, eval(*g.key, scope));
-    }
+    case ExprKind::ExprKind_getitem:
+      return eval_subscript(static_cast<const GetItemExpr&>(e), scope);
     case ExprKind::ExprKind_slice:
       throw Error("slice outside of a subscript");
     case ExprKind::ExprKind_call: {
@@ -406,16 +395,8 @@ Value Interpreter::eval_inner(const Expr& e, const ScopePtr& scope) {
       for (const auto& x : static_cast<const ConcatExpr&>(e).items) out += eval(*x, scope).str();
       return Value::string(std::move(out));
     }
-    case ExprKind::ExprKind_compare: {
-      const auto& c = static_cast<const CompareExpr&>(e);
-      Value left = eval(*c.first, scope);
-      for (const auto& [op, rhs] : c.ops) {
-        Value right = eval(*rhs, scope);
-        if (!compare_op(op, left, right)) return Value::boolean(false);
-        left = std::move(right);
-      }
-      return Value::boolean(true);
-    }
+    case ExprKind::ExprKind_compare:
+      return eval_compare(static_cast<const CompareExpr&>(e), scope);
     case ExprKind::ExprKind_condexpr: {
       const auto& c = static_cast<const CondExpr&>(e);
       if (eval(*c.test, scope).truthy()) return eval(*c.then_expr, scope);
@@ -425,6 +406,29 @@ Value Interpreter::eval_inner(const Expr& e, const ScopePtr& scope) {
     }
   }
   throw Error("internal error: unknown expression kind");
+}
+
+Value Interpreter::eval_subscript(const GetItemExpr& g, const ScopePtr& scope) {
+  Value obj = eval(*g.obj, scope);
+  if (g.key->kind == ExprKind::ExprKind_slice) {
+    const auto& s = static_cast<const SliceExpr&>(*g.key);
+    auto part = [&](const ExprPtr& x) -> std::optional<Value> {
+      if (!x) return std::nullopt;
+      return eval(*x, scope);
+    };
+    return slice(obj, part(s.start), part(s.stop), part(s.step));
+  }
+  return getitem(obj, eval(*g.key, scope));
+}
+
+Value Interpreter::eval_compare(const CompareExpr& c, const ScopePtr& scope) {
+  Value left = eval(*c.first, scope);
+  for (const auto& [op, rhs] : c.ops) {
+    Value right = eval(*rhs, scope);
+    if (!compare_op(op, left, right)) return Value::boolean(false);
+    left = std::move(right);
+  }
+  return Value::boolean(true);
 }
 
 // ---- attribute and item access ----------------------------------------------------------------

@@ -1,4 +1,4 @@
-#include "tokenizer/chat_template/pystr.h"
+#include "jinja/pystr.h"
 
 #include <fmt/format.h>
 

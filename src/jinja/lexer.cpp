@@ -1,4 +1,4 @@
-#include "tokenizer/chat_template/lexer.h"
+#include "jinja/lexer.h"
 
 #include <fmt/format.h>
 
@@ -7,8 +7,8 @@
 #include <cstdlib>
 #include <limits>
 
-#include "tokenizer/chat_template/pystr.h"
-#include "tokenizer/chat_template/value.h"
+#include "jinja/pystr.h"
+#include "jinja/value.h"
 
 namespace mla::jinja {
 namespace {

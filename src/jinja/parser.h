@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "tokenizer/chat_template/ast.h"
-#include "tokenizer/chat_template/lexer.h"
+#include "jinja/ast.h"
+#include "jinja/lexer.h"
 
 namespace mla::jinja {
 

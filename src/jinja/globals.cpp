@@ -1,10 +1,10 @@
-#include "tokenizer/chat_template/globals.h"
+#include "jinja/globals.h"
 
 #include <fmt/format.h>
 
 #include <ctime>
 
-#include "tokenizer/chat_template/builtins.h"
+#include "jinja/builtins.h"
 
 namespace mla::jinja {
 namespace {

@@ -3,9 +3,9 @@
 
 #include <map>
 
-#include "tokenizer/chat_template/builtins.h"
-#include "tokenizer/chat_template/ops.h"
-#include "tokenizer/chat_template/pystr.h"
+#include "jinja/builtins.h"
+#include "jinja/ops.h"
+#include "jinja/pystr.h"
 
 namespace mla::jinja {
 namespace {

@@ -10,10 +10,11 @@
 #include <cstdlib>
 #include <map>
 
-#include "tokenizer/chat_template/builtins.h"
-#include "tokenizer/chat_template/interpreter.h"
-#include "tokenizer/chat_template/ops.h"
-#include "tokenizer/chat_template/pystr.h"
+#include "jinja/builtins.h"
+#include "jinja/interpreter.h"
+#include "jinja/ops.h"
+#include "jinja/pynum.h"
+#include "jinja/pystr.h"
 
 namespace mla::jinja {
 namespace {
@@ -197,68 +198,6 @@ Value f_last(Interpreter&, const Value& v, CallArgs& a) {
   return items.back();
 }
 
-// Python float(str): optional whitespace, sign, digits with single underscores, inf/nan.
-std::optional<double> parse_float(const std::string& s) {
-  std::string t = py::strip(s, std::nullopt, true, true);
-  std::string clean;
-  for (size_t i = 0; i < t.size(); ++i) {
-    if (t[i] == '_') {
-      bool ok = i > 0 && i + 1 < t.size() && std::isdigit(static_cast<unsigned char>(t[i - 1])) &&
-                std::isdigit(static_cast<unsigned char>(t[i + 1]));
-      if (!ok) return std::nullopt;
-      continue;
-    }
-    clean.push_back(t[i]);
-  }
-  if (clean.empty()) return std::nullopt;
-  std::string lower = py::lower(clean);
-  std::string body = (lower[0] == '+' || lower[0] == '-') ? lower.substr(1) : lower;
-  if (body == "inf" || body == "infinity" || body == "nan") {
-    double x = body == "nan" ? NAN : INFINITY;
-    return lower[0] == '-' ? -x : x;
-  }
-  for (char c : body)
-    if (!(std::isdigit(static_cast<unsigned char>(c)) || c == '.' || c == 'e' || c == '+' || c == '-'))
-      return std::nullopt;
-  char* end = nullptr;
-  double x = std::strtod(clean.c_str(), &end);
-  if (end != clean.c_str() + clean.size()) return std::nullopt;
-  return x;
-}
-
-// Python int(str, base) for bases 2..36 and 0.
-std::optional<int64_t> parse_int(const std::string& s, int64_t base) {
-  std::string t = py::strip(s, std::nullopt, true, true);
-  bool neg = false;
-  size_t i = 0;
-  if (i < t.size() && (t[i] == '+' || t[i] == '-')) neg = t[i++] == '-';
-  std::string lower = py::lower(t.substr(i));
-  auto has_prefix = [&](char p) { return lower.size() > 2 && lower[0] == '0' && lower[1] == p; };
-  if ((base == 16 || base == 0) && has_prefix('x')) {
-    lower = lower.substr(2);
-    base = 16;
-  } else if ((base == 8 || base == 0) && has_prefix('o')) {
-    lower = lower.substr(2);
-    base = 8;
-  } else if ((base == 2 || base == 0) && has_prefix('b')) {
-    lower = lower.substr(2);
-    base = 2;
-  } else if (base == 0) {
-    base = 10;
-  }
-  if (lower.empty() || lower.front() == '_' || lower.back() == '_' || lower.find("__") != std::string::npos)
-    return std::nullopt;
-  int64_t value = 0;
-  for (char c : lower) {
-    if (c == '_') continue;
-    int d = std::isdigit(static_cast<unsigned char>(c)) ? c - '0' : (c >= 'a' && c <= 'z') ? c - 'a' + 10 : 99;
-    if (d >= base) return std::nullopt;
-    if (__builtin_mul_overflow(value, base, &value) || __builtin_add_overflow(value, d, &value))
-      throw Error("integer overflow: mla.cpp template integers are 64-bit");
-  }
-  return neg ? -value : value;
-}
-
 Value f_int(Interpreter&, const Value& v, CallArgs& a) {
   auto p = bind_args("int", a, {{"default", integer(0)}, {"base", integer(10)}});
   if (v.is_undefined()) v.throw_undefined();
@@ -270,8 +209,8 @@ Value f_int(Interpreter&, const Value& v, CallArgs& a) {
   if (v.is_float()) return from_double(v.as_double());
   if (v.is_string()) {
     if (!p[1].is_integral()) return p[0];
-    if (auto i = parse_int(v.as_string(), p[1].as_int())) return integer(*i);
-    if (auto x = parse_float(v.as_string())) return from_double(*x);
+    if (auto i = py::parse_int(v.as_string(), p[1].as_int())) return integer(*i);
+    if (auto x = py::parse_float(v.as_string())) return from_double(*x);
   }
   return p[0];
 }
@@ -281,7 +220,7 @@ Value f_float(Interpreter&, const Value& v, CallArgs& a) {
   if (v.is_undefined()) v.throw_undefined();
   if (v.is_number()) return Value::floating(v.as_double());
   if (v.is_string())
-    if (auto x = parse_float(v.as_string())) return Value::floating(*x);
+    if (auto x = py::parse_float(v.as_string())) return Value::floating(*x);
   return p[0];
 }
 
@@ -474,19 +413,6 @@ Value f_reverse(Interpreter&, const Value& v, CallArgs& a) {
   return v.is_seq(SeqKind::SeqKind_iterator) ? Value::list(std::move(items)) : Value::iterator(std::move(items));
 }
 
-// Python's round(x, ndigits) on a float: correctly rounded, ties to even on the exact binary value.
-double py_round(double x, int64_t ndigits) {
-  if (!std::isfinite(x)) return x;
-  if (ndigits >= 0) {
-    if (ndigits > 320) return x;
-    char buf[512];
-    std::snprintf(buf, sizeof buf, "%.*f", static_cast<int>(ndigits), x);
-    return std::strtod(buf, nullptr);
-  }
-  double scale = std::pow(10.0, static_cast<double>(-ndigits));
-  return std::nearbyint(x / scale) * scale;
-}
-
 Value f_round(Interpreter&, const Value& v, CallArgs& a) {
   auto p = bind_args("round", a, {{"precision", integer(0)}, {"method", Value::string("common")}});
   std::string method = text(p[1]);
@@ -499,9 +425,9 @@ Value f_round(Interpreter&, const Value& v, CallArgs& a) {
   if (method == "common") {
     if (v.is_integral()) {
       if (prec >= 0) return integer(v.as_int());
-      return Value::integer(static_cast<int64_t>(py_round(static_cast<double>(v.as_int()), prec)));
+      return Value::integer(static_cast<int64_t>(py::round(static_cast<double>(v.as_int()), prec)));
     }
-    return Value::floating(py_round(v.as_double(), prec));
+    return Value::floating(py::round(v.as_double(), prec));
   }
   double scale = std::pow(10.0, static_cast<double>(prec));
   double x = v.as_double() * scale;

@@ -1,10 +1,10 @@
-#include "tokenizer/chat_template/chat_template.h"
+#include "jinja/chat_template.h"
 
 #include <fmt/format.h>
 
-#include "tokenizer/chat_template/interpreter.h"
-#include "tokenizer/chat_template/lexer.h"
-#include "tokenizer/chat_template/parser.h"
+#include "jinja/interpreter.h"
+#include "jinja/lexer.h"
+#include "jinja/parser.h"
 #include "util/error.h"
 
 namespace mla {

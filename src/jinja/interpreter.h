@@ -14,8 +14,8 @@
 #include <string>
 #include <unordered_map>
 
-#include "tokenizer/chat_template/ast.h"
-#include "tokenizer/chat_template/value.h"
+#include "jinja/ast.h"
+#include "jinja/value.h"
 
 namespace mla::jinja {
 
@@ -67,6 +67,8 @@ class Interpreter {
 
   Value eval(const Expr& e, const ScopePtr& scope);
   Value eval_inner(const Expr& e, const ScopePtr& scope);
+  Value eval_subscript(const GetItemExpr& g, const ScopePtr& scope);  // obj[key] and obj[start:stop:step]
+  Value eval_compare(const CompareExpr& c, const ScopePtr& scope);    // a < b <= c, Python's chaining
   CallArgs eval_args(const ArgList& a, const ScopePtr& scope);
   Value lookup(const std::string& name, const ScopePtr& scope) const;
 

@@ -4,8 +4,8 @@
 // undefined operand raises jinja2's UndefinedError; == and `in` do not.
 #include <optional>
 
-#include "tokenizer/chat_template/ast.h"
-#include "tokenizer/chat_template/value.h"
+#include "jinja/ast.h"
+#include "jinja/value.h"
 
 namespace mla::jinja {
 

@@ -1,12 +1,12 @@
-#include "tokenizer/chat_template/ops.h"
+#include "jinja/ops.h"
 
 #include <fmt/format.h>
 
 #include <cmath>
 #include <limits>
 
-#include "tokenizer/chat_template/builtins.h"
-#include "tokenizer/chat_template/pystr.h"
+#include "jinja/builtins.h"
+#include "jinja/pystr.h"
 
 namespace mla::jinja {
 namespace {

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "tokenizer/chat_template/value.h"
+#include "jinja/value.h"
 
 namespace mla::jinja {
 

@@ -27,6 +27,15 @@ inline __m256i signed_unsigned(__m256i w, uint32_t m) {
   return _mm256_add_epi8(_mm256_sign_epi8(w, s), _mm256_set1_epi8(64));
 }
 
+// IQ1's -1/0/+1 points as 8 x (point + 1), plus 2 in the rows whose shift is +1/8 (bit q of up4:
+// qword q), = 8 x point + shift + 9: at most 18, so a vpmaddubsw pair sum stays far from int16's limit.
+inline __m256i shifted_unsigned(__m256i w, uint32_t up4) {
+  const __m256i lane_bit = _mm256_setr_epi64x(1, 2, 4, 8);
+  const __m256i up = _mm256_cmpeq_epi64(_mm256_and_si256(_mm256_set1_epi64x(up4), lane_bit), lane_bit);
+  const __m256i base = _mm256_slli_epi16(_mm256_add_epi8(w, _mm256_set1_epi8(1)), 3);  // bytes <= 16
+  return _mm256_add_epi8(base, _mm256_and_si256(up, _mm256_set1_epi8(2)));
+}
+
 // Index i of a run of kIdxBytes-byte little-endian indices.
 template <int kIdxBytes>
 inline int idx_at(const uint8_t* p, int i) {
@@ -72,7 +81,7 @@ void gemm_iq(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t a
         for (int t = 0; t < NT; ++t) {
           const int16_t* bs = a[t][b].bsums;
           const int32_t sum = sp.n_scales == 16 ? bs[s] : bs[2 * s] + bs[2 * s + 1];
-          is[t] = _mm256_set1_epi32(-64 * sum);
+          is[t] = _mm256_set1_epi32(-sp.offset * sum);
         }
         if constexpr (sp.point_bytes == 8) {
           // Rows 8h..8h+3 (e0) and 8h+4..8h+7 (e1): dword lanes 2q and 2q+1 hold columns 0-3 and
@@ -89,9 +98,16 @@ void gemm_iq(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t a
                                                   grid[idx_at<sp.idx_bytes>(p, 2)], grid[idx_at<sp.idx_bytes>(p, 3)]);
             const __m256i w1 = _mm256_setr_epi64x(grid[idx_at<sp.idx_bytes>(p, 4)], grid[idx_at<sp.idx_bytes>(p, 5)],
                                                   grid[idx_at<sp.idx_bytes>(p, 6)], grid[idx_at<sp.idx_bytes>(p, 7)]);
-            const uint8_t* m = blk + sp.mask_offset() + 16 * g + 8 * h;
-            const __m256i u0 = signed_unsigned(w0, static_cast<uint32_t>(load_i32(m)));
-            const __m256i u1 = signed_unsigned(w1, static_cast<uint32_t>(load_i32(m + 4)));
+            __m256i u0, u1;
+            if constexpr (sp.shift) {
+              const uint32_t up = blk[sp.mask_offset() + 2 * g + h];  // bit q: row 8h + q shifted up
+              u0 = shifted_unsigned(w0, up & 0xF);
+              u1 = shifted_unsigned(w1, up >> 4);
+            } else {
+              const uint8_t* m = blk + sp.mask_offset() + 16 * g + 8 * h;
+              u0 = signed_unsigned(w0, static_cast<uint32_t>(load_i32(m)));
+              u1 = signed_unsigned(w1, static_cast<uint32_t>(load_i32(m + 4)));
+            }
             for (int t = 0; t < NT; ++t) {
               int64_t a8;
               std::memcpy(&a8, a[t][b].qs + 8 * g, 8);
@@ -157,6 +173,10 @@ PackedGemmFn packed_gemm_iq_avx2_fn(GgmlType t) {
       return by_count<IqKernel<GgmlType::IQ3_XXS>>;
     case GgmlType::IQ3_S:
       return by_count<IqKernel<GgmlType::IQ3_S>>;
+    case GgmlType::IQ1_S:
+      return by_count<IqKernel<GgmlType::IQ1_S>>;
+    case GgmlType::IQ1_M:
+      return by_count<IqKernel<GgmlType::IQ1_M>>;
     default:
       return nullptr;
   }

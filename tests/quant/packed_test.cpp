@@ -153,9 +153,10 @@ TEST(Packed, LayoutsAndExtras) {
   EXPECT_EQ(packed_gemm_ref_fn(GgmlType::Q4_1), nullptr);
   EXPECT_EQ(packed_gemm_fn(GgmlType::Q4_1), nullptr);
   // The AVX2 family covers these layouts (so Avx2KernelEqualsReferenceBits skips none of them).
-  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K,
-                     GgmlType::IQ2_XXS, GgmlType::IQ2_XS, GgmlType::IQ2_S, GgmlType::IQ3_XXS, GgmlType::IQ3_S,
-                     GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::IQ4_NL, GgmlType::MXFP4, GgmlType::IQ4_XS})
+  for (GgmlType t :
+       {GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K,
+        GgmlType::IQ2_XXS, GgmlType::IQ2_XS, GgmlType::IQ2_S, GgmlType::IQ3_XXS, GgmlType::IQ3_S, GgmlType::IQ1_S,
+        GgmlType::IQ1_M, GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::IQ4_NL, GgmlType::MXFP4, GgmlType::IQ4_XS})
     EXPECT_NE(quant::packed_gemm_avx2_fn(t), nullptr) << ggml_type_name(t);
   // 16 rows of Q8_0 are 16 x 34 bytes per block; the packed group keeps that size.
   EXPECT_EQ(packed_group_bytes(GgmlType::Q8_0, 64), 2 * 16 * 34);

@@ -22,6 +22,19 @@ using namespace avx2p;
 // moved onto the activation, which is never -128 (quantize_row's Q8_0 lies in [-127, 127]), so
 // a pair sum is at most 2 x 128 x 127. The int32 sum is then the exact sum of q * a, which the
 // twin reaches as -128 * sum(a) + sum((q + 128) * a).
+// A super-block's float step for rows 8h..8h+7 of the types with mins (Q2_K, Q4_K, Q5_K), in the
+// twins' order: acc += (d x a.d) x tot, then acc -= (dmin x a.d) x msum.
+template <int NT>
+inline void add_scaled_min_sums(const uint8_t* blk, int64_t dmin_offset, int h, const BlockQ8_K* const* a, int64_t b,
+                                const __m256i* tot, const __m256i* msum, __m256* acc) {
+  const __m256 dw = f16x8(blk + 16 * h), dm = f16x8(blk + dmin_offset + 16 * h);
+  for (int t = 0; t < NT; ++t) {
+    const __m256 da = _mm256_set1_ps(a[t][b].d);
+    acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(tot[t]), acc[t]);
+    acc[t] = _mm256_fnmadd_ps(_mm256_mul_ps(dm, da), _mm256_cvtepi32_ps(msum[t]), acc[t]);
+  }
+}
+
 template <int NT>
 void gemm_q8_0(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, float* out) {
   const int64_t nb = n_cols / kQK;
@@ -116,12 +129,7 @@ void gemm_q45_k(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_
         for (int t = 0; t < NT; ++t)
           msum[t] = _mm256_add_epi32(msum[t], _mm256_madd_epi16(mp, bcast4(ex[t] + 16 * b + 4 * j)));
       }
-      const __m256 dw = f16x8(blk + 16 * h), dm = f16x8(blk + kQ4Kx16Dmin + 16 * h);
-      for (int t = 0; t < NT; ++t) {
-        const __m256 da = _mm256_set1_ps(a[t][b].d);
-        acc[h][t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(tot[t]), acc[h][t]);
-        acc[h][t] = _mm256_fnmadd_ps(_mm256_mul_ps(dm, da), _mm256_cvtepi32_ps(msum[t]), acc[h][t]);
-      }
+      add_scaled_min_sums<NT>(blk, kQ4Kx16Dmin, h, a, b, tot, msum, acc[h]);
     }
   }
   for (int t = 0; t < NT; ++t)
@@ -245,12 +253,7 @@ void gemm_q2_k(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t
           for (int t = 0; t < NT; ++t) tot[t] = _mm256_add_epi32(tot[t], _mm256_madd_epi16(is[t], sc));
         }
       }
-      const __m256 dw = f16x8(blk + 16 * h), dm = f16x8(blk + kQ2Kx16Dmin + 16 * h);
-      for (int t = 0; t < NT; ++t) {
-        const __m256 da = _mm256_set1_ps(a[t][b].d);
-        acc[h][t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(tot[t]), acc[h][t]);
-        acc[h][t] = _mm256_fnmadd_ps(_mm256_mul_ps(dm, da), _mm256_cvtepi32_ps(msum[t]), acc[h][t]);
-      }
+      add_scaled_min_sums<NT>(blk, kQ2Kx16Dmin, h, a, b, tot, msum, acc[h]);
     }
   }
   for (int t = 0; t < NT; ++t)

@@ -94,18 +94,26 @@ float fit_scale_offset(int n, int nmax, const float* x, const float* w, uint8_t*
   return best_scale;
 }
 
-// Fits x[i] ≈ scale * l[i] with integer l in [-nmax, nmax-1], weights x[i]^2, by trying inverse
-// scales -(nmax + 0.1*k)/max for k = -9..9 (max: the value of largest magnitude) and keeping the
-// one whose least-squares scale explains the most weighted energy. Returns the scale; L holds
-// l + nmax. A group of (near) zeros gets scale 0.
-float fit_symmetric_scale(int n, int nmax, const float* x, uint8_t* L) {
-  float amax = 0, max = 0;
+// The value of largest magnitude (the first of equal ones), and that magnitude in amax.
+float largest_magnitude(int n, const float* x, float& amax) {
+  float max = 0;
+  amax = 0;
   for (int i = 0; i < n; ++i) {
     if (std::fabs(x[i]) > amax) {
       amax = std::fabs(x[i]);
       max = x[i];
     }
   }
+  return max;
+}
+
+// Fits x[i] ≈ scale * l[i] with integer l in [-nmax, nmax-1], weights x[i]^2, by trying inverse
+// scales -(nmax + 0.1*k)/max for k = -9..9 (max: the value of largest magnitude) and keeping the
+// one whose least-squares scale explains the most weighted energy. Returns the scale; L holds
+// l + nmax. A group of (near) zeros gets scale 0.
+float fit_symmetric_scale(int n, int nmax, const float* x, uint8_t* L) {
+  float amax = 0;
+  const float max = largest_magnitude(n, x, amax);
   if (amax < 1e-15f) {
     std::fill(L, L + n, uint8_t{0});
     return 0.0f;
@@ -186,13 +194,8 @@ void quantize_k_affine(const float* x, Block* b, uint8_t* L, int nmax, float rmi
 // least-squares scale prefers, keeping a move only when it raises the explained weighted energy
 // sum(w x l)^2 / sum(w l^2) (weights x^2). Returns the scale; L holds l + nmax.
 float fit_symmetric_scale_sweeps(int n, int nmax, const float* x, uint8_t* L) {
-  float amax = 0, max = 0;
-  for (int i = 0; i < n; ++i) {
-    if (std::fabs(x[i]) > amax) {
-      amax = std::fabs(x[i]);
-      max = x[i];
-    }
-  }
+  float amax = 0;
+  const float max = largest_magnitude(n, x, amax);
   if (amax < 1e-15f) {
     std::fill(L, L + n, uint8_t{0});
     return 0.0f;

@@ -42,8 +42,7 @@ void gemm_q8_0(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t
   for (int t = 0; t < NT; ++t) a[t] = reinterpret_cast<const BlockQ8_0*>(act + t * act_stride);
   const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
   __m256 acc[2][NT];
-  for (auto& half_acc : acc)
-    for (auto& v : half_acc) v = _mm256_setzero_ps();
+  zero_halves(acc);
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = group + b * kQ8x16Bytes;
     for (int l = 0; l < 9; ++l)
@@ -66,8 +65,7 @@ void gemm_q8_0(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t
       }
     }
   }
-  for (int t = 0; t < NT; ++t)
-    for (int h = 0; h < 2; ++h) _mm256_storeu_ps(out + 16 * t + 8 * h, acc[h][t]);
+  store_halves(acc, out);
 }
 
 // Q4_Kx16 · Q8_K: levels 0..15 (Q5_K: 0..31). vpmaddubsw pair sums are at most 2 x 15 x 128, so
@@ -88,8 +86,7 @@ void gemm_q45_k(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_
   }
   const __m256i low = _mm256_set1_epi8(0x0F), fifth = _mm256_set1_epi8(0x10);
   __m256 acc[2][NT];
-  for (auto& half_acc : acc)
-    for (auto& v : half_acc) v = _mm256_setzero_ps();
+  zero_halves(acc);
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = group + b * kBytes;
     for (int h = 0; h < 2; ++h) {
@@ -132,8 +129,7 @@ void gemm_q45_k(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_
       add_scaled_min_sums<NT>(blk, kQ4Kx16Dmin, h, a, b, tot, msum, acc[h]);
     }
   }
-  for (int t = 0; t < NT; ++t)
-    for (int h = 0; h < 2; ++h) _mm256_storeu_ps(out + 16 * t + 8 * h, acc[h][t]);
+  store_halves(acc, out);
 }
 
 // sum over the 16 sub-blocks j of scale_j x bsum_j for rows 8h..8h+7, from the layout's int8
@@ -160,8 +156,7 @@ void gemm_q6_k(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t
   for (int t = 0; t < NT; ++t) a[t] = reinterpret_cast<const BlockQ8_K*>(act + t * act_stride);
   const __m256i low = _mm256_set1_epi8(0x0F), top = _mm256_set1_epi8(0x30);
   __m256 acc[2][NT];
-  for (auto& half_acc : acc)
-    for (auto& v : half_acc) v = _mm256_setzero_ps();
+  zero_halves(acc);
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = group + b * kQ6Kx16Bytes;
     for (int h = 0; h < 2; ++h) {
@@ -204,8 +199,7 @@ void gemm_q6_k(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t
       }
     }
   }
-  for (int t = 0; t < NT; ++t)
-    for (int h = 0; h < 2; ++h) _mm256_storeu_ps(out + 16 * t + 8 * h, acc[h][t]);
+  store_halves(acc, out);
 }
 
 // Q2_Kx16 · Q8_K: levels 0..3, pair sums at most 2 x 3 x 128, a sub-block's 4 entries summed in
@@ -218,8 +212,7 @@ void gemm_q2_k(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t
   for (int t = 0; t < NT; ++t) a[t] = reinterpret_cast<const BlockQ8_K*>(act + t * act_stride);
   const __m256i three = _mm256_set1_epi8(3), nib = _mm256_set1_epi16(0x0F);
   __m256 acc[2][NT];
-  for (auto& half_acc : acc)
-    for (auto& v : half_acc) v = _mm256_setzero_ps();
+  zero_halves(acc);
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = group + b * kQ2Kx16Bytes;
     for (int h = 0; h < 2; ++h) {
@@ -256,8 +249,7 @@ void gemm_q2_k(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t
       add_scaled_min_sums<NT>(blk, kQ2Kx16Dmin, h, a, b, tot, msum, acc[h]);
     }
   }
-  for (int t = 0; t < NT; ++t)
-    for (int h = 0; h < 2; ++h) _mm256_storeu_ps(out + 16 * t + 8 * h, acc[h][t]);
+  store_halves(acc, out);
 }
 
 // Q3_Kx16 · Q8_K: levels low | high << 2 (unsigned, 0..7, the twin's level + 4); pair sums at
@@ -271,8 +263,7 @@ void gemm_q3_k(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t
   for (int t = 0; t < NT; ++t) a[t] = reinterpret_cast<const BlockQ8_K*>(act + t * act_stride);
   const __m256i three = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
   __m256 acc[2][NT];
-  for (auto& half_acc : acc)
-    for (auto& v : half_acc) v = _mm256_setzero_ps();
+  zero_halves(acc);
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = group + b * kQ3Kx16Bytes;
     for (int h = 0; h < 2; ++h) {
@@ -308,8 +299,7 @@ void gemm_q3_k(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t
       }
     }
   }
-  for (int t = 0; t < NT; ++t)
-    for (int h = 0; h < 2; ++h) _mm256_storeu_ps(out + 16 * t + 8 * h, acc[h][t]);
+  store_halves(acc, out);
 }
 
 // The kernels as by_count's K.

@@ -60,6 +60,18 @@ static inline __m256i i8_interleave(const uint8_t* x0, const uint8_t* x1, int h)
 }
 
 // int16 pairs summed into int32 lanes.
+// A kernel's float accumulators acc[h][t]: rows 8h..8h+7 of token t, stored as out[16 t + r].
+template <int NT>
+static inline void zero_halves(__m256 (&acc)[2][NT]) {
+  for (auto& half_acc : acc)
+    for (auto& v : half_acc) v = _mm256_setzero_ps();
+}
+template <int NT>
+static inline void store_halves(const __m256 (&acc)[2][NT], float* out) {
+  for (int t = 0; t < NT; ++t)
+    for (int h = 0; h < 2; ++h) _mm256_storeu_ps(out + 16 * t + 8 * h, acc[h][t]);
+}
+
 static inline __m256i sum_pairs(__m256i p) { return _mm256_madd_epi16(p, _mm256_set1_epi16(1)); }
 
 // Bit i of m set -> byte i all ones (32 bits -> 32 bytes).

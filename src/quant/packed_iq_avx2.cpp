@@ -66,8 +66,7 @@ void gemm_iq(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t a
   for (int t = 0; t < NT; ++t) a[t] = reinterpret_cast<const BlockQ8_K*>(act + t * act_stride);
   const __m256 inv_den = _mm256_set1_ps(sp.inv_den);
   __m256 acc[2][NT];
-  for (auto& half_acc : acc)
-    for (auto& v : half_acc) v = _mm256_setzero_ps();
+  zero_halves(acc);
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = group + b * kBytes;
     for (int h = 0; h < 2; ++h) {
@@ -146,8 +145,7 @@ void gemm_iq(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t a
             _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(a[t][b].d)), _mm256_cvtepi32_ps(tot[t]), acc[h][t]);
     }
   }
-  for (int t = 0; t < NT; ++t)
-    for (int h = 0; h < 2; ++h) _mm256_storeu_ps(out + 16 * t + 8 * h, acc[h][t]);
+  store_halves(acc, out);
 }
 
 // The kernel of kType as by_count's K.

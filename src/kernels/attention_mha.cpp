@@ -409,10 +409,15 @@ void attend_block(const Dims& dims, const Work& w, int64_t tile, const uint64_t*
   const float* qt = w.qt + tile * dims.qk_head * kLanes;
   const int32_t span = key[nk - 1] + 1;  // rows [0, span) hold every listed key
   if (2 * nk >= span) {
-    // Dense enough (a causal prefill's blocks): every row's score, then the listed ones in order.
-    Row all[kBlock];
-    score_block(w.kt, qt, dims.qk_head, span, all);
-    for (int32_t k = 0; k < nk; ++k) s[k] = all[key[k]];
+    // Dense enough (a causal prefill's blocks): every row's score, then the listed ones in order;
+    // when the listed keys are rows 0..nk-1 (every block a causal prefill sees), straight into s.
+    if (span == nk) {
+      score_block(w.kt, qt, dims.qk_head, span, s);
+    } else {
+      Row all[kBlock];
+      score_block(w.kt, qt, dims.qk_head, span, all);
+      for (int32_t k = 0; k < nk; ++k) s[k] = all[key[k]];
+    }
   } else {
     auto scores = [&]<int R>(int64_t k) { score_tile<R>(w.kt, key + k, qt, dims.qk_head, s + k); };
     row_tiles<kRows>(0, round_up(nk, kRows), scores);

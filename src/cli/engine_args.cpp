@@ -8,7 +8,7 @@
 
 #include "cli/common.h"
 #include "engine/speculative.h"
-#include "gguf/types.h"
+#include "util/ggml_type.h"
 #include "kv/latent_cache.h"
 #include "parallel/world.h"
 #include "util/env.h"

@@ -22,7 +22,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "gguf/types.h"
+#include "util/ggml_type.h"
 
 namespace mla {
 

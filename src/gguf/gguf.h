@@ -14,7 +14,7 @@
 #include <variant>
 #include <vector>
 
-#include "gguf/types.h"
+#include "util/ggml_type.h"
 
 namespace mla {
 

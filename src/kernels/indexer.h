@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "gguf/types.h"
+#include "util/ggml_type.h"
 #include "kernels/thread_pool.h"
 
 namespace mla {

@@ -11,7 +11,7 @@
 #include <memory>
 #include <vector>
 
-#include "gguf/types.h"
+#include "util/ggml_type.h"
 #include "kernels/thread_pool.h"
 
 namespace mla {

@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "gguf/types.h"
+#include "util/ggml_type.h"
 
 namespace mla {
 

@@ -39,7 +39,7 @@
 #include <variant>
 #include <vector>
 
-#include "gguf/types.h"
+#include "util/ggml_type.h"
 #include "kv/block_file.h"
 #include "kv/latent_cache.h"
 #include "kv/lru.h"

@@ -10,7 +10,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "gguf/types.h"
+#include "util/ggml_type.h"
 #include "model/weights.h"
 
 namespace mla {

@@ -28,7 +28,7 @@
 // packed_act_extra_bytes of per-block sums that the kernels need (see packed_act_extra).
 #include <cstdint>
 
-#include "gguf/types.h"
+#include "util/ggml_type.h"
 
 namespace mla {
 

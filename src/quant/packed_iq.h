@@ -20,7 +20,7 @@
 // the group is the point of half h; one gather fetches the 4-byte points of all 16 rows).
 #include <cstdint>
 
-#include "gguf/types.h"
+#include "util/ggml_type.h"
 #include "quant/iq_grids.h"
 
 namespace mla::quant {

@@ -19,7 +19,7 @@
 // the Q8_0 extra (-128 x sum) or Q8_K's bsums.
 #include <cstdint>
 
-#include "gguf/types.h"
+#include "util/ggml_type.h"
 #include "quant/blocks.h"
 
 namespace mla::quant {

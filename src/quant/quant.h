@@ -15,7 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "gguf/types.h"
+#include "util/ggml_type.h"
 
 namespace mla {
 

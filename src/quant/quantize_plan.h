@@ -29,7 +29,7 @@
 #include <string_view>
 #include <vector>
 
-#include "gguf/types.h"
+#include "util/ggml_type.h"
 
 namespace mla {
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "gguf/types.h"
+#include "util/ggml_type.h"
 #include "quant/quant.h"
 
 namespace mla::testing {

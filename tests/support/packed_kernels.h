@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "gguf/types.h"
+#include "util/ggml_type.h"
 #include "quant/packed.h"
 #include "quant/quant.h"
 

@@ -1,4 +1,4 @@
-#include "gguf/types.h"
+#include "util/ggml_type.h"
 
 #include <algorithm>
 #include <array>

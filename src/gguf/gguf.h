@@ -168,6 +168,10 @@ class GgufFile {
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
   const GgufTensorInfo* find_tensor(std::string_view name) const;
   const GgufTensorInfo& require_tensor(std::string_view name) const;
+  // The engine whose tensor-type id space the file's ids were read in: "llama.cpp" or
+  // "ik_llama.cpp" when the file holds an id only that engine assigns, else "either" (every id
+  // means the same format in both; gguf/type_ids.h).
+  const std::string& type_id_space() const { return type_id_space_; }
 
  private:
   GgufFile() = default;
@@ -189,6 +193,7 @@ class GgufFile {
   std::unordered_map<std::string, size_t> kv_index_;
   std::vector<GgufTensorInfo> tensors_;
   std::unordered_map<std::string, size_t> tensor_index_;
+  std::string type_id_space_ = "either";
   size_t n_own_tensors_ = 0;                            // tensors in this file (the first shard)
   std::vector<std::unique_ptr<GgufFile>> more_shards_;  // shards 2..N; own their mappings
 };

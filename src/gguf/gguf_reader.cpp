@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "gguf/gguf.h"
+#include "gguf/type_ids.h"
 #include "util/error.h"
 
 namespace mla {
@@ -55,6 +56,8 @@ class Cursor {
   [[noreturn]] void error_at(uint64_t at, fmt::format_string<Args...> f, Args&&... args) const {
     throw Error(fmt::format("gguf: {}: at byte {}: {}", label_, at, fmt::format(f, std::forward<Args>(args)...)));
   }
+  // An error about the file as a whole (no one byte offset is to blame).
+  [[noreturn]] void error(const std::string& what) const { throw Error(fmt::format("gguf: {}: {}", label_, what)); }
 
   void need(uint64_t n, const char* what) const {
     if (n > remaining()) error_at(pos_, "truncated file: {} needs {} bytes but only {} remain", what, n, remaining());
@@ -241,10 +244,18 @@ uint32_t read_magic_and_version(Cursor& c) {
   return version;
 }
 
-// Tensor info i: name, dimensions, type, offset (aligned), element and byte counts.
-GgufTensorInfo read_tensor_info(Cursor& c, uint64_t i, uint64_t alignment) {
+// A tensor info as read, before its type id is resolved (which needs every tensor's id).
+struct RawTensorInfo {
+  GgufTensorInfo info;
+  uint32_t raw_type = 0;
+  uint64_t type_at = 0, dims_at = 0;  // where the type id and the dimensions are (for messages)
+};
+
+// Tensor info i: name, dimensions, raw type id, offset (aligned), element count.
+RawTensorInfo read_tensor_info(Cursor& c, uint64_t i, uint64_t alignment) {
   uint64_t at = c.pos();
-  GgufTensorInfo t;
+  RawTensorInfo raw;
+  GgufTensorInfo& t = raw.info;
   t.name = c.read_string("tensor name");
   if (t.name.empty()) c.error_at(at, "tensor {} has an empty name", i);
   uint64_t dims_at = c.pos();
@@ -263,24 +274,57 @@ GgufTensorInfo read_tensor_info(Cursor& c, uint64_t i, uint64_t alignment) {
     n_el *= ne_s;
     t.ne.push_back(ne_s);
   }
-  uint64_t type_at = c.pos();
-  uint32_t raw_type = c.read<uint32_t>("tensor type");
-  auto traits = ggml_type_traits(raw_type);
-  if (!traits) c.error_at(type_at, "tensor '{}' has unknown type id {}", t.name, raw_type);
-  t.type = static_cast<GgmlType>(raw_type);
-  if (t.ne[0] % traits->block_elems != 0)
-    c.error_at(dims_at, "tensor '{}' of type {} has row length {}, not a multiple of its block size {}", t.name,
-               traits->name, t.ne[0], traits->block_elems);
+  raw.type_at = c.pos();
+  raw.raw_type = c.read<uint32_t>("tensor type");
+  raw.dims_at = dims_at;
   uint64_t off_at = c.pos();
   t.offset = c.read<uint64_t>("tensor offset");
   if (t.offset % alignment != 0)
     c.error_at(off_at, "tensor '{}' offset {} is not a multiple of the alignment {}", t.name, t.offset, alignment);
   t.n_elements = n_el;
-  // n_bytes = n_el / block_elems * block_bytes, computed without overflow.
-  uint64_t n_blocks = static_cast<uint64_t>(n_el / traits->block_elems);
-  if (n_blocks > std::numeric_limits<uint64_t>::max() / static_cast<uint64_t>(traits->block_bytes))
-    c.error_at(dims_at, "tensor '{}': byte size overflows", t.name);
-  t.n_bytes = n_blocks * static_cast<uint64_t>(traits->block_bytes);
+  return raw;
+}
+
+// Each tensor's type (gguf/type_ids.h decides the id space from the whole file), then its block
+// geometry and byte size. data_size: bytes from the data section's start to the end of the file.
+std::string resolve_tensor_types(Cursor& c, std::vector<RawTensorInfo>& raws, std::optional<int64_t> file_type,
+                                 uint64_t data_size) {
+  std::vector<uint64_t> next_offset(raws.size(), data_size);
+  {
+    std::vector<size_t> order(raws.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return raws[a].info.offset < raws[b].info.offset; });
+    for (size_t k = 0; k + 1 < order.size(); ++k) next_offset[order[k]] = raws[order[k + 1]].info.offset;
+  }
+  std::vector<TypeIdTensor> ids;
+  ids.reserve(raws.size());
+  for (size_t i = 0; i < raws.size(); ++i) {
+    const GgufTensorInfo& t = raws[i].info;
+    const uint64_t room = next_offset[i] >= t.offset ? next_offset[i] - t.offset : 0;
+    ids.push_back({t.name, raws[i].raw_type, t.n_elements, t.ne[0], room});
+  }
+  TypeIdResolution res;
+  try {
+    res = resolve_type_ids(ids, file_type);
+  } catch (const Error& e) {
+    c.error(e.what());
+  }
+  for (size_t i = 0; i < raws.size(); ++i) {
+    GgufTensorInfo& t = raws[i].info;
+    t.type = res.types[i];
+    const GgmlTypeTraits& tr = ggml_traits(t.type);
+    if (t.ne[0] % tr.block_elems != 0)
+      c.error_at(raws[i].dims_at, "tensor '{}' of type {} has row length {}, not a multiple of its block size {}",
+                 t.name, tr.name, t.ne[0], tr.block_elems);
+    // n_bytes = rows * (row header + blocks per row * block bytes), computed without overflow.
+    const uint64_t n_rows = t.ne[0] == 0 ? 0 : static_cast<uint64_t>(t.n_elements / t.ne[0]);
+    const uint64_t row_bytes = static_cast<uint64_t>(ggml_row_bytes(t.type, t.ne[0]));
+    if (row_bytes != 0 && n_rows > std::numeric_limits<uint64_t>::max() / row_bytes)
+      c.error_at(raws[i].dims_at, "tensor '{}': byte size overflows", t.name);
+    t.n_bytes = n_rows * row_bytes;
+  }
+  return std::string(type_id_space_name(res.space));
+}
   return t;
 }
 
@@ -343,16 +387,17 @@ void GgufFile::parse_all() {
     kv_.emplace_back(std::move(key), std::move(value));
   }
 
-  tensors_.reserve(n_tensors);
+  std::vector<RawTensorInfo> raws;
+  raws.reserve(n_tensors);
   std::vector<uint64_t> info_pos;
   info_pos.reserve(n_tensors);
   for (uint64_t i = 0; i < n_tensors; ++i) {
     const uint64_t at = c.pos();
     info_pos.push_back(at);
-    GgufTensorInfo t = read_tensor_info(c, i, alignment_);
-    if (tensor_index_.count(t.name)) c.error_at(at, "duplicate tensor name '{}'", t.name);
-    tensor_index_.emplace(t.name, tensors_.size());
-    tensors_.push_back(std::move(t));
+    RawTensorInfo t = read_tensor_info(c, i, alignment_);
+    if (tensor_index_.count(t.info.name)) c.error_at(at, "duplicate tensor name '{}'", t.info.name);
+    tensor_index_.emplace(t.info.name, raws.size());
+    raws.push_back(std::move(t));
   }
 
   uint64_t end_of_infos = c.pos();
@@ -361,7 +406,19 @@ void GgufFile::parse_all() {
   if (n_tensors > 0 && data > size_)
     c.error_at(end_of_infos, "data section would start at byte {} but the file has {} bytes", data, size_);
   data_offset_ = data;
-  check_tensor_extents(c, tensors_, info_pos, size_ >= data ? size_ - data : 0);
+  const uint64_t data_size = size_ >= data ? size_ - data : 0;
+  std::optional<int64_t> file_type;
+  if (const GgufValue* ft = find("general.file_type")) {
+    try {
+      file_type = ft->as_int();
+    } catch (const Error&) {
+      // A file_type of another value type is no evidence; the model loader reports it if it matters.
+    }
+  }
+  type_id_space_ = resolve_tensor_types(c, raws, file_type, data_size);
+  tensors_.reserve(raws.size());
+  for (auto& r : raws) tensors_.push_back(std::move(r.info));
+  check_tensor_extents(c, tensors_, info_pos, data_size);
   for (auto& t : tensors_) t.data = base_ + data_offset_ + t.offset;
   n_own_tensors_ = tensors_.size();
 }

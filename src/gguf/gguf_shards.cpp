@@ -143,6 +143,13 @@ std::unique_ptr<GgufFile> GgufFile::open_split(std::unique_ptr<GgufFile> given, 
 
 void GgufFile::append_shard(std::unique_ptr<GgufFile> shard) {
   const uint32_t index = static_cast<uint32_t>(more_shards_.size() + 1);
+  // Each shard's ids were read on its own evidence; a split model is one engine's output.
+  if (shard->type_id_space_ != type_id_space_) {
+    if (type_id_space_ != "either" && shard->type_id_space_ != "either")
+      fail("gguf: {}: its tensor type ids are {}'s but {}'s are {}'s", shard->path_, shard->type_id_space_, path_,
+           type_id_space_);
+    if (type_id_space_ == "either") type_id_space_ = shard->type_id_space_;
+  }
   tensors_.reserve(tensors_.size() + shard->tensors_.size());
   for (const GgufTensorInfo& t : shard->tensors_) {
     auto it = tensor_index_.find(t.name);

@@ -89,6 +89,36 @@ static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 && sizeof(Bloc
               sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210 && sizeof(BlockQ8_K) == 292);
 static_assert(sizeof(BlockIQ4_NL) == 18 && sizeof(BlockIQ4_XS) == 136 && sizeof(BlockMXFP4) == 17);
 
+// NVFP4 (mainline llama.cpp): 64 elements in 4 sub-blocks of 16, each with its own UE4M3 scale.
+struct BlockNVFP4 {
+  uint8_t d[4];   // UE4M3 scale of sub-block s (unsigned: bit 7 is not a sign)
+  uint8_t qs[32];  // sub-block s: qs[8s + j] holds element j (low nibble) and j + 8 (high nibble)
+};
+static_assert(sizeof(BlockNVFP4) == 36);
+
+// ik_llama.cpp's trellis types (trellis.cpp describes their values). A row is a float scale
+// followed by its super-blocks.
+struct BlockIQ1_KT {
+  uint8_t sh[kQK_K / 32];  // per 32: 4-bit scale index, high bits: bit 12 of each group's index
+  uint8_t ql[kQK_K / 8];   // per group of 8: index bits 0-7
+  uint8_t qh[kQK_K / 16];  // index bits 8-11 of groups g and g + 16 (low / high nibble)
+};
+struct BlockIQ2_KT {
+  uint8_t scales[kQK_K / 64];  // 4-bit scale indices: blocks b (low nibble) and b + 4 (high)
+  uint8_t ql[kQK_K / 4];       // 16-bit group indices, uint16 little-endian
+};
+struct BlockIQ3_KT {
+  uint8_t scales[kQK_K / 64];  // 4-bit scales: blocks b (low nibble) and b + 4 (high)
+  uint8_t ql[kQK_K / 4];       // 16-bit group indices of |x|
+  uint8_t qh[kQK_K / 8];       // signs: element j of group g of block b at bit b of qh[8 (g % 4) + j]
+};
+struct BlockIQ4_KT {
+  uint32_t qs[kQK_K / 8];  // 8 block words (scale, offset bit, 3 index bits per group), then
+                           // 64 index bytes (bits 0-7), then 32 bytes of index bits 8-11
+};
+static_assert(sizeof(BlockIQ1_KT) == 56 && sizeof(BlockIQ2_KT) == 68 && sizeof(BlockIQ3_KT) == 100 &&
+              sizeof(BlockIQ4_KT) == 128);
+
 // The lattice i-quants (iquants.cpp describes their values).
 struct BlockIQ2_XXS {
   uint16_t d;
@@ -140,6 +170,18 @@ inline constexpr int8_t kMXFP4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, 
 // as in ggml).
 static inline float e8m0_to_fp32_half(uint8_t e) {
   uint32_t bits = e < 2 ? (0x00200000u << e) : (static_cast<uint32_t>(e - 1) << 23);
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// An NVFP4 sub-block scale: unsigned E4M3 (4 exponent bits, bias 7, 3 mantissa bits; bit 7 is
+// ignored) times 1/2, because kMXFP4Values are doubled. 0x00 and 0x7F (NaN) are 0, as in ggml.
+static inline float ue4m3_to_fp32_half(uint8_t x) {
+  if (x == 0 || x == 0x7F) return 0.0f;
+  const uint32_t exp = (x >> 3) & 0x0F, man = x & 7;
+  if (exp == 0) return static_cast<float>(man) * (1.0f / 1024.0f);  // subnormal: man * 2^-9 / 2
+  const uint32_t bits = ((exp + 119) << 23) | (man << 20);         // (1 + man/8) * 2^(exp-7) / 2
   float f;
   std::memcpy(&f, &bits, 4);
   return f;

@@ -208,6 +208,19 @@ void dequant_mxfp4(const void* src, float* y, int64_t n) {
   }
 }
 
+void dequant_nvfp4(const void* src, float* y, int64_t n) {
+  const auto* b = static_cast<const BlockNVFP4*>(src);
+  for (int64_t i = 0; i < n / 64; ++i) {
+    for (int s = 0; s < 4; ++s, y += 16) {
+      const float d = ue4m3_to_fp32_half(b[i].d[s]);
+      for (int j = 0; j < 8; ++j) {
+        y[j] = kMXFP4Values[b[i].qs[8 * s + j] & 0x0F] * d;
+        y[j + 8] = kMXFP4Values[b[i].qs[8 * s + j] >> 4] * d;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 DequantizeFn dequantize_ref_fn(GgmlType t) {
@@ -246,8 +259,11 @@ DequantizeFn dequantize_ref_fn(GgmlType t) {
       return dequant_iq4_xs;
     case GgmlType::MXFP4:
       return dequant_mxfp4;
+    case GgmlType::NVFP4:
+      return dequant_nvfp4;
     default:
-      return dequantize_iq_ref_fn(t);
+      if (DequantizeFn f = dequantize_iq_ref_fn(t)) return f;
+      return dequantize_kt_ref_fn(t);
   }
 }
 

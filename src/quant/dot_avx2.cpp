@@ -131,6 +131,37 @@ void dot_iq4_nl_rows(int64_t n, const void* w, const void* a, int64_t a_stride, 
       [](const BlockIQ4_NL& b) { return half_to_float(b.d); }, out);
 }
 
+// NVFP4: each 32-element half of a block is one Q8_0 block and two 16-element sub-blocks, each
+// with its own scale (quad sums 0-3 and 4-7 of the half).
+template <int NT>
+void dot_nvfp4_rows(int64_t n, const void* w, const void* a, int64_t a_stride, float* out) {
+  const __m256i table = table16(kMXFP4Values);
+  const __m128i m4 = _mm_set1_epi8(0x0F);
+  const auto* x = static_cast<const BlockNVFP4*>(w);
+  const BlockQ8_0* y[NT];
+  for (int t = 0; t < NT; ++t) y[t] = reinterpret_cast<const BlockQ8_0*>(static_cast<const uint8_t*>(a) + t * a_stride);
+  __m256 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / 64; ++i) {
+    for (int h = 0; h < 2; ++h) {
+      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].qs + 16 * h));
+      const __m128i lo = _mm_and_si128(q, m4), hi = _mm_and_si128(_mm_srli_epi16(q, 4), m4);
+      // Sub-block 2h: low nibbles of bytes 0-7 then their high nibbles; sub-block 2h+1: bytes 8-15.
+      const __m256i idx = _mm256_set_m128i(_mm_unpackhi_epi64(lo, hi), _mm_unpacklo_epi64(lo, hi));
+      const __m256i levels = _mm256_shuffle_epi8(table, idx);
+      const float d0 = ue4m3_to_fp32_half(x[i].d[2 * h]), d1 = ue4m3_to_fp32_half(x[i].d[2 * h + 1]);
+      const __m256 scales = _mm256_setr_ps(d0, d0, d0, d0, d1, d1, d1, d1);
+      for (int t = 0; t < NT; ++t) {
+        const BlockQ8_0& yb = y[t][2 * i + h];
+        const __m256i s = dot_i8_quads(levels, load_i8x32(yb.qs));
+        acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(scales, _mm256_set1_ps(half_to_float(yb.d))), _mm256_cvtepi32_ps(s),
+                                 acc[t]);
+      }
+    }
+  }
+  for (int t = 0; t < NT; ++t) out[t] = hsum(acc[t]);
+}
+
 template <int NT>
 void dot_mxfp4_rows(int64_t n, const void* w, const void* a, int64_t a_stride, float* out) {
   const __m256i table = table16(kMXFP4Values);
@@ -319,6 +350,8 @@ VecDotFn vec_dot_avx2_fn(GgmlType t) {
       return one_row<dot_iq4_nl_rows<1>>;
     case GgmlType::MXFP4:
       return one_row<dot_mxfp4_rows<1>>;
+    case GgmlType::NVFP4:
+      return one_row<dot_nvfp4_rows<1>>;
     case GgmlType::Q2_K:
       return dot_q2_k_avx2;
     case GgmlType::Q3_K:
@@ -332,7 +365,8 @@ VecDotFn vec_dot_avx2_fn(GgmlType t) {
     case GgmlType::IQ4_XS:
       return dot_iq4_xs;
     default:
-      return vec_dot_iq_avx2_fn(t);
+      if (VecDotFn f = vec_dot_iq_avx2_fn(t)) return f;
+      return vec_dot_kt_avx2_fn(t);
   }
 }
 
@@ -346,6 +380,8 @@ VecDot4Fn vec_dot4_avx2_fn(GgmlType t) {
       return dot_iq4_nl_rows<4>;
     case GgmlType::MXFP4:
       return dot_mxfp4_rows<4>;
+    case GgmlType::NVFP4:
+      return dot_nvfp4_rows<4>;
     case GgmlType::Q4_K:
       return dot_q4_k_rows<4>;
     case GgmlType::Q5_K:

@@ -106,6 +106,26 @@ float dot_q8_0(int64_t n, const void* w, const void* a) {
   return static_cast<float>(sum);
 }
 
+// NVFP4: each 64-element block meets two Q8_0 blocks; each 16-element sub-block has its own scale.
+float dot_nvfp4(int64_t n, const void* w, const void* a) {
+  const auto* x = static_cast<const BlockNVFP4*>(w);
+  const auto* y = static_cast<const BlockQ8_0*>(a);
+  double sum = 0;
+  for (int64_t i = 0; i < n / 64; ++i) {
+    for (int s = 0; s < 4; ++s) {
+      const BlockQ8_0& ya = y[2 * i + s / 2];
+      const int8_t* q = ya.qs + 16 * (s % 2);
+      int32_t sum_qa = 0;
+      for (int j = 0; j < 8; ++j) {
+        sum_qa += kMXFP4Values[x[i].qs[8 * s + j] & 0x0F] * q[j];
+        sum_qa += kMXFP4Values[x[i].qs[8 * s + j] >> 4] * q[j + 8];
+      }
+      sum += static_cast<double>(ue4m3_to_fp32_half(x[i].d[s]) * fp16_to_fp32(ya.d)) * sum_qa;
+    }
+  }
+  return static_cast<float>(sum);
+}
+
 // ---- 256-element weight super-blocks times Q8_K ------------------------------------------
 // Each unpacker gives levels q[256], integer group scales sc[] and mins mn[] (groups of
 // 256/n_groups elements) and the super-block factors: x = d*sc*q - dmin*mn.
@@ -239,6 +259,8 @@ VecDotFn vec_dot_ref_fn(GgmlType t) {
       return dot_q8_0<BlockIQ4_NL>;
     case GgmlType::MXFP4:
       return dot_q8_0<BlockMXFP4>;
+    case GgmlType::NVFP4:
+      return dot_nvfp4;
     case GgmlType::Q2_K:
       return dot_q8_k<BlockQ2_K>;
     case GgmlType::Q3_K:
@@ -254,7 +276,8 @@ VecDotFn vec_dot_ref_fn(GgmlType t) {
     case GgmlType::Q8_K:
       return dot_q8_k<BlockQ8_K>;
     default:
-      return vec_dot_iq_ref_fn(t);
+      if (VecDotFn f = vec_dot_iq_ref_fn(t)) return f;
+      return vec_dot_kt_ref_fn(t);
   }
 }
 

@@ -104,6 +104,12 @@ VecDotFn vec_dot_iq_avx2_fn(GgmlType t);
 DequantizeFn dequantize_iq_ref_fn(GgmlType t);
 VecDotFn vec_dot_iq_ref_fn(GgmlType t);
 
+// ik_llama.cpp's trellis types IQ1_KT, IQ2_KT, IQ3_KT, IQ4_KT (trellis.cpp, trellis_avx2.cpp):
+// rows carry their float scale first; nullptr for any other type.
+DequantizeFn dequantize_kt_ref_fn(GgmlType t);
+VecDotFn vec_dot_kt_ref_fn(GgmlType t);
+VecDotFn vec_dot_kt_avx2_fn(GgmlType t);
+
 // K-quant quantizers (quantize_k.cpp), exported for quantize.cpp's table.
 void quantize_q2_k_ref(const float* x, void* dst, int64_t n);
 void quantize_q3_k_ref(const float* x, void* dst, int64_t n);

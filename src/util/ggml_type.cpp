@@ -47,6 +47,13 @@ constexpr std::array kTypes = {
     Entry{GgmlType::TQ1_0, {"TQ1_0", 256, 54}},
     Entry{GgmlType::TQ2_0, {"TQ2_0", 256, 66}},
     Entry{GgmlType::MXFP4, {"MXFP4", 32, 17}},
+    Entry{GgmlType::NVFP4, {"NVFP4", 64, 36}},
+    Entry{GgmlType::Q1_0, {"Q1_0", 128, 18}},
+    Entry{GgmlType::Q2_0, {"Q2_0", 64, 18}},
+    Entry{GgmlType::IQ2_KT, {"IQ2_KT", 256, 68, 4}},
+    Entry{GgmlType::IQ3_KT, {"IQ3_KT", 256, 100, 4}},
+    Entry{GgmlType::IQ4_KT, {"IQ4_KT", 256, 128, 4}},
+    Entry{GgmlType::IQ1_KT, {"IQ1_KT", 256, 56, 4}},
 };
 
 constexpr std::array<GgmlType, kTypes.size()> make_all() {

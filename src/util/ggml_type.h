@@ -1,6 +1,7 @@
 #pragma once
 // ggml tensor types as stored in GGUF files: ids, block geometry and names. The ids are the
-// on-disk values llama.cpp writes; gaps are ids retired upstream (never valid in a file).
+// on-disk values llama.cpp and ik_llama.cpp write; gaps are ids retired upstream or never used
+// (never valid in a file). Where the two engines' id spaces differ is in gguf/type_ids.h.
 #include <cstdint>
 #include <optional>
 #include <string_view>
@@ -40,12 +41,22 @@ enum class GgmlType : uint32_t {
   TQ1_0 = 34,
   TQ2_0 = 35,
   MXFP4 = 39,
+  // Added by mainline llama.cpp after MXFP4 (ik_llama.cpp's id 41, Q1_0_G128, is the same format).
+  NVFP4 = 40,
+  Q1_0 = 41,
+  Q2_0 = 42,
+  // ik_llama.cpp's trellis types: a 4-byte float row scale before the row's blocks.
+  IQ2_KT = 153,
+  IQ3_KT = 154,
+  IQ4_KT = 155,
+  IQ1_KT = 158,
 };
 
 struct GgmlTypeTraits {
   std::string_view name;  // as llama.cpp prints it: "Q4_K", "BF16", ...
   int64_t block_elems;    // elements per block (1 for plain types)
   int64_t block_bytes;    // bytes per block
+  int64_t row_meta_bytes = 0;  // bytes before a row's first block (ik_llama.cpp's per-row scales)
 };
 
 // nullopt for an id that is not a known type.
@@ -55,10 +66,10 @@ const GgmlTypeTraits& ggml_traits(GgmlType t);
 std::string_view ggml_type_name(GgmlType t);
 // Parses a name like "q4_k" or "Q4_K" (case-insensitive); nullopt if unknown.
 std::optional<GgmlType> ggml_type_from_name(std::string_view name);
-// Bytes of a row of n elements; precondition: n % block_elems == 0.
+// Bytes of a row of n elements, row header included; precondition: n % block_elems == 0.
 inline int64_t ggml_row_bytes(GgmlType t, int64_t n) {
   const auto& tr = ggml_traits(t);
-  return n / tr.block_elems * tr.block_bytes;
+  return tr.row_meta_bytes + n / tr.block_elems * tr.block_bytes;
 }
 // Every known type, in id order.
 const GgmlType* ggml_all_types(int* count);

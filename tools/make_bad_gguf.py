@@ -78,7 +78,17 @@ def main() -> None:
     cases["alignment-wrong-type"] = (header(0, 1) + s("general.alignment") + struct.pack("<IQ", 10, 32), "general.alignment has type UINT64")
     cases["truncated-in-kv"] = (good[:40], "truncated")
     cases["truncated-in-tensor-data"] = (good[: len(good) - 100], "runs past the end")
-    cases["tensor-unknown-type"] = (pad(header(1, 0) + tinfo("w", [32], 31, 0)) + b"\0" * 128, "unknown type id 31")
+    # Id 37: retired by llama.cpp, never assigned by ik_llama.cpp. Id 31: ik_llama.cpp's Q4_0_4_4, a
+    # type mla.cpp does not read (llama.cpp retired the id).
+    cases["tensor-unknown-type"] = (pad(header(1, 0) + tinfo("w", [32], 37, 0)) + b"\0" * 128, "unknown type id 37")
+    cases["tensor-ik-type-unreadable"] = (
+        pad(header(1, 0) + tinfo("w", [32], 31, 0)) + b"\0" * 128,
+        "type Q4_0_4_4 (ik_llama.cpp id 31), which mla.cpp cannot read",
+    )
+    cases["tensor-kt-row-past-end"] = (
+        pad(header(1, 0) + tinfo("w", [256, 2], 153, 0)) + b"\0" * (2 * 68),
+        "runs past the end",
+    )
     cases["tensor-too-many-dims"] = (pad(header(1, 0) + tinfo("w", [2, 2, 2, 2, 2], 0, 0)) + b"\0" * 128, "5 dimensions")
     cases["tensor-dim-negative"] = (pad(header(1, 0) + tinfo("w", [2**63 + 5], 0, 0)) + b"\0" * 64, "negative or too large")
     cases["tensor-elements-overflow"] = (pad(header(1, 0) + tinfo("w", [2**32, 2**32, 2**32], 0, 0)), "overflows")

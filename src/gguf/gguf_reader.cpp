@@ -56,8 +56,6 @@ class Cursor {
   [[noreturn]] void error_at(uint64_t at, fmt::format_string<Args...> f, Args&&... args) const {
     throw Error(fmt::format("gguf: {}: at byte {}: {}", label_, at, fmt::format(f, std::forward<Args>(args)...)));
   }
-  // An error about the file as a whole (no one byte offset is to blame).
-  [[noreturn]] void error(const std::string& what) const { throw Error(fmt::format("gguf: {}: {}", label_, what)); }
 
   void need(uint64_t n, const char* what) const {
     if (n > remaining()) error_at(pos_, "truncated file: {} needs {} bytes but only {} remain", what, n, remaining());
@@ -293,7 +291,8 @@ std::string resolve_tensor_types(Cursor& c, std::vector<RawTensorInfo>& raws, st
   {
     std::vector<size_t> order(raws.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return raws[a].info.offset < raws[b].info.offset; });
+    std::sort(order.begin(), order.end(),
+              [&](size_t a, size_t b) { return raws[a].info.offset < raws[b].info.offset; });
     for (size_t k = 0; k + 1 < order.size(); ++k) next_offset[order[k]] = raws[order[k + 1]].info.offset;
   }
   std::vector<TypeIdTensor> ids;
@@ -306,8 +305,8 @@ std::string resolve_tensor_types(Cursor& c, std::vector<RawTensorInfo>& raws, st
   TypeIdResolution res;
   try {
     res = resolve_type_ids(ids, file_type);
-  } catch (const Error& e) {
-    c.error(e.what());
+  } catch (const TypeIdError& e) {
+    c.error_at(raws[e.tensor()].type_at, "{}", e.what());
   }
   for (size_t i = 0; i < raws.size(); ++i) {
     GgufTensorInfo& t = raws[i].info;
@@ -318,14 +317,15 @@ std::string resolve_tensor_types(Cursor& c, std::vector<RawTensorInfo>& raws, st
                  t.name, tr.name, t.ne[0], tr.block_elems);
     // n_bytes = rows * (row header + blocks per row * block bytes), computed without overflow.
     const uint64_t n_rows = t.ne[0] == 0 ? 0 : static_cast<uint64_t>(t.n_elements / t.ne[0]);
-    const uint64_t row_bytes = static_cast<uint64_t>(ggml_row_bytes(t.type, t.ne[0]));
+    const auto blocks_per_row = static_cast<uint64_t>(t.ne[0] / tr.block_elems);
+    if (blocks_per_row > (std::numeric_limits<uint64_t>::max() - 8) / static_cast<uint64_t>(tr.block_bytes))
+      c.error_at(raws[i].dims_at, "tensor '{}': byte size overflows", t.name);
+    const uint64_t row_bytes = static_cast<uint64_t>(tr.row_meta_bytes) + blocks_per_row * tr.block_bytes;
     if (row_bytes != 0 && n_rows > std::numeric_limits<uint64_t>::max() / row_bytes)
       c.error_at(raws[i].dims_at, "tensor '{}': byte size overflows", t.name);
     t.n_bytes = n_rows * row_bytes;
   }
   return std::string(type_id_space_name(res.space));
-}
-  return t;
 }
 
 // Bounds, then overlap: sort by offset and require each tensor to end before the next begins.

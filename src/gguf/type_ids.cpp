@@ -4,8 +4,6 @@
 
 #include <array>
 
-#include "util/error.h"
-
 namespace mla {
 namespace {
 
@@ -166,10 +164,14 @@ TypeIdResolution resolve_type_ids(std::span<const TypeIdTensor> tensors, std::op
   // values for its types start at 135; mainline's stay below 100).
   const TypeIdTensor* mainline_only = nullptr;
   const TypeIdTensor* ik_only = nullptr;
-  for (const auto& t : tensors) {
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TypeIdTensor& t = tensors[i];
     const TypeIdEntry* e = find_entry(table, t.id);
     if (!e)
-      fail("tensor '{}' has type id {}, which neither llama.cpp nor ik_llama.cpp assigns", t.name, t.id);
+      throw TypeIdError(
+          fmt::format("tensor '{}' has unknown type id {} (neither llama.cpp nor ik_llama.cpp assigns it)", t.name,
+                      t.id),
+          i);
     if (e->ik.empty() && !mainline_only) mainline_only = &t;
     if (e->mainline.empty() && !ik_only) ik_only = &t;
   }
@@ -181,7 +183,8 @@ TypeIdResolution resolve_type_ids(std::span<const TypeIdTensor> tensors, std::op
   const bool contradicting = mainline_only && (ik_only || ik_file_type);
 
   out.types.reserve(tensors.size());
-  for (const auto& t : tensors) {
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TypeIdTensor& t = tensors[i];
     const TypeIdEntry& e = *find_entry(table, t.id);
     TypeIdSpace space = e.ik.empty()         ? TypeIdSpace::Mainline
                         : e.mainline.empty() ? TypeIdSpace::Ik
@@ -195,11 +198,13 @@ TypeIdResolution resolve_type_ids(std::span<const TypeIdTensor> tensors, std::op
       }
       if (space == TypeIdSpace::Either) {
         std::string why = contradicting
-                               ? fmt::format("tensor '{}' is llama.cpp-only and tensor '{}' ik_llama.cpp-only",
-                                             mainline_only->name, ik_only ? ik_only->name : "general.file_type")
-                               : "nothing in the file says which engine wrote it";
-        fail("tensor '{}' has type id {}: {} or {}, and {} (nor does its size decide)", t.name, t.id,
-             named(e.mainline, TypeIdSpace::Mainline, t.id), named(e.ik, TypeIdSpace::Ik, t.id), why);
+                              ? fmt::format("tensor '{}' is llama.cpp-only and tensor '{}' ik_llama.cpp-only",
+                                            mainline_only->name, ik_only ? ik_only->name : "general.file_type")
+                              : "nothing in the file says which engine wrote it";
+        throw TypeIdError(
+            fmt::format("tensor '{}' has type id {}: {} or {}, and {} (nor does its size decide)", t.name, t.id,
+                        named(e.mainline, TypeIdSpace::Mainline, t.id), named(e.ik, TypeIdSpace::Ik, t.id), why),
+            i);
       }
     }
     const std::optional<GgmlType> type = reading(e, space);
@@ -207,7 +212,7 @@ TypeIdResolution resolve_type_ids(std::span<const TypeIdTensor> tensors, std::op
       const std::string what = space == TypeIdSpace::Either
                                    ? fmt::format("{} (llama.cpp and ik_llama.cpp id {})", e.mainline, t.id)
                                    : named(space == TypeIdSpace::Mainline ? e.mainline : e.ik, space, t.id);
-      fail("tensor '{}' has type {}, which mla.cpp cannot read", t.name, what);
+      throw TypeIdError(fmt::format("tensor '{}' has type {}, which mla.cpp cannot read", t.name, what), i);
     }
     out.types.push_back(*type);
   }

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "util/error.h"
 #include "util/ggml_type.h"
 
 namespace mla {
@@ -45,6 +46,16 @@ struct TypeIdTensor {
   uint64_t room;
 };
 
+// The error resolve_type_ids throws: the message, and which tensor it is about.
+class TypeIdError : public Error {
+ public:
+  TypeIdError(const std::string& msg, size_t tensor) : Error(msg), tensor_(tensor) {}
+  size_t tensor() const { return tensor_; }
+
+ private:
+  size_t tensor_;
+};
+
 struct TypeIdResolution {
   TypeIdSpace space = TypeIdSpace::Either;
   std::vector<GgmlType> types;  // one per tensor
@@ -54,7 +65,7 @@ struct TypeIdResolution {
 // engine assigns, or a general.file_type only ik_llama.cpp uses (file_type >= 100). An id both
 // engines assign to different formats is read in that space; with no evidence, or contradicting
 // evidence, it is read by its byte size (the one reading whose size fits in `room` while the other
-// does not), else refused. Throws mla::Error naming the tensor, its id and the space(s) it was read
+// does not), else refused. Throws TypeIdError naming the tensor, its id and the space(s) it was read
 // in: an id neither engine assigns, a type mla.cpp has no layout for, an undecidable id.
 // `table` defaults to type_id_table() (tests pass their own).
 TypeIdResolution resolve_type_ids(std::span<const TypeIdTensor> tensors, std::optional<int64_t> file_type,

@@ -91,7 +91,7 @@ static_assert(sizeof(BlockIQ4_NL) == 18 && sizeof(BlockIQ4_XS) == 136 && sizeof(
 
 // NVFP4 (mainline llama.cpp): 64 elements in 4 sub-blocks of 16, each with its own UE4M3 scale.
 struct BlockNVFP4 {
-  uint8_t d[4];   // UE4M3 scale of sub-block s (unsigned: bit 7 is not a sign)
+  uint8_t d[4];    // UE4M3 scale of sub-block s (unsigned: bit 7 is not a sign)
   uint8_t qs[32];  // sub-block s: qs[8s + j] holds element j (low nibble) and j + 8 (high nibble)
 };
 static_assert(sizeof(BlockNVFP4) == 36);
@@ -181,7 +181,7 @@ static inline float ue4m3_to_fp32_half(uint8_t x) {
   if (x == 0 || x == 0x7F) return 0.0f;
   const uint32_t exp = (x >> 3) & 0x0F, man = x & 7;
   if (exp == 0) return static_cast<float>(man) * (1.0f / 1024.0f);  // subnormal: man * 2^-9 / 2
-  const uint32_t bits = ((exp + 119) << 23) | (man << 20);         // (1 + man/8) * 2^(exp-7) / 2
+  const uint32_t bits = ((exp + 119) << 23) | (man << 20);          // (1 + man/8) * 2^(exp-7) / 2
   float f;
   std::memcpy(&f, &bits, 4);
   return f;

@@ -154,8 +154,8 @@ void dot_nvfp4_rows(int64_t n, const void* w, const void* a, int64_t a_stride, f
       for (int t = 0; t < NT; ++t) {
         const BlockQ8_0& yb = y[t][2 * i + h];
         const __m256i s = dot_i8_quads(levels, load_i8x32(yb.qs));
-        acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(scales, _mm256_set1_ps(half_to_float(yb.d))), _mm256_cvtepi32_ps(s),
-                                 acc[t]);
+        acc[t] =
+            _mm256_fmadd_ps(_mm256_mul_ps(scales, _mm256_set1_ps(half_to_float(yb.d))), _mm256_cvtepi32_ps(s), acc[t]);
       }
     }
   }

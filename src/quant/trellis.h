@@ -20,9 +20,8 @@ inline constexpr uint32_t kTrellisOffset = 4096;
 inline constexpr uint32_t kTrellisOffsetHigh = 32768;
 
 // The 32 non-linear scale levels ik_llama.cpp names iq4k_values (the first 16 are IQ4_NL's).
-inline constexpr int8_t kIQ4KValues[32] = {-127, -104, -83, -65, -49, -35, -22, -10, 1,  13, 25,
-                                           38,   53,   69,  89,  113, -123, -100, -79, -61, -45, -31,
-                                           -18,  -6,   5,   17,  29,  42,   57,   73,  93,  117};
+inline constexpr int8_t kIQ4KValues[32] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+                                           -123, -100, -79, -61, -45, -31, -18, -6,  5, 17, 29, 42, 57, 73, 93, 117};
 
 // The n levels (n = 4 or 8) of trellis index idx.
 static inline void trellis_levels(uint32_t idx, uint32_t offset, int n, int32_t* level) {
@@ -70,6 +69,8 @@ static inline uint32_t iq4_kt_index(const BlockIQ4_KT& b, int g, uint32_t* offse
   const uint32_t hi = g < 32 ? (qh[g % 32] & 0x0F) : (qh[g % 32] >> 4);
   return ql[g] | hi << 8 | ((word >> (8 + 3 * ig)) & 7u) << 12;
 }
-static inline int iq4_kt_scale(const BlockIQ4_KT& b, int block) { return static_cast<int>((b.qs[block] & 0xff) >> 1) - 64; }
+static inline int iq4_kt_scale(const BlockIQ4_KT& b, int block) {
+  return static_cast<int>((b.qs[block] & 0xff) >> 1) - 64;
+}
 
 }  // namespace mla::quant

@@ -22,10 +22,10 @@ constexpr uint32_t trellis_power(int k) {
 
 // Levels of the 8 elements of a group with start state x0 = index + offset.
 inline __m256i levels8(uint32_t x0) {
-  const __m256i powers = _mm256_setr_epi32(
-      static_cast<int>(trellis_power(1)), static_cast<int>(trellis_power(2)), static_cast<int>(trellis_power(3)),
-      static_cast<int>(trellis_power(4)), static_cast<int>(trellis_power(5)), static_cast<int>(trellis_power(6)),
-      static_cast<int>(trellis_power(7)), static_cast<int>(trellis_power(8)));
+  const __m256i powers = _mm256_setr_epi32(static_cast<int>(trellis_power(1)), static_cast<int>(trellis_power(2)),
+                                           static_cast<int>(trellis_power(3)), static_cast<int>(trellis_power(4)),
+                                           static_cast<int>(trellis_power(5)), static_cast<int>(trellis_power(6)),
+                                           static_cast<int>(trellis_power(7)), static_cast<int>(trellis_power(8)));
   const __m256i x = _mm256_mullo_epi32(_mm256_set1_epi32(static_cast<int>(x0)), powers);
   const __m256i s = _mm256_and_si256(x, _mm256_set1_epi32(0x3f3f3f3f));
   const __m256i sum = _mm256_madd_epi16(_mm256_maddubs_epi16(s, _mm256_set1_epi8(1)), _mm256_set1_epi16(1));
@@ -37,9 +37,9 @@ inline __m256i levels4x2(uint32_t x0, uint32_t x1) {
   const auto p1 = static_cast<int>(trellis_power(1)), p2 = static_cast<int>(trellis_power(2));
   const auto p3 = static_cast<int>(trellis_power(3)), p4 = static_cast<int>(trellis_power(4));
   const __m256i powers = _mm256_setr_epi32(p1, p2, p3, p4, p1, p2, p3, p4);
-  const __m256i start = _mm256_setr_epi32(static_cast<int>(x0), static_cast<int>(x0), static_cast<int>(x0),
-                                          static_cast<int>(x0), static_cast<int>(x1), static_cast<int>(x1),
-                                          static_cast<int>(x1), static_cast<int>(x1));
+  const __m256i start =
+      _mm256_setr_epi32(static_cast<int>(x0), static_cast<int>(x0), static_cast<int>(x0), static_cast<int>(x0),
+                        static_cast<int>(x1), static_cast<int>(x1), static_cast<int>(x1), static_cast<int>(x1));
   const __m256i s = _mm256_and_si256(_mm256_mullo_epi32(start, powers), _mm256_set1_epi32(0x3f3f3f3f));
   const __m256i sum = _mm256_madd_epi16(_mm256_maddubs_epi16(s, _mm256_set1_epi8(1)), _mm256_set1_epi16(1));
   return _mm256_sub_epi32(sum, _mm256_set1_epi32(126));

@@ -53,9 +53,9 @@ enum class GgmlType : uint32_t {
 };
 
 struct GgmlTypeTraits {
-  std::string_view name;  // as llama.cpp prints it: "Q4_K", "BF16", ...
-  int64_t block_elems;    // elements per block (1 for plain types)
-  int64_t block_bytes;    // bytes per block
+  std::string_view name;       // as llama.cpp prints it: "Q4_K", "BF16", ...
+  int64_t block_elems;         // elements per block (1 for plain types)
+  int64_t block_bytes;         // bytes per block
   int64_t row_meta_bytes = 0;  // bytes before a row's first block (ik_llama.cpp's per-row scales)
 };
 

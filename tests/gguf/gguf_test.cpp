@@ -10,8 +10,9 @@
 namespace mla {
 namespace {
 
-std::vector<uint8_t> bytes_of_size(GgmlType t, int64_t n_elements, uint32_t seed) {
-  std::vector<uint8_t> out(static_cast<size_t>(ggml_row_bytes(t, n_elements)));
+// Random bytes for n_rows rows of row_length elements of t (row headers included).
+std::vector<uint8_t> bytes_of_size(GgmlType t, int64_t row_length, uint32_t seed, int64_t n_rows = 1) {
+  std::vector<uint8_t> out(static_cast<size_t>(ggml_row_bytes(t, row_length) * n_rows));
   std::mt19937 rng(seed);
   for (auto& b : out) b = static_cast<uint8_t>(rng());
   return out;
@@ -93,7 +94,7 @@ TEST(Gguf, RoundTripTensorsOfEveryType) {
   for (int i = 0; i < n_types; ++i) {
     const auto& tr = ggml_traits(types[i]);
     int64_t ne0 = tr.block_elems * 2;
-    w.add_tensor(fmt::format("t.{}", tr.name), types[i], {ne0, 3}, bytes_of_size(types[i], ne0 * 3, i));
+    w.add_tensor(fmt::format("t.{}", tr.name), types[i], {ne0, 3}, bytes_of_size(types[i], ne0, i, 3));
   }
   auto bytes = w.to_bytes();
   auto f = GgufFile::parse(bytes.data(), bytes.size());
@@ -104,7 +105,7 @@ TEST(Gguf, RoundTripTensorsOfEveryType) {
     EXPECT_EQ(t.type, types[i]);
     EXPECT_EQ(t.ne, (std::vector<int64_t>{tr.block_elems * 2, 3}));
     EXPECT_EQ(t.offset % f->alignment(), 0u);
-    auto want = bytes_of_size(types[i], tr.block_elems * 6, i);
+    auto want = bytes_of_size(types[i], tr.block_elems * 2, i, 3);
     ASSERT_EQ(t.n_bytes, want.size());
     EXPECT_EQ(std::memcmp(t.data, want.data(), want.size()), 0) << tr.name;
   }

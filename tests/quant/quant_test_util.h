@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "util/ggml_type.h"
 #include "quant/quant.h"
+#include "util/ggml_type.h"
 
 namespace mla::testing {
 
@@ -88,8 +88,8 @@ inline uint16_t pick_half_scale(ScaleCase c, std::mt19937& rng, int k) {
 // n elements (a multiple of t's block size) of t. Plain float types get normal(0,1) values
 // (scaled by 8192 for F16 or 1e20 for F32/BF16 when Huge, by 2^-24 when Tiny); MXFP4 gets
 // exponents in [100, 150] (Random), 0 and 1 (Zero, Tiny: the subnormal scales 2^-128, 2^-127) or
-// 200 (Huge: 2^72); Q8_K gets an fp32 scale like the fp16 ones and bsums that
-// match its quants.
+// 200 (Huge: 2^72); NVFP4 and the trellis types (row scale) likewise; Q8_K gets an fp32 scale like the fp16 ones and
+// bsums that match its quants.
 inline std::vector<uint8_t> random_row(GgmlType t, int64_t n, std::mt19937& rng, ScaleCase sc,
                                        BitsCase bits = BitsCase::Random) {
   const auto& tr = ggml_traits(t);
@@ -105,9 +105,14 @@ inline std::vector<uint8_t> random_row(GgmlType t, int64_t n, std::mt19937& rng,
     return row;
   }
   for (auto& b : row) b = bits == BitsCase::Random ? static_cast<uint8_t>(rng()) : bits == BitsCase::AllOnes ? 0xFF : 0;
+  if (tr.row_meta_bytes == 4) {
+    // ik_llama.cpp's trellis types: the row's float scale, chosen like the fp16 ones.
+    const float d = fp16_to_fp32(pick_half_scale(sc, rng, 0));
+    std::memcpy(row.data(), &d, 4);
+  }
   const int64_t n_blocks = n / tr.block_elems;
   for (int64_t i = 0; i < n_blocks; ++i) {
-    uint8_t* blk = row.data() + i * tr.block_bytes;
+    uint8_t* blk = row.data() + tr.row_meta_bytes + i * tr.block_bytes;
     int k = static_cast<int>(i);
     for (int off : half_scale_offsets(t)) {
       const uint16_t h = pick_half_scale(sc, rng, k++);
@@ -128,6 +133,15 @@ inline std::vector<uint8_t> random_row(GgmlType t, int64_t n, std::mt19937& rng,
                : sc == ScaleCase::Huge ? 200
                : sc == ScaleCase::Tiny ? 1
                                        : 0;
+    }
+    if (t == GgmlType::NVFP4) {
+      // UE4M3 sub-block scales: any byte (Random: 0x7F is NaN, read as 0), 0, the smallest
+      // subnormal, or 0xFF (the largest, 240).
+      for (int s = 0; s < 4; ++s)
+        blk[s] = sc == ScaleCase::Random ? static_cast<uint8_t>(rng())
+                 : sc == ScaleCase::Huge ? 0xFF
+                 : sc == ScaleCase::Tiny ? 0x01
+                                         : 0x00;
     }
     if (t == GgmlType::Q8_K) {
       const float d = fp16_to_fp32(pick_half_scale(sc, rng, k));

@@ -44,7 +44,8 @@ bool dump(const std::string& dir, ggml_type type, const char* name, int rows, in
   ggml_quantize_chunk(type, x.data(), q.data(), 0, rows, cols, nullptr, nullptr);
   std::vector<float> y(static_cast<size_t>(rows) * cols);
   const auto traits = ggml_internal_get_type_traits(type);
-  for (int r = 0; r < rows; ++r) traits.to_float(q.data() + r * row_bytes, y.data() + static_cast<size_t>(r) * cols, cols);
+  for (int r = 0; r < rows; ++r)
+    traits.to_float(q.data() + r * row_bytes, y.data() + static_cast<size_t>(r) * cols, cols);
 
   const std::string path = dir + "/" + name + ".bin";
   FILE* f = std::fopen(path.c_str(), "wb");

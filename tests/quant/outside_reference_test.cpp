@@ -1,0 +1,107 @@
+// Dequantization against the formats' own implementations, from fixtures made outside mla.cpp:
+//  - ik_llama.cpp's trellis types (IQ1_KT..IQ4_KT): rows quantized and dequantized by
+//    ik_llama.cpp itself (tools/ik-llama/dump_trellis.cpp);
+//  - NVFP4: rows dequantized by gguf-py 0.19.0 (tools/quant/make_nvfp4_fixture.py), every UE4M3
+//    scale byte included.
+// Every kernel this family selects must reproduce them bit for bit, and the row dot products
+// must match the dot of the reference floats with the dequantized activations.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "quant/quant.h"
+#include "quant_test_util.h"
+
+namespace mla {
+namespace {
+
+struct Fixture {
+  GgmlType type;
+  int64_t rows = 0, cols = 0, row_bytes = 0;
+  std::vector<uint8_t> q;
+  std::vector<float> ref;
+};
+
+// Layout: "MLAQFIX1" | u32 type | u32 rows | u32 cols | u32 row_bytes | bytes | f32 values.
+Fixture load(const std::string& rel) {
+  const auto path = std::filesystem::path(MLA_TEST_DIR) / "fixtures" / "quant" / rel;
+  std::ifstream in(path, std::ios::binary);
+  EXPECT_TRUE(in) << "missing " << path;
+  char magic[8] = {};
+  uint32_t head[4] = {};
+  in.read(magic, 8);
+  in.read(reinterpret_cast<char*>(head), sizeof(head));
+  EXPECT_EQ(std::string(magic, 8), "MLAQFIX1") << path;
+  Fixture f{static_cast<GgmlType>(head[0]), head[1], head[2], head[3], {}, {}};
+  f.q.resize(static_cast<size_t>(f.rows * f.row_bytes));
+  f.ref.resize(static_cast<size_t>(f.rows * f.cols));
+  in.read(reinterpret_cast<char*>(f.q.data()), static_cast<std::streamsize>(f.q.size()));
+  in.read(reinterpret_cast<char*>(f.ref.data()), static_cast<std::streamsize>(4 * f.ref.size()));
+  EXPECT_TRUE(in) << "truncated " << path;
+  return f;
+}
+
+class OutsideReference : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(OutsideReference, DequantizationIsBitIdentical) {
+  const Fixture f = load(GetParam());
+  ASSERT_EQ(f.row_bytes, ggml_row_bytes(f.type, f.cols)) << GetParam();
+  std::vector<float> ref_out(f.cols), best_out(f.cols);
+  for (int64_t r = 0; r < f.rows; ++r) {
+    const uint8_t* row = f.q.data() + r * f.row_bytes;
+    dequantize_row_ref(f.type, row, ref_out.data(), f.cols);
+    dequantize_row(f.type, row, best_out.data(), f.cols);
+    for (int64_t i = 0; i < f.cols; ++i) {
+      const float want = f.ref[r * f.cols + i];
+      ASSERT_EQ(testing::bits_of(ref_out[i]), testing::bits_of(want))
+          << GetParam() << " row " << r << " element " << i << ": " << ref_out[i] << " vs " << want;
+      ASSERT_EQ(testing::bits_of(best_out[i]), testing::bits_of(want))
+          << GetParam() << " (selected kernel) row " << r << " element " << i;
+    }
+  }
+}
+
+TEST_P(OutsideReference, DotMatchesReferenceFloats) {
+  const Fixture f = load(GetParam());
+  const GgmlType at = vec_dot_type(f.type);
+  std::mt19937 rng(5);
+  const auto a = testing::quantized(at, testing::random_floats(f.cols, rng, 1.0f));
+  const auto af = testing::dequantized(at, a.data(), f.cols);
+  for (int64_t r = 0; r < f.rows; ++r) {
+    double exact = 0, magnitude = 0;
+    for (int64_t i = 0; i < f.cols; ++i) {
+      const double p = static_cast<double>(f.ref[r * f.cols + i]) * af[i];
+      exact += p;
+      magnitude += std::fabs(p);
+    }
+    const uint8_t* row = f.q.data() + r * f.row_bytes;
+    EXPECT_LE(std::fabs(vec_dot_ref(f.type, f.cols, row, a.data()) - exact), 1e-6 * magnitude)
+        << GetParam() << " row " << r;
+    EXPECT_LE(std::fabs(vec_dot(f.type, f.cols, row, a.data()) - exact), 2e-5 * magnitude)
+        << GetParam() << " row " << r;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Quant, OutsideReference,
+                         ::testing::Values("ik-trellis/IQ1_KT.bin", "ik-trellis/IQ2_KT.bin", "ik-trellis/IQ3_KT.bin",
+                                           "ik-trellis/IQ4_KT.bin", "nvfp4/NVFP4.bin"),
+                         [](const auto& info) {
+                           std::string s = info.param;
+                           return s.substr(s.find('/') + 1, s.find('.') - s.find('/') - 1);
+                         });
+
+TEST(OutsideReference, SimdDotsExistForTheNewTypes) {
+  if (!quant_isa_available(QuantIsa::Avx2)) GTEST_SKIP() << "CPU without AVX2+FMA+F16C (scalar family)";
+  for (GgmlType t : {GgmlType::NVFP4, GgmlType::IQ1_KT, GgmlType::IQ2_KT, GgmlType::IQ3_KT, GgmlType::IQ4_KT})
+    EXPECT_NE(find_vec_dot(t, QuantIsa::Avx2), nullptr) << ggml_type_name(t);
+  EXPECT_NE(vec_dot4_fn(GgmlType::NVFP4), nullptr);
+}
+
+}  // namespace
+}  // namespace mla

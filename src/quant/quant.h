@@ -20,10 +20,11 @@
 namespace mla {
 
 // True when dequantize_row() supports t (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K,
-// Q8_K, IQ4_NL, IQ4_XS, MXFP4, and the lattice i-quants IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S,
-// IQ3_XXS, IQ3_S).
+// Q8_K, IQ4_NL, IQ4_XS, MXFP4, NVFP4, the lattice i-quants IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S,
+// IQ3_XXS, IQ3_S, and ik_llama.cpp's trellis types IQ1_KT..IQ4_KT).
 bool can_dequantize(GgmlType t);
-// True when quantize_row() supports t: every type can_dequantize() accepts except Q4_1.
+// True when quantize_row() supports t: every type can_dequantize() accepts except Q4_1, NVFP4 and
+// the trellis types.
 bool can_quantize(GgmlType t);
 
 // Throws mla::Error "tensor type IQ2_XXS is not supported yet" for an unsupported type, and
@@ -34,9 +35,9 @@ void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n);
 void quantize_row(GgmlType t, const float* src, void* dst, int64_t n);
 
 // The activation format a weight type's dot product consumes (llama.cpp's vec_dot_type):
-// Q8_0 for the 32-element block types (also Q4_1/Q5_1, whose ggml pairing is Q8_1: the
-// activation sum Q8_1 carries is recomputed from the Q8_0 quants), Q8_K for K-quants, IQ4_XS and
-// the lattice i-quants,
+// Q8_0 for the 32-element block types and NVFP4 (also Q4_1/Q5_1, whose ggml pairing is Q8_1: the
+// activation sum Q8_1 carries is recomputed from the Q8_0 quants), Q8_K for K-quants, IQ4_XS, the
+// lattice i-quants and the trellis types,
 // F32 for F32, F16 for F16, BF16 for BF16. Throws for an unsupported type.
 GgmlType vec_dot_type(GgmlType weight_type);
 // dot(w, a) over n elements: w is one row of weight_type, a one row already quantized to

@@ -44,9 +44,15 @@ Quantized make_weight(GgmlType t, int64_t rows, int64_t cols, uint32_t seed) {
     std::memcpy(row, raw.data(), raw.size());
     const uint16_t d = fp32_to_fp16(1.0f / 512);
     const auto& tr = ggml_traits(t);
+    if (tr.row_meta_bytes == 4) {
+      const float row_scale = 1.0f / (1 << 20);  // trellis rows: levels up to 126 x block scales up to 127
+      std::memcpy(row, &row_scale, 4);
+    }
     for (int64_t b = 0; b < cols / tr.block_elems; ++b) {
-      for (int off : testing::half_scale_offsets(t)) std::memcpy(row + b * tr.block_bytes + off, &d, 2);
-      if (t == GgmlType::MXFP4) row[b * tr.block_bytes] = 120;  // E8M0: 2^-8, halved by the doubled levels
+      uint8_t* blk = row + tr.row_meta_bytes + b * tr.block_bytes;
+      for (int off : testing::half_scale_offsets(t)) std::memcpy(blk + off, &d, 2);
+      if (t == GgmlType::MXFP4) blk[0] = 120;               // E8M0: 2^-8, halved by the doubled levels
+      if (t == GgmlType::NVFP4) std::memset(blk, 0x08, 4);  // UE4M3 sub-block scales: 2^-7
     }
   }
   q.m.data = q.bytes.data();
@@ -89,7 +95,8 @@ TEST_P(MatmulTypes, RowResultsDoNotDependOnBatchOrThreads) {
 
 INSTANTIATE_TEST_SUITE_P(Types, MatmulTypes,
                          ::testing::Values(GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0,
-                                           GgmlType::Q4_K, GgmlType::Q6_K),
+                                           GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::NVFP4, GgmlType::IQ2_KT,
+                                           GgmlType::IQ4_KT),
                          [](const auto& info) { return std::string(ggml_type_name(info.param)); });
 
 // Weights repacked into 16-row groups (AVX-512 VNNI or AVX2 CPUs): the packed path against matmul_ref,

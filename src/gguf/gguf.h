@@ -78,6 +78,9 @@ struct GgufTensorInfo {
   std::string name;
   std::vector<int64_t> ne;  // dimensions in ggml order: ne[0] is the contiguous (row) length
   GgmlType type;
+  // The id the file stores: `type`'s, except for an ik_llama.cpp row-interleaved form converted at
+  // load (gguf/interleaved.h), whose rows `data` then holds in `type`'s layout.
+  uint32_t file_type_id = 0;
   uint64_t offset = 0;  // relative to the start of its shard's data section
   uint64_t n_bytes = 0;
   int64_t n_elements = 0;
@@ -194,6 +197,7 @@ class GgufFile {
   std::vector<GgufTensorInfo> tensors_;
   std::unordered_map<std::string, size_t> tensor_index_;
   std::string type_id_space_ = "either";
+  std::vector<std::vector<uint8_t>> converted_;         // tensors converted at load (their data points here)
   size_t n_own_tensors_ = 0;                            // tensors in this file (the first shard)
   std::vector<std::unique_ptr<GgufFile>> more_shards_;  // shards 2..N; own their mappings
 };

@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "gguf/gguf.h"
+#include "gguf/interleaved.h"
 #include "gguf/type_ids.h"
 #include "util/error.h"
 
@@ -285,8 +286,9 @@ RawTensorInfo read_tensor_info(Cursor& c, uint64_t i, uint64_t alignment) {
 
 // Each tensor's type (gguf/type_ids.h decides the id space from the whole file), then its block
 // geometry and byte size. data_size: bytes from the data section's start to the end of the file.
+// interleaved: per tensor, the ik_llama.cpp row-interleaved form to convert at load, or nullptr.
 std::string resolve_tensor_types(Cursor& c, std::vector<RawTensorInfo>& raws, std::optional<int64_t> file_type,
-                                 uint64_t data_size) {
+                                 uint64_t data_size, std::vector<const IkInterleavedForm*>& interleaved) {
   std::vector<uint64_t> next_offset(raws.size(), data_size);
   {
     std::vector<size_t> order(raws.size());
@@ -308,10 +310,16 @@ std::string resolve_tensor_types(Cursor& c, std::vector<RawTensorInfo>& raws, st
   } catch (const TypeIdError& e) {
     c.error_at(raws[e.tensor()].type_at, "{}", e.what());
   }
+  interleaved = res.interleaved;
   for (size_t i = 0; i < raws.size(); ++i) {
     GgufTensorInfo& t = raws[i].info;
     t.type = res.types[i];
+    t.file_type_id = raws[i].raw_type;
     const GgmlTypeTraits& tr = ggml_traits(t.type);
+    if (const IkInterleavedForm* f = interleaved[i];
+        f && t.ne[0] != 0 && (t.n_elements / t.ne[0]) % f->n_interleaved != 0)
+      c.error_at(raws[i].dims_at, "tensor '{}' of type {} (ik_llama.cpp id {}) has {} rows, not a multiple of {}",
+                 t.name, f->name, f->ik_id, t.n_elements / t.ne[0], f->n_interleaved);
     if (t.ne[0] % tr.block_elems != 0)
       c.error_at(raws[i].dims_at, "tensor '{}' of type {} has row length {}, not a multiple of its block size {}",
                  t.name, tr.name, t.ne[0], tr.block_elems);
@@ -415,11 +423,21 @@ void GgufFile::parse_all() {
       // A file_type of another value type is no evidence; the model loader reports it if it matters.
     }
   }
-  type_id_space_ = resolve_tensor_types(c, raws, file_type, data_size);
+  std::vector<const IkInterleavedForm*> interleaved;
+  type_id_space_ = resolve_tensor_types(c, raws, file_type, data_size, interleaved);
   tensors_.reserve(raws.size());
   for (auto& r : raws) tensors_.push_back(std::move(r.info));
   check_tensor_extents(c, tensors_, info_pos, data_size);
   for (auto& t : tensors_) t.data = base_ + data_offset_ + t.offset;
+  // ik_llama.cpp's row-interleaved tensors, rearranged into their base type's rows (in memory: the
+  // file's pages of them are not read again).
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    if (!interleaved[i]) continue;
+    GgufTensorInfo& t = tensors_[i];
+    std::vector<uint8_t>& buf = converted_.emplace_back(static_cast<size_t>(t.n_bytes));
+    deinterleave_rows(*interleaved[i], t.data, t.n_rows(), t.ne[0], buf.data());
+    t.data = buf.data();
+  }
   n_own_tensors_ = tensors_.size();
 }
 

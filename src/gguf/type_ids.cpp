@@ -207,7 +207,9 @@ TypeIdResolution resolve_type_ids(std::span<const TypeIdTensor> tensors, std::op
             i);
       }
     }
-    const std::optional<GgmlType> type = reading(e, space);
+    std::optional<GgmlType> type = reading(e, space);
+    const IkInterleavedForm* form = nullptr;
+    if (!type && space == TypeIdSpace::Ik && (form = ik_interleaved_form(t.id))) type = form->base;
     if (!type) {
       const std::string what = space == TypeIdSpace::Either
                                    ? fmt::format("{} (llama.cpp and ik_llama.cpp id {})", e.mainline, t.id)
@@ -215,6 +217,7 @@ TypeIdResolution resolve_type_ids(std::span<const TypeIdTensor> tensors, std::op
       throw TypeIdError(fmt::format("tensor '{}' has type {}, which mla.cpp cannot read", t.name, what), i);
     }
     out.types.push_back(*type);
+    out.interleaved.push_back(form);
   }
   return out;
 }

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "gguf/interleaved.h"
 #include "util/error.h"
 #include "util/ggml_type.h"
 
@@ -59,6 +60,9 @@ class TypeIdError : public Error {
 struct TypeIdResolution {
   TypeIdSpace space = TypeIdSpace::Either;
   std::vector<GgmlType> types;  // one per tensor
+  // Per tensor: the ik_llama.cpp row-interleaved form its id names (its type is then the form's
+  // base type, its rows to be converted), else nullptr.
+  std::vector<const IkInterleavedForm*> interleaved;
 };
 
 // Reads every tensor's id. The file's space is the one its evidence names: a tensor id only one
@@ -66,7 +70,8 @@ struct TypeIdResolution {
 // engines assign to different formats is read in that space; with no evidence, or contradicting
 // evidence, it is read by its byte size (the one reading whose size fits in `room` while the other
 // does not), else refused. Throws TypeIdError naming the tensor, its id and the space(s) it was read
-// in: an id neither engine assigns, a type mla.cpp has no layout for, an undecidable id.
+// in: an id neither engine assigns, a type mla.cpp has no layout for, an undecidable id. An
+// ik_llama.cpp row-interleaved form mla.cpp converts reads as its base type.
 // `table` defaults to type_id_table() (tests pass their own).
 TypeIdResolution resolve_type_ids(std::span<const TypeIdTensor> tensors, std::optional<int64_t> file_type,
                                   std::span<const TypeIdEntry> table = type_id_table());

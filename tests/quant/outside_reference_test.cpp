@@ -2,7 +2,10 @@
 //  - ik_llama.cpp's trellis types (IQ1_KT..IQ4_KT): rows quantized and dequantized by
 //    ik_llama.cpp itself (tools/ik-llama/dump_trellis.cpp);
 //  - NVFP4: rows dequantized by gguf-py 0.19.0 (tools/quant/make_nvfp4_fixture.py), every UE4M3
-//    scale byte included.
+//    scale byte included;
+//  - ik_llama.cpp's row-interleaved forms (Q4_0_R8, Q8_0_R8, Q4_K_R4): rows ik quantized to the form
+//    and to its base type; a GGUF holding the form must load as the base type's bytes, and
+//    dequantize to ik's own dequantization of the form (tools/ik-llama/dump_interleaved.cpp).
 // Every kernel this family selects must reproduce them bit for bit, and the row dot products
 // must match the dot of the reference floats with the dequantized activations.
 #include <gtest/gtest.h>
@@ -15,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "gguf/gguf.h"
 #include "quant/quant.h"
 #include "quant_test_util.h"
 
@@ -95,6 +99,55 @@ INSTANTIATE_TEST_SUITE_P(Quant, OutsideReference,
                            std::string s = info.param;
                            return s.substr(s.find('/') + 1, s.find('.') - s.find('/') - 1);
                          });
+
+// A GGUF v3 file with one 2-D tensor of raw type id `id` holding `data`.
+std::vector<uint8_t> one_tensor_file(uint32_t id, int64_t cols, int64_t rows, const std::vector<uint8_t>& data) {
+  std::vector<uint8_t> b;
+  auto put = [&b](auto x) {
+    const auto* p = reinterpret_cast<const uint8_t*>(&x);
+    b.insert(b.end(), p, p + sizeof(x));
+  };
+  put(uint32_t{0x46554747});
+  put(uint32_t{3});
+  put(uint64_t{1});
+  put(uint64_t{0});
+  put(uint64_t{1});
+  b.push_back('w');
+  put(uint32_t{2});
+  put(static_cast<uint64_t>(cols));
+  put(static_cast<uint64_t>(rows));
+  put(id);
+  put(uint64_t{0});
+  b.resize((b.size() + 31) / 32 * 32);
+  b.insert(b.end(), data.begin(), data.end());
+  return b;
+}
+
+class IkInterleaved : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(IkInterleaved, LoadsAsItsBaseTypeBitIdentical) {
+  const std::string name = GetParam();
+  const Fixture form = load("ik-interleaved/" + name + ".bin");
+  const Fixture base = load("ik-interleaved/" + name + ".base.bin");
+  const auto bytes = one_tensor_file(static_cast<uint32_t>(form.type), form.cols, form.rows, form.q);
+  const auto f = GgufFile::parse(bytes.data(), bytes.size());
+  const GgufTensorInfo& t = f->require_tensor("w");
+  EXPECT_EQ(t.type, base.type) << name;
+  EXPECT_EQ(t.file_type_id, static_cast<uint32_t>(form.type)) << name;
+  EXPECT_EQ(f->type_id_space(), "ik_llama.cpp");
+  ASSERT_EQ(t.n_bytes, base.q.size()) << name;
+  EXPECT_EQ(std::memcmp(t.data, base.q.data(), base.q.size()), 0) << name << ": not ik's base-type bytes";
+  std::vector<float> out(form.cols);
+  for (int64_t r = 0; r < form.rows; ++r) {
+    dequantize_row(t.type, t.data + r * base.row_bytes, out.data(), form.cols);
+    for (int64_t i = 0; i < form.cols; ++i)
+      ASSERT_EQ(testing::bits_of(out[i]), testing::bits_of(form.ref[r * form.cols + i]))
+          << name << " row " << r << " element " << i << ": not ik's dequantization of the form";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Quant, IkInterleaved, ::testing::Values("Q4_0_R8", "Q8_0_R8", "Q4_K_R4"),
+                         [](const auto& info) { return std::string(info.param); });
 
 TEST(OutsideReference, SimdDotsExistForTheNewTypes) {
   if (!quant_isa_available(QuantIsa::Avx2)) GTEST_SKIP() << "CPU without AVX2+FMA+F16C (scalar family)";

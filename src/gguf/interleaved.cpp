@@ -1,0 +1,157 @@
+// Undoes ik_llama.cpp's row interleaving (interleaved.h). Each group of n_interleaved rows is
+// stored as one interleaved block per base block column: block column ib of the group holds block
+// ib of every row of the group. The layouts are ik_llama.cpp's (ggml-common.h, its repack_*
+// functions); the inverses are ours.
+#include "gguf/interleaved.h"
+
+#include <array>
+#include <cstring>
+
+#include "util/error.h"
+
+namespace mla {
+namespace {
+
+// The base blocks, as ggml-common.h lays them out (quant/blocks.h has the same; gguf/ sits below
+// quant/ and keeps its own copy of the three it rearranges).
+constexpr int kQK = 32;
+constexpr int kQK_K = 256;
+struct BlockQ4_0 {
+  uint16_t d;
+  uint8_t qs[kQK / 2];
+};
+struct BlockQ8_0 {
+  uint16_t d;
+  int8_t qs[kQK];
+};
+struct BlockQ4_K {
+  uint16_t d, dmin;
+  uint8_t scales[12];
+  uint8_t qs[kQK_K / 2];
+};
+static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_K) == 144);
+
+// Q4_K's 12 scale bytes from 8 six-bit scales and mins: bytes 0-3 scale j (bits 0-5) and the top
+// 2 bits of scale j+4; bytes 4-7 the same for mins; bytes 8-11 the low nibbles of scale and min j+4.
+void pack_q4_k_scales(const uint8_t* sc, const uint8_t* mn, uint8_t* packed) {
+  for (int j = 0; j < 4; ++j) {
+    packed[j] = static_cast<uint8_t>((sc[j] & 63) | (sc[j + 4] >> 4) << 6);
+    packed[j + 4] = static_cast<uint8_t>((mn[j] & 63) | (mn[j + 4] >> 4) << 6);
+    packed[j + 8] = static_cast<uint8_t>((sc[j + 4] & 0x0F) | (mn[j + 4] & 0x0F) << 4);
+  }
+}
+
+constexpr std::array kForms = {
+    IkInterleavedForm{202, "Q4_0_R8", GgmlType::Q4_0, 8},
+    IkInterleavedForm{208, "Q8_0_R8", GgmlType::Q8_0, 8},
+    IkInterleavedForm{212, "Q4_K_R4", GgmlType::Q4_K, 4},
+};
+
+// Q4_0_R8: fp16 d[8] | qs[128]: bytes 4l..4l+3 of row k's qs at 32l + 4k (l = 0..3).
+void from_q4_0_r8(const uint8_t* src, BlockQ4_0* const rows[8], int64_t ib) {
+  uint16_t d[8];
+  std::memcpy(d, src, 16);
+  const uint8_t* qs = src + 16;
+  for (int k = 0; k < 8; ++k) {
+    BlockQ4_0& b = rows[k][ib];
+    b.d = d[k];
+    for (int l = 0; l < 4; ++l)
+      for (int i = 0; i < 4; ++i) b.qs[4 * l + i] = qs[32 * l + 4 * k + i];
+  }
+}
+
+// Q8_0_R8: fp16 d[8] | qs[256]: quants 4l..4l+3 of row k at 32l + 4k, quants 16+4l.. at 128 + 32l + 4k.
+void from_q8_0_r8(const uint8_t* src, BlockQ8_0* const rows[8], int64_t ib) {
+  uint16_t d[8];
+  std::memcpy(d, src, 16);
+  const auto* qs = reinterpret_cast<const int8_t*>(src + 16);
+  for (int k = 0; k < 8; ++k) {
+    BlockQ8_0& b = rows[k][ib];
+    b.d = d[k];
+    for (int l = 0; l < 4; ++l)
+      for (int i = 0; i < 4; ++i) {
+        b.qs[4 * l + i] = qs[32 * l + 4 * k + i];
+        b.qs[16 + 4 * l + i] = qs[128 + 32 * l + 4 * k + i];
+      }
+  }
+}
+
+// Q4_K_R4: fp16 d[4], dmin[4] | scales_h[16] | scales_l[32] | qs[512]. Sub-block ib of row k is
+// entry s = 4ib + k: scales_l[s] holds the low nibbles of its scale and min, scales_h[s % 16] their
+// high 2 bits each (scale bits 0-1, min bits 2-3, shifted by 4 (s / 16)). Its quants: byte
+// 64ib + 4k + i + 16c (c = 0..3) holds elements i + {0, 16, 4, 20}[c] (low nibble) and 8 more
+// (high nibble), i = 0..3.
+void from_q4_k_r4(const uint8_t* src, BlockQ4_K* const rows[4], int64_t ibl) {
+  uint16_t d[8];
+  std::memcpy(d, src, 16);
+  const uint8_t* scales_h = src + 16;
+  const uint8_t* scales_l = src + 32;
+  const uint8_t* qs = src + 64;
+  constexpr int kFirst[4] = {0, 16, 4, 20};
+  for (int k = 0; k < 4; ++k) {
+    BlockQ4_K& b = rows[k][ibl];
+    b.d = d[k];
+    b.dmin = d[k + 4];
+    uint8_t sc[8], mn[8], level[kQK_K];
+    for (int ib = 0; ib < 8; ++ib) {
+      const int s = 4 * ib + k;
+      const int h = scales_h[s % 16] >> (4 * (s / 16));
+      sc[ib] = static_cast<uint8_t>((scales_l[s] & 0x0F) | (h & 3) << 4);
+      mn[ib] = static_cast<uint8_t>((scales_l[s] >> 4) | ((h >> 2) & 3) << 4);
+      for (int c = 0; c < 4; ++c)
+        for (int i = 0; i < 4; ++i) {
+          const uint8_t q = qs[64 * ib + 4 * k + i + 16 * c];
+          level[32 * ib + kFirst[c] + i] = q & 0x0F;
+          level[32 * ib + kFirst[c] + i + 8] = q >> 4;
+        }
+    }
+    pack_q4_k_scales(sc, mn, b.scales);
+    // Q4_K: element 64j + l in the low nibble of qs[32j + l], element 64j + 32 + l in the high one.
+    for (int j = 0; j < 4; ++j)
+      for (int l = 0; l < 32; ++l)
+        b.qs[32 * j + l] = static_cast<uint8_t>(level[64 * j + l] | level[64 * j + 32 + l] << 4);
+  }
+}
+
+template <typename Block, int R>
+void deinterleave(void (*one)(const uint8_t*, Block* const*, int64_t), int64_t block_elems, const uint8_t* src,
+                  int64_t n_rows, int64_t n_cols, uint8_t* dst) {
+  const int64_t nb = n_cols / block_elems;
+  constexpr auto kGroupBlock = static_cast<int64_t>(R * sizeof(Block));
+  for (int64_t g = 0; g < n_rows / R; ++g) {
+    Block* rows[R];
+    for (int k = 0; k < R; ++k) rows[k] = reinterpret_cast<Block*>(dst) + (g * R + k) * nb;
+    const uint8_t* group = src + g * nb * kGroupBlock;
+    for (int64_t ib = 0; ib < nb; ++ib) one(group + ib * kGroupBlock, rows, ib);
+  }
+}
+
+}  // namespace
+
+const IkInterleavedForm* ik_interleaved_form(uint32_t ik_id) {
+  for (const auto& f : kForms)
+    if (f.ik_id == ik_id) return &f;
+  return nullptr;
+}
+
+void deinterleave_rows(const IkInterleavedForm& f, const uint8_t* src, int64_t n_rows, int64_t n_cols, uint8_t* dst) {
+  const int64_t block = ggml_traits(f.base).block_elems;
+  if (n_rows % f.n_interleaved != 0 || n_cols % block != 0)
+    fail("{}: {} rows of {} elements do not make whole groups of {} rows of {}-element blocks", f.name, n_rows, n_cols,
+         f.n_interleaved, block);
+  switch (f.base) {
+    case GgmlType::Q4_0:
+      deinterleave<BlockQ4_0, 8>(from_q4_0_r8, kQK, src, n_rows, n_cols, dst);
+      return;
+    case GgmlType::Q8_0:
+      deinterleave<BlockQ8_0, 8>(from_q8_0_r8, kQK, src, n_rows, n_cols, dst);
+      return;
+    case GgmlType::Q4_K:
+      deinterleave<BlockQ4_K, 4>(from_q4_k_r4, kQK_K, src, n_rows, n_cols, dst);
+      return;
+    default:
+      fail("{}: no conversion to {}", f.name, ggml_type_name(f.base));
+  }
+}
+
+}  // namespace mla

@@ -1,0 +1,87 @@
+// Reference fixtures for ik_llama.cpp's row-interleaved forms (Q4_0_R8, Q8_0_R8, Q4_K_R4), made by
+// ik_llama.cpp itself: the same pseudo-random rows quantized to the base type and to the
+// interleaved form (no importance matrix), and ik's dequantization of the interleaved rows. Built
+// and run by make_fixtures.sh; the output is committed.
+//
+//   dump_interleaved OUT_DIR
+// writes, in the MLAQFIX1 layout of dump_trellis.cpp, OUT_DIR/<form>.bin (the interleaved bytes and
+// ik's dequantization of them) and OUT_DIR/<form>.base.bin (the base-type bytes and ik's
+// dequantization of those).
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "ggml.h"
+
+namespace {
+
+std::vector<float> make_rows(int rows, int cols) {
+  std::vector<float> x(static_cast<size_t>(rows) * cols);
+  uint64_t s = 0x2545F4914F6CDD1Dull;
+  auto uniform = [&s]() {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<float>((s >> 40) & 0xFFFFFF) / 16777216.0f - 0.5f;
+  };
+  for (int r = 0; r < rows; ++r) {
+    const float scale = 0.02f * static_cast<float>(1 + r % 5);
+    for (int c = 0; c < cols; ++c) {
+      float v = (uniform() + uniform() + uniform() + uniform()) * scale;
+      if (r % 7 == 3 && c % 89 == 11) v *= 15.0f;
+      x[static_cast<size_t>(r) * cols + c] = v;
+    }
+  }
+  return x;
+}
+
+bool write(const std::string& path, ggml_type type, int rows, int cols, size_t row_bytes, const std::vector<uint8_t>& q,
+           const std::vector<float>& y) {
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) {
+    std::fprintf(stderr, "cannot write %s\n", path.c_str());
+    return false;
+  }
+  const uint32_t head[4] = {static_cast<uint32_t>(type), static_cast<uint32_t>(rows), static_cast<uint32_t>(cols),
+                            static_cast<uint32_t>(row_bytes)};
+  std::fwrite("MLAQFIX1", 1, 8, f);
+  std::fwrite(head, 4, 4, f);
+  std::fwrite(q.data(), 1, q.size(), f);
+  std::fwrite(y.data(), 4, y.size(), f);
+  std::fclose(f);
+  std::printf("%s: %d x %d\n", path.c_str(), rows, cols);
+  return true;
+}
+
+// group: rows per interleaved group; ik's to_float of an interleaved type takes one whole group.
+bool dump(const std::string& dir, ggml_type base, ggml_type form, const char* name, int group, int rows, int cols) {
+  const std::vector<float> x = make_rows(rows, cols);
+  bool ok = true;
+  for (ggml_type t : {base, form}) {
+    const size_t row_bytes = ggml_row_size(t, cols);
+    std::vector<uint8_t> q(row_bytes * rows);
+    ggml_quantize_chunk(t, x.data(), q.data(), 0, rows, cols, nullptr, nullptr);
+    std::vector<float> y(static_cast<size_t>(rows) * cols);
+    const auto traits = ggml_internal_get_type_traits(t);
+    const int step = t == form ? group : 1;
+    for (int r = 0; r < rows; r += step)
+      traits.to_float(q.data() + r * row_bytes, y.data() + static_cast<size_t>(r) * cols,
+                      static_cast<int64_t>(step) * cols);
+    const std::string path = dir + "/" + name + (t == form ? ".bin" : ".base.bin");
+    ok = ok && write(path, t, rows, cols, row_bytes, q, y);
+  }
+  return ok;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s OUT_DIR\n", argv[0]);
+    return 2;
+  }
+  const std::string dir = argv[1];
+  bool ok = dump(dir, GGML_TYPE_Q4_0, GGML_TYPE_Q4_0_R8, "Q4_0_R8", 8, 16, 512);
+  ok = ok && dump(dir, GGML_TYPE_Q8_0, GGML_TYPE_Q8_0_R8, "Q8_0_R8", 8, 16, 512);
+  ok = ok && dump(dir, GGML_TYPE_Q4_K, GGML_TYPE_Q4_K_R4, "Q4_K_R4", 4, 8, 512);
+  return ok ? 0 : 1;
+}

@@ -29,7 +29,20 @@ struct BlockQ4_K {
   uint8_t scales[12];
   uint8_t qs[kQK_K / 2];
 };
-static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_K) == 144);
+struct BlockQ6_K {
+  uint8_t ql[kQK_K / 2];
+  uint8_t qh[kQK_K / 4];
+  int8_t scales[kQK_K / 16];
+  uint16_t d;
+};
+struct BlockIQ4_XS {
+  uint16_t d;
+  uint16_t scales_h;
+  uint8_t scales_l[kQK_K / 64];
+  uint8_t qs[kQK_K / 2];
+};
+static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_K) == 144 &&
+              sizeof(BlockQ6_K) == 210 && sizeof(BlockIQ4_XS) == 136);
 
 // Q4_K's 12 scale bytes from 8 six-bit scales and mins: bytes 0-3 scale j (bits 0-5) and the top
 // 2 bits of scale j+4; bytes 4-7 the same for mins; bytes 8-11 the low nibbles of scale and min j+4.
@@ -42,9 +55,9 @@ void pack_q4_k_scales(const uint8_t* sc, const uint8_t* mn, uint8_t* packed) {
 }
 
 constexpr std::array kForms = {
-    IkInterleavedForm{202, "Q4_0_R8", GgmlType::Q4_0, 8},
-    IkInterleavedForm{208, "Q8_0_R8", GgmlType::Q8_0, 8},
-    IkInterleavedForm{212, "Q4_K_R4", GgmlType::Q4_K, 4},
+    IkInterleavedForm{202, "Q4_0_R8", GgmlType::Q4_0, 8},     IkInterleavedForm{208, "Q8_0_R8", GgmlType::Q8_0, 8},
+    IkInterleavedForm{212, "Q4_K_R4", GgmlType::Q4_K, 4},     IkInterleavedForm{214, "Q6_K_R4", GgmlType::Q6_K, 4},
+    IkInterleavedForm{223, "IQ4_XS_R8", GgmlType::IQ4_XS, 8},
 };
 
 // Q4_0_R8: fp16 d[8] | qs[128]: bytes 4l..4l+3 of row k's qs at 32l + 4k (l = 0..3).
@@ -113,6 +126,83 @@ void from_q4_k_r4(const uint8_t* src, BlockQ4_K* const rows[4], int64_t ibl) {
   }
 }
 
+// Q6_K_R4: fp16 d[4] | int8 scales[64] | qh[256] | ql[512]. Row k's 16-element scales 2ib, 2ib+1
+// at 8ib + k and 8ib + k + 4. Its 6-bit levels: low nibbles as Q4_K_R4's quants (ql byte
+// 64ib + 4k + i + 16c, elements i + {0, 16, 4, 20}[c] and 8 more); high 2 bits of elements
+// i + {0, 8, 4, 12} (bits 0-1, 2-3, 4-5, 6-7) in qh[32ib + 4k + i], of i + {16, 24, 20, 28} in
+// qh[32ib + 4k + i + 16].
+void from_q6_k_r4(const uint8_t* src, BlockQ6_K* const rows[4], int64_t ibl) {
+  uint16_t d[4];
+  std::memcpy(d, src, 8);
+  const auto* scales = reinterpret_cast<const int8_t*>(src + 8);
+  const uint8_t* qh = src + 8 + 64;
+  const uint8_t* ql = qh + 256;
+  constexpr int kFirst[4] = {0, 16, 4, 20};
+  constexpr int kHigh[2][4] = {{0, 8, 4, 12}, {16, 24, 20, 28}};
+  for (int k = 0; k < 4; ++k) {
+    BlockQ6_K& b = rows[k][ibl];
+    b.d = d[k];
+    uint8_t level[kQK_K];
+    for (int ib = 0; ib < 8; ++ib) {
+      b.scales[2 * ib] = scales[8 * ib + k];
+      b.scales[2 * ib + 1] = scales[8 * ib + k + 4];
+      for (int i = 0; i < 4; ++i) {
+        for (int c = 0; c < 4; ++c) {
+          const uint8_t q = ql[64 * ib + 4 * k + i + 16 * c];
+          level[32 * ib + kFirst[c] + i] = q & 0x0F;
+          level[32 * ib + kFirst[c] + i + 8] = q >> 4;
+        }
+        for (int half = 0; half < 2; ++half) {
+          const uint8_t h = qh[32 * ib + 4 * k + i + 16 * half];
+          for (int f = 0; f < 4; ++f)
+            level[32 * ib + kHigh[half][f] + i] |= static_cast<uint8_t>(((h >> (2 * f)) & 3) << 4);
+        }
+      }
+    }
+    // Q6_K: element 128h + r: low nibble (r / 64) of ql[64h + r % 64], high bits at 2 (r / 32) of qh[32h + r % 32].
+    std::memset(b.ql, 0, sizeof(b.ql));
+    std::memset(b.qh, 0, sizeof(b.qh));
+    for (int e = 0; e < kQK_K; ++e) {
+      const int h = e / 128, r = e % 128;
+      b.ql[64 * h + r % 64] |= static_cast<uint8_t>((level[e] & 0x0F) << (4 * (r / 64)));
+      b.qh[32 * h + r % 32] |= static_cast<uint8_t>((level[e] >> 4) << (2 * (r / 32)));
+    }
+  }
+}
+
+// IQ4_XS_R8: fp16 d[8] | scales_h[16] | scales_l[32] | qs[1024]. Row k's sub-block ib is entry
+// s = 8ib + k: 4 low scale bits in scales_l[s % 32] (nibble s / 32), 2 high bits in scales_h[s % 16]
+// (bits 2 (s / 16)). Its quant bytes q[0..15] (IQ4_NL order): byte 128ib + 4k + i + 32c holds
+// nibbles of q[i + 4 (2c % 4)] and q[i + 4 (2c % 4) + 4], low nibbles for c < 2, high for c >= 2.
+void from_iq4_xs_r8(const uint8_t* src, BlockIQ4_XS* const rows[8], int64_t ibl) {
+  uint16_t d[8];
+  std::memcpy(d, src, 16);
+  const uint8_t* scales_h = src + 16;
+  const uint8_t* scales_l = src + 32;
+  const uint8_t* qs = src + 64;
+  for (int k = 0; k < 8; ++k) {
+    BlockIQ4_XS& b = rows[k][ibl];
+    b.d = d[k];
+    b.scales_h = 0;
+    std::memset(b.scales_l, 0, sizeof(b.scales_l));
+    for (int ib = 0; ib < 8; ++ib) {
+      const int s = 8 * ib + k;
+      const int sl = (scales_l[s % 32] >> (4 * (s / 32))) & 0x0F;
+      const int sh = (scales_h[s % 16] >> (2 * (s / 16))) & 3;
+      b.scales_l[ib / 2] |= static_cast<uint8_t>(sl << (4 * (ib % 2)));
+      b.scales_h |= static_cast<uint16_t>(sh << (2 * ib));
+      const uint8_t* r = qs + 128 * ib + 4 * k;
+      uint8_t* q = b.qs + 16 * ib;
+      for (int i = 0; i < 4; ++i) {
+        q[i] = static_cast<uint8_t>((r[i] & 0x0F) | (r[i + 64] & 0x0F) << 4);
+        q[i + 4] = static_cast<uint8_t>((r[i] >> 4) | (r[i + 64] >> 4) << 4);
+        q[i + 8] = static_cast<uint8_t>((r[i + 32] & 0x0F) | (r[i + 96] & 0x0F) << 4);
+        q[i + 12] = static_cast<uint8_t>((r[i + 32] >> 4) | (r[i + 96] >> 4) << 4);
+      }
+    }
+  }
+}
+
 template <typename Block, int R>
 void deinterleave(void (*one)(const uint8_t*, Block* const*, int64_t), int64_t block_elems, const uint8_t* src,
                   int64_t n_rows, int64_t n_cols, uint8_t* dst) {
@@ -148,6 +238,12 @@ void deinterleave_rows(const IkInterleavedForm& f, const uint8_t* src, int64_t n
       return;
     case GgmlType::Q4_K:
       deinterleave<BlockQ4_K, 4>(from_q4_k_r4, kQK_K, src, n_rows, n_cols, dst);
+      return;
+    case GgmlType::Q6_K:
+      deinterleave<BlockQ6_K, 4>(from_q6_k_r4, kQK_K, src, n_rows, n_cols, dst);
+      return;
+    case GgmlType::IQ4_XS:
+      deinterleave<BlockIQ4_XS, 8>(from_iq4_xs_r8, kQK_K, src, n_rows, n_cols, dst);
       return;
     default:
       fail("{}: no conversion to {}", f.name, ggml_type_name(f.base));

@@ -3,7 +3,8 @@
 //    ik_llama.cpp itself (tools/ik-llama/dump_trellis.cpp);
 //  - NVFP4: rows dequantized by gguf-py 0.19.0 (tools/quant/make_nvfp4_fixture.py), every UE4M3
 //    scale byte included;
-//  - ik_llama.cpp's row-interleaved forms (Q4_0_R8, Q8_0_R8, Q4_K_R4): rows ik quantized to the form
+//  - ik_llama.cpp's row-interleaved forms (Q4_0_R8, Q8_0_R8, Q4_K_R4, Q6_K_R4, IQ4_XS_R8): rows ik quantized to the
+//  form
 //    and to its base type; a GGUF holding the form must load as the base type's bytes, and
 //    dequantize to ik's own dequantization of the form (tools/ik-llama/dump_interleaved.cpp).
 // Every kernel this family selects must reproduce them bit for bit, and the row dot products
@@ -146,7 +147,8 @@ TEST_P(IkInterleaved, LoadsAsItsBaseTypeBitIdentical) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Quant, IkInterleaved, ::testing::Values("Q4_0_R8", "Q8_0_R8", "Q4_K_R4"),
+INSTANTIATE_TEST_SUITE_P(Quant, IkInterleaved,
+                         ::testing::Values("Q4_0_R8", "Q8_0_R8", "Q4_K_R4", "Q6_K_R4", "IQ4_XS_R8"),
                          [](const auto& info) { return std::string(info.param); });
 
 TEST(OutsideReference, SimdDotsExistForTheNewTypes) {

@@ -1,4 +1,5 @@
-// Reference fixtures for ik_llama.cpp's row-interleaved forms (Q4_0_R8, Q8_0_R8, Q4_K_R4), made by
+// Reference fixtures for ik_llama.cpp's row-interleaved forms (Q4_0_R8, Q8_0_R8, Q4_K_R4, Q6_K_R4,
+// IQ4_XS_R8), made by
 // ik_llama.cpp itself: the same pseudo-random rows quantized to the base type and to the
 // interleaved form (no importance matrix), and ik's dequantization of the interleaved rows. Built
 // and run by make_fixtures.sh; the output is committed.
@@ -83,5 +84,7 @@ int main(int argc, char** argv) {
   bool ok = dump(dir, GGML_TYPE_Q4_0, GGML_TYPE_Q4_0_R8, "Q4_0_R8", 8, 16, 512);
   ok = ok && dump(dir, GGML_TYPE_Q8_0, GGML_TYPE_Q8_0_R8, "Q8_0_R8", 8, 16, 512);
   ok = ok && dump(dir, GGML_TYPE_Q4_K, GGML_TYPE_Q4_K_R4, "Q4_K_R4", 4, 8, 512);
+  ok = ok && dump(dir, GGML_TYPE_Q6_K, GGML_TYPE_Q6_K_R4, "Q6_K_R4", 4, 8, 512);
+  ok = ok && dump(dir, GGML_TYPE_IQ4_XS, GGML_TYPE_IQ4_XS_R8, "IQ4_XS_R8", 8, 16, 512);
   return ok ? 0 : 1;
 }

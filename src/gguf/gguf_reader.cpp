@@ -320,15 +320,25 @@ std::string resolve_tensor_types(Cursor& c, std::vector<RawTensorInfo>& raws, st
         f && t.ne[0] != 0 && (t.n_elements / t.ne[0]) % f->n_interleaved != 0)
       c.error_at(raws[i].dims_at, "tensor '{}' of type {} (ik_llama.cpp id {}) has {} rows, not a multiple of {}",
                  t.name, f->name, f->ik_id, t.n_elements / t.ne[0], f->n_interleaved);
+    if (const IkInterleavedForm* f = interleaved[i]; f && t.ne[0] % tr.block_elems != 0)
+      c.error_at(raws[i].dims_at,
+                 "tensor '{}' of type {} (ik_llama.cpp id {}) has row length {}: mla.cpp reads it as {}, whose block "
+                 "size is {}",
+                 t.name, f->name, f->ik_id, t.ne[0], tr.name, tr.block_elems);
     if (t.ne[0] % tr.block_elems != 0)
       c.error_at(raws[i].dims_at, "tensor '{}' of type {} has row length {}, not a multiple of its block size {}",
                  t.name, tr.name, t.ne[0], tr.block_elems);
-    // n_bytes = rows * (row header + blocks per row * block bytes), computed without overflow.
+    // n_bytes = rows * (row header + blocks per row * block bytes), computed without overflow: the
+    // bytes in the file (a converted form's own geometry; the reader resets it after converting).
+    const IkInterleavedForm* form = interleaved[i];
+    const int64_t block_elems = form && form->file_block_elems ? form->file_block_elems : tr.block_elems;
+    const int64_t block_bytes = form && form->file_block_elems ? form->file_block_bytes : tr.block_bytes;
+    const int64_t meta_bytes = form && form->file_block_elems ? form->file_row_meta_bytes : tr.row_meta_bytes;
     const uint64_t n_rows = t.ne[0] == 0 ? 0 : static_cast<uint64_t>(t.n_elements / t.ne[0]);
-    const auto blocks_per_row = static_cast<uint64_t>(t.ne[0] / tr.block_elems);
-    if (blocks_per_row > (std::numeric_limits<uint64_t>::max() - 8) / static_cast<uint64_t>(tr.block_bytes))
+    const auto blocks_per_row = static_cast<uint64_t>(t.ne[0] / block_elems);
+    if (blocks_per_row > (std::numeric_limits<uint64_t>::max() - 8) / static_cast<uint64_t>(block_bytes))
       c.error_at(raws[i].dims_at, "tensor '{}': byte size overflows", t.name);
-    const uint64_t row_bytes = static_cast<uint64_t>(tr.row_meta_bytes) + blocks_per_row * tr.block_bytes;
+    const uint64_t row_bytes = static_cast<uint64_t>(meta_bytes) + blocks_per_row * block_bytes;
     if (row_bytes != 0 && n_rows > std::numeric_limits<uint64_t>::max() / row_bytes)
       c.error_at(raws[i].dims_at, "tensor '{}': byte size overflows", t.name);
     t.n_bytes = n_rows * row_bytes;
@@ -434,6 +444,7 @@ void GgufFile::parse_all() {
   for (size_t i = 0; i < tensors_.size(); ++i) {
     if (!interleaved[i]) continue;
     GgufTensorInfo& t = tensors_[i];
+    t.n_bytes = static_cast<uint64_t>(t.n_rows() * ggml_row_bytes(t.type, t.ne[0]));
     std::vector<uint8_t>& buf = converted_.emplace_back(static_cast<size_t>(t.n_bytes));
     deinterleave_rows(*interleaved[i], t.data, t.n_rows(), t.ne[0], buf.data());
     t.data = buf.data();

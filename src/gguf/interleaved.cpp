@@ -41,8 +41,13 @@ struct BlockIQ4_XS {
   uint8_t scales_l[kQK_K / 64];
   uint8_t qs[kQK_K / 2];
 };
+struct BlockIQ1_S {
+  uint16_t d;
+  uint8_t qs[kQK_K / 8];
+  uint16_t qh[kQK_K / 32];
+};
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_K) == 144 &&
-              sizeof(BlockQ6_K) == 210 && sizeof(BlockIQ4_XS) == 136);
+              sizeof(BlockQ6_K) == 210 && sizeof(BlockIQ4_XS) == 136 && sizeof(BlockIQ1_S) == 50);
 
 // Q4_K's 12 scale bytes from 8 six-bit scales and mins: bytes 0-3 scale j (bits 0-5) and the top
 // 2 bits of scale j+4; bytes 4-7 the same for mins; bytes 8-11 the low nibbles of scale and min j+4.
@@ -55,10 +60,38 @@ void pack_q4_k_scales(const uint8_t* sc, const uint8_t* mn, uint8_t* packed) {
 }
 
 constexpr std::array kForms = {
-    IkInterleavedForm{202, "Q4_0_R8", GgmlType::Q4_0, 8},     IkInterleavedForm{208, "Q8_0_R8", GgmlType::Q8_0, 8},
-    IkInterleavedForm{212, "Q4_K_R4", GgmlType::Q4_K, 4},     IkInterleavedForm{214, "Q6_K_R4", GgmlType::Q6_K, 4},
+    IkInterleavedForm{202, "Q4_0_R8", GgmlType::Q4_0, 8},
+    IkInterleavedForm{208, "Q8_0_R8", GgmlType::Q8_0, 8},
+    IkInterleavedForm{212, "Q4_K_R4", GgmlType::Q4_K, 4},
+    IkInterleavedForm{214, "Q6_K_R4", GgmlType::Q6_K, 4},
     IkInterleavedForm{223, "IQ4_XS_R8", GgmlType::IQ4_XS, 8},
+    IkInterleavedForm{219, "IQ1_S_R4", GgmlType::IQ1_S, 4, 32, 6, 2},
 };
+
+// IQ1_S_R4: fp16 d[4] (one per row) | per 32 elements: qs[16], uint16 qh[4]. Row k's sub-block is
+// IQ1_S's (grid index low bytes qs[4i + k], i = 0..3; qh[k]: 3 high bits per index, 3-bit scale,
+// shift sign) under a per-row scale, so each IQ1_S super-block of the row takes the row's d.
+// Rows must hold whole 256-element super-blocks.
+void iq1_s_r4_rows(const uint8_t* src, int64_t n_rows, int64_t n_cols, uint8_t* dst) {
+  const int64_t nb32 = n_cols / kQK, nb256 = n_cols / kQK_K;
+  const int64_t group_bytes = 8 + nb32 * 24;
+  for (int64_t g = 0; g < n_rows / 4; ++g) {
+    const uint8_t* group = src + g * group_bytes;
+    uint16_t d[4];
+    std::memcpy(d, group, 8);
+    for (int k = 0; k < 4; ++k) {
+      auto* row = reinterpret_cast<BlockIQ1_S*>(dst) + (4 * g + k) * nb256;
+      for (int64_t ib = 0; ib < nb32; ++ib) {
+        const uint8_t* blk = group + 8 + ib * 24;
+        BlockIQ1_S& b = row[ib / 8];
+        const int64_t j = ib % 8;
+        b.d = d[k];
+        for (int i = 0; i < 4; ++i) b.qs[4 * j + i] = blk[4 * i + k];
+        std::memcpy(&b.qh[j], blk + 16 + 2 * k, 2);
+      }
+    }
+  }
+}
 
 // Q4_0_R8: fp16 d[8] | qs[128]: bytes 4l..4l+3 of row k's qs at 32l + 4k (l = 0..3).
 void from_q4_0_r8(const uint8_t* src, BlockQ4_0* const rows[8], int64_t ib) {
@@ -244,6 +277,9 @@ void deinterleave_rows(const IkInterleavedForm& f, const uint8_t* src, int64_t n
       return;
     case GgmlType::IQ4_XS:
       deinterleave<BlockIQ4_XS, 8>(from_iq4_xs_r8, kQK_K, src, n_rows, n_cols, dst);
+      return;
+    case GgmlType::IQ1_S:
+      iq1_s_r4_rows(src, n_rows, n_cols, dst);
       return;
     default:
       fail("{}: no conversion to {}", f.name, ggml_type_name(f.base));

@@ -14,16 +14,25 @@ namespace mla {
 struct IkInterleavedForm {
   uint32_t ik_id;         // the id ik_llama.cpp writes in a file
   std::string_view name;  // ik_llama.cpp's name: "Q4_K_R4"
-  GgmlType base;          // the type whose rows it interleaves
+  GgmlType base;          // the type whose rows it holds
   int n_interleaved;      // rows per group (4 or 8)
+  // The form's own geometry in the file where it differs from the base type's (IQ1_S_R4: 32-element
+  // blocks of 6 bytes after a 2-byte row scale, where IQ1_S has 256-element blocks of 50 bytes);
+  // 0: the base type's.
+  int64_t file_block_elems = 0, file_block_bytes = 0, file_row_meta_bytes = 0;
+
+  // Bytes one row of n elements takes in the file.
+  int64_t file_row_bytes(int64_t n) const {
+    return file_block_elems ? file_row_meta_bytes + n / file_block_elems * file_block_bytes : ggml_row_bytes(base, n);
+  }
 };
 
 // The forms mla.cpp converts; nullptr for any other id.
 const IkInterleavedForm* ik_interleaved_form(uint32_t ik_id);
 
-// src: n_rows rows of n_cols elements in form f (n_rows a multiple of f.n_interleaved, n_cols of
-// the base block); dst: the same rows in the base type, n_rows * ggml_row_bytes(f.base, n_cols)
-// bytes (the interleaved form takes exactly as many). Throws mla::Error on a bad shape.
+// src: n_rows rows of n_cols elements in form f (n_rows * f.file_row_bytes(n_cols) bytes; n_rows a
+// multiple of f.n_interleaved, n_cols of the base block); dst: the same rows in the base type,
+// n_rows * ggml_row_bytes(f.base, n_cols) bytes. Throws mla::Error on a bad shape.
 void deinterleave_rows(const IkInterleavedForm& f, const uint8_t* src, int64_t n_rows, int64_t n_cols, uint8_t* dst);
 
 }  // namespace mla

@@ -3,10 +3,10 @@
 //    ik_llama.cpp itself (tools/ik-llama/dump_trellis.cpp);
 //  - NVFP4: rows dequantized by gguf-py 0.19.0 (tools/quant/make_nvfp4_fixture.py), every UE4M3
 //    scale byte included;
-//  - ik_llama.cpp's row-interleaved forms (Q4_0_R8, Q8_0_R8, Q4_K_R4, Q6_K_R4, IQ4_XS_R8): rows ik quantized to the
-//  form
-//    and to its base type; a GGUF holding the form must load as the base type's bytes, and
-//    dequantize to ik's own dequantization of the form (tools/ik-llama/dump_interleaved.cpp).
+//  - ik_llama.cpp's row-interleaved forms (Q4_0_R8, Q8_0_R8, Q4_K_R4, Q6_K_R4, IQ4_XS_R8, IQ1_S_R4):
+//    rows ik quantized to the form (and, for those that rearrange base blocks, to the base type);
+//    a GGUF holding the form must load as the base type's bytes and dequantize to ik's own
+//    dequantization of the form (tools/ik-llama/dump_interleaved.cpp).
 // Every kernel this family selects must reproduce them bit for bit, and the row dot products
 // must match the dot of the reference floats with the dequantized activations.
 #include <gtest/gtest.h>
@@ -124,32 +124,51 @@ std::vector<uint8_t> one_tensor_file(uint32_t id, int64_t cols, int64_t rows, co
   return b;
 }
 
-class IkInterleaved : public ::testing::TestWithParam<const char*> {};
+struct InterleavedCase {
+  const char* name;
+  GgmlType base;
+  bool same_blocks;  // the form rearranges base-type blocks (a .base.bin fixture holds ik's base bytes)
+};
+
+class IkInterleaved : public ::testing::TestWithParam<InterleavedCase> {};
 
 TEST_P(IkInterleaved, LoadsAsItsBaseTypeBitIdentical) {
-  const std::string name = GetParam();
-  const Fixture form = load("ik-interleaved/" + name + ".bin");
-  const Fixture base = load("ik-interleaved/" + name + ".base.bin");
+  const InterleavedCase c = GetParam();
+  const Fixture form = load(std::string("ik-interleaved/") + c.name + ".bin");
   const auto bytes = one_tensor_file(static_cast<uint32_t>(form.type), form.cols, form.rows, form.q);
   const auto f = GgufFile::parse(bytes.data(), bytes.size());
   const GgufTensorInfo& t = f->require_tensor("w");
-  EXPECT_EQ(t.type, base.type) << name;
-  EXPECT_EQ(t.file_type_id, static_cast<uint32_t>(form.type)) << name;
+  EXPECT_EQ(t.type, c.base) << c.name;
+  EXPECT_EQ(t.file_type_id, static_cast<uint32_t>(form.type)) << c.name;
   EXPECT_EQ(f->type_id_space(), "ik_llama.cpp");
-  ASSERT_EQ(t.n_bytes, base.q.size()) << name;
-  EXPECT_EQ(std::memcmp(t.data, base.q.data(), base.q.size()), 0) << name << ": not ik's base-type bytes";
-  std::vector<float> out(form.cols);
-  for (int64_t r = 0; r < form.rows; ++r) {
-    dequantize_row(t.type, t.data + r * base.row_bytes, out.data(), form.cols);
-    for (int64_t i = 0; i < form.cols; ++i)
-      ASSERT_EQ(testing::bits_of(out[i]), testing::bits_of(form.ref[r * form.cols + i]))
-          << name << " row " << r << " element " << i << ": not ik's dequantization of the form";
+  const int64_t row_bytes = ggml_row_bytes(c.base, form.cols);
+  ASSERT_EQ(t.n_bytes, static_cast<uint64_t>(row_bytes * form.rows)) << c.name;
+  if (c.same_blocks) {
+    const Fixture base = load(std::string("ik-interleaved/") + c.name + ".base.bin");
+    ASSERT_EQ(base.q.size(), t.n_bytes) << c.name;
+    EXPECT_EQ(std::memcmp(t.data, base.q.data(), base.q.size()), 0) << c.name << ": not ik's base-type bytes";
   }
+  std::vector<float> out(form.cols);
+  bool nonzero = false;
+  for (int64_t r = 0; r < form.rows; ++r) {
+    dequantize_row(t.type, t.data + r * row_bytes, out.data(), form.cols);
+    for (int64_t i = 0; i < form.cols; ++i) {
+      ASSERT_EQ(testing::bits_of(out[i]), testing::bits_of(form.ref[r * form.cols + i]))
+          << c.name << " row " << r << " element " << i << ": not ik's dequantization of the form";
+      nonzero |= out[i] != 0.0f;
+    }
+  }
+  EXPECT_TRUE(nonzero) << c.name << ": an all-zero fixture proves nothing";
 }
 
 INSTANTIATE_TEST_SUITE_P(Quant, IkInterleaved,
-                         ::testing::Values("Q4_0_R8", "Q8_0_R8", "Q4_K_R4", "Q6_K_R4", "IQ4_XS_R8"),
-                         [](const auto& info) { return std::string(info.param); });
+                         ::testing::Values(InterleavedCase{"Q4_0_R8", GgmlType::Q4_0, true},
+                                           InterleavedCase{"Q8_0_R8", GgmlType::Q8_0, true},
+                                           InterleavedCase{"Q4_K_R4", GgmlType::Q4_K, true},
+                                           InterleavedCase{"Q6_K_R4", GgmlType::Q6_K, true},
+                                           InterleavedCase{"IQ4_XS_R8", GgmlType::IQ4_XS, true},
+                                           InterleavedCase{"IQ1_S_R4", GgmlType::IQ1_S, false}),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 TEST(OutsideReference, SimdDotsExistForTheNewTypes) {
   if (!quant_isa_available(QuantIsa::Avx2)) GTEST_SKIP() << "CPU without AVX2+FMA+F16C (scalar family)";

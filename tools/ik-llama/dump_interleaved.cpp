@@ -1,13 +1,13 @@
 // Reference fixtures for ik_llama.cpp's row-interleaved forms (Q4_0_R8, Q8_0_R8, Q4_K_R4, Q6_K_R4,
-// IQ4_XS_R8), made by
+// IQ4_XS_R8, IQ1_S_R4), made by
 // ik_llama.cpp itself: the same pseudo-random rows quantized to the base type and to the
 // interleaved form (no importance matrix), and ik's dequantization of the interleaved rows. Built
 // and run by make_fixtures.sh; the output is committed.
 //
 //   dump_interleaved OUT_DIR
 // writes, in the MLAQFIX1 layout of dump_trellis.cpp, OUT_DIR/<form>.bin (the interleaved bytes and
-// ik's dequantization of them) and OUT_DIR/<form>.base.bin (the base-type bytes and ik's
-// dequantization of those).
+// ik's dequantization of them) and, for the forms that rearrange base-type blocks,
+// OUT_DIR/<form>.base.bin (the base-type bytes and ik's dequantization of those).
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -54,10 +54,13 @@ bool write(const std::string& path, ggml_type type, int rows, int cols, size_t r
 }
 
 // group: rows per interleaved group; ik's to_float of an interleaved type takes one whole group.
-bool dump(const std::string& dir, ggml_type base, ggml_type form, const char* name, int group, int rows, int cols) {
+// with_base: also quantize to the base type (the forms whose blocks are the base type's).
+bool dump(const std::string& dir, ggml_type base, ggml_type form, const char* name, int group, int rows, int cols,
+          bool with_base = true) {
   const std::vector<float> x = make_rows(rows, cols);
   bool ok = true;
   for (ggml_type t : {base, form}) {
+    if (t == base && !with_base) continue;
     const size_t row_bytes = ggml_row_size(t, cols);
     std::vector<uint8_t> q(row_bytes * rows);
     ggml_quantize_chunk(t, x.data(), q.data(), 0, rows, cols, nullptr, nullptr);
@@ -81,10 +84,16 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string dir = argv[1];
+  // ggml_init fills ggml's fp16 conversion table, which the quantizers and to_float read.
+  ggml_init_params params{0, nullptr, true};
+  ggml_context* ctx = ggml_init(params);
   bool ok = dump(dir, GGML_TYPE_Q4_0, GGML_TYPE_Q4_0_R8, "Q4_0_R8", 8, 16, 512);
   ok = ok && dump(dir, GGML_TYPE_Q8_0, GGML_TYPE_Q8_0_R8, "Q8_0_R8", 8, 16, 512);
   ok = ok && dump(dir, GGML_TYPE_Q4_K, GGML_TYPE_Q4_K_R4, "Q4_K_R4", 4, 8, 512);
   ok = ok && dump(dir, GGML_TYPE_Q6_K, GGML_TYPE_Q6_K_R4, "Q6_K_R4", 4, 8, 512);
   ok = ok && dump(dir, GGML_TYPE_IQ4_XS, GGML_TYPE_IQ4_XS_R8, "IQ4_XS_R8", 8, 16, 512);
+  // IQ1_S_R4 is its own quantizer (per-row scales, 32-element blocks): no base-type twin.
+  ok = ok && dump(dir, GGML_TYPE_IQ1_S, GGML_TYPE_IQ1_S_R4, "IQ1_S_R4", 4, 8, 512, false);
+  ggml_free(ctx);
   return ok ? 0 : 1;
 }

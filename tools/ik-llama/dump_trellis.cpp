@@ -72,10 +72,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string dir = argv[1];
+  // ggml_init fills ggml's fp16 conversion table, which the quantizers and to_float read.
+  ggml_init_params params{0, nullptr, true};
+  ggml_context* ctx = ggml_init(params);
   // ik's trellis quantizers are slow: few, short rows.
   bool ok = dump(dir, GGML_TYPE_IQ1_KT, "IQ1_KT", 4, 512);
   ok = ok && dump(dir, GGML_TYPE_IQ2_KT, "IQ2_KT", 4, 512);
   ok = ok && dump(dir, GGML_TYPE_IQ3_KT, "IQ3_KT", 4, 512);
   ok = ok && dump(dir, GGML_TYPE_IQ4_KT, "IQ4_KT", 4, 512);
+  ggml_free(ctx);
   return ok ? 0 : 1;
 }

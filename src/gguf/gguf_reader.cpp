@@ -421,10 +421,8 @@ void GgufFile::parse_all() {
   uint64_t end_of_infos = c.pos();
   uint64_t data = (end_of_infos + alignment_ - 1) / alignment_ * alignment_;
   if (data < end_of_infos) c.error_at(end_of_infos, "data offset overflows");
-  if (n_tensors > 0 && data > size_)
-    c.error_at(end_of_infos, "data section would start at byte {} but the file has {} bytes", data, size_);
-  data_offset_ = data;
   const uint64_t data_size = size_ >= data ? size_ - data : 0;
+  // Types first (a tensor's own problem is named before the file's missing data section).
   std::optional<int64_t> file_type;
   if (const GgufValue* ft = find("general.file_type")) {
     try {
@@ -435,6 +433,9 @@ void GgufFile::parse_all() {
   }
   std::vector<const IkInterleavedForm*> interleaved;
   type_id_space_ = resolve_tensor_types(c, raws, file_type, data_size, interleaved);
+  if (n_tensors > 0 && data > size_)
+    c.error_at(end_of_infos, "data section would start at byte {} but the file has {} bytes", data, size_);
+  data_offset_ = data;
   tensors_.reserve(raws.size());
   for (auto& r : raws) tensors_.push_back(std::move(r.info));
   check_tensor_extents(c, tensors_, info_pos, data_size);

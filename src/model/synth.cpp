@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -176,10 +177,26 @@ class Builder {
     GgmlType t = role.empty() ? GgmlType::F32 : fit_type(role_type(role), row);
     w_.add_tensor(name, t, std::move(ne), encode(t, v, row));
   }
+  // Generated and encoded a few rows at a time from the tensor's one stream (the same values as
+  // normals() gives), so a tensor of billions of weights (384 experts at Kimi-K2 widths) never
+  // exists as F32 in memory.
   void matrix(const std::string& name, const std::string& role, std::vector<int64_t> ne) {
-    int64_t n = 1;
-    for (auto d : ne) n *= d;
-    add(name, role, ne, normals(s_, name, n, 1.0 / std::sqrt(static_cast<double>(ne[0]))));
+    const int64_t row = ne[0];
+    int64_t rows = 1;
+    for (size_t i = 1; i < ne.size(); ++i) rows *= ne[i];
+    const GgmlType t = role.empty() ? GgmlType::F32 : fit_type(role_type(role), row);
+    const int64_t rb = ggml_row_bytes(t, row);
+    const double stddev = 1.0 / std::sqrt(static_cast<double>(row));
+    Normal g(s_.seed, name);
+    std::vector<uint8_t> out(static_cast<size_t>(rb * rows));
+    const int64_t chunk = std::max<int64_t>(1, (int64_t{1} << 20) / row);
+    std::vector<float> buf(static_cast<size_t>(chunk * row));
+    for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+      const int64_t nr = std::min(chunk, rows - r0);
+      for (int64_t i = 0; i < nr * row; ++i) buf[static_cast<size_t>(i)] = static_cast<float>(g.next() * stddev);
+      for (int64_t r = 0; r < nr; ++r) quantize_row(t, buf.data() + r * row, out.data() + (r0 + r) * rb, row);
+    }
+    w_.add_tensor(name, t, std::move(ne), std::move(out));
   }
   void norm(const std::string& name, int64_t n) { add(name, "", {n}, near_one(s_, name, n)); }
 

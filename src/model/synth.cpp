@@ -489,10 +489,8 @@ void write_synth_deepseek2(const SynthSpec& s, const std::string& path) {
       }
       b.add(n("ffn_gate_up_exps"), "ffn_exps", {E, 2 * F, X}, gu);
     } else {
-      b.add(n("ffn_gate_exps"), "ffn_exps", {E, F, X},
-            normals(s, n("ffn_gate_exps"), E * F * X, 1.0 / std::sqrt(static_cast<double>(E))));
-      b.add(n("ffn_up_exps"), "ffn_exps", {E, F, X},
-            normals(s, n("ffn_up_exps"), E * F * X, 1.0 / std::sqrt(static_cast<double>(E))));
+      b.matrix(n("ffn_gate_exps"), "ffn_exps", {E, F, X});
+      b.matrix(n("ffn_up_exps"), "ffn_exps", {E, F, X});
     }
     b.matrix(n("ffn_down_exps"), "ffn_exps", {F, E, X});
     if (s.n_expert_shared > 0) {

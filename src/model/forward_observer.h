@@ -38,18 +38,18 @@ enum class ForwardPoint : uint8_t {
 
 struct ForwardEvent {
   ForwardPoint point = ForwardPoint::StepBegin;
-  int64_t layer = -1;                    // the block: a trunk layer, or n_layer (the MTP block); -1 outside a block
-  bool mtp = false;                      // inside forward_mtp (the draft layer), not the trunk
-  bool sparse = false;                   // the layer attends through the DSA selection
-  Stage stage = Stage::Embed;            // StageBegin / StageEnd
-  int64_t bytes = 0;                     // BytesRead / ExpertsRun
-  int64_t n_experts = 0;                 // ExpertsRun
-  const BatchMeta* batch = nullptr;      // every point but the stage and byte ones
+  int64_t layer = -1;                // the block: a trunk layer, or n_layer (the MTP block); -1 outside a block
+  bool mtp = false;                  // inside forward_mtp (the draft layer), not the trunk
+  bool sparse = false;               // the layer attends through the DSA selection
+  Stage stage = Stage::Embed;        // StageBegin / StageEnd
+  int64_t bytes = 0;                 // BytesRead / ExpertsRun
+  int64_t n_experts = 0;             // ExpertsRun
+  const BatchMeta* batch = nullptr;  // every point but the stage and byte ones
   std::span<const AttentionCall> calls = {};  // AttentionPlanned
-  const int32_t* sel_count = nullptr;    // AttentionPlanned, sparse: [n_tokens] rows each query selected
-  const float* q = nullptr;              // AttentionDone: [T][n_head][qk_nope | qk_rope], q_pe roped
-  const float* latent = nullptr;         // AttentionDone: [T][kv_lora_rank | qk_rope], this step's rows in F32
-  const float* attn_out = nullptr;       // AttentionDone: [T][n_head][v_head] (the attn_output input)
+  const int32_t* sel_count = nullptr;         // AttentionPlanned, sparse: [n_tokens] rows each query selected
+  const float* q = nullptr;                   // AttentionDone: [T][n_head][qk_nope | qk_rope], q_pe roped
+  const float* latent = nullptr;              // AttentionDone: [T][kv_lora_rank | qk_rope], this step's rows in F32
+  const float* attn_out = nullptr;            // AttentionDone: [T][n_head][v_head] (the attn_output input)
   // AttentionDone, LayerEnd: this step's rows written. Observers only read it; the verify rerun
   // (LayerEnd) writes the layer's rows again and restores them.
   LatentCache* cache = nullptr;

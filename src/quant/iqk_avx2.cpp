@@ -1,8 +1,8 @@
 // AVX2 dot products for ik_llama.cpp's non-trellis quants (iqk_blocks.h describes the layouts).
 // Q8_K types: each 32-element chunk's indices are unpacked with shifts and masks, mapped to their
 // levels by byte shuffles over the value tables, multiplied with the activation quants in int8
-// (dot_i8_quads) and scaled per group in int32, so a super-block's sum is exact in integers; only
-// its factor d * d_a is applied in float and super-blocks are summed in double, as in the scalar
+// and scaled per group in int32 (vpmaddubsw, then vpmaddwd by the group scales), so a super-block's sum is exact in
+// integers; only its factor d * d_a is applied in float and super-blocks are summed in double, as in the scalar
 // reference (iqk_ref.cpp), which these kernels therefore equal bit for bit. Q6_0 against Q8_0:
 // per 32-element block an int32 sum, accumulated in float lanes like the other Q8_0 kernels.
 // IQ6_K has no AVX2 kernel (its 6-bit levels take four shuffles per chunk; no published file uses
@@ -61,19 +61,22 @@ inline __m256i lookup32(__m256i lo_half, __m256i hi_half, __m256i idx) {
   return _mm256_blendv_epi8(_mm256_shuffle_epi8(lo_half, nib), _mm256_shuffle_epi8(hi_half, nib), high);
 }
 
-// The group scales as int32 for chunk k: lanes 0-3 multiply elements 0-15, lanes 4-7 elements
-// 16-31 (groups of 16: scales 2k and 2k+1; groups of 32: scale k twice).
+// The group scales as int16 for chunk k: the low lane multiplies the pair sums of elements 0-15,
+// the high lane those of 16-31 (groups of 16: scales 2k and 2k+1; groups of 32: scale k twice).
 inline __m256i chunk_scales(const int16_t* scale, int n_groups, int k) {
-  return n_groups == 16 ? _mm256_set_m128i(_mm_set1_epi32(scale[2 * k + 1]), _mm_set1_epi32(scale[2 * k]))
-                        : _mm256_set1_epi32(scale[k]);
+  return n_groups == 16 ? _mm256_set_m128i(_mm_set1_epi16(scale[2 * k + 1]), _mm_set1_epi16(scale[2 * k]))
+                        : _mm256_set1_epi16(scale[k]);
 }
 
-// One super-block: levels (8 chunks of 32) times the activation quants, scaled per group.
+// One super-block: levels (8 chunks of 32) times the activation quants, scaled per group. The
+// int16 pair sums (|level| <= 127, |a| <= 127: below 2^15) are multiplied by their group scale
+// and added in pairs by one vpmaddwd (below 2^24), so the int32 sum is exact.
 inline int32_t block_sum(const __m256i lv[8], const int16_t* scale, int n_groups, const int8_t* a) {
   __m256i acc = _mm256_setzero_si256();
   for (int k = 0; k < 8; ++k) {
-    const __m256i p = dot_i8_quads(lv[k], load32(reinterpret_cast<const uint8_t*>(a) + 32 * k));
-    acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(p, chunk_scales(scale, n_groups, k)));
+    const __m256i y = load32(reinterpret_cast<const uint8_t*>(a) + 32 * k);
+    const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(lv[k], lv[k]), _mm256_sign_epi8(y, lv[k]));
+    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, chunk_scales(scale, n_groups, k)));
   }
   return hsum_i32(acc);
 }

@@ -139,7 +139,7 @@ void quantize_q6_0(const float* x, void* dst, int64_t n) {
 template <int NLevels, int NBuckets>
 struct LevelIndex {
   const int8_t* values;
-  std::array<int8_t, NBuckets> bucket{};
+  std::array<uint8_t, NBuckets> bucket{};
 
   explicit LevelIndex(const int8_t* v) : values(v) {
     for (int ix = 0; ix < NBuckets; ++ix) {
@@ -148,13 +148,13 @@ struct LevelIndex {
       for (int k = 0; k + 1 < NLevels; ++k)
         if (std::fabs(at - 0.5f * static_cast<float>(values[k] + values[k + 1])) < 1.f) k_mid = k;
       if (k_mid >= 0) {
-        bucket[ix] = static_cast<int8_t>(NLevels + k_mid);
+        bucket[ix] = static_cast<uint8_t>(NLevels + k_mid);
         continue;
       }
       int best = 0;
       for (int k = 1; k < NLevels; ++k)
         if (std::fabs(at - values[k]) < std::fabs(at - values[best])) best = k;
-      bucket[ix] = static_cast<int8_t>(best);
+      bucket[ix] = static_cast<uint8_t>(best);
     }
   }
 

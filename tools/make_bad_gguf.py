@@ -78,11 +78,17 @@ def main() -> None:
     cases["alignment-wrong-type"] = (header(0, 1) + s("general.alignment") + struct.pack("<IQ", 10, 32), "general.alignment has type UINT64")
     cases["truncated-in-kv"] = (good[:40], "truncated")
     cases["truncated-in-tensor-data"] = (good[: len(good) - 100], "runs past the end")
-    cases["tensor-unknown-type"] = (pad(header(1, 0) + tinfo("w", [32], 31, 0)) + b"\0" * 128, "unknown type id 31")
+    cases["tensor-unknown-type"] = (pad(header(1, 0) + tinfo("w", [32], 31, 0)) + b"\0" * 128, "tensor 'w' has unknown type id 31 (llama.cpp's id space)")
     cases["tensor-too-many-dims"] = (pad(header(1, 0) + tinfo("w", [2, 2, 2, 2, 2], 0, 0)) + b"\0" * 128, "5 dimensions")
     cases["tensor-dim-negative"] = (pad(header(1, 0) + tinfo("w", [2**63 + 5], 0, 0)) + b"\0" * 64, "negative or too large")
     cases["tensor-elements-overflow"] = (pad(header(1, 0) + tinfo("w", [2**32, 2**32, 2**32], 0, 0)), "overflows")
     cases["tensor-row-not-block-multiple"] = (pad(header(1, 0) + tinfo("w", [100], 12, 0)) + b"\0" * 512, "not a multiple of its block size 256")
+    # ik_llama.cpp's id space (ids >= 133): an id it retired (142, IQ2_TN), an IQ4_KS (144) row that
+    # its 256-element blocks do not divide, and two IQ4_KS rows of 256 stored without their 4-byte
+    # row scales (2 x 136 bytes where 2 x 140 are needed).
+    cases["tensor-unknown-ik-type"] = (pad(header(1, 0) + tinfo("w", [256], 142, 0)) + b"\0" * 256, "unknown type id 142 (ik_llama.cpp's id space)")
+    cases["tensor-ik-row-not-block-multiple"] = (pad(header(1, 0) + tinfo("w", [100], 144, 0)) + b"\0" * 512, "type IQ4_KS, type id 144 (ik_llama.cpp's id space), has row length 100")
+    cases["tensor-ik-rows-without-row-scale"] = (pad(header(1, 0) + tinfo("w", [256, 2], 144, 0)) + b"\0" * 272, "data [0, +280) runs past the end")
     cases["tensor-misaligned"] = (pad(header(1, 0) + tinfo("w", [8], 0, 4)) + b"\0" * 64, "not a multiple of the alignment")
     cases["tensor-past-end"] = (pad(header(1, 0) + tinfo("w", [1024], 0, 0)) + b"\0" * 64, "runs past the end")
     cases["tensor-offset-huge"] = (pad(header(1, 0) + tinfo("w", [8], 0, 2**63)) + b"\0" * 64, "runs past the end")

@@ -241,6 +241,13 @@ uint32_t read_magic_and_version(Cursor& c) {
   return version;
 }
 
+// "type id 157 (ik_llama.cpp's id space)": where a type id is named in a load error. Mainline
+// llama.cpp and ik_llama.cpp number their types differently above the ids they share; ids from
+// kIkLlamaFirstTypeId up are ik_llama.cpp's (mainline's stop far below them).
+std::string type_id_in_space(uint32_t id) {
+  return fmt::format("type id {} ({} id space)", id, id >= kIkLlamaFirstTypeId ? "ik_llama.cpp's" : "llama.cpp's");
+}
+
 // Tensor info i: name, dimensions, type, offset (aligned), element and byte counts.
 GgufTensorInfo read_tensor_info(Cursor& c, uint64_t i, uint64_t alignment) {
   uint64_t at = c.pos();
@@ -266,21 +273,28 @@ GgufTensorInfo read_tensor_info(Cursor& c, uint64_t i, uint64_t alignment) {
   uint64_t type_at = c.pos();
   uint32_t raw_type = c.read<uint32_t>("tensor type");
   auto traits = ggml_type_traits(raw_type);
-  if (!traits) c.error_at(type_at, "tensor '{}' has unknown type id {}", t.name, raw_type);
+  if (!traits) c.error_at(type_at, "tensor '{}' has unknown {}", t.name, type_id_in_space(raw_type));
   t.type = static_cast<GgmlType>(raw_type);
   if (t.ne[0] % traits->block_elems != 0)
-    c.error_at(dims_at, "tensor '{}' of type {} has row length {}, not a multiple of its block size {}", t.name,
-               traits->name, t.ne[0], traits->block_elems);
+    c.error_at(dims_at, "tensor '{}' of type {}, {}, has row length {}, not a multiple of its block size {}", t.name,
+               traits->name, type_id_in_space(raw_type), t.ne[0], traits->block_elems);
   uint64_t off_at = c.pos();
   t.offset = c.read<uint64_t>("tensor offset");
   if (t.offset % alignment != 0)
     c.error_at(off_at, "tensor '{}' offset {} is not a multiple of the alignment {}", t.name, t.offset, alignment);
   t.n_elements = n_el;
-  // n_bytes = n_el / block_elems * block_bytes, computed without overflow.
-  uint64_t n_blocks = static_cast<uint64_t>(n_el / traits->block_elems);
-  if (n_blocks > std::numeric_limits<uint64_t>::max() / static_cast<uint64_t>(traits->block_bytes))
+  // n_bytes = n_rows * (row header + ne[0] / block_elems * block_bytes), computed without overflow
+  // (an empty tensor has no rows, so no row headers).
+  const uint64_t n_rows = t.ne[0] == 0 ? 0 : static_cast<uint64_t>(n_el / t.ne[0]);
+  const uint64_t row_blocks = static_cast<uint64_t>(t.ne[0] / traits->block_elems);
+  const auto block_bytes = static_cast<uint64_t>(traits->block_bytes);
+  const auto meta_bytes = static_cast<uint64_t>(traits->row_meta_bytes);
+  if (row_blocks > (std::numeric_limits<uint64_t>::max() - meta_bytes) / block_bytes)
     c.error_at(dims_at, "tensor '{}': byte size overflows", t.name);
-  t.n_bytes = n_blocks * static_cast<uint64_t>(traits->block_bytes);
+  const uint64_t row_bytes = meta_bytes + row_blocks * block_bytes;
+  if (n_rows > 0 && row_bytes > std::numeric_limits<uint64_t>::max() / n_rows)
+    c.error_at(dims_at, "tensor '{}': byte size overflows", t.name);
+  t.n_bytes = n_rows * row_bytes;
   return t;
 }
 

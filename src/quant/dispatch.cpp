@@ -68,17 +68,19 @@ VecDotFn find_vec_dot(GgmlType t, QuantIsa isa) {
 
 namespace {
 
-// Best kernel per type id, resolved on first use. Type ids are < 64.
+// Best kernel per type id, resolved on first use. Type ids are < 256 (ik_llama.cpp's reach 233).
+constexpr uint32_t kMaxTypeId = 256;
+
 template <typename Fn, Fn (*Find)(GgmlType, QuantIsa)>
 Fn best(GgmlType t) {
   struct Table {
-    Fn fns[64] = {};
+    Fn fns[kMaxTypeId] = {};
     Table() {
       int count = 0;
       const GgmlType* all = ggml_all_types(&count);
       for (int i = 0; i < count; ++i) {
         const auto id = static_cast<uint32_t>(all[i]);
-        if (id >= 64) continue;
+        if (id >= kMaxTypeId) continue;
         Fn f = Find(all[i], QuantIsa::Avx2);
         fns[id] = f ? f : Find(all[i], QuantIsa::Ref);
       }
@@ -86,7 +88,7 @@ Fn best(GgmlType t) {
   };
   static const Table table;
   const auto id = static_cast<uint32_t>(t);
-  Fn f = id < 64 ? table.fns[id] : nullptr;
+  Fn f = id < kMaxTypeId ? table.fns[id] : nullptr;
   if (!f) fail_unsupported(t);
   return f;
 }
@@ -138,6 +140,7 @@ GgmlType vec_dot_type(GgmlType t) {
     case GgmlType::Q8_0:
     case GgmlType::IQ4_NL:
     case GgmlType::MXFP4:
+    case GgmlType::Q6_0:
       return GgmlType::Q8_0;
     case GgmlType::Q2_K:
     case GgmlType::Q3_K:
@@ -153,6 +156,17 @@ GgmlType vec_dot_type(GgmlType t) {
     case GgmlType::IQ2_S:
     case GgmlType::IQ3_XXS:
     case GgmlType::IQ3_S:
+    case GgmlType::IQ2_K:
+    case GgmlType::IQ3_K:
+    case GgmlType::IQ4_K:
+    case GgmlType::IQ5_K:
+    case GgmlType::IQ6_K:
+    case GgmlType::IQ4_KS:
+    case GgmlType::IQ2_KS:
+    case GgmlType::IQ4_KSS:
+    case GgmlType::IQ5_KS:
+    case GgmlType::IQ3_KS:
+    case GgmlType::IQ2_KL:
       return GgmlType::Q8_K;
     default:
       fail_unsupported(t);

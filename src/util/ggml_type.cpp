@@ -47,6 +47,19 @@ constexpr std::array kTypes = {
     Entry{GgmlType::TQ1_0, {"TQ1_0", 256, 54}},
     Entry{GgmlType::TQ2_0, {"TQ2_0", 256, 66}},
     Entry{GgmlType::MXFP4, {"MXFP4", 32, 17}},
+    // ik_llama.cpp's types (block structs in its ggml-common.h, row headers in its ggml.c traits).
+    Entry{GgmlType::Q6_0, {"Q6_0", 32, 26}},
+    Entry{GgmlType::IQ2_K, {"IQ2_K", 256, 76}},
+    Entry{GgmlType::IQ3_K, {"IQ3_K", 256, 110}},
+    Entry{GgmlType::IQ4_K, {"IQ4_K", 256, 144}},
+    Entry{GgmlType::IQ5_K, {"IQ5_K", 256, 176}},
+    Entry{GgmlType::IQ6_K, {"IQ6_K", 256, 212}},
+    Entry{GgmlType::IQ4_KS, {"IQ4_KS", 256, 136, 4}},
+    Entry{GgmlType::IQ2_KS, {"IQ2_KS", 256, 70, 2}},
+    Entry{GgmlType::IQ4_KSS, {"IQ4_KSS", 256, 128, 4}},
+    Entry{GgmlType::IQ5_KS, {"IQ5_KS", 256, 168, 4}},
+    Entry{GgmlType::IQ3_KS, {"IQ3_KS", 256, 102, 2}},
+    Entry{GgmlType::IQ2_KL, {"IQ2_KL", 256, 86, 2}},
 };
 
 constexpr std::array<GgmlType, kTypes.size()> make_all() {

@@ -1,6 +1,7 @@
 #pragma once
 // ggml tensor types as stored in GGUF files: ids, block geometry and names. The ids are the
-// on-disk values llama.cpp writes; gaps are ids retired upstream (never valid in a file).
+// on-disk values llama.cpp writes; gaps are ids retired upstream (never valid in a file). Ids from
+// 133 up are ik_llama.cpp's own types (its ggml.h), which mainline never assigned.
 #include <cstdint>
 #include <optional>
 #include <string_view>
@@ -40,12 +41,33 @@ enum class GgmlType : uint32_t {
   TQ1_0 = 34,
   TQ2_0 = 35,
   MXFP4 = 39,
+
+  // ik_llama.cpp's non-trellis quants (ids from its ggml.h).
+  Q6_0 = 133,
+  IQ2_K = 137,
+  IQ3_K = 138,
+  IQ4_K = 139,
+  IQ5_K = 140,
+  IQ6_K = 141,
+  IQ4_KS = 144,
+  IQ2_KS = 145,
+  IQ4_KSS = 146,
+  IQ5_KS = 152,
+  IQ3_KS = 156,
+  IQ2_KL = 157,
 };
+
+// First id of ik_llama.cpp's own id space: a file with a type id at or above it was written by
+// ik_llama.cpp (mainline's ids stop far below).
+inline constexpr uint32_t kIkLlamaFirstTypeId = 133;
 
 struct GgmlTypeTraits {
   std::string_view name;  // as llama.cpp prints it: "Q4_K", "BF16", ...
   int64_t block_elems;    // elements per block (1 for plain types)
   int64_t block_bytes;    // bytes per block
+  // Bytes at the start of every row before its first block (ik_llama.cpp's row scale: an fp32
+  // for IQ4_KS / IQ4_KSS / IQ5_KS, an fp16 for IQ2_KS / IQ3_KS / IQ2_KL); 0 for every other type.
+  int64_t row_meta_bytes = 0;
 };
 
 // nullopt for an id that is not a known type.
@@ -55,10 +77,10 @@ const GgmlTypeTraits& ggml_traits(GgmlType t);
 std::string_view ggml_type_name(GgmlType t);
 // Parses a name like "q4_k" or "Q4_K" (case-insensitive); nullopt if unknown.
 std::optional<GgmlType> ggml_type_from_name(std::string_view name);
-// Bytes of a row of n elements; precondition: n % block_elems == 0.
+// Bytes of a row of n elements (row header included); precondition: n % block_elems == 0.
 inline int64_t ggml_row_bytes(GgmlType t, int64_t n) {
   const auto& tr = ggml_traits(t);
-  return n / tr.block_elems * tr.block_bytes;
+  return tr.row_meta_bytes + n / tr.block_elems * tr.block_bytes;
 }
 // Every known type, in id order.
 const GgmlType* ggml_all_types(int* count);

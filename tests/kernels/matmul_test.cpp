@@ -44,8 +44,16 @@ Quantized make_weight(GgmlType t, int64_t rows, int64_t cols, uint32_t seed) {
     std::memcpy(row, raw.data(), raw.size());
     const uint16_t d = fp32_to_fp16(1.0f / 512);
     const auto& tr = ggml_traits(t);
+    // ik_llama.cpp's row-scaled types: the row's scale heads the row (fp32 or fp16).
+    if (tr.row_meta_bytes == 4) {
+      const float df = 1.0f / 512;
+      std::memcpy(row, &df, 4);
+    } else if (tr.row_meta_bytes == 2) {
+      std::memcpy(row, &d, 2);
+    }
     for (int64_t b = 0; b < cols / tr.block_elems; ++b) {
-      for (int off : testing::half_scale_offsets(t)) std::memcpy(row + b * tr.block_bytes + off, &d, 2);
+      for (int off : testing::half_scale_offsets(t))
+        std::memcpy(row + tr.row_meta_bytes + b * tr.block_bytes + off, &d, 2);
       if (t == GgmlType::MXFP4) row[b * tr.block_bytes] = 120;  // E8M0: 2^-8, halved by the doubled levels
     }
   }
@@ -89,7 +97,10 @@ TEST_P(MatmulTypes, RowResultsDoNotDependOnBatchOrThreads) {
 
 INSTANTIATE_TEST_SUITE_P(Types, MatmulTypes,
                          ::testing::Values(GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0,
-                                           GgmlType::Q4_K, GgmlType::Q6_K),
+                                           GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q6_0, GgmlType::IQ2_K,
+                                           GgmlType::IQ3_K, GgmlType::IQ4_K, GgmlType::IQ5_K, GgmlType::IQ6_K,
+                                           GgmlType::IQ4_KS, GgmlType::IQ2_KS, GgmlType::IQ4_KSS, GgmlType::IQ5_KS,
+                                           GgmlType::IQ3_KS, GgmlType::IQ2_KL),
                          [](const auto& info) { return std::string(ggml_type_name(info.param)); });
 
 // Weights repacked into 16-row groups (AVX-512 VNNI or AVX2 CPUs): the packed path against matmul_ref,

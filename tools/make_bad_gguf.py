@@ -80,7 +80,10 @@ def main() -> None:
     cases["truncated-in-tensor-data"] = (good[: len(good) - 100], "runs past the end")
     # Id 37: retired by llama.cpp, never assigned by ik_llama.cpp. Id 31: ik_llama.cpp's Q4_0_4_4, a
     # type mla.cpp does not read (llama.cpp retired the id).
-    cases["tensor-unknown-type"] = (pad(header(1, 0) + tinfo("w", [32], 37, 0)) + b"\0" * 128, "unknown type id 37")
+    cases["tensor-unknown-type"] = (
+        pad(header(1, 0) + tinfo("w", [32], 37, 0)) + b"\0" * 128,
+        "tensor 'w' has unknown type id 37 (neither llama.cpp nor ik_llama.cpp assigns it)",
+    )
     cases["tensor-ik-type-unreadable"] = (
         pad(header(1, 0) + tinfo("w", [32], 31, 0)) + b"\0" * 128,
         "type Q4_0_4_4 (ik_llama.cpp id 31), which mla.cpp cannot read",
@@ -93,6 +96,12 @@ def main() -> None:
     cases["tensor-dim-negative"] = (pad(header(1, 0) + tinfo("w", [2**63 + 5], 0, 0)) + b"\0" * 64, "negative or too large")
     cases["tensor-elements-overflow"] = (pad(header(1, 0) + tinfo("w", [2**32, 2**32, 2**32], 0, 0)), "overflows")
     cases["tensor-row-not-block-multiple"] = (pad(header(1, 0) + tinfo("w", [100], 12, 0)) + b"\0" * 512, "not a multiple of its block size 256")
+    # ik_llama.cpp's own ids: one it retired (142, IQ2_TN), an IQ4_KS (144) row that
+    # its 256-element blocks do not divide, and two IQ4_KS rows of 256 stored without their 4-byte
+    # row scales (2 x 136 bytes where 2 x 140 are needed).
+    cases["tensor-unknown-ik-type"] = (pad(header(1, 0) + tinfo("w", [256], 142, 0)) + b"\0" * 256, "unknown type id 142 (neither llama.cpp nor ik_llama.cpp assigns it)")
+    cases["tensor-ik-row-not-block-multiple"] = (pad(header(1, 0) + tinfo("w", [100], 144, 0)) + b"\0" * 512, "type IQ4_KS (ik_llama.cpp id 144) has row length 100")
+    cases["tensor-ik-rows-without-row-scale"] = (pad(header(1, 0) + tinfo("w", [256, 2], 144, 0)) + b"\0" * 272, "data [0, +280) runs past the end")
     cases["tensor-misaligned"] = (pad(header(1, 0) + tinfo("w", [8], 0, 4)) + b"\0" * 64, "not a multiple of the alignment")
     cases["tensor-past-end"] = (pad(header(1, 0) + tinfo("w", [1024], 0, 0)) + b"\0" * 64, "runs past the end")
     cases["tensor-offset-huge"] = (pad(header(1, 0) + tinfo("w", [8], 0, 2**63)) + b"\0" * 64, "runs past the end")

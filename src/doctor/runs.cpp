@@ -12,26 +12,27 @@
 namespace mla::doctor {
 namespace {
 
-// Keeps each layer's attention output rows by position.
-class AttnRecorder : public AttentionObserver {
+// Keeps each trunk layer's attention output rows by position.
+class AttnRecorder : public ForwardObserver {
  public:
-  AttnRecorder(int64_t n_layer, int64_t width, int64_t n_pos, AttentionObserver* next)
+  AttnRecorder(int64_t n_layer, int64_t width, int64_t n_pos, ForwardObserver* next)
       : width_(width), n_pos_(n_pos), next_(next), rows_(n_layer, std::vector<float>(n_pos * width, 0.0f)) {}
 
-  void on_attention(const AttentionObservation& o) override {
-    const BatchMeta& b = *o.batch;
+  void on_forward(const ForwardEvent& e) override {
+    if (e.point != ForwardPoint::AttentionDone || e.mtp) return;
+    const BatchMeta& b = *e.batch;
     for (int64_t t = 0; t < b.n_tokens(); ++t) {
       const int64_t pos = b.positions[t];
       if (pos < n_pos_)
-        std::copy(o.attn_out + t * width_, o.attn_out + (t + 1) * width_, rows_[o.layer].data() + pos * width_);
+        std::copy(e.attn_out + t * width_, e.attn_out + (t + 1) * width_, rows_[e.layer].data() + pos * width_);
     }
-    if (next_) next_->on_attention(o);
+    if (next_) next_->on_forward(e);
   }
   std::vector<std::vector<float>> take() { return std::move(rows_); }
 
  private:
   int64_t width_, n_pos_;
-  AttentionObserver* next_;
+  ForwardObserver* next_;
   std::vector<std::vector<float>> rows_;
 };
 
@@ -68,7 +69,7 @@ std::vector<double> log_softmax(const float* logits, int64_t n) {
 
 PromptRun run_prompt(const DeepseekConfig& c, const DeepseekWeights& w, const std::vector<int32_t>& prompt,
                      const RunSpec& spec, const std::vector<int32_t>* forced, int n_steps, const DoctorOptions& opt,
-                     AttentionObserver* extra) {
+                     ForwardObserver* extra) {
   const int64_t n_prompt = static_cast<int64_t>(prompt.size());
   if (n_prompt < 1) fail("doctor: empty canary prompt");
   if (forced && static_cast<int64_t>(forced->size()) < n_steps) fail("doctor: fewer forced tokens than steps");
@@ -126,7 +127,8 @@ NumericsProbe::NumericsProbe(const DeepseekConfig& c, const DeepseekWeights& w) 
   for (int64_t il = 0; il < c.n_layer; ++il) layers_[il].layer = il;
 }
 
-void NumericsProbe::on_attention(const AttentionObservation& o) {
+void NumericsProbe::on_forward(const ForwardEvent& o) {
+  if (o.point != ForwardPoint::AttentionDone || o.mtp) return;
   const int64_t H = c_.n_head, R = c_.kv_lora_rank, N = c_.qk_nope, P = c_.qk_rope, D = c_.latent_dim;
   const int64_t q_stride = H * c_.qk_head, out_w = H * c_.v_head;
   const LayerWeights& L = w_.layers[o.layer];

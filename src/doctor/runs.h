@@ -27,10 +27,10 @@ struct PromptRun {
 
 // Runs prompt and n_steps greedy steps (decoded one token per call under spec.policy). With
 // `forced`, the steps feed those tokens instead of the argmax (teacher forcing), so two runs stay
-// comparable at every step. `extra` (may be nullptr) also observes every layer.
+// comparable at every step. `extra` (may be nullptr) also sees every trunk layer's AttentionDone.
 PromptRun run_prompt(const DeepseekConfig& c, const DeepseekWeights& w, const std::vector<int32_t>& prompt,
                      const RunSpec& spec, const std::vector<int32_t>* forced, int n_steps, const DoctorOptions& opt,
-                     AttentionObserver* extra = nullptr);
+                     ForwardObserver* extra = nullptr);
 
 // Folds the differences of `other` from the reference `ref` into out (largest over calls).
 void accumulate_comparison(const PromptRun& ref, const PromptRun& other, PathComparison& out);
@@ -45,12 +45,12 @@ void accumulate_comparison(const PromptRun& ref, const PromptRun& other, PathCom
 // pair up to kMaxFullHeads heads, else for g in {h, n_head-1-h, h±1} (what reverse and rotate
 // need), over the last kPairQueries queries of each sequence in a call (the cost is
 // n_head² · kv_lora_rank · (qk_nope + context) per query).
-class NumericsProbe : public AttentionObserver {
+class NumericsProbe : public ForwardObserver {
  public:
   static constexpr int64_t kMaxFullHeads = 32;
   static constexpr int32_t kPairQueries = 8;  // pair energies from each call's last 8 queries per sequence
   NumericsProbe(const DeepseekConfig& c, const DeepseekWeights& w);
-  void on_attention(const AttentionObservation& o) override;
+  void on_forward(const ForwardEvent& o) override;  // each trunk layer's AttentionDone
   const std::vector<LayerNumerics>& layers() const { return layers_; }
   const std::vector<double>& pair_energy(int64_t il) const { return energy_[il]; }
 

@@ -4,22 +4,20 @@
 
 namespace mla {
 
-void reset_batch_meta(BatchMeta& meta, int block_size, MlaPathPolicy policy, int decode_threshold) {
+void reset_batch_meta(BatchMeta& meta, MlaPathPolicy policy, int decode_threshold) {
   meta.token_ids.clear();
   meta.positions.clear();
   meta.slot_mapping.clear();
   meta.seqs.clear();
   meta.context_slots.clear();
   meta.logits_rows.clear();
-  meta.block_table.clear();
-  meta.block_size = block_size;
   meta.policy = policy;
   meta.decode_threshold = decode_threshold;
 }
 
 void build_batch_meta(std::span<const ScheduledSeq> seqs, int block_size, MlaPathPolicy policy, int decode_threshold,
                       bool all_logits, BatchMeta& meta) {
-  reset_batch_meta(meta, block_size, policy, decode_threshold);
+  reset_batch_meta(meta, policy, decode_threshold);
   for (const ScheduledSeq& s : seqs) {
     const int n_ctx = s.n_computed + s.n_new;
     assert(s.n_new >= 1 && n_ctx <= static_cast<int>(s.tokens.size()));
@@ -29,11 +27,8 @@ void build_batch_meta(std::span<const ScheduledSeq> seqs, int block_size, MlaPat
     m.query_len = s.n_new;
     m.context_len = n_ctx;
     m.slots_start = static_cast<int32_t>(meta.context_slots.size());
-    m.blocks_start = static_cast<int32_t>(meta.block_table.size());
     m.verify = s.verify;
     m.n_prompt = s.n_prompt;
-    const int n_blocks = (n_ctx + block_size - 1) / block_size;
-    meta.block_table.insert(meta.block_table.end(), s.blocks.begin(), s.blocks.begin() + n_blocks);
     for (int j = 0; j < n_ctx; ++j)
       meta.context_slots.push_back(s.blocks[j / block_size] * block_size + j % block_size);
     for (int p = s.n_computed; p < n_ctx; ++p) {

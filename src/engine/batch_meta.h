@@ -1,7 +1,7 @@
 #pragma once
 // Building the model's BatchMeta (model/batch.h) from what the scheduler decided for a step:
-// token ids, positions, slot mapping, per-sequence query and context lengths, block tables and
-// the context slots they expand to, the rows whose logits are needed, and the MLA path policy
+// token ids, positions, slot mapping, per-sequence query and context lengths, the context slots
+// each sequence's block table expands to, the rows whose logits are needed, and the MLA path policy
 // (the model decides each sequence's path from it).
 #include <cstdint>
 #include <span>
@@ -25,9 +25,9 @@ struct ScheduledSeq {
   int n_prompt = -1;  // positions < n_prompt hold prompt tokens (SeqMeta::n_prompt); -1: not said
 };
 
-// Empties meta (keeping its buffers) for a new batch of the given geometry and path policy.
-// block_size 0: the batch lists each sequence's context_slots itself (the MTP layer's batches).
-void reset_batch_meta(BatchMeta& meta, int block_size, MlaPathPolicy policy, int decode_threshold);
+// Empties meta (keeping its buffers) for a new batch under the given path policy (the MTP
+// layer's batches list each sequence's context_slots themselves).
+void reset_batch_meta(BatchMeta& meta, MlaPathPolicy policy, int decode_threshold);
 
 // Fills meta (reusing its buffers) for the scheduled sequences, in order. all_logits: every row
 // gets logits (tools that dump them), not only the rows that will be sampled.

@@ -143,7 +143,7 @@ void Speculator::on_fork(Sequence& first) {
 }
 
 void Speculator::begin_batch() {
-  reset_batch_meta(mtp_meta_, 0, cfg_.path_policy, cfg_.decode_threshold);  // add_rows lists the context slots
+  reset_batch_meta(mtp_meta_, cfg_.path_policy, cfg_.decode_threshold);  // add_rows lists the context slots
   mtp_h_in_.clear();
 }
 

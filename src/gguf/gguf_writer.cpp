@@ -93,8 +93,7 @@ void GgufWriter::check_tensor(const std::string& name, GgmlType type, const std:
   if (ne[0] % tr.block_elems != 0)
     fail("gguf writer: tensor '{}' row length {} is not a multiple of {}'s block size {}", name, ne[0], tr.name,
          tr.block_elems);
-  const int64_t n_rows = ne[0] == 0 ? 0 : n / ne[0];
-  uint64_t want = static_cast<uint64_t>(n_rows * ggml_row_bytes(type, ne[0]));
+  const uint64_t want = ne[0] == 0 ? 0 : static_cast<uint64_t>(n / ne[0] * ggml_row_bytes(type, ne[0]));
   if (n_bytes != want)
     fail("gguf writer: tensor '{}' {} {} needs {} bytes, got {}", name, tr.name, ne.size(), want, n_bytes);
   for (const auto& t : tensors_)

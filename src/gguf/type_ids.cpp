@@ -57,29 +57,29 @@ constexpr std::array kTable = {
     TypeIdEntry{97, "", "Q8_0_X4", false, kNone},
     TypeIdEntry{98, "", "Q8_1_X4", false, kNone},
     TypeIdEntry{99, "", "Q8_2_X4", false, kNone},
-    TypeIdEntry{133, "", "Q6_0", false, kNone},
+    TypeIdEntry{133, "", "Q6_0", false, T::Q6_0},
     TypeIdEntry{134, "", "IQ1_BN", false, kNone},
     TypeIdEntry{135, "", "IQ2_BN", false, kNone},
     TypeIdEntry{136, "", "Q8_K64", false, kNone},
-    TypeIdEntry{137, "", "IQ2_K", false, kNone},
-    TypeIdEntry{138, "", "IQ3_K", false, kNone},
-    TypeIdEntry{139, "", "IQ4_K", false, kNone},
-    TypeIdEntry{140, "", "IQ5_K", false, kNone},
-    TypeIdEntry{141, "", "IQ6_K", false, kNone},
-    TypeIdEntry{144, "", "IQ4_KS", false, kNone},
-    TypeIdEntry{145, "", "IQ2_KS", false, kNone},
-    TypeIdEntry{146, "", "IQ4_KSS", false, kNone},
+    TypeIdEntry{137, "", "IQ2_K", false, T::IQ2_K},
+    TypeIdEntry{138, "", "IQ3_K", false, T::IQ3_K},
+    TypeIdEntry{139, "", "IQ4_K", false, T::IQ4_K},
+    TypeIdEntry{140, "", "IQ5_K", false, T::IQ5_K},
+    TypeIdEntry{141, "", "IQ6_K", false, T::IQ6_K},
+    TypeIdEntry{144, "", "IQ4_KS", false, T::IQ4_KS},
+    TypeIdEntry{145, "", "IQ2_KS", false, T::IQ2_KS},
+    TypeIdEntry{146, "", "IQ4_KSS", false, T::IQ4_KSS},
     TypeIdEntry{147, "", "Q8_K16", false, kNone},
     TypeIdEntry{148, "", "Q8_K32", false, kNone},
     TypeIdEntry{149, "", "Q8_KR8", false, kNone},
     TypeIdEntry{150, "", "Q8_K128", false, kNone},
     TypeIdEntry{151, "", "Q8_KV", false, kNone},
-    TypeIdEntry{152, "", "IQ5_KS", false, kNone},
+    TypeIdEntry{152, "", "IQ5_KS", false, T::IQ5_KS},
     TypeIdEntry{153, "", "IQ2_KT", false, T::IQ2_KT},
     TypeIdEntry{154, "", "IQ3_KT", false, T::IQ3_KT},
     TypeIdEntry{155, "", "IQ4_KT", false, T::IQ4_KT},
-    TypeIdEntry{156, "", "IQ3_KS", false, kNone},
-    TypeIdEntry{157, "", "IQ2_KL", false, kNone},
+    TypeIdEntry{156, "", "IQ3_KS", false, T::IQ3_KS},
+    TypeIdEntry{157, "", "IQ2_KL", false, T::IQ2_KL},
     TypeIdEntry{158, "", "IQ1_KT", false, T::IQ1_KT},
     TypeIdEntry{202, "", "Q4_0_R8", false, kNone},
     TypeIdEntry{206, "", "Q5_0_R4", false, kNone},
@@ -137,11 +137,6 @@ bool fits(const TypeIdTensor& t, std::optional<GgmlType> type) {
   return bytes <= t.room;
 }
 
-// The name an engine gives an id, for messages: "NVFP4 (llama.cpp id 40)".
-std::string named(std::string_view name, TypeIdSpace s, uint32_t id) {
-  return fmt::format("{} ({} id {})", name, type_id_space_name(s), id);
-}
-
 }  // namespace
 
 std::string_view type_id_space_name(TypeIdSpace s) {
@@ -156,6 +151,12 @@ std::string_view type_id_space_name(TypeIdSpace s) {
   return "either";
 }
 
+std::string type_id_label(std::string_view name, TypeIdSpace space, uint32_t id) {
+  if (name.empty()) return fmt::format("unknown type id {} (neither llama.cpp nor ik_llama.cpp assigns it)", id);
+  if (space == TypeIdSpace::Either) return fmt::format("{} (llama.cpp and ik_llama.cpp id {})", name, id);
+  return fmt::format("{} ({} id {})", name, type_id_space_name(space), id);
+}
+
 std::span<const TypeIdEntry> type_id_table() { return kTable; }
 
 TypeIdResolution resolve_type_ids(std::span<const TypeIdTensor> tensors, std::optional<int64_t> file_type,
@@ -168,10 +169,7 @@ TypeIdResolution resolve_type_ids(std::span<const TypeIdTensor> tensors, std::op
     const TypeIdTensor& t = tensors[i];
     const TypeIdEntry* e = find_entry(table, t.id);
     if (!e)
-      throw TypeIdError(
-          fmt::format("tensor '{}' has unknown type id {} (neither llama.cpp nor ik_llama.cpp assigns it)", t.name,
-                      t.id),
-          i);
+      throw TypeIdError(fmt::format("tensor '{}' has {}", t.name, type_id_label("", TypeIdSpace::Either, t.id)), i);
     if (e->ik.empty() && !mainline_only) mainline_only = &t;
     if (e->mainline.empty() && !ik_only) ik_only = &t;
   }
@@ -183,6 +181,7 @@ TypeIdResolution resolve_type_ids(std::span<const TypeIdTensor> tensors, std::op
   const bool contradicting = mainline_only && (ik_only || ik_file_type);
 
   out.types.reserve(tensors.size());
+  out.spaces.reserve(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
     const TypeIdTensor& t = tensors[i];
     const TypeIdEntry& e = *find_entry(table, t.id);
@@ -201,22 +200,21 @@ TypeIdResolution resolve_type_ids(std::span<const TypeIdTensor> tensors, std::op
                               ? fmt::format("tensor '{}' is llama.cpp-only and tensor '{}' ik_llama.cpp-only",
                                             mainline_only->name, ik_only ? ik_only->name : "general.file_type")
                               : "nothing in the file says which engine wrote it";
-        throw TypeIdError(
-            fmt::format("tensor '{}' has type id {}: {} or {}, and {} (nor does its size decide)", t.name, t.id,
-                        named(e.mainline, TypeIdSpace::Mainline, t.id), named(e.ik, TypeIdSpace::Ik, t.id), why),
-            i);
+        throw TypeIdError(fmt::format("tensor '{}' has type id {}: {} or {}, and {} (nor does its size decide)", t.name,
+                                      t.id, type_id_label(e.mainline, TypeIdSpace::Mainline, t.id),
+                                      type_id_label(e.ik, TypeIdSpace::Ik, t.id), why),
+                          i);
       }
     }
     std::optional<GgmlType> type = reading(e, space);
     const IkInterleavedForm* form = nullptr;
     if (!type && space == TypeIdSpace::Ik && (form = ik_interleaved_form(t.id))) type = form->base;
     if (!type) {
-      const std::string what = space == TypeIdSpace::Either
-                                   ? fmt::format("{} (llama.cpp and ik_llama.cpp id {})", e.mainline, t.id)
-                                   : named(space == TypeIdSpace::Mainline ? e.mainline : e.ik, space, t.id);
+      const std::string what = type_id_label(space == TypeIdSpace::Ik ? e.ik : e.mainline, space, t.id);
       throw TypeIdError(fmt::format("tensor '{}' has type {}, which mla.cpp cannot read", t.name, what), i);
     }
     out.types.push_back(*type);
+    out.spaces.push_back(space);
     out.interleaved.push_back(form);
   }
   return out;

@@ -21,6 +21,12 @@ namespace mla {
 enum class TypeIdSpace { Either, Mainline, Ik };
 std::string_view type_id_space_name(TypeIdSpace s);  // "either", "llama.cpp", "ik_llama.cpp"
 
+// How every load error names a tensor's type id, with the id space it was read in:
+// "IQ4_KS (ik_llama.cpp id 144)", "Q4_K (llama.cpp and ik_llama.cpp id 12)" (TypeIdSpace::Either: an
+// id both engines give one format); an empty name: "unknown type id 37 (neither llama.cpp nor
+// ik_llama.cpp assigns it)".
+std::string type_id_label(std::string_view name, TypeIdSpace space, uint32_t id);
+
 // One id as each engine assigns it. An empty name: the engine has no type at that id (never
 // assigned, or retired and refused in files). `same_format`: both names denote one byte format.
 // `type`: mla.cpp's type for the id (the format both names denote, or the one engine's), when
@@ -60,6 +66,8 @@ class TypeIdError : public Error {
 struct TypeIdResolution {
   TypeIdSpace space = TypeIdSpace::Either;
   std::vector<GgmlType> types;  // one per tensor
+  // Per tensor: the space its id was read in (Either: an id both engines give the same format).
+  std::vector<TypeIdSpace> spaces;
   // Per tensor: the ik_llama.cpp row-interleaved form its id names (its type is then the form's
   // base type, its rows to be converted), else nullptr.
   std::vector<const IkInterleavedForm*> interleaved;

@@ -5,10 +5,10 @@
 #include <string_view>
 #include <vector>
 
+#include "kernels/path_cost.h"  // MlaPath
+
 namespace mla {
 
-// How one sequence's queries attend in an MLA layer (see kernels/attention.h).
-enum class MlaPath : uint8_t { Mha, Mqa };
 // The policy a step runs under. The model alone turns it into a path per sequence and layer
 // (Deepseek2Model::mla_path): mha / mqa force that path everywhere; auto sends a query length
 // <= BatchMeta::decode_threshold down MQA (decode), longer ones down the cheaper prefill path for
@@ -21,11 +21,10 @@ std::string_view mla_path_name(MlaPath p);               // "mha" | "mqa"
 MlaPathPolicy parse_mla_path_policy(std::string_view s);
 
 struct SeqMeta {
-  int32_t query_start = 0;   // first of this sequence's tokens in the batch arrays
-  int32_t query_len = 0;     // its tokens in this step: positions context_len - query_len .. context_len - 1
-  int32_t context_len = 0;   // tokens in its cache after this step, including this step's
-  int32_t slots_start = 0;   // where its context slot list starts in BatchMeta::context_slots
-  int32_t blocks_start = 0;  // where its block table starts in BatchMeta::block_table (paged caches)
+  int32_t query_start = 0;  // first of this sequence's tokens in the batch arrays
+  int32_t query_len = 0;    // its tokens in this step: positions context_len - query_len .. context_len - 1
+  int32_t context_len = 0;  // tokens in its cache after this step, including this step's
+  int32_t slots_start = 0;  // where its context slot list starts in BatchMeta::context_slots
   // Speculative decoding: the rows verify MTP drafts (the last accepted token, then the drafts).
   // The model sends them down the path a 1-token decode would take, so that their bits are the
   // decode's.
@@ -38,17 +37,14 @@ struct SeqMeta {
 };
 
 struct BatchMeta {
-  std::vector<int32_t> token_ids;      // [n_tokens]
-  std::vector<int32_t> positions;      // [n_tokens] RoPE position of each token
-  std::vector<int32_t> slot_mapping;   // [n_tokens] latent cache slot each token's row is written to
-  std::vector<SeqMeta> seqs;           // sequences, their tokens contiguous in the arrays above
-  std::vector<int32_t> context_slots;  // per sequence, context_len slots: the slot of context position j
-  std::vector<int32_t> logits_rows;    // batch rows whose logits are wanted, ascending
-  // Paged caches (the engine): context position j of a sequence is slot
-  // block_table[blocks_start + j / block_size] * block_size + j % block_size, which
-  // context_slots lists expanded. block_size 0: no block tables (slots are given directly).
-  int32_t block_size = 0;
-  std::vector<int32_t> block_table;  // per sequence ceil(context_len / block_size) block ids
+  std::vector<int32_t> token_ids;     // [n_tokens]
+  std::vector<int32_t> positions;     // [n_tokens] RoPE position of each token
+  std::vector<int32_t> slot_mapping;  // [n_tokens] latent cache slot each token's row is written to
+  std::vector<SeqMeta> seqs;          // sequences, their tokens contiguous in the arrays above
+  // Per sequence, context_len slots: the slot of context position j (with a paged cache, the
+  // sequence's block table expanded: block_table[j / block_size] * block_size + j % block_size).
+  std::vector<int32_t> context_slots;
+  std::vector<int32_t> logits_rows;  // batch rows whose logits are wanted, ascending
   // What the model decides each sequence's MLA path from (no path is chosen before the model).
   MlaPathPolicy policy = MlaPathPolicy::Auto;
   int32_t decode_threshold = 1;  // auto: a query length <= this goes down MQA (speculative verify rows count as 1)

@@ -1,20 +1,17 @@
 #include "model/deepseek2.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstring>
-#include <optional>
 #include <tuple>
 
 #include "gguf/gguf.h"
 #include "kernels/ops.h"
+#include "kernels/path_cost.h"
 #include "kernels/rope.h"
 #include "model/model_comm.h"
 #include "quant/quant.h"
 #include "util/error.h"
-#include "util/log.h"
-#include "util/trace.h"
 
 namespace mla {
 namespace {
@@ -22,28 +19,6 @@ namespace {
 MlaPath other_path(MlaPath p) { return p == MlaPath::Mha ? MlaPath::Mqa : MlaPath::Mha; }
 
 }  // namespace
-
-MlaPath cheaper_prefill_path(int64_t kv_lora, int64_t qk_nope, int64_t qk_rope, int64_t v_head, bool exact_kernels) {
-  // Effective GMAC/s of each kernel per (query, row) pair and head, counting only the pair's own
-  // multiply-adds (below; MQA's absorb and MHA's decompression are inside the rates), from
-  // attn/exact/mqa_chunk and attn/exact/mha_chunk (512-token chunks at GLM-5 widths, depth 2048,
-  // one thread, CPU time; mla_bench and mla_bench_avx2; docs/PERF.md) and attn/mqa_chunk and
-  // attn/mha_chunk for the F32 kernels. The rates are the build target's, fixed for a binary, so
-  // the choice depends on the model's widths only, never on a chunk's length.
-#if defined(__AVX512F__)
-  // Zen 5, AVX-512: exact MQA 27.4, MHA 21.2 (issue 26, third pass, best of two runs; the first
-  // pass read 36.1 and 23.8); F32 MQA 58.3, MHA 39.3 (issue 25).
-  const double kMqaGmacs = exact_kernels ? 27.4 : 58, kMhaGmacs = exact_kernels ? 21.2 : 39;
-#else
-  // Exact: the x86-64-v3 build on Zen 5, MQA 11.7, MHA 11.4 (issue 26, third pass; the first
-  // read 18.1 and 12.7). F32: 2-core Zen 3, AVX2 + FMA, both kernels in 8-lane register tiles
-  // (MQA 23.0 / 27.0, MHA 15.9 / 16.0 at depth 2048 / 8192).
-  const double kMqaGmacs = exact_kernels ? 11.7 : 25, kMhaGmacs = exact_kernels ? 11.4 : 16;
-#endif
-  const double mqa = static_cast<double>(2 * kv_lora + qk_rope) / kMqaGmacs;
-  const double mha = static_cast<double>(qk_nope + qk_rope + v_head) / kMhaGmacs;
-  return mqa <= mha ? MlaPath::Mqa : MlaPath::Mha;
-}
 
 Deepseek2Bundle::~Deepseek2Bundle() = default;
 
@@ -63,7 +38,7 @@ std::unique_ptr<Deepseek2Bundle> load_deepseek2(const std::string& path, const W
 }
 
 Deepseek2Model::Deepseek2Model(const DeepseekConfig& c, const DeepseekWeights& w, const ModelOptions& opt)
-    : c_(c), w_(w), opt_(opt), pool_(opt.n_threads) {
+    : c_(c), w_(w), opt_(opt), pool_(opt.n_threads), path_counter_(c.n_layer), tracer_(c.indexer_top_k) {
   if (opt_.max_batch_tokens < 1) fail("model: max_batch_tokens is {}, expected >= 1", opt_.max_batch_tokens);
   const size_t T = static_cast<size_t>(opt_.max_batch_tokens);
   const int64_t shared_ff = c.n_ff_exp * c.n_expert_shared;
@@ -96,13 +71,6 @@ Deepseek2Model::Deepseek2Model(const DeepseekConfig& c, const DeepseekWeights& w
     sel_.resize(T * c.indexer_top_k);
     sel_count_.resize(T);
   }
-  if (opt_.verify_paths) {
-    attn_ref_.resize(attn_.size());
-    x_other_.resize(x_.size());
-    sel_other_.resize(sel_.size());
-    sel_count_other_.resize(sel_count_.size());
-    verify_log_.layer_rel.assign(c.n_layer, 0.0);
-  }
   experts_ = {0, c.n_expert};
   heads_ = {0, c.n_head};
   if (n_ranks_of(opt_.comm) > 1) {
@@ -118,6 +86,12 @@ Deepseek2Model::Deepseek2Model(const DeepseekConfig& c, const DeepseekWeights& w
            opt_.comm->size(), c.n_expert);
     experts_ = shard_range(c.n_expert, opt_.comm->rank(), opt_.comm->size());
   }
+  observers_ = {&profiler_, &path_counter_, &tracer_};
+  if (opt_.observer) observers_.push_back(opt_.observer);
+  if (opt_.verify_paths) {  // after every buffer is sized: the verifier sizes its own like them
+    verifier_ = std::make_unique<PathVerifier>(*this);
+    observers_.push_back(verifier_.get());
+  }
   if (c.n_layer_dense_lead < c.n_layer) {
     router_.resize(T * c.n_expert);
     sel_experts_.resize(T * c.n_expert_used);
@@ -129,6 +103,13 @@ Deepseek2Model::Deepseek2Model(const DeepseekConfig& c, const DeepseekWeights& w
     pair_pos_.resize(T * c.n_expert_used);
     ex_out_.resize(R * c.n_embd);
   }
+}
+
+Deepseek2Model::~Deepseek2Model() = default;
+
+const PathVerifyLog& Deepseek2Model::verify_log() const {
+  static const PathVerifyLog kNone;
+  return verifier_ ? verifier_->log() : kNone;
 }
 
 void Deepseek2Model::mm(const WeightMatrix& w, const float* x, int64_t x_stride, int64_t n, float* y,
@@ -232,73 +213,69 @@ void Deepseek2Model::validate(const BatchMeta& b, const LatentCache& cache) cons
 
 void Deepseek2Model::forward(const BatchMeta& b, LatentCache& cache, float* logits, float* hidden) {
   validate(b, cache);
-  const int64_t T = b.n_tokens(), E = c_.n_embd, half = c_.qk_rope / 2;
+  const int64_t T = b.n_tokens(), E = c_.n_embd;
+  embed(w_.token_embd, b, x_.data(), E);
+  notify({.point = ForwardPoint::StepBegin, .batch = &b});
+  int64_t n_rows = T;  // rows of x_ still carried (the last layer keeps the logits rows)
+  for (int64_t il = 0; il < c_.n_layer; ++il) {
+    n_rows = block(w_.layers[il], il, sparse(), b, cache, n_rows, hidden != nullptr);
+    notify({.point = ForwardPoint::LayerEnd, .layer = il, .sparse = sparse(), .batch = &b, .cache = &cache});
+  }
+  // No logits: a worker rank (rank 0 computes them).
+  if (logits || hidden) head(w_.output_norm, w_.output, n_rows, hidden, &b.logits_rows, logits);
+  notify({.point = ForwardPoint::StepEnd, .batch = &b, .logits = logits});
+}
 
-  // Embedding rows, any type; cos/sin per token once for all layers.
-  std::optional<StageTimer> embed_timer(std::in_place, stage_sink(), Stage::Embed, &stage_, pool_);
+void Deepseek2Model::forward_mtp(const BatchMeta& b, const float* h_in, LatentCache& cache, float* logits,
+                                 float* h_out) {
+  if (!has_mtp()) fail("model: the MTP layer was not loaded");
+  validate(b, cache);
+  const NextnWeights& n = w_.nextn;
+  const int64_t il = n.layer_index;
+  if (cache.shape().n_layer <= il) fail("batch: the latent cache has no MTP layer (layer {})", il);
+  const int64_t T = b.n_tokens(), E = c_.n_embd;
+  // [enorm(embed(t)) ; hnorm(h)] -> eh_proj -> the block's residual stream.
+  embed(n.embed, b, mtp_in_.data(), 2 * E);
   pool_.parallel_for(T, [&](int64_t t0, int64_t t1, int) {
     for (int64_t t = t0; t < t1; ++t) {
-      dequantize_row(w_.token_embd.type, w_.token_embd.row(b.token_ids[t]), x_.data() + t * E, E);
-      if (w_.token_embd.scale != 1.0f)
-        for (int64_t i = 0; i < E; ++i) x_[t * E + i] *= w_.token_embd.scale;
+      float* in = mtp_in_.data() + t * 2 * E;
+      rmsnorm(in, n.enorm.data(), in, E, c_.rms_eps);
+      rmsnorm(h_in + t * E, n.hnorm.data(), in + E, E, c_.rms_eps);
+    }
+  });
+  mm(n.eh_proj, mtp_in_.data(), 2 * E, T, x_.data(), E);
+  block(n.layer, il, /*sparse=*/false, b, cache, T, /*keep_rows=*/true);
+  head(n.head_norm, n.head, T, h_out, &b.logits_rows, logits);
+}
+
+void Deepseek2Model::embed(const WeightMatrix& table, const BatchMeta& b, float* dst, int64_t dst_stride) {
+  const StageScope stage(*this, Stage::Embed);
+  const int64_t E = c_.n_embd, half = c_.qk_rope / 2;
+  pool_.parallel_for(b.n_tokens(), [&](int64_t t0, int64_t t1, int) {
+    for (int64_t t = t0; t < t1; ++t) {
+      float* row = dst + t * dst_stride;
+      dequantize_row(table.type, table.row(b.token_ids[t]), row, E);
+      if (table.scale != 1.0f)
+        for (int64_t i = 0; i < E; ++i) row[i] *= table.scale;
       rope_cos_sin(c_.rope, b.positions[t], cos_.data() + t * half, sin_.data() + t * half);
     }
   });
-
-  // verify_paths: the other run starts from the same embedding rows.
-  const bool verify = opt_.verify_paths;
-  PathVerifyStep step;
-  step.n_tokens = T;
-  if (verify) std::copy_n(x_.data(), T * E, x_other_.data());
-  embed_timer.reset();
-
-  int64_t n_rows = T, n_rows_other = T;  // rows of x_ still carried (the last layer keeps the logits rows)
-  for (int64_t il = 0; il < c_.n_layer; ++il) {
-    n_rows = trunk_layer(il, b, cache, n_rows, hidden != nullptr);
-    if (verify) n_rows_other = verify_layer(il, b, cache, n_rows_other, step);
-  }
-
-  if (verify) {
-    // The other run's logits rows (it never keeps every row: a row's values do not depend on the others).
-    if (logits && n_rows_other > 0) {
-      logits_other_.resize(static_cast<size_t>(n_rows_other) * c_.n_vocab);
-      swap_run_state();
-      head(n_rows_other, logits_other_.data());
-      swap_run_state();
-    }
-  }
-  if (hidden) {
-    // Every row's normed state, then the logits rows gathered for the head.
-    for (int64_t t = 0; t < T; ++t) rmsnorm(x_.data() + t * E, w_.output_norm.data(), hidden + t * E, E, c_.rms_eps);
-    if (logits) {
-      const auto n_logits = static_cast<int64_t>(b.logits_rows.size());
-      for (int64_t i = 0; i < n_logits; ++i)
-        std::memcpy(h_.data() + i * E, hidden + b.logits_rows[i] * E, sizeof(float) * E);
-      const StageTimer timer(stage_sink(), Stage::Head, &stage_, pool_);
-      if (n_logits > 0) mm(w_.output, h_.data(), E, n_logits, logits, c_.n_vocab);
-    }
-  } else if (logits && n_rows > 0) {  // no logits: a worker rank (rank 0 computes them)
-    head(n_rows, logits);
-  }
-  if (verify) verify_finish_step(b, logits, step);
 }
 
-int64_t Deepseek2Model::trunk_layer(int64_t il, const BatchMeta& b, LatentCache& cache, int64_t n_rows,
-                                    bool keep_rows) {
-  const LayerWeights& L = w_.layers[il];
+int64_t Deepseek2Model::block(const LayerWeights& L, int64_t il, bool sparse, const BatchMeta& b, LatentCache& cache,
+                              int64_t n_rows, bool keep_rows) {
   const int64_t T = b.n_tokens(), E = c_.n_embd;
   {
-    const StageTimer timer(stage_sink(), Stage::AttnIn, &stage_, pool_);
+    const StageScope stage(*this, Stage::AttnIn);
     for (int64_t t = 0; t < T; ++t) rmsnorm(x_.data() + t * E, L.attn_norm.data(), h_.data() + t * E, E, c_.rms_eps);
   }
-  attention(L, il, sparse(), b, cache);
+  attention(L, il, sparse, b, cache);
   {
     // {n_head * v_head, T} -> {n_embd, T}, added to the residual.
-    const StageTimer timer(stage_sink(), Stage::AttnOut, &stage_, pool_);
+    const StageScope stage(*this, Stage::AttnOut);
     mm_split(L.attn_output, attn_.data(), c_.n_head * c_.v_head, T, proj_.data(), E);
     for (int64_t t = 0; t < T; ++t) add_inplace(x_.data() + t * E, proj_.data() + t * E, E);
   }
-
   if (il == c_.n_layer - 1 && !keep_rows) {
     // Only the rows whose logits are wanted go on; the caches are already written.
     n_rows = static_cast<int64_t>(b.logits_rows.size());
@@ -310,77 +287,58 @@ int64_t Deepseek2Model::trunk_layer(int64_t il, const BatchMeta& b, LatentCache&
   return n_rows;
 }
 
-void Deepseek2Model::head(int64_t n_rows, float* logits) {
-  const StageTimer timer(stage_sink(), Stage::Head, &stage_, pool_);
+void Deepseek2Model::head(const std::vector<float>& norm, const WeightMatrix& out, int64_t n_rows, float* normed,
+                          const std::vector<int32_t>* logits_rows, float* logits) {
+  const StageScope stage(*this, Stage::Head);
   const int64_t E = c_.n_embd;
-  for (int64_t t = 0; t < n_rows; ++t)
-    rmsnorm(x_.data() + t * E, w_.output_norm.data(), h_.data() + t * E, E, c_.rms_eps);
-  mm(w_.output, h_.data(), E, n_rows, logits, c_.n_vocab);
+  float* dst = normed ? normed : h_.data();
+  for (int64_t t = 0; t < n_rows; ++t) rmsnorm(x_.data() + t * E, norm.data(), dst + t * E, E, c_.rms_eps);
+  if (!logits) return;
+  int64_t n_logits = n_rows;
+  if (normed) {  // the logits rows gathered for the output matrix
+    n_logits = static_cast<int64_t>(logits_rows->size());
+    for (int64_t i = 0; i < n_logits; ++i)
+      std::memcpy(h_.data() + i * E, normed + (*logits_rows)[i] * E, sizeof(float) * E);
+  }
+  if (n_logits > 0) mm(out, h_.data(), E, n_logits, logits, c_.n_vocab);
 }
 
 void Deepseek2Model::ffn(const LayerWeights& L, int64_t n_rows) {
   const int64_t E = c_.n_embd;
   {
-    const StageTimer timer(stage_sink(), L.is_moe ? Stage::Router : Stage::DenseFfn, &stage_, pool_);
+    const StageScope stage(*this, L.is_moe ? Stage::Router : Stage::DenseFfn);
     for (int64_t t = 0; t < n_rows; ++t)
       rmsnorm(x_.data() + t * E, L.ffn_norm.data(), h_.data() + t * E, E, c_.rms_eps);
   }
   if (L.is_moe) {
     moe_ffn(L, n_rows);
   } else {
-    const StageTimer timer(stage_sink(), Stage::DenseFfn, &stage_, pool_);
+    const StageScope stage(*this, Stage::DenseFfn);
     dense_ffn(L, n_rows);
   }
-  const StageTimer timer(stage_sink(), L.is_moe ? Stage::Experts : Stage::DenseFfn, &stage_, pool_);
+  const StageScope stage(*this, L.is_moe ? Stage::Experts : Stage::DenseFfn);
   for (int64_t t = 0; t < n_rows; ++t) add_inplace(x_.data() + t * E, proj_.data() + t * E, E);
-}
-
-void Deepseek2Model::forward_mtp(const BatchMeta& b, const float* h_in, LatentCache& cache, float* logits,
-                                 float* h_out) {
-  if (!has_mtp()) fail("model: the MTP layer was not loaded");
-  validate(b, cache);
-  const NextnWeights& n = w_.nextn;
-  const int64_t il = n.layer_index;
-  if (cache.shape().n_layer <= il) fail("batch: the latent cache has no MTP layer (layer {})", il);
-  const int64_t T = b.n_tokens(), E = c_.n_embd, half = c_.qk_rope / 2;
-  // [enorm(embed(t)) ; hnorm(h)] -> eh_proj -> the block's residual stream.
-  pool_.parallel_for(T, [&](int64_t t0, int64_t t1, int) {
-    for (int64_t t = t0; t < t1; ++t) {
-      float* in = mtp_in_.data() + t * 2 * E;
-      dequantize_row(n.embed.type, n.embed.row(b.token_ids[t]), in, E);
-      if (n.embed.scale != 1.0f)
-        for (int64_t i = 0; i < E; ++i) in[i] *= n.embed.scale;
-      rmsnorm(in, n.enorm.data(), in, E, c_.rms_eps);
-      rmsnorm(h_in + t * E, n.hnorm.data(), in + E, E, c_.rms_eps);
-      rope_cos_sin(c_.rope, b.positions[t], cos_.data() + t * half, sin_.data() + t * half);
-    }
-  });
-  mm(n.eh_proj, mtp_in_.data(), 2 * E, T, x_.data(), E);
-  const LayerWeights& L = n.layer;
-  for (int64_t t = 0; t < T; ++t) rmsnorm(x_.data() + t * E, L.attn_norm.data(), h_.data() + t * E, E, c_.rms_eps);
-  attention(L, il, /*sparse=*/false, b, cache);
-  mm_split(L.attn_output, attn_.data(), c_.n_head * c_.v_head, T, proj_.data(), E);
-  for (int64_t t = 0; t < T; ++t) add_inplace(x_.data() + t * E, proj_.data() + t * E, E);
-  ffn(L, T);
-  for (int64_t t = 0; t < T; ++t) rmsnorm(x_.data() + t * E, n.head_norm.data(), h_out + t * E, E, c_.rms_eps);
-  if (!logits) return;
-  const auto n_rows = static_cast<int64_t>(b.logits_rows.size());
-  for (int64_t i = 0; i < n_rows; ++i) std::memcpy(h_.data() + i * E, h_out + b.logits_rows[i] * E, sizeof(float) * E);
-  if (n_rows > 0) mm(n.head, h_.data(), E, n_rows, logits, c_.n_vocab);
 }
 
 void Deepseek2Model::attention(const LayerWeights& L, int64_t il, bool sparse, const BatchMeta& b, LatentCache& cache) {
   const int64_t T = b.n_tokens();
-  std::optional<StageTimer> in_timer(std::in_place, stage_sink(), Stage::AttnIn, &stage_, pool_);
-  attention_inputs(L, il, b, cache);
-  if (sparse && c_.indexer_full[il]) run_indexer(il, b, cache);
-  plan_attention_calls(b, sparse);
-  if (!other_run_) count_attention_calls(il, sparse, b);  // the verify rerun counts nothing
-
+  const bool mtp = il == c_.n_layer;
+  {
+    const StageScope stage(*this, Stage::AttnIn);
+    attention_inputs(L, il, b, cache);
+    if (sparse && c_.indexer_full[il]) run_indexer(il, b, cache);
+    plan_attention_calls(b, sparse);
+    notify({.point = ForwardPoint::AttentionPlanned,
+            .layer = il,
+            .mtp = mtp,
+            .sparse = sparse,
+            .batch = &b,
+            .calls = attn_calls_,
+            .sel_count = sparse ? sel_count_.data() : nullptr});
+  }
   // Both paths read the context as the cache stores it, in its dtype (this step's rows included),
   // so a row's value does not depend on whether it was computed in this step or an earlier one.
-  in_timer.reset();
-  const StageTimer timer(stage_sink(), Stage::Attention, &stage_, pool_);
+  const StageScope stage(*this, Stage::Attention);
   const int64_t out_width = c_.n_head * c_.v_head;
   for (const auto& [s, path, last] : attn_calls_)
     run_mla_path(L, il, s, path, cache, b.context_slots.data() + s.slots_start, sparse,
@@ -388,9 +346,15 @@ void Deepseek2Model::attention(const LayerWeights& L, int64_t il, bool sparse, c
   // Every rank gets every head's output (the input of attn_output's rows).
   if (n_ranks_of(opt_.comm) > 1)
     all_gather_columns(*opt_.comm, attn_.data(), out_width, T, c_.n_head, c_.v_head, gather_scratch_);
-  // Observation hook (mla doctor): nothing when no observer is set.
-  if (opt_.observer && il < c_.n_layer && !other_run_)
-    opt_.observer->on_attention({il, &b, q_.data(), kv_.data(), attn_.data(), &cache});
+  notify({.point = ForwardPoint::AttentionDone,
+          .layer = il,
+          .mtp = mtp,
+          .sparse = sparse,
+          .batch = &b,
+          .q = q_.data(),
+          .latent = kv_.data(),
+          .attn_out = attn_.data(),
+          .cache = &cache});
 }
 
 void Deepseek2Model::attention_inputs(const LayerWeights& L, int64_t il, const BatchMeta& b, LatentCache& cache) {
@@ -464,36 +428,6 @@ void Deepseek2Model::plan_attention_calls(const BatchMeta& b, bool sparse) {
   }
 }
 
-// What was decided, counted once: sequences (a verifying one by its last query's path) and
-// verify rows for the trace, tokens for the counters.
-void Deepseek2Model::count_attention_calls(int64_t il, bool sparse, const BatchMeta& b) {
-  const int64_t T = b.n_tokens();
-  int num_mqa = 0, num_mha = 0, verify_mqa = 0, verify_mha = 0;
-  int64_t tokens_mqa = 0, tokens_mha = 0, selected = 0;
-  for (const auto& [s, path, last] : attn_calls_) {
-    const bool mqa = path == MlaPath::Mqa;
-    if (last) ++(mqa ? num_mqa : num_mha);
-    if (s.verify) (mqa ? verify_mqa : verify_mha) += s.query_len;
-    (mqa ? tokens_mqa : tokens_mha) += s.query_len;
-  }
-  if (il < c_.n_layer) {  // trunk layers
-    PathCounters& pc = path_counters_;
-    (sparse ? pc.sparse_layer_tokens_mha : pc.dense_layer_tokens_mha).fetch_add(tokens_mha, std::memory_order_relaxed);
-    (sparse ? pc.sparse_layer_tokens_mqa : pc.dense_layer_tokens_mqa).fetch_add(tokens_mqa, std::memory_order_relaxed);
-    if (il == 0) {
-      pc.tokens_mha.fetch_add(tokens_mha, std::memory_order_relaxed);
-      pc.tokens_mqa.fetch_add(tokens_mqa, std::memory_order_relaxed);
-    }
-  }
-  if (sparse) {
-    for (int64_t t = 0; t < T; ++t) selected += sel_count_[t];
-    sparse_counters_.layer_tokens.fetch_add(T, std::memory_order_relaxed);
-    sparse_counters_.selected_rows.fetch_add(selected, std::memory_order_relaxed);
-  }
-  trace_dispatch(static_cast<int>(il), sparse, num_mqa, num_mha, static_cast<int>(T), mla_path_policy_name(b.policy),
-                 sparse ? c_.indexer_top_k : 0, selected, verify_mqa, verify_mha);
-}
-
 MlaPath Deepseek2Model::mla_path(const BatchMeta& b, const SeqMeta& s, bool sparse) const {
   MlaPath path = MlaPath::Mha;
   switch (b.policy) {
@@ -507,7 +441,8 @@ MlaPath Deepseek2Model::mla_path(const BatchMeta& b, const SeqMeta& s, bool spar
       if (phase_paths(b, s))
         path = s.verify || s.context_len - s.query_len >= s.n_prompt ? MlaPath::Mqa : prefill_path_;
       else if (sparse)
-        path = sparse_path(s);
+        path = cheaper_sparse_path(c_.kv_lora_rank, c_.qk_nope, c_.qk_rope, c_.v_head, s.query_len, s.context_len,
+                                   selected_rows(s));
       else
         path = (s.verify ? 1 : s.query_len) <= b.decode_threshold ? MlaPath::Mqa : prefill_path_;
       break;
@@ -515,20 +450,14 @@ MlaPath Deepseek2Model::mla_path(const BatchMeta& b, const SeqMeta& s, bool spar
   return other_run_ ? other_path(path) : path;
 }
 
-bool Deepseek2Model::phase_paths(const BatchMeta& b, const SeqMeta& s) const {
-  return !opt_.exact_attention && b.policy == MlaPathPolicy::Auto && s.n_prompt >= 0;
+int64_t Deepseek2Model::selected_rows(const SeqMeta& s) const {
+  int64_t n = 0;
+  for (int32_t i = 0; i < s.query_len; ++i) n += sel_count_[s.query_start + i];
+  return n;
 }
 
-MlaPath Deepseek2Model::sparse_path(const SeqMeta& s) const {
-  // Multiply-adds per head. MHA decompresses every context row (qk_nope + v_head outputs of
-  // kv_lora each), then works on qk_head + v_head per selected row; MQA absorbs and un-absorbs
-  // per query (the same qk_nope + v_head by kv_lora) and works on 2 * kv_lora + qk_rope per row.
-  int64_t n_sel = 0;
-  for (int32_t i = 0; i < s.query_len; ++i) n_sel += sel_count_[s.query_start + i];
-  const int64_t proj = (c_.qk_nope + c_.v_head) * c_.kv_lora_rank;
-  const int64_t mha = int64_t{s.context_len} * proj + n_sel * (c_.qk_head + c_.v_head);
-  const int64_t mqa = int64_t{s.query_len} * proj + n_sel * (2 * c_.kv_lora_rank + c_.qk_rope);
-  return mqa <= mha ? MlaPath::Mqa : MlaPath::Mha;
+bool Deepseek2Model::phase_paths(const BatchMeta& b, const SeqMeta& s) const {
+  return !opt_.exact_attention && b.policy == MlaPathPolicy::Auto && s.n_prompt >= 0;
 }
 
 void Deepseek2Model::run_indexer(int64_t il, const BatchMeta& b, LatentCache& cache) {
@@ -613,7 +542,7 @@ void Deepseek2Model::run_mla_path(const LayerWeights& L, int64_t il, const SeqMe
     p.sel_count = sel_count_.data() + s.query_start;
     p.sel_stride = c_.indexer_top_k;
   }
-  if (!other_run_) {
+  {
     // What the kernel reads: the attended cache rows once, and this rank's W_UK (or W_UKᵀ) and W_UV.
     auto proj_bytes = [&](const MlaProj& w, int64_t rows, int64_t cols) {
       return p.n_head * rows * (w.row_bytes ? w.row_bytes : cols * static_cast<int64_t>(sizeof(float)));
@@ -623,9 +552,9 @@ void Deepseek2Model::run_mla_path(const LayerWeights& L, int64_t il, const SeqMe
       rows_read = 0;
       for (int32_t i = 0; i < s.query_len; ++i) rows_read = std::max<int64_t>(rows_read, p.sel_count[i]);
     }
-    stage_counters_.add_bytes(Stage::Attention,
-                              rows_read * p.cache_row_bytes + proj_bytes(p.w_uv, c_.v_head, R) +
-                                  (path == MlaPath::Mha ? proj_bytes(p.w_uk_t, N, R) : proj_bytes(p.w_uk, R, N)));
+    notify({.point = ForwardPoint::BytesRead,
+            .bytes = rows_read * p.cache_row_bytes + proj_bytes(p.w_uv, c_.v_head, R) +
+                     (path == MlaPath::Mha ? proj_bytes(p.w_uk_t, N, R) : proj_bytes(p.w_uk, R, N))});
   }
   if (path == MlaPath::Mha) {
     if (!p.w_uk_t) fail("model: the MHA path was requested but the model was loaded for MQA only");

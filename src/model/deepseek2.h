@@ -1,14 +1,16 @@
 #pragma once
-// The forward pass of the MLA-MoE family (deepseek2, deepseek32, glm-dsa) on CPU:
-//   embed ─▶ [rmsnorm ─▶ (DSA indexer) ─▶ MLA attention ─▶ rmsnorm ─▶ dense FFN | MoE] × n_layer
-//         ─▶ rmsnorm ─▶ lm_head
-// With DSA on, layers that have a lightning indexer select each query's top_k context rows and
-// both MLA paths attend to only those; shared layers (GLM-5.2) reuse the last full layer's choice.
+// The forward pass of the MLA-MoE family (deepseek2, deepseek32, glm-dsa) on CPU, a layer loop:
+//   embed ─▶ [block: rmsnorm ─▶ (DSA indexer) ─▶ MLA attention ─▶ rmsnorm ─▶ dense FFN | MoE] × n_layer
+//         ─▶ head: rmsnorm ─▶ lm_head
+// The MTP (draft) layer runs the same embed, block and head on its own weights. With DSA on,
+// layers that have a lightning indexer select each query's top_k context rows and both MLA paths
+// attend to only those; shared layers (GLM-5.2) reuse the last full layer's choice. Whatever
+// watches the forward (stage timing, path counters, --trace dispatch, --verify-paths, the doctor)
+// is a ForwardObserver the loop calls at fixed points (model/forward_observer.h). Each call is
 // driven by a BatchMeta and a LatentCache. All buffers are sized at construction for
 // max_batch_tokens; a forward call allocates nothing once the attention scratch has grown to
 // the longest context seen.
 #include <array>
-#include <atomic>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
@@ -23,31 +25,15 @@
 #include "kv/latent_cache.h"
 #include "model/batch.h"
 #include "model/config.h"
+#include "model/forward_observer.h"
 #include "model/model_comm.h"
-#include "model/stage_counters.h"
+#include "model/observers.h"
+#include "model/path_verify.h"
 #include "model/weights.h"
 
 namespace mla {
 
 class GgufFile;
-
-// ---- observation hook (mla doctor, src/doctor/) ----
-// After each layer's attention the forward shows an observer that step's intermediate rows. The
-// pointers are valid only during the call. Unset (nullptr, the default): no cost.
-struct AttentionObservation {
-  int64_t layer = 0;
-  const BatchMeta* batch = nullptr;
-  const float* q = nullptr;            // [T][n_head][qk_nope | qk_rope], q_pe roped
-  const float* latent = nullptr;       // [T][kv_lora_rank | qk_rope]: this step's rows in F32, before the cache
-  const float* attn_out = nullptr;     // [T][n_head][v_head]: attention · W_UV (the attn_output input)
-  const LatentCache* cache = nullptr;  // this step's rows already written
-};
-class AttentionObserver {
- public:
-  virtual ~AttentionObserver() = default;
-  virtual void on_attention(const AttentionObservation& o) = 0;
-};
-// ---- end of the observation hook ----
 
 struct ModelOptions {
   int n_threads = 1;
@@ -66,7 +52,9 @@ struct ModelOptions {
   // The runner maps every page of the file at load (--no-prefault: pages are read on first use,
   // for files larger than memory); several ranks map their shard instead (src/parallel/).
   bool prefault = true;
-  AttentionObserver* observer = nullptr;  // see AttentionObservation; must outlive the model
+  // One more observer of every forward call (the doctor's probes; model/forward_observer.h),
+  // after the model's own. Single process only. Must outlive the model.
+  ForwardObserver* observer = nullptr;
   // Several processes (model/model_comm.h; src/parallel/ implements it over MPI): this rank
   // computes the routed experts of its shard_range(n_expert, rank, size), summed across ranks in
   // rank order (expert parallelism), and its shard_range(n_head, ...) attention heads and its share
@@ -76,72 +64,13 @@ struct ModelOptions {
   ModelComm* comm = nullptr;
 };
 
-// Tokens that went through sparse (DSA) layers, summed over layers, and the context rows they
-// attended to (for /metrics). Written by the forward's thread, read by anyone.
-struct SparseCounters {
-  std::atomic<int64_t> layer_tokens{0};
-  std::atomic<int64_t> selected_rows{0};
-};
-
-// Bytes of routed-expert weight rows the MoE layers read (each expert that a forward call's
-// tokens picked counted once per layer: its gate, up and down rows), for `mla bench`.
-struct MoeCounters {
-  std::atomic<int64_t> expert_bytes{0};
-  std::atomic<int64_t> experts_run{0};
-};
-
-// The MLA paths the forward actually sent its queries down, counted at the one decision point
-// (Deepseek2Model::mla_path, after every override: a sparse layer's cost rule, speculative verify
-// rows). Trunk layers only (the MTP block is not counted); the --verify-paths rerun is not
-// counted. The engine's n_tokens_mha / n_tokens_mqa, /metrics, `mla run --json`, `mla perplexity`
-// and the doctor read these. Written by the forward's thread, read by anyone.
-struct PathCounters {
-  // Each forward call's tokens once, by the path their query took in layer 0. (Within one call
-  // every trunk layer is dense, or every one sparse, and a sequence's decision is the same in each
-  // of them; the per-layer counts below show it.)
-  std::atomic<int64_t> tokens_mha{0}, tokens_mqa{0};
-  // Tokens x layers, dense and sparse layers apart.
-  std::atomic<int64_t> dense_layer_tokens_mha{0}, dense_layer_tokens_mqa{0};
-  std::atomic<int64_t> sparse_layer_tokens_mha{0}, sparse_layer_tokens_mqa{0};
-};
-
-// ModelOptions::verify_paths: one entry per forward call (trunk), the primary run against the same
-// step rerun with every sequence down the other path. Relative differences are max |p - o| / max
-// |p| with p the primary's values (the absolute difference where p is all zeros; inf for a NaN).
-struct PathVerifyStep {
-  int64_t n_tokens = 0;
-  double logits_rel = 0;     // the largest over the call's logits rows, each row on its own
-  bool greedy_agree = true;  // each logits row's argmax is the other run's too (or a near tie: doctor's rule)
-  int64_t worst_layer = 0;   // the layer whose attention output differs most
-  double worst_layer_rel = 0;
-};
-struct PathVerifyLog {
-  std::vector<PathVerifyStep> steps;
-  std::vector<double> layer_rel;  // [n_layer] attention output, the largest over the steps
-  double max_logits_rel() const;
-  bool greedy_agree() const;
-};
-
-// The path `auto` gives prefill chunks for a model of these widths: the one with the lower
-// measured cost per (query, context row) pair. MQA does 2 kv_lora + qk_rope multiply-adds per
-// pair and head, MHA qk_nope + qk_rope + v_head plus the decompression of every context row; each
-// kernel's sustained rate (bench/attention_bench.cpp at GLM-5 widths, one core, per build target)
-// turns multiply-adds into time. It depends on the model and the binary alone, never on the chunk,
-// so a query's path (and its bits) does not depend on how the scheduler cut the prompt.
-// exact_kernels: the rates of the exact attention kernels (the default) or of the F32 ones.
-MlaPath cheaper_prefill_path(int64_t kv_lora, int64_t qk_nope, int64_t qk_rope, int64_t v_head,
-                             bool exact_kernels = true);
-
-// How two runs of the MLA paths are compared (--verify-paths and the doctor): max |ref - other| /
-// max |ref| over n values (max |ref - other| when ref is all zeros; inf when a difference is not
-// finite), and whether other's argmax is ref's, or within 1e-3 max |other| of it (a near tie).
-double path_rel_diff(const float* ref, const float* other, int64_t n);
-bool path_greedy_agrees(const float* ref, const float* other, int64_t n);
-
 class Deepseek2Model {
  public:
   // c and w must outlive the model (w points into the GGUF mapping).
   Deepseek2Model(const DeepseekConfig& c, const DeepseekWeights& w, const ModelOptions& opt);
+  ~Deepseek2Model();
+  Deepseek2Model(const Deepseek2Model&) = delete;
+  Deepseek2Model& operator=(const Deepseek2Model&) = delete;
 
   // Writes every batch token's latent row into `cache` (slot_mapping) and, for each row listed
   // in b.logits_rows, n_vocab logits into logits (row-major, in logits_rows order). logits may
@@ -163,11 +92,15 @@ class Deepseek2Model {
   const DeepseekConfig& config() const { return c_; }
   bool sparse() const { return opt_.dsa && c_.has_indexer; }
   const ModelOptions& options() const { return opt_; }
-  const SparseCounters& sparse_counters() const { return sparse_counters_; }
-  const MoeCounters& moe_counters() const { return moe_counters_; }
-  const StageCounters& stage_counters() const { return stage_counters_; }
-  const PathCounters& path_counters() const { return path_counters_; }
-  const PathVerifyLog& verify_log() const { return verify_log_; }
+  // What the model's own observers (model/observers.h, path_verify.h) counted.
+  const SparseCounters& sparse_counters() const { return path_counter_.sparse(); }
+  const MoeCounters& moe_counters() const { return profiler_.moe(); }
+  const StageCounters& stage_counters() const { return profiler_.stages(); }
+  const PathCounters& path_counters() const { return path_counter_.paths(); }
+  const PathVerifyLog& verify_log() const;  // empty unless ModelOptions::verify_paths
+  // Registers one more observer of every forward call (after those already registered). Must
+  // outlive the model.
+  void add_observer(ForwardObserver* o) { observers_.push_back(o); }
   // The path `auto` sends prefill chunks of dense layers down (cheaper_prefill_path of the widths).
   MlaPath auto_prefill_path() const { return prefill_path_; }
   // The routed experts and attention heads this rank computes (all of them in a single process).
@@ -194,41 +127,67 @@ class Deepseek2Model {
   }
 
  private:
+  friend class PathVerifier;  // the verify rerun runs blocks and the head on its own state
+
   void validate(const BatchMeta& b, const LatentCache& cache) const;
+
+  // ---- the forward's steps, shared by the trunk and the MTP layer ----
+  // Embedding rows of b's tokens from `table` (any type, its scale applied) into dst, row stride
+  // dst_stride; and each token's rope cos/sin, once for all layers.
+  void embed(const WeightMatrix& table, const BatchMeta& b, float* dst, int64_t dst_stride);
+  // Block il (weights L: trunk layer il, or the MTP block at il = n_layer) over the residual x_
+  // (its first n_rows rows; every batch row goes through the attention): attn_norm, attention,
+  // attn_output and the residual add, then the FFN. Returns the rows carried on: the last trunk
+  // layer keeps only the logits rows unless keep_rows (hidden states wanted).
+  int64_t block(const LayerWeights& L, int64_t il, bool sparse, const BatchMeta& b, LatentCache& cache, int64_t n_rows,
+                bool keep_rows);
+  // The final norm and the output matrix (the trunk's output_norm / output, or the MTP layer's
+  // head_norm / head) over x_'s first n_rows rows. normed == nullptr: the rows are the logits rows
+  // (normed into h_); else every row is normed into normed ([n_rows][n_embd]) and the rows listed
+  // in logits_rows get logits. logits == nullptr: no output matrix.
+  void head(const std::vector<float>& norm, const WeightMatrix& out, int64_t n_rows, float* normed,
+            const std::vector<int32_t>* logits_rows, float* logits);
+
+  // ---- observation (model/forward_observer.h) ----
+  // Shows e to every observer; nothing during the verify rerun (other_run_).
+  void notify(const ForwardEvent& e) {
+    if (other_run_) return;
+    for (ForwardObserver* o : observers_) o->on_forward(e);
+  }
+  // A stage of the forward, from construction to destruction (StageBegin / StageEnd).
+  class StageScope {
+   public:
+    StageScope(Deepseek2Model& m, Stage s) : m_(m), s_(s) {
+      m_.notify({.point = ForwardPoint::StageBegin, .stage = s});
+    }
+    ~StageScope() { m_.notify({.point = ForwardPoint::StageEnd, .stage = s_}); }
+    StageScope(const StageScope&) = delete;
+    StageScope& operator=(const StageScope&) = delete;
+
+   private:
+    Deepseek2Model& m_;
+    Stage s_;
+  };
+  void count_weight_bytes(const WeightMatrix& w) {
+    notify({.point = ForwardPoint::BytesRead, .bytes = w.n_rows * w.row_bytes});
+  }
+
+  // ---- attention ----
   // The MLA attention of block il (weights L; the cache layer il): a trunk layer, or the MTP
   // block (il = n_layer, never sparse).
   void attention(const LayerWeights& L, int64_t il, bool sparse, const BatchMeta& b, LatentCache& cache);
   // attention's steps: the queries of this rank's heads into q_ and the latent rows into kv_ and
-  // the cache (both roped); the kernel calls the path decisions give (attn_calls_); what they
-  // decided, counted and traced.
+  // the cache (both roped); the kernel calls the path decisions give (attn_calls_).
   void attention_inputs(const LayerWeights& L, int64_t il, const BatchMeta& b, LatentCache& cache);
   void plan_attention_calls(const BatchMeta& b, bool sparse);
-  void count_attention_calls(int64_t il, bool sparse, const BatchMeta& b);
-  // Trunk layer il over the residual x_ (its first n_rows rows; every batch row goes through the
-  // attention). Returns the rows carried on: the last layer keeps only the logits rows unless
-  // keep_rows (hidden states wanted).
-  int64_t trunk_layer(int64_t il, const BatchMeta& b, LatentCache& cache, int64_t n_rows, bool keep_rows);
-  // The output norm and lm_head over x_'s n_rows rows (the logits rows).
-  void head(int64_t n_rows, float* logits);
-  // verify_paths. The other run goes layer by layer beside the primary: after the primary's layer
-  // il, the other run's layer il on its own residual (its state exchanged in by swap_run_state),
-  // with the primary's cache rows of that layer saved before and restored after; later layers
-  // never read layer il's rows, so this is the other policy's forward end to end on the same
-  // inputs. verify_layer returns the other run's rows carried on; verify_finish_step compares the
-  // logits and logs the step.
-  void swap_run_state();
-  int64_t verify_layer(int64_t il, const BatchMeta& b, LatentCache& cache, int64_t n_rows, PathVerifyStep& step);
-  void verify_finish_step(const BatchMeta& b, const float* logits, PathVerifyStep& step);
   // The one MLA path decision: the path sequence s takes in this layer (dense or sparse) under
   // b.policy; during the verify rerun, the other one.
   MlaPath mla_path(const BatchMeta& b, const SeqMeta& s, bool sparse) const;
-  void ffn(const LayerWeights& L, int64_t n_rows);
   // The DSA lightning indexer of layer il: writes this step's indexer keys into the cache and
   // each query's selected context rows into sel_ / sel_count_.
   void run_indexer(int64_t il, const BatchMeta& b, LatentCache& cache);
-  // The path a sequence takes in a sparse layer under the auto policy: the cheaper one for its
-  // query length, context and selection (both are exact). Only mla_path calls it.
-  MlaPath sparse_path(const SeqMeta& s) const;
+  // The context rows s's queries selected in this layer, summed (what a sparse layer's path costs).
+  int64_t selected_rows(const SeqMeta& s) const;
   // Whether `auto` sends s's tokens down their phase's path (prompt tokens: the prefill path,
   // generated ones: MQA) rather than by the chunk's length: with the F32 attention kernels, whose
   // paths differ in the last bits, when the engine said where the prompt ends (SeqMeta::n_prompt).
@@ -237,6 +196,9 @@ class Deepseek2Model {
   // The sequence's context row j is the cache's slot ctx_slots[j], read in the cache's dtype.
   void run_mla_path(const LayerWeights& L, int64_t il, const SeqMeta& s, MlaPath path, const LatentCache& cache,
                     const int32_t* ctx_slots, bool sparse, float* out);
+
+  // ---- FFN ----
+  void ffn(const LayerWeights& L, int64_t n_rows);
   void dense_ffn(const LayerWeights& L, int64_t n_rows);
   // The MoE FFN (model/deepseek2_moe.cpp) of n_rows tokens into proj_: route_tokens, then per chunk
   // of tokens group_pairs, expert_ffns and sum_expert_outputs, then the shared experts.
@@ -282,34 +244,19 @@ class Deepseek2Model {
   AttnScratch attn_scratch_;
 
   // Activations, max_batch_tokens rows each (widths in comments).
-  std::vector<float> x_;          // n_embd: the residual stream
-  std::vector<float> h_;          // n_embd: normed input of a sub-block
-  std::vector<float> q_a_;        // q_lora_rank
-  std::vector<float> q_;          // n_head * qk_head
-  std::vector<float> kv_;         // latent_dim
-  std::vector<float> attn_;       // n_head * v_head
-  std::vector<float> attn_ref_;   // n_head * v_head: the primary's (verify_paths)
-  std::vector<float> proj_;       // n_embd: a sub-block's output
-  std::vector<float> gate_, up_;  // max(n_ff, shared ffn, 2 * n_ff_exp)
-  std::vector<float> cos_, sin_;  // qk_rope / 2 per token
-  struct AttnCall {
-    SeqMeta seq;       // a sequence, or one query of a verifying sequence in a sparse layer
-    MlaPath path;      // mla_path's decision
-    bool last_of_seq;  // the sequence's last call (what the trace counts sequences by)
-  };
-  std::vector<AttnCall> attn_calls_;     // attention(): the kernel calls of a layer
-  MlaPath prefill_path_ = MlaPath::Mha;  // cheaper_prefill_path of the model's widths
-  PathCounters path_counters_;
-  // verify_paths: the rerun down the other paths (other_run_ set while it runs; nothing is counted,
-  // traced or observed then) and its state: residual, DSA selection, logits, the primary's cache
-  // rows of the layer being rerun.
+  std::vector<float> x_;                   // n_embd: the residual stream
+  std::vector<float> h_;                   // n_embd: normed input of a sub-block
+  std::vector<float> q_a_;                 // q_lora_rank
+  std::vector<float> q_;                   // n_head * qk_head
+  std::vector<float> kv_;                  // latent_dim
+  std::vector<float> attn_;                // n_head * v_head
+  std::vector<float> proj_;                // n_embd: a sub-block's output
+  std::vector<float> gate_, up_;           // max(n_ff, shared ffn, 2 * n_ff_exp)
+  std::vector<float> cos_, sin_;           // qk_rope / 2 per token
+  std::vector<AttentionCall> attn_calls_;  // attention(): the kernel calls of a layer
+  MlaPath prefill_path_ = MlaPath::Mha;    // cheaper_prefill_path of the model's widths
+  // The verify rerun runs (PathVerifier sets it): every path flipped, nothing observed.
   bool other_run_ = false;
-  std::vector<float> x_other_;
-  std::vector<int32_t> sel_other_, sel_count_other_;
-  std::vector<float> logits_other_;
-  std::vector<uint8_t> saved_rows_;
-  std::vector<double> layer_rel_step_;  // [n_layer] this step's attention output differences
-  PathVerifyLog verify_log_;
   std::vector<float> mtp_in_;  // 2 * n_embd: the MTP layer's [enorm(embed) ; hnorm(h)] (has_mtp)
   // DSA: indexer activations, and each query's selected context rows (kept across layers: shared
   // layers reuse the last full layer's selection).
@@ -319,15 +266,6 @@ class Deepseek2Model {
   std::vector<int32_t> sel_;  // indexer_top_k per token
   std::vector<int32_t> sel_count_;
   IndexerScratch idx_scratch_;
-  SparseCounters sparse_counters_;
-  MoeCounters moe_counters_;
-  StageCounters stage_counters_;
-  Stage stage_ = Stage::Embed;  // the stage the weight bytes read now are counted under
-  // Where a StageTimer counts (nowhere in the verify rerun).
-  StageCounters* stage_sink() { return other_run_ ? nullptr : &stage_counters_; }
-  void count_weight_bytes(const WeightMatrix& w) {
-    if (!other_run_) stage_counters_.add_bytes(stage_, w.n_rows * w.row_bytes);
-  }
   // MoE routing and expert gather buffers.
   std::vector<float> router_;         // n_expert per token
   std::vector<int32_t> sel_experts_;  // n_expert_used per token
@@ -348,6 +286,14 @@ class Deepseek2Model {
   ShardRange experts_;                      // this rank's routed experts
   ShardRange heads_;                        // this rank's attention heads
   std::vector<float> gather_scratch_;       // all_gather_columns' buffers
+
+  // Observers, called in this order: the model's own, ModelOptions::observer, the verifier
+  // (ModelOptions::verify_paths), then those added.
+  StageProfiler profiler_{pool_};
+  PathCounter path_counter_;
+  DispatchTracer tracer_;
+  std::unique_ptr<PathVerifier> verifier_;
+  std::vector<ForwardObserver*> observers_;
 };
 
 // An MLA-MoE file (deepseek2, deepseek32 or glm-dsa) with its config and bound weights.

@@ -2,7 +2,7 @@
 // range of experts), their sums in a fixed order across ranks, then the shared experts.
 #include <algorithm>
 #include <array>
-#include <atomic>
+#include <atomic>  // expert_matmuls' work counter
 #include <cstring>
 #include <optional>
 
@@ -121,12 +121,9 @@ ShardRange Deepseek2Model::group_pairs(const LayerWeights& L, int64_t p0, int64_
   }
   const int64_t expert_bytes = L.gate_up_merged ? 2 * F * L.ffn_gate_up_exps.row_bytes
                                                 : F * (L.ffn_gate_exps.row_bytes + L.ffn_up_exps.row_bytes);
-  if (!other_run_) {
-    moe_counters_.experts_run.fetch_add(n_run, std::memory_order_relaxed);
-    moe_counters_.expert_bytes.fetch_add(n_run * (expert_bytes + E * L.ffn_down_exps.row_bytes),
-                                         std::memory_order_relaxed);
-    stage_counters_.add_bytes(Stage::Experts, n_run * (expert_bytes + E * L.ffn_down_exps.row_bytes));
-  }
+  notify({.point = ForwardPoint::ExpertsRun,
+          .bytes = n_run * (expert_bytes + E * L.ffn_down_exps.row_bytes),
+          .n_experts = n_run});
   std::copy(expert_offsets_.begin(), expert_offsets_.end() - 1, expert_cursor_.begin());
   for (int64_t i = 0; i < n_pairs; ++i) {
     const int32_t at = expert_cursor_[sel_experts_[p0 + i]]++;
@@ -192,15 +189,15 @@ void Deepseek2Model::sum_expert_outputs(int64_t c0, int64_t c1, int64_t p0, Shar
 void Deepseek2Model::moe_ffn(const LayerWeights& L, int64_t n) {
   const int64_t E = c_.n_embd, F = c_.n_ff_exp, K = c_.n_expert_used;
   const int rank = rank_of(opt_.comm), n_ranks = n_ranks_of(opt_.comm);
-  std::optional<StageTimer> router_timer(std::in_place, stage_sink(), Stage::Router, &stage_, pool_);
+  std::optional<StageScope> stage(std::in_place, *this, Stage::Router);
   route_tokens(L, n);
 
   // Tokens are taken a chunk at a time so that their (token, expert) pairs fit the buffers. In a
   // chunk every routed expert's work is one parallel region per stage (inputs quantized once,
   // then gate/up rows, SwiGLU, down rows), handed out to threads in small pieces; each output is
   // one dot product, so the results do not depend on chunking, scheduling or threads.
-  router_timer.reset();
-  std::optional<StageTimer> experts_timer(std::in_place, stage_sink(), Stage::Experts, &stage_, pool_);
+  stage.reset();
+  stage.emplace(*this, Stage::Experts);
   float* acc = proj_.data();
   const int64_t chunk = std::max<int64_t>(1, pair_capacity_ / K);
   for (int64_t c0 = 0; c0 < n; c0 += chunk) {
@@ -211,8 +208,8 @@ void Deepseek2Model::moe_ffn(const LayerWeights& L, int64_t n) {
     sum_expert_outputs(c0, c1, p0, own);
   }
   // The shared experts come last in the sum: the last rank, which holds the routed sums, adds them.
-  experts_timer.reset();
-  const StageTimer timer(stage_sink(), Stage::DenseFfn, &stage_, pool_);
+  stage.reset();
+  stage.emplace(*this, Stage::DenseFfn);
   if (c_.n_expert_shared > 0) {
     swiglu_ffn(L.ffn_gate_shexp, L.ffn_up_shexp, L.ffn_down_shexp, F * c_.n_expert_shared, n, ex_out_.data());
     if (rank == n_ranks - 1)

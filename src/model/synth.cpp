@@ -2,12 +2,15 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "gguf/gguf.h"
 #include "model/config.h"
@@ -122,6 +125,8 @@ class Normal {
     for (unsigned char c : name) s_ = (s_ ^ c) * 0x100000001b3ull;
   }
   double uniform() { return (splitmix64(s_) >> 11) * (1.0 / 9007199254740992.0); }
+  // Moves the stream past n values of next() (two uniforms each; splitmix64's state is a counter).
+  void skip(uint64_t n) { s_ += 2 * n * 0x9e3779b97f4a7c15ull; }
   double next() {
     double u1 = uniform(), u2 = uniform();
     if (u1 < 1e-300) u1 = 1e-300;
@@ -176,10 +181,37 @@ class Builder {
     GgmlType t = role.empty() ? GgmlType::F32 : fit_type(role_type(role), row);
     w_.add_tensor(name, t, std::move(ne), encode(t, v, row));
   }
+  // Generated and encoded a few rows at a time from the tensor's one stream (the same values as
+  // normals() gives), so a tensor of billions of weights (384 experts at Kimi-K2 widths) never
+  // exists as F32 in memory.
   void matrix(const std::string& name, const std::string& role, std::vector<int64_t> ne) {
-    int64_t n = 1;
-    for (auto d : ne) n *= d;
-    add(name, role, ne, normals(s_, name, n, 1.0 / std::sqrt(static_cast<double>(ne[0]))));
+    const int64_t row = ne[0];
+    int64_t rows = 1;
+    for (size_t i = 1; i < ne.size(); ++i) rows *= ne[i];
+    const GgmlType t = role.empty() ? GgmlType::F32 : fit_type(role_type(role), row);
+    const int64_t rb = ggml_row_bytes(t, row);
+    const double stddev = 1.0 / std::sqrt(static_cast<double>(row));
+    std::vector<uint8_t> out(static_cast<size_t>(rb * rows));
+    const int64_t chunk = std::max<int64_t>(1, (int64_t{1} << 20) / row);
+    const int64_t n_chunks = (rows + chunk - 1) / chunk;
+    // Chunks on every core: each starts its own copy of the stream at its first value.
+    std::atomic<int64_t> next{0};
+    auto work = [&] {
+      std::vector<float> buf(static_cast<size_t>(chunk * row));
+      for (int64_t c; (c = next.fetch_add(1)) < n_chunks;) {
+        const int64_t r0 = c * chunk, nr = std::min(chunk, rows - r0);
+        Normal g(s_.seed, name);
+        g.skip(static_cast<uint64_t>(r0 * row));
+        for (int64_t i = 0; i < nr * row; ++i) buf[static_cast<size_t>(i)] = static_cast<float>(g.next() * stddev);
+        for (int64_t r = 0; r < nr; ++r) quantize_row(t, buf.data() + r * row, out.data() + (r0 + r) * rb, row);
+      }
+    };
+    const int64_t n_threads = std::min<int64_t>(n_chunks, std::max(1u, std::thread::hardware_concurrency()));
+    std::vector<std::thread> pool;
+    for (int64_t i = 1; i < n_threads; ++i) pool.emplace_back(work);
+    work();
+    for (auto& th : pool) th.join();
+    w_.add_tensor(name, t, std::move(ne), std::move(out));
   }
   void norm(const std::string& name, int64_t n) { add(name, "", {n}, near_one(s_, name, n)); }
 
@@ -472,10 +504,8 @@ void write_synth_deepseek2(const SynthSpec& s, const std::string& path) {
       }
       b.add(n("ffn_gate_up_exps"), "ffn_exps", {E, 2 * F, X}, gu);
     } else {
-      b.add(n("ffn_gate_exps"), "ffn_exps", {E, F, X},
-            normals(s, n("ffn_gate_exps"), E * F * X, 1.0 / std::sqrt(static_cast<double>(E))));
-      b.add(n("ffn_up_exps"), "ffn_exps", {E, F, X},
-            normals(s, n("ffn_up_exps"), E * F * X, 1.0 / std::sqrt(static_cast<double>(E))));
+      b.matrix(n("ffn_gate_exps"), "ffn_exps", {E, F, X});
+      b.matrix(n("ffn_up_exps"), "ffn_exps", {E, F, X});
     }
     b.matrix(n("ffn_down_exps"), "ffn_exps", {F, E, X});
     if (s.n_expert_shared > 0) {

@@ -5,7 +5,7 @@
 namespace mla {
 namespace {
 
-constexpr int kSeqInts = 7;  // query_start, query_len, context_len, slots_start, verify, blocks_start, n_prompt
+constexpr int kSeqInts = 6;  // query_start, query_len, context_len, slots_start, verify, n_prompt
 
 void put(std::vector<int32_t>& out, const std::vector<int32_t>& v) { out.insert(out.end(), v.begin(), v.end()); }
 
@@ -18,8 +18,6 @@ StepHeader encode_step(const BatchMeta& meta, const BlockCopies& copies, std::ve
   h.n_seqs = static_cast<int32_t>(meta.seqs.size());
   h.n_context_slots = static_cast<int32_t>(meta.context_slots.size());
   h.n_logits_rows = static_cast<int32_t>(meta.logits_rows.size());
-  h.block_size = meta.block_size;
-  h.n_block_table = static_cast<int32_t>(meta.block_table.size());
   h.policy = static_cast<int32_t>(meta.policy);
   h.decode_threshold = meta.decode_threshold;
   h.n_copies = static_cast<int32_t>(copies.size());
@@ -29,10 +27,9 @@ StepHeader encode_step(const BatchMeta& meta, const BlockCopies& copies, std::ve
   put(payload, meta.slot_mapping);
   for (const SeqMeta& s : meta.seqs)
     payload.insert(payload.end(), {s.query_start, s.query_len, s.context_len, s.slots_start,
-                                   static_cast<int32_t>(s.verify), s.blocks_start, s.n_prompt});
+                                   static_cast<int32_t>(s.verify), s.n_prompt});
   put(payload, meta.context_slots);
   put(payload, meta.logits_rows);
-  put(payload, meta.block_table);
   for (const auto& [src, dst] : copies) payload.insert(payload.end(), {src, dst});
   h.payload_ints = static_cast<int32_t>(payload.size());
   return h;
@@ -40,9 +37,9 @@ StepHeader encode_step(const BatchMeta& meta, const BlockCopies& copies, std::ve
 
 void decode_step(const StepHeader& h, const std::vector<int32_t>& payload, BatchMeta& meta, BlockCopies& copies) {
   const int64_t want = 3 * int64_t{h.n_tokens} + kSeqInts * int64_t{h.n_seqs} + h.n_context_slots + h.n_logits_rows +
-                       h.n_block_table + 2 * int64_t{h.n_copies};
-  if (h.n_tokens < 0 || h.n_seqs < 0 || h.n_context_slots < 0 || h.n_logits_rows < 0 || h.n_block_table < 0 ||
-      h.n_copies < 0 || want != h.payload_ints || static_cast<int64_t>(payload.size()) != want)
+                       2 * int64_t{h.n_copies};
+  if (h.n_tokens < 0 || h.n_seqs < 0 || h.n_context_slots < 0 || h.n_logits_rows < 0 || h.n_copies < 0 ||
+      want != h.payload_ints || static_cast<int64_t>(payload.size()) != want)
     fail("step message: header announces {} values, payload has {}", want, payload.size());
   const int32_t* p = payload.data();
   auto take = [&p](std::vector<int32_t>& v, int32_t n) {
@@ -59,14 +56,11 @@ void decode_step(const StepHeader& h, const std::vector<int32_t>& payload, Batch
     s.context_len = p[2];
     s.slots_start = p[3];
     s.verify = p[4] != 0;
-    s.blocks_start = p[5];
-    s.n_prompt = p[6];
+    s.n_prompt = p[5];
     p += kSeqInts;
   }
   take(meta.context_slots, h.n_context_slots);
   take(meta.logits_rows, h.n_logits_rows);
-  take(meta.block_table, h.n_block_table);
-  meta.block_size = h.block_size;
   meta.policy = static_cast<MlaPathPolicy>(h.policy);
   meta.decode_threshold = h.decode_threshold;
   copies.resize(h.n_copies);

@@ -1,6 +1,6 @@
 #pragma once
-// What rank 0 sends the workers each engine step: the step's BatchMeta (rank 0's block table and
-// slot lists included, so the workers' caches mirror rank 0's layout without a scheduler of
+// What rank 0 sends the workers each engine step: the step's BatchMeta (rank 0's slot lists
+// included, so the workers' caches mirror rank 0's layout without a scheduler of
 // their own) and the copy-on-write block copies to apply before it. Two broadcasts: a fixed
 // header, then the int32 payload; a third with the rows of blocks loaded from the prefix cache's
 // lower tiers when the step has any.
@@ -18,7 +18,7 @@ enum class StepCommand : int32_t { Forward = 1, Stop = 2, Stats = 3 };
 struct StepHeader {
   int32_t command = 0;  // StepCommand
   int32_t n_tokens = 0, n_seqs = 0, n_context_slots = 0, n_logits_rows = 0;
-  int32_t block_size = 0, n_block_table = 0, policy = 0, decode_threshold = 1, n_copies = 0;
+  int32_t policy = 0, decode_threshold = 1, n_copies = 0;
   int32_t payload_ints = 0;  // int32 values in the payload that follows
 };
 

@@ -7,6 +7,7 @@ MLA_NO_FP_CONTRACT
 #include <cstring>
 
 #include "quant/blocks.h"
+#include "quant/iqk_kernels.h"
 
 namespace mla::quant {
 namespace {
@@ -262,6 +263,7 @@ DequantizeFn dequantize_ref_fn(GgmlType t) {
     case GgmlType::NVFP4:
       return dequant_nvfp4;
     default:
+      if (DequantizeFn f = dequantize_iqk_ref_fn(t)) return f;
       if (DequantizeFn f = dequantize_iq_ref_fn(t)) return f;
       return dequantize_kt_ref_fn(t);
   }

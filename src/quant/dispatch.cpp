@@ -68,8 +68,10 @@ VecDotFn find_vec_dot(GgmlType t, QuantIsa isa) {
 
 namespace {
 
-// Best kernel per type id, resolved on first use. Type ids are < kMaxTypeId.
+// Best kernel per type id, resolved on first use. Type ids are < kMaxTypeId: mla.cpp's stop at 158,
+// and ik_llama.cpp's row-interleaved ids (up to 399) are converted to their base type at load.
 constexpr uint32_t kMaxTypeId = 512;
+
 template <typename Fn, Fn (*Find)(GgmlType, QuantIsa)>
 Fn best(GgmlType t) {
   struct Table {
@@ -140,6 +142,7 @@ GgmlType vec_dot_type(GgmlType t) {
     case GgmlType::IQ4_NL:
     case GgmlType::MXFP4:
     case GgmlType::NVFP4:
+    case GgmlType::Q6_0:
       return GgmlType::Q8_0;
     case GgmlType::Q2_K:
     case GgmlType::Q3_K:
@@ -159,6 +162,17 @@ GgmlType vec_dot_type(GgmlType t) {
     case GgmlType::IQ2_KT:
     case GgmlType::IQ3_KT:
     case GgmlType::IQ4_KT:
+    case GgmlType::IQ2_K:
+    case GgmlType::IQ3_K:
+    case GgmlType::IQ4_K:
+    case GgmlType::IQ5_K:
+    case GgmlType::IQ6_K:
+    case GgmlType::IQ4_KS:
+    case GgmlType::IQ2_KS:
+    case GgmlType::IQ4_KSS:
+    case GgmlType::IQ5_KS:
+    case GgmlType::IQ3_KS:
+    case GgmlType::IQ2_KL:
       return GgmlType::Q8_K;
     default:
       fail_unsupported(t);

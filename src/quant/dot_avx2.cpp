@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "quant/blocks.h"
+#include "quant/iqk_kernels.h"
 #include "quant/kernels.h"
 #include "quant/simd_avx2.h"
 
@@ -365,6 +366,7 @@ VecDotFn vec_dot_avx2_fn(GgmlType t) {
     case GgmlType::IQ4_XS:
       return dot_iq4_xs;
     default:
+      if (VecDotFn f = vec_dot_iqk_avx2_fn(t)) return f;
       if (VecDotFn f = vec_dot_iq_avx2_fn(t)) return f;
       return vec_dot_kt_avx2_fn(t);
   }

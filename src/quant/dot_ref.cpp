@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "quant/blocks.h"
+#include "quant/iqk_kernels.h"
 #include "quant/kernels.h"
 
 namespace mla::quant {
@@ -276,6 +277,7 @@ VecDotFn vec_dot_ref_fn(GgmlType t) {
     case GgmlType::Q8_K:
       return dot_q8_k<BlockQ8_K>;
     default:
+      if (VecDotFn f = vec_dot_iqk_ref_fn(t)) return f;
       if (VecDotFn f = vec_dot_iq_ref_fn(t)) return f;
       return vec_dot_kt_ref_fn(t);
   }

@@ -8,6 +8,7 @@ MLA_NO_FP_CONTRACT
 #include <cstring>
 
 #include "quant/blocks.h"
+#include "quant/iqk_kernels.h"
 
 namespace mla::quant {
 namespace {
@@ -185,6 +186,7 @@ QuantizeFn quantize_ref_fn(GgmlType t) {
       return quant_q8_k;
     default:
       if (QuantizeFn f = quantize_iq4_ref_fn(t)) return f;
+      if (QuantizeFn f = quantize_iqk_ref_fn(t)) return f;
       return quantize_iq_ref_fn(t);
   }
 }

@@ -258,6 +258,14 @@ GT fallback(GT t, int64_t n_cols) {
     case GT::IQ3_XXS:
     case GT::IQ3_S:
     case GT::IQ4_XS:
+    // ik_llama.cpp's types follow its llama-quantize's chain.
+    case GT::IQ2_K:
+    case GT::IQ2_KS:
+    case GT::IQ2_KL:
+    case GT::IQ3_K:
+    case GT::IQ3_KS:
+    case GT::IQ4_KS:
+    case GT::IQ4_KSS:
       to = GT::IQ4_NL;
       break;
     case GT::Q2_K:
@@ -265,7 +273,15 @@ GT fallback(GT t, int64_t n_cols) {
       to = GT::Q4_0;
       break;
     case GT::Q4_K:
+    case GT::IQ4_K:
+    case GT::IQ5_KS:
       to = GT::Q5_0;
+      break;
+    case GT::IQ5_K:
+      to = GT::Q6_0;
+      break;
+    case GT::IQ6_K:
+      to = GT::Q8_0;
       break;
     case GT::Q5_K:
       to = GT::Q5_1;

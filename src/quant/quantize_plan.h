@@ -17,8 +17,9 @@
 //   - a --tensor-type override (a regular expression searched in the name, first match wins)
 //     replaces the role rules for the tensors it matches;
 //   - a row length the chosen block does not divide falls back: 256-element i-quants to IQ4_NL,
-//     Q2_K/Q3_K to Q4_0, Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0, then F16 when even that does
-//     not fit.
+//     Q2_K/Q3_K to Q4_0, Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0; ik_llama.cpp's types as its
+//     llama-quantize does (IQ2_K..IQ4_KSS to IQ4_NL, IQ4_K and IQ5_KS to Q5_0, IQ5_K to Q6_0, IQ6_K
+//     to Q8_0); then F16 when even that does not fit.
 // Not modelled: importance-matrix rules (mla.cpp has none), Falcon's and 70B llama's rules, and
 // llama-quantize's --output-tensor-type / --token-embedding-type / --pure. One deliberate
 // difference: --tensor-type also applies in F16 files (llama-quantize ignores it there).

@@ -50,9 +50,22 @@ constexpr std::array kTypes = {
     Entry{GgmlType::NVFP4, {"NVFP4", 64, 36}},
     Entry{GgmlType::Q1_0, {"Q1_0", 128, 18}},
     Entry{GgmlType::Q2_0, {"Q2_0", 64, 18}},
+    // ik_llama.cpp's types (block structs in its ggml-common.h, row headers in its ggml.c traits).
+    Entry{GgmlType::Q6_0, {"Q6_0", 32, 26}},
+    Entry{GgmlType::IQ2_K, {"IQ2_K", 256, 76}},
+    Entry{GgmlType::IQ3_K, {"IQ3_K", 256, 110}},
+    Entry{GgmlType::IQ4_K, {"IQ4_K", 256, 144}},
+    Entry{GgmlType::IQ5_K, {"IQ5_K", 256, 176}},
+    Entry{GgmlType::IQ6_K, {"IQ6_K", 256, 212}},
+    Entry{GgmlType::IQ4_KS, {"IQ4_KS", 256, 136, 4}},
+    Entry{GgmlType::IQ2_KS, {"IQ2_KS", 256, 70, 2}},
+    Entry{GgmlType::IQ4_KSS, {"IQ4_KSS", 256, 128, 4}},
+    Entry{GgmlType::IQ5_KS, {"IQ5_KS", 256, 168, 4}},
     Entry{GgmlType::IQ2_KT, {"IQ2_KT", 256, 68, 4}},
     Entry{GgmlType::IQ3_KT, {"IQ3_KT", 256, 100, 4}},
     Entry{GgmlType::IQ4_KT, {"IQ4_KT", 256, 128, 4}},
+    Entry{GgmlType::IQ3_KS, {"IQ3_KS", 256, 102, 2}},
+    Entry{GgmlType::IQ2_KL, {"IQ2_KL", 256, 86, 2}},
     Entry{GgmlType::IQ1_KT, {"IQ1_KT", 256, 56, 4}},
 };
 

@@ -10,9 +10,10 @@
 namespace mla {
 namespace {
 
-// Random bytes for n_rows rows of row_length elements of t (row headers included).
-std::vector<uint8_t> bytes_of_size(GgmlType t, int64_t row_length, uint32_t seed, int64_t n_rows = 1) {
-  std::vector<uint8_t> out(static_cast<size_t>(ggml_row_bytes(t, row_length) * n_rows));
+// Random bytes of a tensor of n_rows rows of ne0 elements (each row with its header, where the type
+// has one: ik_llama.cpp's row-scaled types).
+std::vector<uint8_t> bytes_of_size(GgmlType t, int64_t ne0, int64_t n_rows, uint32_t seed) {
+  std::vector<uint8_t> out(static_cast<size_t>(n_rows * ggml_row_bytes(t, ne0)));
   std::mt19937 rng(seed);
   for (auto& b : out) b = static_cast<uint8_t>(rng());
   return out;
@@ -94,7 +95,7 @@ TEST(Gguf, RoundTripTensorsOfEveryType) {
   for (int i = 0; i < n_types; ++i) {
     const auto& tr = ggml_traits(types[i]);
     int64_t ne0 = tr.block_elems * 2;
-    w.add_tensor(fmt::format("t.{}", tr.name), types[i], {ne0, 3}, bytes_of_size(types[i], ne0, i, 3));
+    w.add_tensor(fmt::format("t.{}", tr.name), types[i], {ne0, 3}, bytes_of_size(types[i], ne0, 3, i));
   }
   auto bytes = w.to_bytes();
   auto f = GgufFile::parse(bytes.data(), bytes.size());
@@ -105,7 +106,7 @@ TEST(Gguf, RoundTripTensorsOfEveryType) {
     EXPECT_EQ(t.type, types[i]);
     EXPECT_EQ(t.ne, (std::vector<int64_t>{tr.block_elems * 2, 3}));
     EXPECT_EQ(t.offset % f->alignment(), 0u);
-    auto want = bytes_of_size(types[i], tr.block_elems * 2, i, 3);
+    auto want = bytes_of_size(types[i], tr.block_elems * 2, 3, i);
     ASSERT_EQ(t.n_bytes, want.size());
     EXPECT_EQ(std::memcmp(t.data, want.data(), want.size()), 0) << tr.name;
   }
@@ -118,6 +119,13 @@ TEST(Gguf, TypeTableNamesRoundTrip) {
   EXPECT_EQ(ggml_type_from_name("q4_k"), GgmlType::Q4_K);
   EXPECT_FALSE(ggml_type_from_name("Q4_0_4_4").has_value());
   EXPECT_FALSE(ggml_type_traits(4).has_value());  // retired id
+  // ik_llama.cpp's ids; a row of IQ4_KS (fp32 row scale) / IQ2_KS (fp16) carries its header.
+  EXPECT_EQ(ggml_type_from_name("iq4_ks"), GgmlType::IQ4_KS);
+  EXPECT_EQ(static_cast<uint32_t>(GgmlType::IQ2_KL), 157u);
+  EXPECT_EQ(ggml_row_bytes(GgmlType::IQ4_KS, 512), 4 + 2 * 136);
+  EXPECT_EQ(ggml_row_bytes(GgmlType::IQ2_KS, 256), 2 + 70);
+  EXPECT_EQ(ggml_row_bytes(GgmlType::Q6_0, 64), 2 * 26);
+  EXPECT_FALSE(ggml_type_traits(142).has_value());  // IQ2_TN, retired by ik_llama.cpp
 }
 
 // Hostile bytes built in place: each must throw mla::Error with a byte offset, never crash.
@@ -244,7 +252,7 @@ TEST(GgufHostile, EveryTruncationOfAValidFileIsRejectedCleanly) {
   GgufWriter w;
   w.set("general.architecture", GgufValue::str("x"));
   w.set("a", GgufValue::strings({"x", "yy"}));
-  w.add_tensor("t", GgmlType::Q8_0, {64, 2}, bytes_of_size(GgmlType::Q8_0, 128, 1));
+  w.add_tensor("t", GgmlType::Q8_0, {64, 2}, bytes_of_size(GgmlType::Q8_0, 64, 2, 1));
   auto full = w.to_bytes();
   size_t data_end = 0;
   {

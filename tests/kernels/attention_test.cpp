@@ -308,7 +308,8 @@ int64_t store_rows(GgmlType type, const std::vector<float>& w, int64_t cols, std
 // split layout (heads back to back) and the fused one (attn_kv_b: a head's K rows, then its V
 // rows, so both views step N + V rows per head), and from a head offset as a rank's slice uses.
 TEST(MlaAttention, ProjectionsInFileTypesGiveTheBitsOfTheirF32Copy) {
-  for (GgmlType type : {GgmlType::Q8_0, GgmlType::F16, GgmlType::BF16}) {
+  // Q6_0: ik_llama.cpp's type for attn_k_b / attn_v_b in published files.
+  for (GgmlType type : {GgmlType::Q8_0, GgmlType::F16, GgmlType::BF16, GgmlType::Q6_0}) {
     Case c(21);
     c.n_head = 5, c.qk_nope = 32, c.qk_rope = 16, c.kv_lora = 64, c.v_dim = 32, c.n_ctx = 300, c.n_q = 3;
     c.n_slots = 320;

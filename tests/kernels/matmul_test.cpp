@@ -44,9 +44,15 @@ Quantized make_weight(GgmlType t, int64_t rows, int64_t cols, uint32_t seed) {
     std::memcpy(row, raw.data(), raw.size());
     const uint16_t d = fp32_to_fp16(1.0f / 512);
     const auto& tr = ggml_traits(t);
+    // ik_llama.cpp's row-scaled types: the row's scale heads the row (fp32 or fp16).
     if (tr.row_meta_bytes == 4) {
-      const float row_scale = 1.0f / (1 << 20);  // trellis rows: levels up to 126 x block scales up to 127
+      // Trellis rows: levels up to 126 x block scales up to 127, so a far smaller row scale.
+      const bool trellis =
+          t == GgmlType::IQ1_KT || t == GgmlType::IQ2_KT || t == GgmlType::IQ3_KT || t == GgmlType::IQ4_KT;
+      const float row_scale = trellis ? 1.0f / (1 << 20) : 1.0f / 512;
       std::memcpy(row, &row_scale, 4);
+    } else if (tr.row_meta_bytes == 2) {
+      std::memcpy(row, &d, 2);
     }
     for (int64_t b = 0; b < cols / tr.block_elems; ++b) {
       uint8_t* blk = row + tr.row_meta_bytes + b * tr.block_bytes;
@@ -96,7 +102,10 @@ TEST_P(MatmulTypes, RowResultsDoNotDependOnBatchOrThreads) {
 INSTANTIATE_TEST_SUITE_P(Types, MatmulTypes,
                          ::testing::Values(GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0,
                                            GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::NVFP4, GgmlType::IQ2_KT,
-                                           GgmlType::IQ4_KT),
+                                           GgmlType::IQ4_KT, GgmlType::Q6_0, GgmlType::IQ2_K, GgmlType::IQ3_K,
+                                           GgmlType::IQ4_K, GgmlType::IQ5_K, GgmlType::IQ6_K, GgmlType::IQ4_KS,
+                                           GgmlType::IQ2_KS, GgmlType::IQ4_KSS, GgmlType::IQ5_KS, GgmlType::IQ3_KS,
+                                           GgmlType::IQ2_KL),
                          [](const auto& info) { return std::string(ggml_type_name(info.param)); });
 
 // Weights repacked into 16-row groups (AVX-512 VNNI or AVX2 CPUs): the packed path against matmul_ref,

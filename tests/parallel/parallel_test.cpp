@@ -42,19 +42,11 @@ TEST(StepWire, BatchAndCopiesRoundTrip) {
   m.token_ids = {5, 6, 7, 9};
   m.positions = {0, 1, 2, 40};
   m.slot_mapping = {16, 17, 18, 71};
-  m.seqs = {{.query_start = 0, .query_len = 3, .context_len = 3, .slots_start = 0, .blocks_start = 0, .n_prompt = 3},
-            {.query_start = 3,
-             .query_len = 1,
-             .context_len = 41,
-             .slots_start = 3,
-             .blocks_start = 1,
-             .verify = true,
-             .n_prompt = 37}};
+  m.seqs = {{.query_start = 0, .query_len = 3, .context_len = 3, .slots_start = 0, .n_prompt = 3},
+            {.query_start = 3, .query_len = 1, .context_len = 41, .slots_start = 3, .verify = true, .n_prompt = 37}};
   m.context_slots = {16, 17, 18};
   for (int j = 0; j < 41; ++j) m.context_slots.push_back(j < 32 ? 32 + j : 64 + j - 32);
   m.logits_rows = {2, 3};
-  m.block_size = 16;
-  m.block_table = {1, 2, 3, 4};
   m.policy = MlaPathPolicy::Mqa;
   m.decode_threshold = 3;
   const BlockCopies copies = {{3, 9}, {4, 10}};
@@ -72,15 +64,12 @@ TEST(StepWire, BatchAndCopiesRoundTrip) {
   EXPECT_EQ(got.seqs[1].query_start, 3);
   EXPECT_EQ(got.seqs[1].context_len, 41);
   EXPECT_EQ(got.seqs[1].slots_start, 3);
-  EXPECT_EQ(got.seqs[1].blocks_start, 1);
   EXPECT_TRUE(got.seqs[1].verify);
   EXPECT_FALSE(got.seqs[0].verify);
   EXPECT_EQ(got.seqs[0].n_prompt, 3);  // the ranks' `auto` paths under F32 kernels follow it
   EXPECT_EQ(got.seqs[1].n_prompt, 37);
   EXPECT_EQ(got.context_slots, m.context_slots);
   EXPECT_EQ(got.logits_rows, m.logits_rows);
-  EXPECT_EQ(got.block_table, m.block_table);
-  EXPECT_EQ(got.block_size, 16);
   EXPECT_EQ(got.policy, MlaPathPolicy::Mqa);
   EXPECT_EQ(got.decode_threshold, 3);
   EXPECT_EQ(got_copies, copies);

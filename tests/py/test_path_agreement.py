@@ -112,6 +112,28 @@ def test_paths_agree(mla_bin, tmp_path, name, dense):
     assert_agree(doctor_paths(mla_bin, path), f"{name} {'dense' if dense else 'moe'}")
 
 
+# ik_llama.cpp's types in the shape of a published GLM-5 / V3 recipe (attn_k_b / attn_v_b q6_0, the
+# other attention and dense matrices iq4_k, attn_output iq5_ks, experts iq4_ks), written by
+# `mla gguf quantize` from an F32 synth file (rows their blocks do not divide fall back as in
+# ik_llama.cpp's llama-quantize).
+IK_RECIPE = ["--tensor-type", "attn_(k|v)_b=q6_0", "--tensor-type", "attn_output=iq5_ks",
+             "--tensor-type", "_exps=iq4_ks",
+             "--tensor-type", r"(attn_q|attn_kv_a_mqa|ffn_(gate|up|down)(_shexp)?\.weight)=iq4_k"]
+
+
+@pytest.mark.parametrize("dense", [False, True], ids=["moe", "dense"])
+def test_paths_agree_on_ik_llama_types(mla_bin, tmp_path, dense):
+    extra = ["--n-layer-dense-lead", "3"] if dense else []
+    f32 = tmp_path / "f32.gguf"
+    out = tmp_path / "ik.gguf"
+    run_mla(mla_bin, "gguf", "synth", "-o", f32, "--type", "f32", *SHAPE, *extra)
+    run_mla(mla_bin, "gguf", "quantize", f32, out, "q8_0", *IK_RECIPE)
+    inspect = run_mla(mla_bin, "gguf", "inspect", out).stdout
+    for name in ("Q6_0", "IQ4_K", "IQ5_KS") + (() if dense else ("IQ4_KS",)):
+        assert name in inspect, f"no {name} tensor in the recipe file:\n{inspect}"
+    assert_agree(doctor_paths(mla_bin, out), f"ik recipe {'dense' if dense else 'moe'}")
+
+
 def test_the_f32_kernels_part_on_q4_k(mla_bin, tmp_path):
     """The check above can fail: with the F32 attention kernels (the old default) the same Q4_K
     file's paths part by far more than the tolerance."""

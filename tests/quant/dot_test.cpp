@@ -1,6 +1,7 @@
 // Dot products. Two checks per weight type:
 //  - the reference equals sum(dequant(w) * dequant(a)) computed in double from the (gguf-py
-//    verified) dequantizers, to within 1e-6 of sum|w*a| (it only rounds per-block scales);
+//    verified) dequantizers, to within 1e-6 of sum|w*a| (it only rounds per-block scales; IQ6_K
+//    2e-3, see below);
 //  - each SIMD kernel equals the reference to within 2e-5 of sum|w*a| (float accumulation over
 //    at most a few hundred blocks, per-block scale products and int32→float conversion each
 //    round at 2^-24 relative).
@@ -89,7 +90,10 @@ TEST_P(DotTest, ReferenceMatchesDequantizedProducts) {
                 [&](const std::vector<uint8_t>& w, const std::vector<uint8_t>& a, int64_t n, const std::string& label) {
                   const Reference r = dequantized_dot(wt, w, a, n);
                   const float got = vec_dot_ref(wt, n, w.data(), a.data());
-                  ASSERT_LE(std::fabs(got - r.exact), 1e-6 * r.magnitude + 1e-37) << label << " want " << r.exact;
+                  // IQ6_K's dots use ik_llama.cpp's level table, its dequantization ik's cubic, which
+                  // differs from the table by less than half a level (iqk_blocks.h).
+                  const double tol = wt == GgmlType::IQ6_K ? 2e-3 : 1e-6;
+                  ASSERT_LE(std::fabs(got - r.exact), tol * r.magnitude + 1e-37) << label << " want " << r.exact;
                 });
 }
 

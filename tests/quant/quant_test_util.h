@@ -52,6 +52,12 @@ inline std::vector<int> half_scale_offsets(GgmlType t) {
     case GgmlType::IQ2_S:
     case GgmlType::IQ3_XXS:
     case GgmlType::IQ3_S:
+    case GgmlType::Q6_0:
+    case GgmlType::IQ2_K:
+    case GgmlType::IQ3_K:
+    case GgmlType::IQ4_K:
+    case GgmlType::IQ5_K:
+    case GgmlType::IQ6_K:
       return {0};
     case GgmlType::Q4_1:
     case GgmlType::Q5_1:
@@ -105,10 +111,14 @@ inline std::vector<uint8_t> random_row(GgmlType t, int64_t n, std::mt19937& rng,
     return row;
   }
   for (auto& b : row) b = bits == BitsCase::Random ? static_cast<uint8_t>(rng()) : bits == BitsCase::AllOnes ? 0xFF : 0;
+  // ik_llama.cpp's row-scaled types (trellis ones included): the row's scale, an fp32 (4 bytes) or fp16 (2 bytes)
+  // header.
   if (tr.row_meta_bytes == 4) {
-    // ik_llama.cpp's trellis types: the row's float scale, chosen like the fp16 ones.
     const float d = fp16_to_fp32(pick_half_scale(sc, rng, 0));
     std::memcpy(row.data(), &d, 4);
+  } else if (tr.row_meta_bytes == 2) {
+    const uint16_t h = pick_half_scale(sc, rng, 0);
+    std::memcpy(row.data(), &h, 2);
   }
   const int64_t n_blocks = n / tr.block_elems;
   for (int64_t i = 0; i < n_blocks; ++i) {

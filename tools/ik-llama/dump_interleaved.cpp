@@ -2,7 +2,7 @@
 // IQ4_XS_R8, IQ1_S_R4), made by
 // ik_llama.cpp itself: the same pseudo-random rows quantized to the base type and to the
 // interleaved form (no importance matrix), and ik's dequantization of the interleaved rows. Built
-// and run by make_fixtures.sh; the output is committed.
+// and run by make-fixtures.sh; the output is committed.
 //
 //   dump_interleaved OUT_DIR
 // writes, in the MLAQFIX1 layout of dump_trellis.cpp, OUT_DIR/<form>.bin (the interleaved bytes and

@@ -1,7 +1,7 @@
 // Reference fixtures for ik_llama.cpp's trellis types (IQ1_KT, IQ2_KT, IQ3_KT, IQ4_KT), made by
 // ik_llama.cpp itself: fixed pseudo-random rows are quantized with its quantizer (no importance
 // matrix) and dequantized with its to_float. Built against an ik_llama.cpp tree outside the
-// repository by make_fixtures.sh; the output is committed so tests need no ik build.
+// repository by make-fixtures.sh; the output is committed so tests need no ik build.
 //
 //   dump_trellis OUT_DIR
 // writes OUT_DIR/<type>.bin per type:

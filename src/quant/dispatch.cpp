@@ -20,6 +20,24 @@ void check_row(GgmlType t, int64_t n) {
 
 }  // namespace
 
+// Here with the CPU checks of the dispatch (clang-tidy skips this file: clang 14 rejects
+// __builtin_cpu_supports("f16c")).
+SimdLevel cpu_simd_level() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const SimdLevel level = [] {
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") || !__builtin_cpu_supports("f16c"))
+      return SimdLevel::Scalar;
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512vnni"))
+      return SimdLevel::Avx512;
+    return SimdLevel::Avx2;
+  }();
+  return level;
+#else
+  return SimdLevel::Scalar;
+#endif
+}
+
 namespace quant {
 
 // The family chosen at start-up (quant/kernel_choice.h), capped by this CPU.

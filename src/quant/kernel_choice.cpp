@@ -33,22 +33,6 @@ SimdLevel parse_simd_level(std::string_view value, std::string_view what) {
   fail("{} '{}': expected auto, avx512, avx2 or scalar", what, value);
 }
 
-SimdLevel cpu_simd_level() {
-#if defined(__x86_64__) || defined(__i386__)
-  static const SimdLevel level = [] {
-    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") || !__builtin_cpu_supports("f16c"))
-      return SimdLevel::Scalar;
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-        __builtin_cpu_supports("avx512vnni"))
-      return SimdLevel::Avx512;
-    return SimdLevel::Avx2;
-  }();
-  return level;
-#else
-  return SimdLevel::Scalar;
-#endif
-}
-
 void set_kernel_choice(const KernelChoice& choice) {
   if (g_read.load(std::memory_order_relaxed) && !(choice == g_choice))
     fail("kernel choice (simd {}, repack {}) set after the first kernel lookup, which used simd {}, repack {}",

@@ -24,7 +24,7 @@ const char* simd_level_name(SimdLevel level);
 SimdLevel parse_simd_level(std::string_view value, std::string_view what);
 
 // The best family this CPU runs: Avx512 needs AVX-512 F/BW/VL/VNNI besides AVX2; Avx2 needs
-// AVX2, FMA and F16C; anything else (or another architecture) is Scalar.
+// AVX2, FMA and F16C; anything else (or another architecture) is Scalar. (In dispatch.cpp.)
 SimdLevel cpu_simd_level();
 
 // Sets the choice for the rest of the process. Setting the same choice again is allowed; a

@@ -8,11 +8,12 @@
 
 #include "cli/common.h"
 #include "engine/speculative.h"
-#include "util/ggml_type.h"
 #include "kv/latent_cache.h"
 #include "parallel/world.h"
+#include "quant/kernel_choice.h"
 #include "util/env.h"
 #include "util/error.h"
+#include "util/ggml_type.h"
 #include "util/log.h"
 
 namespace mla::cli {
@@ -69,15 +70,35 @@ int apply_speculative_config(const EngineArgs& a, std::string_view command, bool
   return n_spec;
 }
 
-// --no-prefault, or the deprecated MLA_PREFAULT=0 (the variable set at all logs a warning naming
-// the flag).
+// The value of a deprecated variable that a flag replaced (nullopt when unset); set at all, it logs
+// a warning naming the flag. Under mpirun rank 0 speaks for every rank (they share the environment).
+std::optional<std::string> deprecated_env(std::string_view name, std::string_view command, std::string_view instead) {
+  std::optional<std::string> env = env_value(name);
+  if (env && !is_worker()) log().warn("{}: environment variable {} is deprecated, use {}", command, name, instead);
+  return env;
+}
+
+// --no-prefault, or the deprecated MLA_PREFAULT=0.
 bool prefault_enabled(const EngineArgs& a, std::string_view command) {
-  const std::optional<std::string> env = env_value("MLA_PREFAULT");
-  if (!env) return !a.no_prefault;
-  if (!is_worker())
-    log().warn("{}: environment variable MLA_PREFAULT is deprecated, use --no-prefault (MLA_PREFAULT=0 is read as it)",
-               command);
-  return !a.no_prefault && *env != "0";
+  const std::optional<std::string> env =
+      deprecated_env("MLA_PREFAULT", command, "--no-prefault (MLA_PREFAULT=0 is read as it)");
+  return !a.no_prefault && env.value_or("1") != "0";
+}
+
+// --simd and --no-repack, or the deprecated MLA_SIMD=avx2|scalar and MLA_REPACK=0 where the flag is
+// not given. A family above this CPU's is refused by name.
+KernelChoice kernel_choice_of(const EngineArgs& a, std::string_view command) {
+  KernelChoice k;
+  std::string simd = a.simd;
+  if (simd == "auto")
+    if (auto env = deprecated_env("MLA_SIMD", command, "--simd avx2|scalar")) simd = *env;
+  k.max_simd = parse_simd_level(simd, fmt::format("{}: --simd", command));
+  if (simd != "auto" && k.max_simd > cpu_simd_level())
+    fail("{}: --simd {}: this CPU runs at most the {} family", command, simd, simd_level_name(cpu_simd_level()));
+  const std::optional<std::string> repack =
+      deprecated_env("MLA_REPACK", command, "--no-repack (MLA_REPACK=0 is read as it)");
+  k.repack = !a.no_repack && repack.value_or("1") != "0";
+  return k;
 }
 
 KvCacheOptions kv_cache_options(const EngineArgs& a, std::string_view command) {
@@ -98,11 +119,12 @@ std::string describe_engine_setup(const EngineSetup& s) {
                                                        : fmt::format("{} tokens", KvCacheOptions::kDefaultTokens);
   return fmt::format(
       "max_num_batched_tokens {}, max_num_seqs {}, max_model_len {}, prefix caching {}, kv cache {} ({}, block {}), "
-      "mla_path {}, attention {}, dsa {}, speculative tokens {}, threads {}, prefault {}{}",
+      "mla_path {}, attention {}, dsa {}, speculative tokens {}, threads {}, prefault {}, simd {}, repack {}{}",
       ec.max_num_batched_tokens, ec.max_num_seqs, ec.max_model_len > 0 ? std::to_string(ec.max_model_len) : "auto",
       ec.enable_prefix_caching ? "on" : "off", ggml_type_name(s.kv.dtype), capacity, s.kv.block_size,
       mla_path_policy_name(s.policy), s.model.exact_attention ? "exact" : "f32", s.model.dsa ? "on" : "off",
       ec.num_speculative_tokens, s.model.n_threads, s.model.prefault ? "on" : "off",
+      simd_level_name(std::min(s.kernels.max_simd, cpu_simd_level())), s.kernels.repack ? "on" : "off",
       !ec.kv_tiers.enabled() ? std::string()
                              : fmt::format(", kv tiers: host {} bytes, dir '{}' (cap {} bytes)", ec.kv_tiers.host_bytes,
                                            ec.kv_tiers.dir, ec.kv_tiers.disk_bytes));
@@ -140,6 +162,17 @@ void add_engine_args(CLI::App* cmd, EngineArgs& a, EngineFlagSet which) {
     cmd->add_flag("--no-prefault", a.no_prefault,
                   "Do not map every page of the model file at load: pages are read on first use (for files "
                   "larger than memory; replaces MLA_PREFAULT=0)");
+  if (which.kernels) {
+    cmd->add_option("--simd", a.simd,
+                    "The quant kernels' SIMD family (row dot products, packed GEMM; the attention kernels are the "
+                    "build's): auto (the best this CPU runs) | avx512 | avx2 | scalar (the others, for testing; "
+                    "replaces MLA_SIMD)")
+        ->check(CLI::IsMember({"auto", "avx512", "avx2", "scalar"}))
+        ->capture_default_str();
+    cmd->add_flag("--no-repack", a.no_repack,
+                  "Keep the weights in the file's row layout: no 16-row copy for the packed GEMM (saves that copy's "
+                  "memory; replaces MLA_REPACK=0)");
+  }
   if (which.capacity) add_capacity_flags(cmd, a);
 }
 
@@ -164,6 +197,8 @@ EngineSetup build_engine_setup(const EngineArgs& a, const CommonOptions& common,
   s.model.dsa = dsa_enabled(common);
   s.model.exact_attention = parse_attention_precision(a.attention_precision);
   s.model.prefault = prefault_enabled(a, command);
+  s.kernels = kernel_choice_of(a, command);
+  set_kernel_choice(s.kernels);  // before the model loads: its repacking looks the kernels up
   s.kv = kv_cache_options(a, command);
   EngineConfig& ec = s.engine;
   ec.num_speculative_tokens = apply_speculative_config(a, command, need_mtp, s.model);

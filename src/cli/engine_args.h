@@ -13,6 +13,7 @@
 #include "engine/engine.h"    // EngineConfig
 #include "kv/latent_cache.h"  // KvCacheOptions
 #include "model/deepseek2.h"  // ModelOptions
+#include "quant/kernel_choice.h"
 
 namespace mla::cli {
 
@@ -38,6 +39,8 @@ struct EngineArgs {
   std::string kv_cache_dir;         // "": no disk tier
   std::string kv_cache_disk_bytes;  // e.g. "100G"; "": no cap but the disk's
   bool no_prefault = false;         // --no-prefault: ModelOptions::prefault off
+  std::string simd = "auto";        // --simd auto | avx512 | avx2 | scalar (KernelChoice::max_simd)
+  bool no_repack = false;           // --no-repack: KernelChoice::repack off
   // One line per deprecated spelling on this command line ("OLD is deprecated, use NEW"),
   // logged as a warning by build_engine_setup.
   std::vector<std::string> deprecated_used;
@@ -55,6 +58,7 @@ struct EngineFlagSet {
   bool kv_cache_dtype = true;          // --kv-cache-dtype
   bool speculative_config = true;      // --speculative-config
   bool prefault = true;                // --no-prefault
+  bool kernels = true;                 // --simd, --no-repack
   bool capacity = true;
 };
 
@@ -74,13 +78,16 @@ struct EngineSetup {
   ModelOptions model;
   KvCacheOptions kv;
   EngineConfig engine;
+  KernelChoice kernels;  // set for the process by build_engine_setup
 };
 
 // The one builder: logs a warning for each deprecated spelling used (rank 0 only under mpirun),
-// the environment variable MLA_PREFAULT among them (0 still turns prefaulting off), and checks the
-// values. need_mtp loads the model's MTP layer even without --speculative-config (run's
-// --mtp-logits). With the MTP layer the run must be one process, and model.max_batch_tokens is
-// widened by max_num_seqs (the MTP pass carries up to one row more per sequence). Throws
+// the environment variables MLA_PREFAULT, MLA_SIMD and MLA_REPACK among them (still read as the
+// flags they became: MLA_PREFAULT=0, MLA_SIMD=avx2|scalar, MLA_REPACK=0), checks the values, and
+// sets the quant kernels' family for the process (set_kernel_choice: call it before any kernel
+// runs, once per process or again with the same flags). need_mtp loads the model's MTP layer even
+// without --speculative-config (run's --mtp-logits). With the MTP layer the run must be one process, and
+// model.max_batch_tokens is widened by max_num_seqs (the MTP pass carries up to one row more per sequence). Throws
 // mla::Error naming the command and the flag.
 EngineSetup build_engine_setup(const EngineArgs& a, const CommonOptions& common, std::string_view command,
                                bool need_mtp = false);

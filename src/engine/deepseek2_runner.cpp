@@ -22,6 +22,9 @@ Deepseek2Runner::Deepseek2Runner(const std::string& path, MlaPathPolicy policy, 
   if (model.mtp && model.comm && model.comm->size() > 1)
     fail("speculative decoding (method mtp) runs in a single process; this run has {} ranks", model.comm->size());
   wo.load_mtp = model.mtp;
+  loaded_path_policy_ = wo.need_mha && wo.need_mqa ? MlaPathPolicy::Auto
+                        : wo.need_mha              ? MlaPathPolicy::Mha
+                                                   : MlaPathPolicy::Mqa;
   max_batch_tokens_ = model.max_batch_tokens;
   bundle_ = load_deepseek2(path, wo);
   model_ = std::make_unique<Deepseek2Model>(bundle_->config, bundle_->weights, model);

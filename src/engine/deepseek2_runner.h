@@ -46,6 +46,7 @@ class Deepseek2Runner : public ModelRunner {
     return {p.tokens_mha.load(std::memory_order_relaxed), p.tokens_mqa.load(std::memory_order_relaxed)};
   }
   MlaPath auto_prefill_path() const override { return model_->auto_prefill_path(); }
+  MlaPathPolicy loaded_path_policy() const override { return loaded_path_policy_; }
 
   // The loaded file, config and weights (packed copies included), e.g. for the start-up
   // self-check, which runs its own models over them instead of loading the file again.
@@ -74,6 +75,7 @@ class Deepseek2Runner : public ModelRunner {
   std::unique_ptr<LatentCache> cache_;
   int64_t max_batch_tokens_ = 0;
   uint64_t cache_identity_ = 0;
+  MlaPathPolicy loaded_path_policy_ = MlaPathPolicy::Auto;
 };
 
 }  // namespace mla

@@ -105,6 +105,10 @@ Engine::Impl::Impl(std::unique_ptr<ModelRunner> r, EngineConfig c, std::shared_p
     fail("engine: max-num-batched-tokens must be >= 1, got {}", cfg.max_num_batched_tokens);
   if (cfg.max_num_seqs < 1) fail("engine: max-num-seqs must be >= 1, got {}", cfg.max_num_seqs);
   if (cfg.decode_threshold < 1) fail("engine: decode threshold must be >= 1, got {}", cfg.decode_threshold);
+  if (const MlaPathPolicy loaded = runner->loaded_path_policy();
+      loaded != MlaPathPolicy::Auto && cfg.path_policy != loaded)
+    fail("engine: mla path {} needs weights the model did not load: it was loaded for mla path {} only",
+         mla_path_policy_name(cfg.path_policy), mla_path_policy_name(loaded));
   if (cfg.max_prompt_logits_rows < 1)
     fail("engine: max prompt logits rows must be >= 1, got {}", cfg.max_prompt_logits_rows);
   for (int32_t t : cfg.eos_token_ids)

@@ -60,6 +60,10 @@ class ModelRunner {
   // auto_prefill_path: where the model's `auto` sends prefill chunks (for the start-up line).
   virtual PathTokens path_tokens() const { return {}; }
   virtual MlaPath auto_prefill_path() const { return MlaPath::Mha; }
+  // The policy the weights were loaded for: Mha or Mqa where only that path's W_UK form was
+  // derived, Auto where both were. The engine refuses, when it is built, a policy whose paths the
+  // weights cannot run (rather than the first step failing in the attention).
+  virtual MlaPathPolicy loaded_path_policy() const { return MlaPathPolicy::Auto; }
   // True when a row's bits depend on whether its token was a prompt or a generated one (the model's
   // F32 attention kernels: `auto` sends prompt tokens down the prefill path and generated ones
   // down MQA, and the two differ in the last bits). The engine then keeps blocks holding

@@ -27,85 +27,23 @@
 
 #include "kernels/attention.h"
 #include "kernels/attention_rows.h"
+#include "kernels/simd.h"
 
 namespace mla {
 namespace {
 
-// The target's own vector width: 16 lanes on AVX-512, 8 elsewhere (AVX2). A 16-query row of the
-// kernel's state is kVecs of them. (The 16-lane type of simd16.h is two registers on AVX2, and
-// GCC moves its broadcasts and tile accumulators through the stack there.)
-#if defined(__AVX512F__)
-constexpr int kWidth = 16;
-#else
-constexpr int kWidth = 8;
-#endif
-using vf = float __attribute__((vector_size(kWidth * 4)));
-using vi = int32_t __attribute__((vector_size(kWidth * 4)));
+// The kernels' vector vocabulary: vf is the target's own width; a 16-lane row of the kernel's state
+// is kVecs of them (simd16.h's 16-lane type is two registers on AVX2, and GCC moves its broadcasts
+// and tile accumulators through the stack there).
+using namespace simd;  // NOLINT(google-build-using-namespace)
 
-constexpr int64_t kBlock = 64;           // key rows per block: bits of one uint64_t lane mask
-constexpr int64_t kLanes = 16;           // queries per tile (one bit each in a key's lane mask)
-constexpr int kVecs = kLanes / kWidth;   // vectors per 16-lane row
-constexpr int64_t kMaxGroupTiles = 128;  // query tiles sharing one pass over the blocks (2,048 queries)
+constexpr int64_t kBlock = 64;             // key rows per block: bits of one uint64_t lane mask
+constexpr int64_t kLanes = 16;             // queries per tile (one bit each in a key's lane mask)
+constexpr int kVecs = kLanes / kF32Lanes;  // vectors per 16-lane row
+constexpr int64_t kMaxGroupTiles = 128;    // query tiles sharing one pass over the blocks (2,048 queries)
 // Register tile height: rows of a tile sharing one load of a 16-lane row (kVecs registers). AVX2's
 // 16 registers hold 6 x 2 accumulators; AVX-512's 32 hold 12 x 1.
-constexpr int kRows = kWidth == 16 ? 12 : 6;
-
-int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
-
-inline vf load(const float* p) {
-  vf v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline void store(float* p, vf v) { std::memcpy(p, &v, sizeof v); }
-// x in every lane (a broadcast: `vf{} + x` would add a zero, one more instruction, and turn -0 into +0).
-inline vf splat(float x) {
-#if defined(__AVX512F__)
-  return (vf)_mm512_set1_ps(x);
-#elif defined(__AVX__)
-  return (vf)_mm256_set1_ps(x);
-#else
-  return x - vf{};   // exact for every x, -0 included
-#endif
-}
-
-// a * b + c, fused where the target has FMA; never left to the compiler's contraction (see vec.h).
-inline vf fmav(vf a, vf b, vf c) {
-#if defined(__AVX512F__)
-  return (vf)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);  // same-size vector casts
-#elif defined(__FMA__)
-  return (vf)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);  // same-size vector casts
-#else
-  return a * b + c;  // no FMA on this target: cannot be contracted
-#endif
-}
-
-// exp(x) for x <= 0: simd::exp16_nonpos's reduction and polynomial on the native width.
-inline vf exp_nonpos(vf x) {
-  const vf lo = splat(-87.0f);
-  const vi under = x < lo;
-  x = x > lo ? x : lo;
-  const vf magic = splat(12582912.0f);
-  const vf t = fmav(x, splat(1.44269504088896341f), magic);
-  const vf n = t - magic;
-  vf r = fmav(n, splat(-0.693359375f), x);
-  r = fmav(n, splat(2.12194440e-4f), r);
-  vf p = splat(1.9875691500e-4f);
-  p = fmav(p, r, splat(1.3981999507e-3f));
-  p = fmav(p, r, splat(8.3334519073e-3f));
-  p = fmav(p, r, splat(4.1665795894e-2f));
-  p = fmav(p, r, splat(1.6666665459e-1f));
-  p = fmav(p, r, splat(5.0000001201e-1f));
-  p = fmav(p, r * r, r + 1.0f);
-  vi ti, mi;
-  std::memcpy(&ti, &t, sizeof t);
-  std::memcpy(&mi, &magic, sizeof magic);
-  const vi bits = (ti - mi + 127) << 23;
-  vf scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  const vf y = p * scale;
-  return under ? vf{} : y;
-}
+constexpr int kRows = kF32Lanes == 16 ? 12 : 6;
 
 // One 16-lane row (16 queries) as kVecs native vectors; lane-wise operations.
 struct Row {
@@ -116,11 +54,11 @@ struct Mask {
 };
 inline Row load_row16(const float* p) {
   Row r;
-  for (int i = 0; i < kVecs; ++i) r.v[i] = load(p + i * kWidth);
+  for (int i = 0; i < kVecs; ++i) r.v[i] = load(p + i * kF32Lanes);
   return r;
 }
 inline void store_row16(float* p, const Row& r) {
-  for (int i = 0; i < kVecs; ++i) store(p + i * kWidth, r.v[i]);
+  for (int i = 0; i < kVecs; ++i) store(p + i * kF32Lanes, r.v[i]);
 }
 inline Row splat_row(float x) {
   Row r;
@@ -141,7 +79,7 @@ void score_tile(const float* kt, const int32_t* key, const float* qt, int64_t n_
   vf acc[R][kVecs] = {};
   for (int64_t d = 0; d < n_d; ++d) {
     vf q[kVecs];
-    for (int i = 0; i < kVecs; ++i) q[i] = load(qt + d * kLanes + i * kWidth);
+    for (int i = 0; i < kVecs; ++i) q[i] = load(qt + d * kLanes + i * kF32Lanes);
     const float* row = kt + d * kBlock;
     for (int r = 0; r < R; ++r) {
       const vf k = splat(row[key[r]]);
@@ -153,7 +91,7 @@ void score_tile(const float* kt, const int32_t* key, const float* qt, int64_t n_
 }
 
 // The same scores with keys in the vector lanes: out[q][k] = Σ_{d < n_d} qt[d][q0 + q] · kt[d][k] for
-// q < Q queries from q0 and k < NKV * kWidth consecutive block rows. Each output is the same single
+// q < Q queries from q0 and k < NKV * kF32Lanes consecutive block rows. Each output is the same single
 // chain over d, in order, with the same products (multiplication commutes), so it has score_tile's
 // bits; but each d costs NKV vector loads and Q broadcasts for Q * NKV multiply-adds, instead of one
 // broadcast per multiply-add: the dense blocks of a prefill run at several times the rate.
@@ -162,14 +100,14 @@ void score_keys_tile(const float* kt, const float* qt, int64_t q0, int64_t n_d, 
   vf acc[Q][NKV] = {};
   for (int64_t d = 0; d < n_d; ++d) {
     vf k[NKV];
-    for (int j = 0; j < NKV; ++j) k[j] = load(kt + d * kBlock + j * kWidth);
+    for (int j = 0; j < NKV; ++j) k[j] = load(kt + d * kBlock + j * kF32Lanes);
     for (int q = 0; q < Q; ++q) {
       const vf x = splat(qt[d * kLanes + q0 + q]);
       for (int j = 0; j < NKV; ++j) acc[q][j] = fmav(x, k[j], acc[q][j]);
     }
   }
   for (int q = 0; q < Q; ++q)
-    for (int j = 0; j < NKV; ++j) store(out[q0 + q] + j * kWidth, acc[q][j]);
+    for (int j = 0; j < NKV; ++j) store(out[q0 + q] + j * kF32Lanes, acc[q][j]);
 }
 
 // Key vectors per score_keys_tile; its Q x NKV accumulators, NKV key vectors and a broadcast fill the
@@ -180,11 +118,11 @@ constexpr int kKeyVecs = 4;  // key vectors per pass (64 rows on AVX-512, 32 on 
 // transposed back to one 16-query row per key: s[k] for k < n_rows.
 void score_block(const float* kt, const float* qt, int64_t n_d, int64_t n_rows, Row* s) {
   alignas(64) float st[kLanes][kBlock];
-  for (int64_t k0 = 0; k0 < n_rows; k0 += kKeyVecs * kWidth) {
-    const int64_t nv = std::min<int64_t>(kKeyVecs, (n_rows - k0 + kWidth - 1) / kWidth);
+  for (int64_t k0 = 0; k0 < n_rows; k0 += kKeyVecs * kF32Lanes) {
+    const int64_t nv = std::min<int64_t>(kKeyVecs, (n_rows - k0 + kF32Lanes - 1) / kF32Lanes);
     auto pass = [&]<int NKV>() {
       // 16 queries as 6 + 6 + 4 (AVX-512) or 8 x 2.
-      if constexpr (kWidth == 16) {
+      if constexpr (kF32Lanes == 16) {
         score_keys_tile<6, NKV>(kt + k0, qt, 0, n_d, st);
         score_keys_tile<6, NKV>(kt + k0, qt, 6, n_d, st);
         score_keys_tile<4, NKV>(kt + k0, qt, 12, n_d, st);
@@ -206,10 +144,10 @@ void score_block(const float* kt, const float* qt, int64_t n_d, int64_t n_rows, 
         pass.template operator()<4>();
         break;
     }
-    const int64_t k1 = std::min(n_rows, k0 + nv * kWidth);
+    const int64_t k1 = std::min(n_rows, k0 + nv * kF32Lanes);
     for (int64_t k = k0; k < k1; ++k)
       for (int i = 0; i < kVecs; ++i)
-        for (int l = 0; l < kWidth; ++l) s[k].v[i][l] = st[i * kWidth + l][k - k0];
+        for (int l = 0; l < kF32Lanes; ++l) s[k].v[i][l] = st[i * kF32Lanes + l][k - k0];
   }
 }
 
@@ -229,7 +167,7 @@ template <int R, bool kPartial>
   vf acc[R][kVecs];
   for (int r = 0; r < R; ++r)
     for (int i = 0; i < kVecs; ++i) {
-      acc[r][i] = load(ot + r * kLanes + i * kWidth);
+      acc[r][i] = load(ot + r * kLanes + i * kF32Lanes);
       if (alpha) acc[r][i] = acc[r][i] * alpha->v[i];
     }
   for (int32_t k = k0; k < k1; ++k) {
@@ -245,7 +183,7 @@ template <int R, bool kPartial>
     }
   }
   for (int r = 0; r < R; ++r)
-    for (int i = 0; i < kVecs; ++i) store(ot + r * kLanes + i * kWidth, acc[r][i]);
+    for (int i = 0; i < kVecs; ++i) store(ot + r * kLanes + i * kF32Lanes, acc[r][i]);
 }
 
 template <int R>
@@ -269,18 +207,18 @@ void decompress_tile(const float* w, int64_t kv_lora, const float* ct, float* ou
   vf acc[R][G * kVecs] = {};
   for (int64_t c = 0; c < kv_lora; ++c) {
     vf x[G * kVecs];
-    for (int i = 0; i < G * kVecs; ++i) x[i] = load(ct + c * kBlock + i * kWidth);
+    for (int i = 0; i < G * kVecs; ++i) x[i] = load(ct + c * kBlock + i * kF32Lanes);
     for (int r = 0; r < R; ++r) {
       const vf a = splat(w[r * kv_lora + c]);
       for (int i = 0; i < G * kVecs; ++i) acc[r][i] = fmav(a, x[i], acc[r][i]);
     }
   }
   for (int r = 0; r < R; ++r)
-    for (int i = 0; i < G * kVecs; ++i) store(out + r * kBlock + i * kWidth, acc[r][i]);
+    for (int i = 0; i < G * kVecs; ++i) store(out + r * kBlock + i * kF32Lanes, acc[r][i]);
 }
 
 // Rows of w per decompress tile: R x G x kVecs accumulators, G x kVecs inputs and a broadcast.
-constexpr int kDecompRows = kWidth == 16 ? 6 : 3;
+constexpr int kDecompRows = kF32Lanes == 16 ? 6 : 3;
 
 void decompress(const float* w, int64_t kv_lora, const float* ct, int64_t n_grp, int64_t n_rows, float* out) {
   auto by_groups = [&]<int G>() {
@@ -316,21 +254,17 @@ struct Dims {
   int64_t qk_head, vp, row_len;
 };
 
-size_t work_floats(const MlaAttnParams& p, const Dims& d, int64_t n_tiles) {
-  return static_cast<size_t>((p.kv_lora + d.qk_head + d.vp) * kBlock + kLanes * round_up(d.row_len, kLanes) +
-                             n_tiles * (d.qk_head + 2 + d.vp) * kLanes);
-}
-
-Work work_of(float* b, const MlaAttnParams& p, const Dims& d, int64_t n_tiles) {
+// A thread's buffer, described once: sized by Carve<float>{}, carved by Carve<float>{base}.
+Work work_of(const MlaAttnParams& p, const Dims& d, int64_t n_tiles, attn::Carve<float>& c) {
   Work w{};
-  w.ct = b;
-  w.kt = w.ct + p.kv_lora * kBlock;
-  w.vt = w.kt + d.qk_head * kBlock;
-  w.row = w.vt + d.vp * kBlock;
-  w.qt = w.row + kLanes * round_up(d.row_len, kLanes);
-  w.m = w.qt + n_tiles * d.qk_head * kLanes;
-  w.l = w.m + n_tiles * kLanes;
-  w.ot = w.l + n_tiles * kLanes;
+  w.ct = c.take(p.kv_lora * kBlock);
+  w.kt = c.take(d.qk_head * kBlock);
+  w.vt = c.take(d.vp * kBlock);
+  w.row = c.take(kLanes * round_up(d.row_len, kLanes));
+  w.qt = c.take(n_tiles * d.qk_head * kLanes);
+  w.m = c.take(n_tiles * kLanes);
+  w.l = c.take(n_tiles * kLanes);
+  w.ot = c.take(n_tiles * d.vp * kLanes);
   return w;
 }
 
@@ -429,7 +363,7 @@ void attend_block(const Dims& dims, const Work& w, int64_t tile, const uint64_t*
   const vf neg_inf = splat(-INFINITY);
   vi lane_bit[kVecs];
   for (int i = 0; i < kVecs; ++i)
-    for (int l = 0; l < kWidth; ++l) lane_bit[i][l] = 1 << (i * kWidth + l);
+    for (int l = 0; l < kF32Lanes; ++l) lane_bit[i][l] = 1 << (i * kF32Lanes + l);
   for (int32_t k = 0; k < nk; ++k) {
     const bool partial = !((full >> key[k]) & 1);
     if (partial) {
@@ -453,7 +387,7 @@ void attend_block(const Dims& dims, const Work& w, int64_t tile, const uint64_t*
   for (int i = 0; i < kVecs; ++i) {
     vf mx = neg_inf;
     for (int32_t k = 0; k < nk; ++k) mx = mx > s[k].v[i] ? mx : s[k].v[i];
-    const vf m_old = load(m + i * kWidth);
+    const vf m_old = load(m + i * kF32Lanes);
     const vf m_new = m_old > mx ? m_old : mx;
     // A lane whose max did not move keeps its state exactly (also when it has seen no key yet).
     alpha.v[i] = m_new == m_old ? splat(1.0f) : exp_nonpos(m_old - m_new);
@@ -466,8 +400,8 @@ void attend_block(const Dims& dims, const Work& w, int64_t tile, const uint64_t*
         sum += e;
       }
     }
-    store(m + i * kWidth, m_new);
-    store(l + i * kWidth, fmav(load(l + i * kWidth), alpha.v[i], sum));
+    store(m + i * kF32Lanes, m_new);
+    store(l + i * kF32Lanes, fmav(load(l + i * kF32Lanes), alpha.v[i], sum));
   }
 
   float* ot = w.ot + tile * dims.vp * kLanes;
@@ -477,20 +411,106 @@ void attend_block(const Dims& dims, const Work& w, int64_t tile, const uint64_t*
   row_tiles<kRows>(0, dims.vp, pv);
 }
 
+// The query tiles of one unit: queries [i0, i1) in n_gt tiles of kLanes.
+struct QueryGroup {
+  int64_t i0, i1, n_gt;
+};
+
+// Head h's queries of the group scaled and transposed (padding lanes 0); state: max -inf, sum 0,
+// output 0.
+void start_group(const MlaAttnParams& p, const Dims& dims, const Work& w, int64_t h, const QueryGroup& G) {
+  const int64_t qk_head = dims.qk_head;
+  for (int64_t tl = 0; tl < G.n_gt; ++tl)
+    for (int64_t lane = 0; lane < kLanes; ++lane) {
+      const int64_t i = G.i0 + tl * kLanes + lane;
+      float* qt = w.qt + tl * qk_head * kLanes + lane;
+      const float* q = p.q + i * p.q_stride + h * qk_head;
+      for (int64_t d = 0; d < qk_head; ++d) qt[d * kLanes] = i < G.i1 ? q[d] * p.kq_scale : 0.0f;
+    }
+  std::fill(w.m, w.m + G.n_gt * kLanes, -INFINITY);
+  std::fill(w.l, w.l + G.n_gt * kLanes, 0.0f);
+  std::fill(w.ot, w.ot + G.n_gt * dims.vp * kLanes, 0.0f);
+}
+
+// Which rows of the block from j0 each query of the group attends (lane_mask[tile][lane], bit j for
+// row j0 + j); cursor: per query, its place in its DSA selection. Returns the union.
+uint64_t block_lane_masks(const MlaAttnParams& p, const QueryGroup& G, int64_t j0, int64_t* cursor,
+                          uint64_t (*lane_mask)[kLanes]) {
+  uint64_t any = 0;
+  for (int64_t tl = 0; tl < G.n_gt; ++tl)
+    for (int64_t lane = 0; lane < kLanes; ++lane) {
+      const int64_t i = G.i0 + tl * kLanes + lane;
+      uint64_t bits = 0;
+      if (i < G.i1 && p.sel) {
+        const int32_t* sel = p.sel + i * p.sel_stride;
+        int64_t& c = cursor[i - G.i0];
+        for (; c < p.sel_count[i] && sel[c] < j0 + kBlock; ++c) bits |= uint64_t{1} << (sel[c] - j0);
+      } else if (i < G.i1) {
+        const int64_t n = std::clamp<int64_t>(p.n_ctx - p.n_q + i + 1 - j0, 0, kBlock);
+        bits = n == kBlock ? ~uint64_t{0} : (uint64_t{1} << n) - 1;
+      }
+      lane_mask[tl][lane] = bits;
+      any |= bits;
+    }
+  return any;
+}
+
+// Head h over the group's queries: every block any of them attends, decompressed once (W_UK rows
+// wk, W_UV rows wv as F32) and folded into each tile that sees it; then out = o / l (0 for a query
+// that attends to no row).
+void attend_group(const MlaAttnParams& p, DequantizeFn dq, const Dims& dims, const Work& w, const float* wk,
+                  const float* wv, int64_t h, const QueryGroup& G) {
+  start_group(p, dims, w, h, G);
+  // Rows attended, per query: [0, n_vis) dense; the selection (a cursor into it) with DSA.
+  int64_t cursor[kMaxGroupTiles * kLanes] = {};
+  int64_t last_row = 0;  // one past the highest row any query of the group attends
+  for (int64_t i = G.i0; i < G.i1; ++i) {
+    const attn::QueryRows rows = attn::rows_of(p, i);
+    if (rows.n > 0) last_row = std::max(last_row, rows[rows.n - 1] + 1);
+  }
+  uint64_t lane_mask[kMaxGroupTiles][kLanes];
+  for (int64_t j0 = 0; j0 < last_row; j0 += kBlock) {
+    const uint64_t any = block_lane_masks(p, G, j0, cursor, lane_mask);
+    if (!any) continue;
+    // Decompress the rows up to the last one attended, in whole key vectors (zero past it).
+    const int64_t nb = std::bit_width(any), n_grp = (nb + kLanes - 1) / kLanes;
+    transpose_rows(p, dq, dims, j0, nb, n_grp, w);
+    decompress(wk, p.kv_lora, w.ct, n_grp, p.qk_nope, w.kt);
+    decompress(wv, p.kv_lora, w.ct, n_grp, p.v_dim, w.vt);
+    for (int64_t tl = 0; tl < G.n_gt; ++tl) {
+      uint64_t tile_any = 0, tile_full = ~uint64_t{0};
+      for (int64_t lane = 0; lane < kLanes; ++lane) {
+        tile_any |= lane_mask[tl][lane];
+        if (G.i0 + tl * kLanes + lane < G.i1) tile_full &= lane_mask[tl][lane];
+      }
+      if (tile_any) attend_block(dims, w, tl, lane_mask[tl], tile_any, tile_full);
+    }
+  }
+  for (int64_t i = G.i0; i < G.i1; ++i) {
+    const int64_t tl = (i - G.i0) / kLanes, lane = (i - G.i0) % kLanes;
+    const float l = w.l[tl * kLanes + lane];
+    const float inv = l > 0 ? 1.0f / l : 0.0f;
+    const float* ot = w.ot + tl * dims.vp * kLanes + lane;
+    float* o = p.out + i * p.out_stride + h * p.v_dim;
+    for (int64_t e = 0; e < p.v_dim; ++e) o[e] = ot[e * kLanes] * inv;
+  }
+}
+
 }  // namespace
 
 void mla_attention_mha(const MlaAttnParams& p, ThreadPool& pool, AttnScratch& scratch) {
   if (p.n_q <= 0) return;
   const int nt = pool.n_threads();
   const Dims dims{p.qk_nope + p.qk_rope, round_up(p.v_dim, kRows), p.kv_lora + p.qk_rope};
-  const int64_t qk_head = dims.qk_head;
   const int64_t n_tiles = (p.n_q + kLanes - 1) / kLanes;
   // Units of (head, group of query tiles): groups bound the state, and split heads when there are
   // fewer heads than threads. Which group a query is in changes no arithmetic of its lane.
   const int64_t n_groups = std::max((n_tiles + kMaxGroupTiles - 1) / kMaxGroupTiles,
                                     std::min<int64_t>(n_tiles, (nt + p.n_head - 1) / p.n_head));
   const int64_t group_tiles = (n_tiles + n_groups - 1) / n_groups;
-  const size_t per_thread = work_floats(p, dims, group_tiles);
+  attn::Carve<float> size;
+  work_of(p, dims, group_tiles, size);
+  const auto per_thread = static_cast<size_t>(size.used());
   if (static_cast<int>(scratch.per_thread.size()) < nt) scratch.per_thread.resize(nt);
   for (int t = 0; t < nt; ++t)
     if (scratch.per_thread[t].size() < per_thread) scratch.per_thread[t].resize(per_thread);
@@ -498,7 +518,8 @@ void mla_attention_mha(const MlaAttnParams& p, ThreadPool& pool, AttnScratch& sc
   const DequantizeFn dq = p.cache_type == GgmlType::F32 ? nullptr : dequantize_fn(p.cache_type);
 
   pool.parallel_for(p.n_head * n_groups, [&](int64_t u0, int64_t u1, int t) {
-    const Work w = work_of(scratch.per_thread[t].data(), p, dims, group_tiles);
+    attn::Carve<float> carve(scratch.per_thread[t].data());
+    const Work w = work_of(p, dims, group_tiles, carve);
     std::fill(w.vt + p.v_dim * kBlock, w.vt + dims.vp * kBlock, 0.0f);
     float* wbuf = scratch.heads[t].data();
     int64_t head_ready = -1;
@@ -513,73 +534,7 @@ void mla_attention_mha(const MlaAttnParams& p, ThreadPool& pool, AttnScratch& sc
         wv = mla_proj_head(p.w_uv, h, p.v_dim, p.kv_lora, wbuf + p.qk_nope * p.kv_lora);
         head_ready = h;
       }
-      const int64_t i0 = tile0 * kLanes, i1 = std::min(p.n_q, (tile0 + n_gt) * kLanes);
-
-      // Queries scaled and transposed (padding lanes 0); state: max -inf, sum 0, output 0.
-      for (int64_t tl = 0; tl < n_gt; ++tl)
-        for (int64_t lane = 0; lane < kLanes; ++lane) {
-          const int64_t i = i0 + tl * kLanes + lane;
-          float* qt = w.qt + tl * qk_head * kLanes + lane;
-          const float* q = p.q + i * p.q_stride + h * qk_head;
-          for (int64_t d = 0; d < qk_head; ++d) qt[d * kLanes] = i < i1 ? q[d] * p.kq_scale : 0.0f;
-        }
-      std::fill(w.m, w.m + n_gt * kLanes, -INFINITY);
-      std::fill(w.l, w.l + n_gt * kLanes, 0.0f);
-      std::fill(w.ot, w.ot + n_gt * dims.vp * kLanes, 0.0f);
-
-      // Rows attended, per query: [0, n_vis) dense; the selection (a cursor into it) with DSA.
-      int64_t cursor[kMaxGroupTiles * kLanes] = {};
-      int64_t last_row = 0;  // one past the highest row any query of the group attends
-      for (int64_t i = i0; i < i1; ++i) {
-        const attn::QueryRows rows = attn::rows_of(p, i);
-        if (rows.n > 0) last_row = std::max(last_row, rows[rows.n - 1] + 1);
-      }
-
-      uint64_t lane_mask[kMaxGroupTiles][kLanes];
-      for (int64_t j0 = 0; j0 < last_row; j0 += kBlock) {
-        uint64_t any = 0;
-        for (int64_t tl = 0; tl < n_gt; ++tl)
-          for (int64_t lane = 0; lane < kLanes; ++lane) {
-            const int64_t i = i0 + tl * kLanes + lane;
-            uint64_t bits = 0;
-            if (i < i1 && p.sel) {
-              const int32_t* sel = p.sel + i * p.sel_stride;
-              int64_t& c = cursor[i - i0];
-              for (; c < p.sel_count[i] && sel[c] < j0 + kBlock; ++c) bits |= uint64_t{1} << (sel[c] - j0);
-            } else if (i < i1) {
-              const int64_t n = std::clamp<int64_t>(p.n_ctx - p.n_q + i + 1 - j0, 0, kBlock);
-              bits = n == kBlock ? ~uint64_t{0} : (uint64_t{1} << n) - 1;
-            }
-            lane_mask[tl][lane] = bits;
-            any |= bits;
-          }
-        if (!any) continue;
-
-        // Decompress the rows up to the last one attended, in whole key vectors (zero past it).
-        const int64_t nb = std::bit_width(any), n_grp = (nb + kLanes - 1) / kLanes;
-        transpose_rows(p, dq, dims, j0, nb, n_grp, w);
-        decompress(wk, p.kv_lora, w.ct, n_grp, p.qk_nope, w.kt);
-        decompress(wv, p.kv_lora, w.ct, n_grp, p.v_dim, w.vt);
-
-        for (int64_t tl = 0; tl < n_gt; ++tl) {
-          uint64_t tile_any = 0, tile_full = ~uint64_t{0};
-          for (int64_t lane = 0; lane < kLanes; ++lane) {
-            tile_any |= lane_mask[tl][lane];
-            if (i0 + tl * kLanes + lane < i1) tile_full &= lane_mask[tl][lane];
-          }
-          if (tile_any) attend_block(dims, w, tl, lane_mask[tl], tile_any, tile_full);
-        }
-      }
-
-      // out = o / l (0 for a query that attends to no row).
-      for (int64_t i = i0; i < i1; ++i) {
-        const int64_t tl = (i - i0) / kLanes, lane = (i - i0) % kLanes;
-        const float l = w.l[tl * kLanes + lane];
-        const float inv = l > 0 ? 1.0f / l : 0.0f;
-        const float* ot = w.ot + tl * dims.vp * kLanes + lane;
-        float* o = p.out + i * p.out_stride + h * p.v_dim;
-        for (int64_t e = 0; e < p.v_dim; ++e) o[e] = ot[e * kLanes] * inv;
-      }
+      attend_group(p, dq, dims, w, wk, wv, h, {tile0 * kLanes, std::min(p.n_q, (tile0 + n_gt) * kLanes), n_gt});
     }
   });
 }

@@ -44,6 +44,31 @@ inline void prefetch_row(const MlaAttnParams& p, int64_t j) {
   for (int64_t b = 0; b < p.cache_row_bytes; b += 64) __builtin_prefetch(row + b);
 }
 
+// Hands out consecutive pieces of a thread's buffer of T. Over no buffer it only counts, so a kernel
+// describes each phase's layout once, in one function, and uses it both to size the buffer
+// (Carve<T>{}: used()) and to carve it (Carve<T>{base}).
+template <class T>
+class Carve {
+ public:
+  explicit Carve(T* base = nullptr) : base_(base) {}
+  T* take(int64_t n) {
+    T* p = base_ ? base_ + used_ : nullptr;
+    used_ += n;
+    return p;
+  }
+  // n values of U in the room of n Ts (F32 rows dequantized before they are widened to double).
+  template <class U>
+  U* take_as(int64_t n) {
+    static_assert(sizeof(U) <= sizeof(T));
+    return reinterpret_cast<U*>(take(n));
+  }
+  int64_t used() const { return used_; }
+
+ private:
+  T* base_;
+  int64_t used_ = 0;
+};
+
 // Grows every thread's head buffer (AttnScratch::heads) to n floats; before a parallel region,
 // where resizing the outer vector would race.
 inline void reserve_head_buffers(AttnScratch& s, int n_threads, size_t n) {

@@ -11,8 +11,8 @@
 #include <memory>
 #include <vector>
 
-#include "util/ggml_type.h"
 #include "kernels/thread_pool.h"
+#include "util/ggml_type.h"
 
 namespace mla {
 
@@ -70,7 +70,7 @@ class PackedWeightStore {
 };
 
 // Repacks w into 16-row groups held by store when this CPU has a packed kernel for w.type
-// (quant/packed.h: the AVX-512 VNNI or AVX2 family, MLA_REPACK not 0) and every slice of slice_rows
+// (quant/packed.h: the AVX-512 VNNI or AVX2 family, repacking not off) and every slice of slice_rows
 // rows (an expert's rows of a 3-D tensor; n_rows for a 2-D one) is a whole number of groups.
 // Returns whether it did.
 bool repack_weight(WeightMatrix& w, int64_t slice_rows, PackedWeightStore& store);

@@ -1,15 +1,17 @@
 #pragma once
-// 16-lane F32 vectors for the attention and indexer kernels: one AVX-512 register where the
-// target has it, two AVX2 registers where it has AVX2 + FMA, plain lanes otherwise (GCC vector
-// extensions lower the same source to each). Every multiply-add goes through fma16(), fused
-// where the target can and a separate multiply and add where it cannot, so the compiler never
-// decides the rounding (see vec.h): a lane's result depends only on the lane's inputs and the
-// order of the calls, never on which tile or thread ran them.
+// 16-lane F32 vectors for the attention and indexer kernels, built on simd.h's native vectors: one
+// AVX-512 register where the target has it, two AVX2 registers where it has AVX2 + FMA, plain lanes
+// otherwise (GCC vector extensions lower the same source to each). Every multiply-add goes through
+// fma16(), fused where the target can and a separate multiply and add where it cannot, so the
+// compiler never decides the rounding (see vec.h): a lane's result depends only on the lane's
+// inputs and the order of the calls, never on which tile or thread ran them.
 #include <cstdint>
 #include <cstring>
 #if defined(__AVX512F__) || defined(__FMA__) || defined(__F16C__)
 #include <immintrin.h>
 #endif
+
+#include "kernels/simd.h"
 
 namespace mla::simd {
 
@@ -49,11 +51,12 @@ inline f32x16 max16(f32x16 a, f32x16 b) { return a > b ? a : b; }
 // (f32xn) on AVX2 + FMA without AVX-512, where GCC keeps a 16-lane vector in memory (there is no
 // register of that size: every operation on one becomes loads, stores and lane shuffles), 16
 // lanes elsewhere. The same operations lane by lane, so the same bits, whichever width runs them.
+// (On AVX2 + FMA these are simd.h's native vf.)
 #if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
 #define MLA_SIMD16_YMM 1
-using f32xn = float __attribute__((vector_size(32)));
-using i32xn = int32_t __attribute__((vector_size(32)));
-inline f32xn fma_n(f32xn a, f32xn b, f32xn c) { return (f32xn)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c); }
+using f32xn = vf;
+using i32xn = vi;
+inline f32xn fma_n(f32xn a, f32xn b, f32xn c) { return fmav(a, b, c); }
 #else
 using f32xn = f32x16;
 using i32xn = i32x16;
@@ -70,48 +73,13 @@ inline void store_n(float* p, f32xn v) { std::memcpy(p, &v, sizeof v); }
 inline f32xn splat_n(float x) { return f32xn{} + x; }
 inline f32xn max_n(f32xn a, f32xn b) { return a > b ? a : b; }
 
-namespace detail {
-inline f32x16 fma_any(f32x16 a, f32x16 b, f32x16 c) { return fma16(a, b, c); }
-#if defined(MLA_SIMD16_YMM)
-inline f32xn fma_any(f32xn a, f32xn b, f32xn c) { return fma_n(a, b, c); }
-#endif
-
-// exp(x) lane by lane for x <= 0 (softmax arguments): Cody-Waite reduction by ln 2, a degree-6
-// polynomial on [-ln2/2, ln2/2] (relative error about 2e-7), the power of two put into the
-// exponent bits. Lanes below -87 (where exp underflows) give 0. F is a float vector, I the
-// int32 vector of its width.
-template <class F, class I>
-inline F exp_nonpos(F x) {
-  const F lo = F{} - 87.0f;
-  const I under = x < lo;
-  x = x > lo ? x : lo;
-  // n = round(x / ln 2) by the 1.5 * 2^23 trick (|x / ln 2| < 2^22).
-  const F magic = F{} + 12582912.0f;
-  const F t = fma_any(x, F{} + 1.44269504088896341f, magic);
-  const F n = t - magic;
-  F r = fma_any(n, F{} - 0.693359375f, x);
-  r = fma_any(n, F{} + 2.12194440e-4f, r);
-  F p = F{} + 1.9875691500e-4f;
-  p = fma_any(p, r, F{} + 1.3981999507e-3f);
-  p = fma_any(p, r, F{} + 8.3334519073e-3f);
-  p = fma_any(p, r, F{} + 4.1665795894e-2f);
-  p = fma_any(p, r, F{} + 1.6666665459e-1f);
-  p = fma_any(p, r, F{} + 5.0000001201e-1f);
-  p = fma_any(p, r * r, r + 1.0f);
-  I ti, mi;
-  std::memcpy(&ti, &t, sizeof t);
-  std::memcpy(&mi, &magic, sizeof magic);
-  const I bits = (ti - mi + 127) << 23;
-  F scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  const F y = p * scale;
-  return under ? F{} : y;
+// exp(x) for x <= 0, lane by lane (exp_nonpos_f32 of simd.h).
+inline f32x16 exp16_nonpos(f32x16 x) {
+  return exp_nonpos_f32<f32x16, i32x16>(x, [](f32x16 a, f32x16 b, f32x16 c) { return fma16(a, b, c); });
 }
-}  // namespace detail
-
-// exp(x) for x <= 0, lane by lane (detail::exp_nonpos).
-inline f32x16 exp16_nonpos(f32x16 x) { return detail::exp_nonpos<f32x16, i32x16>(x); }
-inline f32xn exp_n_nonpos(f32xn x) { return detail::exp_nonpos<f32xn, i32xn>(x); }
+inline f32xn exp_n_nonpos(f32xn x) {
+  return exp_nonpos_f32<f32xn, i32xn>(x, [](f32xn a, f32xn b, f32xn c) { return fma_n(a, b, c); });
+}
 
 // n F16 values to F32, bit for bit what `fallback` (the quant library's F16 dequantization) gives:
 // 16 at a time by the hardware conversion (one AVX-512 or two F16C instructions) where none of

@@ -280,12 +280,7 @@ void sync_env(MPI_Comm comm) {
   const std::vector<std::string> root = split_env(joined);
   for (const auto& w : env_mismatches(root, mla_env_entries(environ))) log().warn("{}", w);
   adopt_env(root);
-  const char* level = std::getenv("MLA_LOG_LEVEL");
-  try {
-    set_log_level(level ? level : "info");
-  } catch (const Error&) {
-    set_log_level("info");  // rank 0 already warned about the bad name
-  }
+  reset_log_level_from_env();
 }
 
 }  // namespace

@@ -3,8 +3,8 @@
 // here, by name.
 #include <fmt/format.h>
 
+#include "quant/kernel_choice.h"
 #include "quant/kernels.h"
-#include "util/env.h"
 #include "util/error.h"
 
 namespace mla {
@@ -20,32 +20,30 @@ void check_row(GgmlType t, int64_t n) {
 
 }  // namespace
 
+// Here with the CPU checks of the dispatch (clang-tidy skips this file: clang 14 rejects
+// __builtin_cpu_supports("f16c")).
+SimdLevel cpu_simd_level() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const SimdLevel level = [] {
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") || !__builtin_cpu_supports("f16c"))
+      return SimdLevel::Scalar;
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512vnni"))
+      return SimdLevel::Avx512;
+    return SimdLevel::Avx2;
+  }();
+  return level;
+#else
+  return SimdLevel::Scalar;
+#endif
+}
+
 namespace quant {
 
-bool cpu_has_avx2_fma() {
-#if defined(__x86_64__) || defined(__i386__)
-  // MLA_SIMD=scalar: the scalar reference kernels only, as on a CPU without AVX2 (the scalar
-  // family's tests run so on any host).
-  static const bool has = env_value("MLA_SIMD").value_or("") != "scalar" && __builtin_cpu_supports("avx2") &&
-                          __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-  return has;
-#else
-  return false;
-#endif
-}
+// The family chosen at start-up (quant/kernel_choice.h), capped by this CPU.
+bool cpu_has_avx2_fma() { return simd_level() >= SimdLevel::Avx2; }
 
-bool cpu_has_avx512_vnni() {
-#if defined(__x86_64__) || defined(__i386__)
-  // MLA_SIMD=avx2: the AVX2 kernels (packed GEMM included), as on a CPU without AVX-512 (the
-  // avx2 family's tests run so on AVX-512 hosts).
-  static const bool has = env_value("MLA_SIMD").value_or("") != "avx2" && __builtin_cpu_supports("avx512f") &&
-                          __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-                          __builtin_cpu_supports("avx512vnni") && cpu_has_avx2_fma();
-  return has;
-#else
-  return false;
-#endif
-}
+bool cpu_has_avx512_vnni() { return simd_level() >= SimdLevel::Avx512; }
 
 }  // namespace quant
 

@@ -31,8 +31,8 @@ VecDotFn vec_dot_avx2_fn(GgmlType t);
 VecDot4Fn vec_dot4_avx2_fn(GgmlType t);
 
 bool cpu_has_avx2_fma();
-// AVX-512 F, BW, VL and VNNI (the packed GEMM kernels of packed_avx512.cpp); false under
-// MLA_SIMD=avx2 (the AVX2 family on any AVX2 host) and MLA_SIMD=scalar.
+// AVX-512 F, BW, VL and VNNI (the packed GEMM kernels of packed_avx512.cpp); false where the
+// avx2 or scalar family is chosen (quant/kernel_choice.h: --simd avx2|scalar).
 bool cpu_has_avx512_vnni();
 
 // Offsets inside one packed block (Q8_0x16) or super-block (Q4_Kx16, Q6_Kx16) of a 16-row group; the

@@ -57,9 +57,10 @@ using PackedGemmFn = void (*)(int64_t n_cols, const uint8_t* group, const uint8_
 
 // The scalar reference (any CPU); nullptr when t has no packed layout.
 PackedGemmFn packed_gemm_ref_fn(GgmlType t);
-// The SIMD kernel this CPU runs, or nullptr: no layout, MLA_REPACK=0, or no AVX2+FMA+F16C (the
-// scalar family keeps row dot products). The AVX-512 F/BW/VL/VNNI family where the CPU has it
-// (and MLA_SIMD is not avx2), else the AVX2 one. Callers pack weights only when this is non-null.
+// The SIMD kernel this process runs, or nullptr: no layout, repacking off (--no-repack), or the
+// scalar family (no AVX2+FMA+F16C, or --simd scalar: it keeps row dot products). The AVX-512
+// F/BW/VL/VNNI family where the CPU has it and it is chosen (quant/kernel_choice.h), else the AVX2
+// one. Callers pack weights only when this is non-null.
 PackedGemmFn packed_gemm_fn(GgmlType t);
 // The family packed_gemm_fn chooses from: "avx512", "avx2", or "none" (then it is always nullptr).
 const char* packed_gemm_family();

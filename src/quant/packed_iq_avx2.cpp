@@ -55,10 +55,75 @@ inline __m256i idx8(const uint8_t* p) {
   return _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
+// The 8-byte-point types' scale group s of one super-block, half h (rows 8h..8h+7): rows 8h..8h+3
+// (e0) and 8h+4..8h+7 (e1), dword lanes 2q and 2q+1 holding columns 0-3 and 4-7 of row q, against
+// the group's 8 activations broadcast as a qword; the level sums added to is[t] in row order.
+template <GgmlType kType, int NT>
+[[gnu::always_inline]] inline void scale_sums_8(const uint8_t* blk, int s, int h, const BlockQ8_K* const* a, int64_t b,
+                                                __m256i* is) {
+  constexpr IqPackedSpec sp = iq_packed_spec(kType);
+  constexpr int kGroupsPerScale = 32 / sp.n_scales;
+  const auto* grid = static_cast<const int64_t*>(sp.grid);
+  __m256i e0[NT], e1[NT];
+  for (int t = 0; t < NT; ++t) e0[t] = e1[t] = _mm256_setzero_si256();
+  for (int gg = 0; gg < kGroupsPerScale; ++gg) {
+    const int g = s * kGroupsPerScale + gg;
+    const uint8_t* p = blk + sp.idx_offset() + (g * 16 + 8 * h) * sp.idx_bytes;
+    // Four 8-byte points by scalar loads: as fast as vpgatherdq on the Xeon measured
+    // (gemm/IQ2_*/packed_avx2, within 5%), and gathers are slower on AMD Zen cores.
+    const __m256i w0 = _mm256_setr_epi64x(grid[idx_at<sp.idx_bytes>(p, 0)], grid[idx_at<sp.idx_bytes>(p, 1)],
+                                          grid[idx_at<sp.idx_bytes>(p, 2)], grid[idx_at<sp.idx_bytes>(p, 3)]);
+    const __m256i w1 = _mm256_setr_epi64x(grid[idx_at<sp.idx_bytes>(p, 4)], grid[idx_at<sp.idx_bytes>(p, 5)],
+                                          grid[idx_at<sp.idx_bytes>(p, 6)], grid[idx_at<sp.idx_bytes>(p, 7)]);
+    __m256i u0, u1;
+    if constexpr (sp.shift) {
+      const uint32_t up = blk[sp.mask_offset() + 2 * g + h];  // bit q: row 8h + q shifted up
+      u0 = shifted_unsigned(w0, up & 0xF);
+      u1 = shifted_unsigned(w1, up >> 4);
+    } else {
+      const uint8_t* m = blk + sp.mask_offset() + 16 * g + 8 * h;
+      u0 = signed_unsigned(w0, static_cast<uint32_t>(load_i32(m)));
+      u1 = signed_unsigned(w1, static_cast<uint32_t>(load_i32(m + 4)));
+    }
+    for (int t = 0; t < NT; ++t) {
+      int64_t a8;
+      std::memcpy(&a8, a[t][b].qs + 8 * g, 8);
+      const __m256i av = _mm256_set1_epi64x(a8);
+      e0[t] = _mm256_add_epi32(e0[t], sum_pairs(_mm256_maddubs_epi16(u0, av)));
+      e1[t] = _mm256_add_epi32(e1[t], sum_pairs(_mm256_maddubs_epi16(u1, av)));
+    }
+  }
+  // hadd gives rows (0 1 4 5 | 2 3 6 7); the qword permute puts them in order.
+  for (int t = 0; t < NT; ++t)
+    is[t] = _mm256_add_epi32(is[t], _mm256_permute4x64_epi64(_mm256_hadd_epi32(e0[t], e1[t]), 0xD8));
+}
+
+// The 4-byte-point types' scale group s, half h: 8 rows x 4 bytes gathered per half group, each
+// against its 4 activations broadcast; added to is[t].
+template <GgmlType kType, int NT>
+[[gnu::always_inline]] inline void scale_sums_4(const uint8_t* blk, int s, int h, const BlockQ8_K* const* a, int64_t b,
+                                                __m256i* is) {
+  constexpr IqPackedSpec sp = iq_packed_spec(kType);
+  constexpr int kGroupsPerScale = 32 / sp.n_scales;
+  const auto* grid = static_cast<const int*>(sp.grid);
+  for (int gg = 0; gg < kGroupsPerScale; ++gg) {
+    const int g = s * kGroupsPerScale + gg;
+    for (int hh = 0; hh < 2; ++hh) {
+      const uint8_t* p = blk + sp.idx_offset() + ((2 * g + hh) * 16 + 8 * h) * sp.idx_bytes;
+      // One vpgatherdd: 17.8 against 14.3 GMAC/s for scalar loads at 1 token
+      // (gemm/IQ3_XXS/packed_avx2/t1 on the Xeon measured).
+      const __m256i w = _mm256_i32gather_epi32(grid, idx8<sp.idx_bytes>(p), 4);
+      const __m256i u =
+          signed_unsigned(w, static_cast<uint32_t>(load_i32(blk + sp.mask_offset() + 8 * (2 * g + hh) + 4 * h)));
+      for (int t = 0; t < NT; ++t)
+        is[t] = _mm256_add_epi32(is[t], sum_pairs(_mm256_maddubs_epi16(u, bcast4(a[t][b].qs + 8 * g + 4 * hh))));
+    }
+  }
+}
+
 template <GgmlType kType, int NT>
 void gemm_iq(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, float* out) {
   constexpr IqPackedSpec sp = iq_packed_spec(kType);
-  constexpr int kGroupsPerScale = 32 / sp.n_scales;
   constexpr int64_t kBytes = sp.bytes();
   constexpr int kLines = static_cast<int>((kBytes + 63) / 64 + sp.n_scales - 1) / sp.n_scales;
   const int64_t nb = n_cols / kQK_K;
@@ -82,59 +147,10 @@ void gemm_iq(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t a
           const int32_t sum = sp.n_scales == 16 ? bs[s] : bs[2 * s] + bs[2 * s + 1];
           is[t] = _mm256_set1_epi32(-sp.offset * sum);
         }
-        if constexpr (sp.point_bytes == 8) {
-          // Rows 8h..8h+3 (e0) and 8h+4..8h+7 (e1): dword lanes 2q and 2q+1 hold columns 0-3 and
-          // 4-7 of row q, against the group's 8 activations broadcast as a qword.
-          const auto* grid = static_cast<const int64_t*>(sp.grid);
-          __m256i e0[NT], e1[NT];
-          for (int t = 0; t < NT; ++t) e0[t] = e1[t] = _mm256_setzero_si256();
-          for (int gg = 0; gg < kGroupsPerScale; ++gg) {
-            const int g = s * kGroupsPerScale + gg;
-            const uint8_t* p = blk + sp.idx_offset() + (g * 16 + 8 * h) * sp.idx_bytes;
-            // Four 8-byte points by scalar loads: as fast as vpgatherdq on the Xeon measured
-            // (gemm/IQ2_*/packed_avx2, within 5%), and gathers are slower on AMD Zen cores.
-            const __m256i w0 = _mm256_setr_epi64x(grid[idx_at<sp.idx_bytes>(p, 0)], grid[idx_at<sp.idx_bytes>(p, 1)],
-                                                  grid[idx_at<sp.idx_bytes>(p, 2)], grid[idx_at<sp.idx_bytes>(p, 3)]);
-            const __m256i w1 = _mm256_setr_epi64x(grid[idx_at<sp.idx_bytes>(p, 4)], grid[idx_at<sp.idx_bytes>(p, 5)],
-                                                  grid[idx_at<sp.idx_bytes>(p, 6)], grid[idx_at<sp.idx_bytes>(p, 7)]);
-            __m256i u0, u1;
-            if constexpr (sp.shift) {
-              const uint32_t up = blk[sp.mask_offset() + 2 * g + h];  // bit q: row 8h + q shifted up
-              u0 = shifted_unsigned(w0, up & 0xF);
-              u1 = shifted_unsigned(w1, up >> 4);
-            } else {
-              const uint8_t* m = blk + sp.mask_offset() + 16 * g + 8 * h;
-              u0 = signed_unsigned(w0, static_cast<uint32_t>(load_i32(m)));
-              u1 = signed_unsigned(w1, static_cast<uint32_t>(load_i32(m + 4)));
-            }
-            for (int t = 0; t < NT; ++t) {
-              int64_t a8;
-              std::memcpy(&a8, a[t][b].qs + 8 * g, 8);
-              const __m256i av = _mm256_set1_epi64x(a8);
-              e0[t] = _mm256_add_epi32(e0[t], sum_pairs(_mm256_maddubs_epi16(u0, av)));
-              e1[t] = _mm256_add_epi32(e1[t], sum_pairs(_mm256_maddubs_epi16(u1, av)));
-            }
-          }
-          // hadd gives rows (0 1 4 5 | 2 3 6 7); the qword permute puts them in order.
-          for (int t = 0; t < NT; ++t)
-            is[t] = _mm256_add_epi32(is[t], _mm256_permute4x64_epi64(_mm256_hadd_epi32(e0[t], e1[t]), 0xD8));
-        } else {
-          const auto* grid = static_cast<const int*>(sp.grid);
-          for (int gg = 0; gg < kGroupsPerScale; ++gg) {
-            const int g = s * kGroupsPerScale + gg;
-            for (int hh = 0; hh < 2; ++hh) {
-              const uint8_t* p = blk + sp.idx_offset() + ((2 * g + hh) * 16 + 8 * h) * sp.idx_bytes;
-              // One vpgatherdd: 17.8 against 14.3 GMAC/s for scalar loads at 1 token
-              // (gemm/IQ3_XXS/packed_avx2/t1 on the Xeon measured).
-              const __m256i w = _mm256_i32gather_epi32(grid, idx8<sp.idx_bytes>(p), 4);
-              const __m256i u = signed_unsigned(
-                  w, static_cast<uint32_t>(load_i32(blk + sp.mask_offset() + 8 * (2 * g + hh) + 4 * h)));
-              for (int t = 0; t < NT; ++t)
-                is[t] =
-                    _mm256_add_epi32(is[t], sum_pairs(_mm256_maddubs_epi16(u, bcast4(a[t][b].qs + 8 * g + 4 * hh))));
-            }
-          }
-        }
+        if constexpr (sp.point_bytes == 8)
+          scale_sums_8<kType, NT>(blk, s, h, a, b, is);
+        else
+          scale_sums_4<kType, NT>(blk, s, h, a, b, is);
         const __m256i ls = _mm256_cvtepu8_epi32(
             _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + sp.ls_offset() + 16 * s + 8 * h)));
         for (int t = 0; t < NT; ++t) tot[t] = _mm256_add_epi32(tot[t], _mm256_mullo_epi32(is[t], ls));

@@ -32,22 +32,97 @@ inline __mmask64 row_bytes_mask(uint8_t bits) {
   return _cvtu64_mask64((m >> 7) * 0xffULL);
 }
 
+// The 8-byte-point types' scale group s of one super-block: rows 0-7 and 8-15 gathered 8 rows x 8
+// bytes at a time (dword lanes 2q and 2q+1 hold columns 0-3 and 4-7 of row q) against the group's
+// 8 activations broadcast as a qword; the level sums of the 16 rows added to is[t] in row order.
+template <GgmlType kType, int NT>
+[[gnu::always_inline]] inline void scale_sums_8(const uint8_t* blk, int s, const BlockQ8_K* const* a, int64_t b,
+                                                __m512i* is) {
+  constexpr IqPackedSpec sp = iq_packed_spec(kType);
+  constexpr int kGroupsPerScale = 32 / sp.n_scales;
+  const auto* grid = static_cast<const uint8_t*>(sp.grid);
+  const __m512i c64 = _mm512_set1_epi8(64);
+  const __m512i c1 = _mm512_set1_epi8(1), c2 = _mm512_set1_epi8(2);
+  // Lane pairs (2r, 2r+1) of the two 8-row halves folded into row order.
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  __m512i e0[NT], e1[NT];
+  for (int t = 0; t < NT; ++t) e0[t] = e1[t] = _mm512_setzero_si512();
+  for (int gg = 0; gg < kGroupsPerScale; ++gg) {
+    const int g = s * kGroupsPerScale + gg;
+    const uint8_t* p = blk + sp.idx_offset() + g * 16 * sp.idx_bytes;
+    __m256i i0, i1;
+    if constexpr (sp.idx_bytes == 1) {
+      i0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+      i1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8)));
+    } else {
+      i0 = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+      i1 = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)));
+    }
+    const __m512i w0 = _mm512_i32gather_epi64(i0, grid, 8), w1 = _mm512_i32gather_epi64(i1, grid, 8);
+    __m512i wu0, wu1;
+    if constexpr (sp.shift) {
+      // (point + 1) * 8 stays inside each byte (at most 16), then +2 on the rows shifted up.
+      const __m512i s0 = _mm512_slli_epi16(_mm512_add_epi8(w0, c1), 3);
+      const __m512i s1 = _mm512_slli_epi16(_mm512_add_epi8(w1, c1), 3);
+      wu0 = _mm512_mask_add_epi8(s0, row_bytes_mask(blk[sp.mask_offset() + 2 * g]), s0, c2);
+      wu1 = _mm512_mask_add_epi8(s1, row_bytes_mask(blk[sp.mask_offset() + 2 * g + 1]), s1, c2);
+    } else {
+      __mmask64 n0, n1;
+      std::memcpy(&n0, blk + sp.mask_offset() + 16 * g, 8);
+      std::memcpy(&n1, blk + sp.mask_offset() + 16 * g + 8, 8);
+      wu0 = _mm512_mask_sub_epi8(_mm512_add_epi8(w0, c64), n0, c64, w0);
+      wu1 = _mm512_mask_sub_epi8(_mm512_add_epi8(w1, c64), n1, c64, w1);
+    }
+    for (int t = 0; t < NT; ++t) {
+      int64_t a8;
+      std::memcpy(&a8, a[t][b].qs + 8 * g, 8);
+      const __m512i av = _mm512_set1_epi64(a8);
+      e0[t] = _mm512_dpbusd_epi32(e0[t], wu0, av);
+      e1[t] = _mm512_dpbusd_epi32(e1[t], wu1, av);
+    }
+  }
+  for (int t = 0; t < NT; ++t)
+    is[t] = _mm512_add_epi32(is[t], _mm512_add_epi32(_mm512_permutex2var_epi32(e0[t], even, e1[t]),
+                                                     _mm512_permutex2var_epi32(e0[t], odd, e1[t])));
+}
+
+// The 4-byte-point types' scale group s: 16 rows x 4 bytes gathered per half group, each against
+// its 4 activations broadcast; added to is[t].
+template <GgmlType kType, int NT>
+[[gnu::always_inline]] inline void scale_sums_4(const uint8_t* blk, int s, const BlockQ8_K* const* a, int64_t b,
+                                                __m512i* is) {
+  constexpr IqPackedSpec sp = iq_packed_spec(kType);
+  constexpr int kGroupsPerScale = 32 / sp.n_scales;
+  const auto* grid = static_cast<const uint8_t*>(sp.grid);
+  const __m512i c64 = _mm512_set1_epi8(64);
+  for (int gg = 0; gg < kGroupsPerScale; ++gg) {
+    const int g = s * kGroupsPerScale + gg;
+    for (int h = 0; h < 2; ++h) {
+      const uint8_t* p = blk + sp.idx_offset() + (2 * g + h) * 16 * sp.idx_bytes;
+      __m512i idx;
+      if constexpr (sp.idx_bytes == 1)
+        idx = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+      else
+        idx = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+      const __m512i w = _mm512_i32gather_epi32(idx, grid, 4);
+      __mmask64 neg;
+      std::memcpy(&neg, blk + sp.mask_offset() + 8 * (2 * g + h), 8);
+      const __m512i wu = _mm512_mask_sub_epi8(_mm512_add_epi8(w, c64), neg, c64, w);
+      for (int t = 0; t < NT; ++t) is[t] = _mm512_dpbusd_epi32(is[t], wu, bcast32(a[t][b].qs + 8 * g + 4 * h));
+    }
+  }
+}
+
 template <GgmlType kType, int NT>
 void gemm_iq(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, float* out) {
   constexpr IqPackedSpec sp = iq_packed_spec(kType);
-  constexpr int kGroupsPerScale = 32 / sp.n_scales;
   constexpr int64_t kBytes = sp.bytes();
   constexpr int kLines = static_cast<int>((kBytes + 63) / 64 + sp.n_scales - 1) / sp.n_scales;
   const int64_t nb = n_cols / kQK_K;
   const BlockQ8_K* a[NT];
   for (int t = 0; t < NT; ++t) a[t] = reinterpret_cast<const BlockQ8_K*>(act + t * act_stride);
-  const auto* grid = static_cast<const uint8_t*>(sp.grid);
-  const __m512i c64 = _mm512_set1_epi8(64);
-  const __m512i c1 = _mm512_set1_epi8(1), c2 = _mm512_set1_epi8(2);
   const __m512 inv_den = _mm512_set1_ps(sp.inv_den);
-  // Lane pairs (2r, 2r+1) of the two 8-row halves folded into row order.
-  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
   __m512 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
@@ -63,66 +138,10 @@ void gemm_iq(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t a
         const int32_t sum = sp.n_scales == 16 ? bs[s] : bs[2 * s] + bs[2 * s + 1];
         is[t] = _mm512_set1_epi32(-sp.offset * sum);
       }
-      if constexpr (sp.point_bytes == 8) {
-        // Rows 0-7 and 8-15 gathered 8 rows x 8 bytes at a time: dword lanes 2q and 2q+1 hold
-        // columns 0-3 and 4-7 of row q, against the group's 8 activations broadcast as a qword.
-        __m512i e0[NT], e1[NT];
-        for (int t = 0; t < NT; ++t) e0[t] = e1[t] = _mm512_setzero_si512();
-        for (int gg = 0; gg < kGroupsPerScale; ++gg) {
-          const int g = s * kGroupsPerScale + gg;
-          const uint8_t* p = blk + sp.idx_offset() + g * 16 * sp.idx_bytes;
-          __m256i i0, i1;
-          if constexpr (sp.idx_bytes == 1) {
-            i0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
-            i1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8)));
-          } else {
-            i0 = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-            i1 = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)));
-          }
-          const __m512i w0 = _mm512_i32gather_epi64(i0, grid, 8), w1 = _mm512_i32gather_epi64(i1, grid, 8);
-          __m512i wu0, wu1;
-          if constexpr (sp.shift) {
-            // (point + 1) * 8 stays inside each byte (at most 16), then +2 on the rows shifted up.
-            const __m512i s0 = _mm512_slli_epi16(_mm512_add_epi8(w0, c1), 3);
-            const __m512i s1 = _mm512_slli_epi16(_mm512_add_epi8(w1, c1), 3);
-            wu0 = _mm512_mask_add_epi8(s0, row_bytes_mask(blk[sp.mask_offset() + 2 * g]), s0, c2);
-            wu1 = _mm512_mask_add_epi8(s1, row_bytes_mask(blk[sp.mask_offset() + 2 * g + 1]), s1, c2);
-          } else {
-            __mmask64 n0, n1;
-            std::memcpy(&n0, blk + sp.mask_offset() + 16 * g, 8);
-            std::memcpy(&n1, blk + sp.mask_offset() + 16 * g + 8, 8);
-            wu0 = _mm512_mask_sub_epi8(_mm512_add_epi8(w0, c64), n0, c64, w0);
-            wu1 = _mm512_mask_sub_epi8(_mm512_add_epi8(w1, c64), n1, c64, w1);
-          }
-          for (int t = 0; t < NT; ++t) {
-            int64_t a8;
-            std::memcpy(&a8, a[t][b].qs + 8 * g, 8);
-            const __m512i av = _mm512_set1_epi64(a8);
-            e0[t] = _mm512_dpbusd_epi32(e0[t], wu0, av);
-            e1[t] = _mm512_dpbusd_epi32(e1[t], wu1, av);
-          }
-        }
-        for (int t = 0; t < NT; ++t)
-          is[t] = _mm512_add_epi32(is[t], _mm512_add_epi32(_mm512_permutex2var_epi32(e0[t], even, e1[t]),
-                                                           _mm512_permutex2var_epi32(e0[t], odd, e1[t])));
-      } else {
-        for (int gg = 0; gg < kGroupsPerScale; ++gg) {
-          const int g = s * kGroupsPerScale + gg;
-          for (int h = 0; h < 2; ++h) {
-            const uint8_t* p = blk + sp.idx_offset() + (2 * g + h) * 16 * sp.idx_bytes;
-            __m512i idx;
-            if constexpr (sp.idx_bytes == 1)
-              idx = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-            else
-              idx = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-            const __m512i w = _mm512_i32gather_epi32(idx, grid, 4);
-            __mmask64 neg;
-            std::memcpy(&neg, blk + sp.mask_offset() + 8 * (2 * g + h), 8);
-            const __m512i wu = _mm512_mask_sub_epi8(_mm512_add_epi8(w, c64), neg, c64, w);
-            for (int t = 0; t < NT; ++t) is[t] = _mm512_dpbusd_epi32(is[t], wu, bcast32(a[t][b].qs + 8 * g + 4 * h));
-          }
-        }
-      }
+      if constexpr (sp.point_bytes == 8)
+        scale_sums_8<kType, NT>(blk, s, a, b, is);
+      else
+        scale_sums_4<kType, NT>(blk, s, a, b, is);
       const __m512i ls =
           _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + sp.ls_offset() + 16 * s)));
       for (int t = 0; t < NT; ++t) tot[t] = _mm512_add_epi32(tot[t], _mm512_mullo_epi32(is[t], ls));

@@ -4,10 +4,10 @@
 #include <cstring>
 
 #include "quant/blocks.h"
+#include "quant/kernel_choice.h"
 #include "quant/kernels.h"
 #include "quant/packed.h"
 #include "quant/packed_iq.h"
-#include "util/env.h"
 
 MLA_NO_FP_CONTRACT
 
@@ -244,14 +244,6 @@ void gemm_q3_k_ref(int64_t n_cols, const uint8_t* group, const uint8_t* act, int
       });
 }
 
-bool repack_enabled() {
-  static const bool on = [] {
-    const auto v = env_value("MLA_REPACK");
-    return !(v && *v == "0");
-  }();
-  return on;
-}
-
 }  // namespace
 
 bool packed_layout_exists(GgmlType t) { return packed_gemm_ref_fn(t) != nullptr; }
@@ -340,14 +332,14 @@ PackedGemmFn packed_gemm_ref_fn(GgmlType t) {
 }
 
 const char* packed_gemm_family() {
-  if (!repack_enabled()) return "none";
+  if (!kernel_choice().repack) return "none";
   if (quant::cpu_has_avx512_vnni()) return "avx512";
   if (quant::cpu_has_avx2_fma()) return "avx2";
   return "none";
 }
 
 PackedGemmFn packed_gemm_fn(GgmlType t) {
-  if (!repack_enabled()) return nullptr;
+  if (!kernel_choice().repack) return nullptr;
   if (quant::cpu_has_avx512_vnni()) return quant::packed_gemm_avx512_fn(t);
   // Every AVX2 kernel beats the AVX2 row dot products in prefill and decode (mla_bench_avx2:
   // gemm/<TYPE>/{rows,packed_avx2}/t8 by 1.3-6x, gemv/<TYPE>/.../cold by 1.5-6x), so all are

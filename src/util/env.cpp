@@ -24,13 +24,11 @@ constexpr EnvVarInfo kEnvVars[] = {
      "deprecated (logs a warning when set): use --no-prefault; 0 still leaves the model file's pages to "
      "first use"},
     {"MLA_SIMD", "avx2|scalar",
-     "avx2: the AVX2 kernel family, as on a CPU without AVX-512 (AVX2 packed GEMM instead of the "
-     "AVX-512 VNNI one); scalar: the quant library's scalar reference kernels only, as on a CPU "
-     "without AVX2 (no AVX2 dot products, no repacking); for testing those kernel families"},
+     "deprecated (logs a warning when set): use --simd avx2|scalar, the quant kernels' SIMD family; still "
+     "read as it where --simd is not given"},
     {"MLA_REPACK", "0|1",
-     "repack weights at load into 16-row groups for the packed GEMM, AVX-512 VNNI or else AVX2 (Q8_0, "
-     "Q4_0, Q5_0, Q2_K..Q6_K, IQ4_NL, IQ4_XS, MXFP4, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S; "
-     "default 1 where the CPU has AVX2; 0 keeps only the file's layout, saving the copy's memory)"},
+     "deprecated (logs a warning when set): use --no-repack; 0 still keeps the weights in the file's row "
+     "layout (no 16-row copy for the packed GEMM)"},
 };
 
 // The test suite's variables (CONTRIBUTING.md lists them): known, so that no start-up warning calls

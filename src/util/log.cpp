@@ -22,24 +22,31 @@ std::optional<spdlog::level::level_enum> parse_level(std::string_view s) {
   return std::nullopt;
 }
 
+// MLA_LOG_LEVEL, or info where it is unset or unknown (warned about when `warn`).
+void apply_env_level(spdlog::logger& l, bool warn) {
+  l.set_level(spdlog::level::info);
+  if (auto env = env_value("MLA_LOG_LEVEL")) {
+    if (auto lvl = parse_level(*env))
+      l.set_level(*lvl);
+    else if (warn)
+      l.warn("MLA_LOG_LEVEL: unknown level '{}' (expected {}); using info", *env, kLevels);
+  }
+}
+
 }  // namespace
 
 spdlog::logger& log() {
   static std::shared_ptr<spdlog::logger> logger = [] {
     auto l = spdlog::stderr_color_mt("mla");
     l->set_pattern("%Y-%m-%d %H:%M:%S.%e %^%l%$ [%t] %v");
-    l->set_level(spdlog::level::info);
     l->flush_on(spdlog::level::info);
-    if (auto env = env_value("MLA_LOG_LEVEL")) {
-      if (auto lvl = parse_level(*env))
-        l->set_level(*lvl);
-      else
-        l->warn("MLA_LOG_LEVEL: unknown level '{}' (expected {}); using info", *env, kLevels);
-    }
+    apply_env_level(*l, true);
     return l;
   }();
   return *logger;
 }
+
+void reset_log_level_from_env() { apply_env_level(log(), false); }
 
 void set_log_level(std::string_view level) {
   auto lvl = parse_level(level);

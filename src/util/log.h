@@ -11,5 +11,8 @@ namespace mla {
 spdlog::logger& log();
 // Throws mla::Error on an unknown level name.
 void set_log_level(std::string_view level);
+// The level MLA_LOG_LEVEL names again (info where unset or unknown, without a warning): for an MPI
+// worker once it has adopted rank 0's environment (rank 0 warned about a bad name).
+void reset_log_level_from_env();
 
 }  // namespace mla

@@ -2,6 +2,7 @@
 // batch invariance of greedy tokens and logits (alone vs 7 other requests arriving at different
 // steps, token budgets 8/16/64/2048, with and without prefix hits, after preemption), `auto`
 // against the fixed paths, the KV cache dtypes, and the dispatch trace lines.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -188,6 +189,35 @@ TEST(ModelEngine, AutoMatchesFixedPathTokensAndLogitsWithin1e5) {
     for (const auto& [pos, row] : mha.logits.at(id))
       EXPECT_LE(max_rel_diff(aut.logits[id][pos], row), 1e-5) << id << " position " << pos;
   }
+}
+
+// Weights loaded for one path (only its W_UK form derived) and an engine whose steps take another:
+// refused when the engine is built, naming both, not at the first step in the attention.
+TEST(ModelEngine, APathPolicyTheWeightsCannotRunIsRefusedAtBuild) {
+  for (const MlaPathPolicy loaded : {MlaPathPolicy::Mha, MlaPathPolicy::Mqa}) {
+    for (const MlaPathPolicy step : {MlaPathPolicy::Auto, MlaPathPolicy::Mha, MlaPathPolicy::Mqa}) {
+      std::unique_ptr<ModelRunner> runner = model_runner(kFixtureModel, loaded, 16, 64)();
+      EXPECT_EQ(runner->loaded_path_policy(), loaded);
+      if (step == loaded) {
+        EXPECT_NO_THROW(Engine(std::move(runner), config(step, 16, true)));
+        continue;
+      }
+      try {
+        Engine e(std::move(runner), config(step, 16, true));
+        ADD_FAILURE() << "loaded for " << mla_path_policy_name(loaded) << ", engine " << mla_path_policy_name(step)
+                      << " accepted";
+      } catch (const Error& e) {
+        const std::string want = fmt::format(
+            "engine: mla path {} needs weights the model did not load: it was "
+            "loaded for mla path {} only",
+            mla_path_policy_name(step), mla_path_policy_name(loaded));
+        EXPECT_EQ(std::string(e.what()), want);
+      }
+    }
+  }
+  // Both forms (the runner's `auto`): every policy runs.
+  for (const MlaPathPolicy step : {MlaPathPolicy::Auto, MlaPathPolicy::Mha, MlaPathPolicy::Mqa})
+    EXPECT_NO_THROW(Engine(model_runner(kFixtureModel, MlaPathPolicy::Auto, 16, 64)(), config(step, 16, true)));
 }
 
 // The relative rounding error of one value stored in a cache row of this type: F16 keeps 11

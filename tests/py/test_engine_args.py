@@ -15,7 +15,9 @@ REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "models" / "tiny-q8_0.gguf"
 
 MODEL_FLAGS = ["--threads", "--mla-path", "--max-num-batched-tokens", "--kv-cache-dtype", "--speculative-config",
-               "--no-prefault"]
+               "--no-prefault", "--simd", "--no-repack"]
+# The engine line's tail: the quant kernels' family this host runs (by default its best) and repacking.
+KERNELS = r", simd (avx512|avx2|scalar), repack (on|off)$"
 CAPACITY_FLAGS = ["--max-num-seqs", "--max-model-len", "--enable-prefix-caching", "--kv-cache-tokens",
                   "--kv-cache-memory", "--block-size", "--no-prefix-cache", "--kv-cache-host-bytes",
                   "--kv-cache-disk-bytes"]
@@ -97,16 +99,18 @@ def test_run_and_serve_resolve_the_same_engine(mla_bin, args):
     else:
         assert line.startswith("max_num_batched_tokens 64, max_num_seqs 3, max_model_len 200, prefix caching off, "
                                "kv cache BF16 (4096 tokens, block 8), mla_path mqa, attention exact")
-        assert line.endswith("threads 1, prefault on")
+        assert re.search("threads 1, prefault on" + KERNELS, line), line
 
 
 def test_bench_resolves_the_model_flags_the_same_way(mla_bin):
     r = run_mla(mla_bin, "bench", "-m", TINY, "-p", "8", "-n", "2", "-r", "1", "-t", "1", "--membw-size", "1M",
                 "--kv-cache-dtype", "bf16", "--mla-path", "mha")
     # One sequence, no prefix caching, a cache of whole 256-token blocks for the longest test.
-    assert engine_line(r.stderr) == ("max_num_batched_tokens 2048, max_num_seqs 1, max_model_len auto, prefix caching "
-                                     "off, kv cache BF16 (256 tokens, block 16), mla_path mha, attention f32, dsa on, "
-                                     "speculative tokens 0, threads 1, prefault on")
+    line = engine_line(r.stderr)
+    assert line.startswith("max_num_batched_tokens 2048, max_num_seqs 1, max_model_len auto, prefix caching "
+                           "off, kv cache BF16 (256 tokens, block 16), mla_path mha, attention f32, dsa on, "
+                           "speculative tokens 0, threads 1, prefault on, simd "), line
+    assert re.search(KERNELS, line) and line.endswith("repack on"), line
 
 
 def test_old_spelling_still_works_and_says_it_is_deprecated(mla_bin):
@@ -129,8 +133,8 @@ def test_no_prefault_is_a_flag_and_the_variable_a_deprecated_alias(mla_bin):
     flag = run_mla(mla_bin, *base, "--no-prefault")
     env = run_mla(mla_bin, *base, env={"MLA_PREFAULT": "0"})
     env_on = run_mla(mla_bin, *base, env={"MLA_PREFAULT": "1"})
-    assert engine_line(default.stderr).endswith("prefault on") and "deprecated" not in default.stderr
-    assert engine_line(flag.stderr).endswith("prefault off") and "deprecated" not in flag.stderr
+    assert "prefault on, " in engine_line(default.stderr) and "deprecated" not in default.stderr
+    assert "prefault off, " in engine_line(flag.stderr) and "deprecated" not in flag.stderr
     assert engine_line(env.stderr) == engine_line(flag.stderr)
     assert engine_line(env_on.stderr) == engine_line(default.stderr)
     warning = "run: environment variable MLA_PREFAULT is deprecated, use --no-prefault"
@@ -138,12 +142,36 @@ def test_no_prefault_is_a_flag_and_the_variable_a_deprecated_alias(mla_bin):
     # Paging changes when the file's bytes are read, never what the model computes.
     assert json.loads(flag.stdout)["continuation"] == json.loads(default.stdout)["continuation"]
     line, _ = serve_engine_line(mla_bin, "--no-prefault")
-    assert line.endswith("prefault off")
+    assert "prefault off, " in line
     # The product's --help-env no longer lists the test suite's variables.
     help_env = run_mla(mla_bin, "run", "--help-env").stdout
     assert "MLA_PREFAULT" in help_env and "--no-prefault" in help_env
     for name in ("MLA_BIN", "MLA_BUILD_DIR", "MLA_FUZZ_CASES", "MLA_SOAK_CLIENTS"):
         assert name not in help_env, name
+
+
+def test_simd_and_repack_are_flags_and_the_variables_deprecated_aliases(mla_bin):
+    base = ["run", "-m", TINY, "--tokens", "1,2,3,4", "-n", "3", "--json"]
+    default = engine_line(run_mla(mla_bin, *base).stderr)
+    best = re.search(KERNELS, default).group(1)
+    assert default.endswith(f"simd {best}, repack on")
+    flag = run_mla(mla_bin, *base, "--simd", "scalar", "--no-repack")
+    assert engine_line(flag.stderr).endswith("simd scalar, repack off") and "deprecated" not in flag.stderr
+    env = run_mla(mla_bin, *base, env={"MLA_SIMD": "scalar", "MLA_REPACK": "0"})
+    assert engine_line(env.stderr) == engine_line(flag.stderr)
+    assert "run: environment variable MLA_SIMD is deprecated, use --simd" in env.stderr
+    assert "run: environment variable MLA_REPACK is deprecated, use --no-repack" in env.stderr
+    # The variables are read as the flags: the same kernels, the same tokens.
+    assert json.loads(env.stdout)["continuation"] == json.loads(flag.stdout)["continuation"]
+    # A flag given wins over the variable.
+    both = run_mla(mla_bin, *base, "--simd", best, env={"MLA_SIMD": "scalar"})
+    assert engine_line(both.stderr) == default
+    line, _ = serve_engine_line(mla_bin, "--simd", "scalar")
+    assert line.endswith("simd scalar, repack on")
+    bad = run_mla(mla_bin, *base, "--simd", "sse4", check=False)
+    assert bad.returncode != 0 and "--simd" in bad.stderr
+    help_env = run_mla(mla_bin, "run", "--help-env").stdout
+    assert "--simd" in help_env and "--no-repack" in help_env
 
 
 @pytest.mark.parametrize("command", [["run", "--tokens", "1"], ["serve", "--port", "0"], ["bench", "-n", "1"],

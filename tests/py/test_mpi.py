@@ -54,9 +54,13 @@ MPI_FLAGS = ["--oversubscribe", "--allow-run-as-root", "--bind-to", "none", "--m
 
 
 # Several ranks run the row-major matmul kernels (repacking would copy every rank's shard), so the
-# single-process reference runs them too: MLA_REPACK=0. The packed kernels round differently.
+# single-process reference runs them too: --no-repack. The packed kernels round differently.
+ENGINE_COMMANDS = ("run", "serve", "bench", "perplexity", "doctor")
+
+
 def mla(*args, check=True, timeout=120):
-    return run_mla(MLA, *args, check=check, env={"MLA_REPACK": "0"}, timeout=timeout)
+    no_repack = ["--no-repack"] if args[0] in ENGINE_COMMANDS else []
+    return run_mla(MLA, *args, *no_repack, check=check, timeout=timeout)
 
 
 def mpirun(n, *args, check=True, timeout=120):
@@ -232,8 +236,8 @@ class MpiServer(Server):
     def __init__(self, n_ranks, model, *extra):
         self.n_ranks = n_ranks
         launcher = (MPIRUN, *MPI_FLAGS, "-np", str(n_ranks)) if n_ranks else ()
-        super().__init__(model, "--kv-cache-tokens", "70000", *extra, launcher=launcher,
-                         env=None if n_ranks else {"MLA_REPACK": "0"})
+        no_repack = () if n_ranks else ("--no-repack",)
+        super().__init__(model, "--kv-cache-tokens", "70000", *extra, *no_repack, launcher=launcher)
 
     def complete(self, prompt, max_tokens, **kw):
         body = {"model": MODEL_NAME, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, **kw}

@@ -134,7 +134,7 @@ TEST_P(PackedTest, Avx2KernelEqualsReferenceBits) {
   const GgmlType wt = GetParam();
   if (!quant::cpu_has_avx2_fma())
     GTEST_SKIP() << "AVX2 packed GEMM kernel NOT TESTED for " << ggml_type_name(wt)
-                 << ": the CPU lacks avx2/fma/f16c, or MLA_SIMD=scalar";
+                 << ": the CPU lacks avx2/fma/f16c, or the scalar family is chosen";
   PackedGemmFn avx2 = quant::packed_gemm_avx2_fn(wt);
   if (!avx2)
     GTEST_SKIP() << "AVX2 packed GEMM kernel NOT TESTED for " << ggml_type_name(wt)

@@ -14,8 +14,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "util/ggml_type.h"
 #include "kernels/thread_pool.h"
+#include "util/ggml_type.h"
 
 namespace mla {
 

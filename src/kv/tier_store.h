@@ -39,10 +39,10 @@
 #include <variant>
 #include <vector>
 
-#include "util/ggml_type.h"
 #include "kv/block_file.h"
 #include "kv/latent_cache.h"
 #include "kv/lru.h"
+#include "util/ggml_type.h"
 
 namespace mla::kv {
 

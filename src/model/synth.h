@@ -10,8 +10,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "util/ggml_type.h"
 #include "model/weights.h"
+#include "util/ggml_type.h"
 
 namespace mla {
 

@@ -274,7 +274,7 @@ void repack_matrices(DeepseekWeights& w, const DeepseekConfig& c) {
     if (bytes > lead && (bytes - lead) / page > 0)
       madvise(const_cast<uint8_t*>(m->data) + lead, (bytes - lead) / page * page, MADV_DONTNEED);
   }
-  log().info("weights repacked into 16-row groups for the {} packed GEMM: {:.1f} MiB (MLA_REPACK=0: off)",
+  log().info("weights repacked into 16-row groups for the {} packed GEMM: {:.1f} MiB (--no-repack: off)",
              packed_gemm_family(), static_cast<double>(store->bytes()) / (1 << 20));
   w.packed = std::move(store);
 }

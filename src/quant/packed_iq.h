@@ -20,8 +20,8 @@
 // the group is the point of half h; one gather fetches the 4-byte points of all 16 rows).
 #include <cstdint>
 
-#include "util/ggml_type.h"
 #include "quant/iq_grids.h"
+#include "util/ggml_type.h"
 
 namespace mla::quant {
 

@@ -19,8 +19,8 @@
 // the Q8_0 extra (-128 x sum) or Q8_K's bsums.
 #include <cstdint>
 
-#include "util/ggml_type.h"
 #include "quant/blocks.h"
+#include "util/ggml_type.h"
 
 namespace mla::quant {
 

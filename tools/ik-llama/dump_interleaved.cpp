@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "fixture_file.h"
 #include "ggml.h"
 
 namespace {
@@ -35,24 +36,6 @@ std::vector<float> make_rows(int rows, int cols) {
   return x;
 }
 
-bool write(const std::string& path, ggml_type type, int rows, int cols, size_t row_bytes, const std::vector<uint8_t>& q,
-           const std::vector<float>& y) {
-  FILE* f = std::fopen(path.c_str(), "wb");
-  if (!f) {
-    std::fprintf(stderr, "cannot write %s\n", path.c_str());
-    return false;
-  }
-  const uint32_t head[4] = {static_cast<uint32_t>(type), static_cast<uint32_t>(rows), static_cast<uint32_t>(cols),
-                            static_cast<uint32_t>(row_bytes)};
-  std::fwrite("MLAQFIX1", 1, 8, f);
-  std::fwrite(head, 4, 4, f);
-  std::fwrite(q.data(), 1, q.size(), f);
-  std::fwrite(y.data(), 4, y.size(), f);
-  std::fclose(f);
-  std::printf("%s: %d x %d\n", path.c_str(), rows, cols);
-  return true;
-}
-
 // group: rows per interleaved group; ik's to_float of an interleaved type takes one whole group.
 // with_base: also quantize to the base type (the forms whose blocks are the base type's).
 bool dump(const std::string& dir, ggml_type base, ggml_type form, const char* name, int group, int rows, int cols,
@@ -71,7 +54,7 @@ bool dump(const std::string& dir, ggml_type base, ggml_type form, const char* na
       traits.to_float(q.data() + r * row_bytes, y.data() + static_cast<size_t>(r) * cols,
                       static_cast<int64_t>(step) * cols);
     const std::string path = dir + "/" + name + (t == form ? ".bin" : ".base.bin");
-    ok = ok && write(path, t, rows, cols, row_bytes, q, y);
+    ok = ok && write_fixture(path, t, rows, cols, row_bytes, q, y);
   }
   return ok;
 }

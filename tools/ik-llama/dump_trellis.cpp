@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "fixture_file.h"
 #include "ggml.h"
 
 namespace {
@@ -48,20 +49,7 @@ bool dump(const std::string& dir, ggml_type type, const char* name, int rows, in
     traits.to_float(q.data() + r * row_bytes, y.data() + static_cast<size_t>(r) * cols, cols);
 
   const std::string path = dir + "/" + name + ".bin";
-  FILE* f = std::fopen(path.c_str(), "wb");
-  if (!f) {
-    std::fprintf(stderr, "cannot write %s\n", path.c_str());
-    return false;
-  }
-  const uint32_t head[4] = {static_cast<uint32_t>(type), static_cast<uint32_t>(rows), static_cast<uint32_t>(cols),
-                            static_cast<uint32_t>(row_bytes)};
-  std::fwrite("MLAQFIX1", 1, 8, f);
-  std::fwrite(head, 4, 4, f);
-  std::fwrite(q.data(), 1, q.size(), f);
-  std::fwrite(y.data(), 4, y.size(), f);
-  std::fclose(f);
-  std::printf("%s: %d x %d, %zu bytes per row\n", path.c_str(), rows, cols, row_bytes);
-  return true;
+  return write_fixture(path, type, rows, cols, row_bytes, q, y);
 }
 
 }  // namespace

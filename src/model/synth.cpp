@@ -352,10 +352,10 @@ void apply_synth_json(SynthSpec& s, const nlohmann::json& j) {
   }
 }
 
-void write_synth_deepseek2(const SynthSpec& s, const std::string& path) {
-  check_spec(s);
-  GgufWriter w;
-  int64_t n_vocab = s.n_vocab;
+namespace {
+
+// The GGUF keys of the spec (and the vocabulary, which may change n_vocab).
+void write_synth_keys(const SynthSpec& s, GgufWriter& w, int64_t& n_vocab) {
   const std::string a = s.arch + ".";
   w.set("general.architecture", GgufValue::str(s.arch));
   w.set("general.name", GgufValue::str(s.name));
@@ -423,97 +423,121 @@ void write_synth_deepseek2(const SynthSpec& s, const std::string& path) {
     w.set("tokenizer.chat_template", GgufValue::str(text.str()));
   }
   w.set(a + "vocab_size", u32(n_vocab));
+}
+
+// Layer il's attention: norm, indexer (DSA), query and latent projections, MLA up-projections in
+// the spec's layout, output projection.
+void add_synth_attention(Builder& b, const SynthSpec& s, int64_t il) {
+  const int64_t E = s.n_embd, H = s.n_head, R = s.kv_lora_rank, N = s.qk_nope, V = s.v_head;
+  const int64_t qk_head = s.qk_nope + s.qk_rope;
+  const bool dsa = s.arch != "deepseek2";
+  auto n = [&](const char* t, const char* suffix = "weight") { return fmt::format("blk.{}.{}.{}", il, t, suffix); };
+  b.norm(n("attn_norm"), E);
+  const bool full_indexer = il >= s.n_layer || s.indexer_types.empty() || s.indexer_types[il] == '1';
+  if (dsa && full_indexer) {
+    const int64_t Hi = s.n_indexer_head, Di = s.indexer_head_dim;
+    b.matrix(n("indexer.attn_q_b"), "indexer", {s.q_lora_rank, Hi * Di});
+    b.matrix(n("indexer.attn_k"), "indexer", {E, Di});
+    b.norm(n("indexer.k_norm"), Di);
+    b.add(n("indexer.k_norm", "bias"), "", {Di}, normals(s, n("indexer.k_norm", "bias"), Di, 0.1));
+    b.matrix(n("indexer.proj"), "indexer", {E, Hi});
+  }
+  if (s.q_lora_rank > 0) {
+    b.matrix(n("attn_q_a"), "attn_q", {E, s.q_lora_rank});
+    b.norm(n("attn_q_a_norm"), s.q_lora_rank);
+    b.matrix(n("attn_q_b"), "attn_q", {s.q_lora_rank, H * qk_head});
+  } else {
+    b.matrix(n("attn_q"), "attn_q", {E, H * qk_head});
+  }
+  b.matrix(n("attn_kv_a_mqa"), "attn_kv_a", {E, R + s.qk_rope});
+  b.norm(n("attn_kv_a_norm"), R);
+  // The MLA projections from one set of values whatever the layout: W_UK [H][N][R], W_UV [H][V][R].
+  const double sd = 1.0 / std::sqrt(static_cast<double>(R));
+  std::vector<float> uk_t = normals(s, n("mla_uk"), H * N * R, sd);
+  std::vector<float> uv = normals(s, n("mla_uv"), H * V * R, sd);
+  if (s.layout == MlaLayout::Split) {
+    std::vector<float> uk(uk_t.size());
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t d = 0; d < N; ++d)
+        for (int64_t r = 0; r < R; ++r) uk[(h * R + r) * N + d] = uk_t[(h * N + d) * R + r];
+    b.add(n("attn_k_b"), "attn_mla", {N, R, H}, uk);
+    b.add(n("attn_v_b"), "attn_mla", {R, V, H}, uv);
+  } else {
+    std::vector<float> kv(static_cast<size_t>(H * (N + V) * R));
+    for (int64_t h = 0; h < H; ++h) {
+      std::copy(uk_t.begin() + h * N * R, uk_t.begin() + (h + 1) * N * R, kv.begin() + h * (N + V) * R);
+      std::copy(uv.begin() + h * V * R, uv.begin() + (h + 1) * V * R, kv.begin() + (h * (N + V) + N) * R);
+    }
+    b.add(n("attn_kv_b"), "attn_mla", {R, H * (N + V)}, kv);
+  }
+  b.matrix(n("attn_output"), "attn_output", {H * V, E});
+}
+
+// Layer il's FFN: dense for the leading layers, else router, routed and shared experts.
+void add_synth_ffn(Builder& b, const SynthSpec& s, int64_t il) {
+  const int64_t E = s.n_embd;
+  auto n = [&](const char* t, const char* suffix = "weight") { return fmt::format("blk.{}.{}.{}", il, t, suffix); };
+  b.norm(n("ffn_norm"), E);
+  if (il < s.n_layer_dense_lead) {
+    b.matrix(n("ffn_gate"), "ffn", {E, s.n_ff});
+    b.matrix(n("ffn_up"), "ffn", {E, s.n_ff});
+    b.matrix(n("ffn_down"), "ffn", {s.n_ff, E});
+    return;
+  }
+  const int64_t X = s.n_expert, F = s.n_ff_exp;
+  b.matrix(n("ffn_gate_inp"), "router", {E, X});
+  if (s.exp_probs_b) {
+    Normal g(s.seed, n("exp_probs_b", "bias"));
+    std::vector<float> bias(static_cast<size_t>(X));
+    for (auto& x : bias) x = static_cast<float>(0.05 * (2 * g.uniform() - 1));
+    b.add(n("exp_probs_b", "bias"), "", {X}, bias);
+  }
+  if (s.merged_gate_up) {
+    // Same values as the separate tensors: per expert, gate rows then up rows.
+    auto gate = normals(s, n("ffn_gate_exps"), E * F * X, 1.0 / std::sqrt(static_cast<double>(E)));
+    auto up = normals(s, n("ffn_up_exps"), E * F * X, 1.0 / std::sqrt(static_cast<double>(E)));
+    std::vector<float> gu(static_cast<size_t>(2 * E * F * X));
+    for (int64_t e = 0; e < X; ++e) {
+      std::copy(gate.begin() + e * F * E, gate.begin() + (e + 1) * F * E, gu.begin() + 2 * e * F * E);
+      std::copy(up.begin() + e * F * E, up.begin() + (e + 1) * F * E, gu.begin() + (2 * e + 1) * F * E);
+    }
+    b.add(n("ffn_gate_up_exps"), "ffn_exps", {E, 2 * F, X}, gu);
+  } else {
+    b.matrix(n("ffn_gate_exps"), "ffn_exps", {E, F, X});
+    b.matrix(n("ffn_up_exps"), "ffn_exps", {E, F, X});
+  }
+  b.matrix(n("ffn_down_exps"), "ffn_exps", {F, E, X});
+  if (s.n_expert_shared > 0) {
+    const int64_t S = F * s.n_expert_shared;
+    b.matrix(n("ffn_gate_shexp"), "ffn_shexp", {E, S});
+    b.matrix(n("ffn_up_shexp"), "ffn_shexp", {E, S});
+    b.matrix(n("ffn_down_shexp"), "ffn_shexp", {S, E});
+  }
+}
+
+}  // namespace
+
+void write_synth_deepseek2(const SynthSpec& s, const std::string& path) {
+  check_spec(s);
+  GgufWriter w;
+  int64_t n_vocab = s.n_vocab;
+  write_synth_keys(s, w, n_vocab);
 
   Builder b(s, w);
   const int64_t E = s.n_embd;
   b.add("token_embd.weight", "embd", {E, n_vocab}, normals(s, "token_embd.weight", E * n_vocab, 1.0));
   b.norm("output_norm.weight", E);
   if (!s.tied_output) b.matrix("output.weight", "output", {E, n_vocab});
-
-  const int64_t H = s.n_head, R = s.kv_lora_rank, N = s.qk_nope, V = s.v_head;
   for (int64_t il = 0; il < s.n_layer + s.n_nextn; ++il) {
-    auto n = [&](const char* t, const char* suffix = "weight") { return fmt::format("blk.{}.{}.{}", il, t, suffix); };
     if (il >= s.n_layer) {  // an MTP block: its own input projection and norms, then a full block
+      auto n = [&](const char* t) { return fmt::format("blk.{}.{}.weight", il, t); };
       b.matrix(n("nextn.eh_proj"), "attn_output", {2 * E, E});
       b.norm(n("nextn.enorm"), E);
       b.norm(n("nextn.hnorm"), E);
       b.norm(n("nextn.shared_head_norm"), E);
     }
-    b.norm(n("attn_norm"), E);
-    const bool full_indexer = il >= s.n_layer || s.indexer_types.empty() || s.indexer_types[il] == '1';
-    if (dsa && full_indexer) {
-      const int64_t Hi = s.n_indexer_head, Di = s.indexer_head_dim;
-      b.matrix(n("indexer.attn_q_b"), "indexer", {s.q_lora_rank, Hi * Di});
-      b.matrix(n("indexer.attn_k"), "indexer", {E, Di});
-      b.norm(n("indexer.k_norm"), Di);
-      b.add(n("indexer.k_norm", "bias"), "", {Di}, normals(s, n("indexer.k_norm", "bias"), Di, 0.1));
-      b.matrix(n("indexer.proj"), "indexer", {E, Hi});
-    }
-    if (s.q_lora_rank > 0) {
-      b.matrix(n("attn_q_a"), "attn_q", {E, s.q_lora_rank});
-      b.norm(n("attn_q_a_norm"), s.q_lora_rank);
-      b.matrix(n("attn_q_b"), "attn_q", {s.q_lora_rank, H * qk_head});
-    } else {
-      b.matrix(n("attn_q"), "attn_q", {E, H * qk_head});
-    }
-    b.matrix(n("attn_kv_a_mqa"), "attn_kv_a", {E, R + s.qk_rope});
-    b.norm(n("attn_kv_a_norm"), R);
-    // The MLA projections from one set of values whatever the layout: W_UK [H][N][R], W_UV [H][V][R].
-    const double sd = 1.0 / std::sqrt(static_cast<double>(R));
-    std::vector<float> uk_t = normals(s, n("mla_uk"), H * N * R, sd);
-    std::vector<float> uv = normals(s, n("mla_uv"), H * V * R, sd);
-    if (s.layout == MlaLayout::Split) {
-      std::vector<float> uk(uk_t.size());
-      for (int64_t h = 0; h < H; ++h)
-        for (int64_t d = 0; d < N; ++d)
-          for (int64_t r = 0; r < R; ++r) uk[(h * R + r) * N + d] = uk_t[(h * N + d) * R + r];
-      b.add(n("attn_k_b"), "attn_mla", {N, R, H}, uk);
-      b.add(n("attn_v_b"), "attn_mla", {R, V, H}, uv);
-    } else {
-      std::vector<float> kv(static_cast<size_t>(H * (N + V) * R));
-      for (int64_t h = 0; h < H; ++h) {
-        std::copy(uk_t.begin() + h * N * R, uk_t.begin() + (h + 1) * N * R, kv.begin() + h * (N + V) * R);
-        std::copy(uv.begin() + h * V * R, uv.begin() + (h + 1) * V * R, kv.begin() + (h * (N + V) + N) * R);
-      }
-      b.add(n("attn_kv_b"), "attn_mla", {R, H * (N + V)}, kv);
-    }
-    b.matrix(n("attn_output"), "attn_output", {H * V, E});
-    b.norm(n("ffn_norm"), E);
-    if (il < s.n_layer_dense_lead) {
-      b.matrix(n("ffn_gate"), "ffn", {E, s.n_ff});
-      b.matrix(n("ffn_up"), "ffn", {E, s.n_ff});
-      b.matrix(n("ffn_down"), "ffn", {s.n_ff, E});
-      continue;
-    }
-    const int64_t X = s.n_expert, F = s.n_ff_exp;
-    b.matrix(n("ffn_gate_inp"), "router", {E, X});
-    if (s.exp_probs_b) {
-      Normal g(s.seed, n("exp_probs_b", "bias"));
-      std::vector<float> bias(static_cast<size_t>(X));
-      for (auto& x : bias) x = static_cast<float>(0.05 * (2 * g.uniform() - 1));
-      b.add(n("exp_probs_b", "bias"), "", {X}, bias);
-    }
-    if (s.merged_gate_up) {
-      // Same values as the separate tensors: per expert, gate rows then up rows.
-      auto gate = normals(s, n("ffn_gate_exps"), E * F * X, 1.0 / std::sqrt(static_cast<double>(E)));
-      auto up = normals(s, n("ffn_up_exps"), E * F * X, 1.0 / std::sqrt(static_cast<double>(E)));
-      std::vector<float> gu(static_cast<size_t>(2 * E * F * X));
-      for (int64_t e = 0; e < X; ++e) {
-        std::copy(gate.begin() + e * F * E, gate.begin() + (e + 1) * F * E, gu.begin() + 2 * e * F * E);
-        std::copy(up.begin() + e * F * E, up.begin() + (e + 1) * F * E, gu.begin() + (2 * e + 1) * F * E);
-      }
-      b.add(n("ffn_gate_up_exps"), "ffn_exps", {E, 2 * F, X}, gu);
-    } else {
-      b.matrix(n("ffn_gate_exps"), "ffn_exps", {E, F, X});
-      b.matrix(n("ffn_up_exps"), "ffn_exps", {E, F, X});
-    }
-    b.matrix(n("ffn_down_exps"), "ffn_exps", {F, E, X});
-    if (s.n_expert_shared > 0) {
-      const int64_t S = F * s.n_expert_shared;
-      b.matrix(n("ffn_gate_shexp"), "ffn_shexp", {E, S});
-      b.matrix(n("ffn_up_shexp"), "ffn_shexp", {E, S});
-      b.matrix(n("ffn_down_shexp"), "ffn_shexp", {S, E});
-    }
+    add_synth_attention(b, s, il);
+    add_synth_ffn(b, s, il);
   }
   w.write(path);
 }

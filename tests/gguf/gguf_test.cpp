@@ -5,6 +5,7 @@
 #include <random>
 
 #include "gguf/gguf.h"
+#include "raw_gguf.h"
 #include "util/error.h"
 
 namespace mla {
@@ -140,23 +141,7 @@ void expect_rejected(const std::vector<uint8_t>& b, const std::string& needle) {
   }
 }
 
-struct Raw {
-  std::vector<uint8_t> b;
-  template <typename T>
-  Raw& put(T x) {
-    const auto* p = reinterpret_cast<const uint8_t*>(&x);
-    b.insert(b.end(), p, p + sizeof(T));
-    return *this;
-  }
-  Raw& str(const std::string& s) {
-    put<uint64_t>(s.size());
-    b.insert(b.end(), s.begin(), s.end());
-    return *this;
-  }
-  Raw& header(uint64_t n_tensors, uint64_t n_kv) {
-    return put<uint32_t>(0x46554747).put<uint32_t>(3).put<uint64_t>(n_tensors).put<uint64_t>(n_kv);
-  }
-};
+using Raw = test::RawGguf;
 
 TEST(GgufHostile, Rejections) {
   expect_rejected({}, "truncated");

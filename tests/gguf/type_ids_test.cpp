@@ -8,6 +8,7 @@
 
 #include "gguf/gguf.h"
 #include "gguf/type_ids.h"
+#include "raw_gguf.h"
 #include "util/error.h"
 
 namespace mla {
@@ -110,20 +111,7 @@ TEST(TypeIds, ContradictingEvidenceIsRefused) {
 
 // ---- crafted files ------------------------------------------------------------------------
 
-struct Raw {
-  std::vector<uint8_t> b;
-  template <typename T>
-  Raw& put(T x) {
-    const auto* p = reinterpret_cast<const uint8_t*>(&x);
-    b.insert(b.end(), p, p + sizeof(T));
-    return *this;
-  }
-  Raw& str(const std::string& s) {
-    put<uint64_t>(s.size());
-    b.insert(b.end(), s.begin(), s.end());
-    return *this;
-  }
-};
+using Raw = test::RawGguf;
 
 struct FakeTensor {
   std::string name;

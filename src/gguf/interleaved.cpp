@@ -8,56 +8,19 @@
 #include <cstring>
 
 #include "util/error.h"
+#include "util/ggml_blocks.h"
 
 namespace mla {
 namespace {
 
-// The base blocks, as ggml-common.h lays them out (quant/blocks.h has the same; gguf/ sits below
-// quant/ and keeps its own copy of the three it rearranges).
-constexpr int kQK = 32;
-constexpr int kQK_K = 256;
-struct BlockQ4_0 {
-  uint16_t d;
-  uint8_t qs[kQK / 2];
-};
-struct BlockQ8_0 {
-  uint16_t d;
-  int8_t qs[kQK];
-};
-struct BlockQ4_K {
-  uint16_t d, dmin;
-  uint8_t scales[12];
-  uint8_t qs[kQK_K / 2];
-};
-struct BlockQ6_K {
-  uint8_t ql[kQK_K / 2];
-  uint8_t qh[kQK_K / 4];
-  int8_t scales[kQK_K / 16];
-  uint16_t d;
-};
-struct BlockIQ4_XS {
-  uint16_t d;
-  uint16_t scales_h;
-  uint8_t scales_l[kQK_K / 64];
-  uint8_t qs[kQK_K / 2];
-};
-struct BlockIQ1_S {
-  uint16_t d;
-  uint8_t qs[kQK_K / 8];
-  uint16_t qh[kQK_K / 32];
-};
-static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_K) == 144 &&
-              sizeof(BlockQ6_K) == 210 && sizeof(BlockIQ4_XS) == 136 && sizeof(BlockIQ1_S) == 50);
-
-// Q4_K's 12 scale bytes from 8 six-bit scales and mins: bytes 0-3 scale j (bits 0-5) and the top
-// 2 bits of scale j+4; bytes 4-7 the same for mins; bytes 8-11 the low nibbles of scale and min j+4.
-void pack_q4_k_scales(const uint8_t* sc, const uint8_t* mn, uint8_t* packed) {
-  for (int j = 0; j < 4; ++j) {
-    packed[j] = static_cast<uint8_t>((sc[j] & 63) | (sc[j + 4] >> 4) << 6);
-    packed[j + 4] = static_cast<uint8_t>((mn[j] & 63) | (mn[j + 4] >> 4) << 6);
-    packed[j + 8] = static_cast<uint8_t>((sc[j + 4] & 0x0F) | (mn[j + 4] & 0x0F) << 4);
-  }
-}
+using quant::BlockIQ1_S;
+using quant::BlockIQ4_XS;
+using quant::BlockQ4_0;
+using quant::BlockQ4_K;
+using quant::BlockQ6_K;
+using quant::BlockQ8_0;
+using quant::kQK;
+using quant::kQK_K;
 
 constexpr std::array kForms = {
     IkInterleavedForm{202, "Q4_0_R8", GgmlType::Q4_0, 8},
@@ -151,7 +114,7 @@ void from_q4_k_r4(const uint8_t* src, BlockQ4_K* const rows[4], int64_t ibl) {
           level[32 * ib + kFirst[c] + i + 8] = q >> 4;
         }
     }
-    pack_q4_k_scales(sc, mn, b.scales);
+    quant::pack_k4_scales(sc, mn, b.scales);
     // Q4_K: element 64j + l in the low nibble of qs[32j + l], element 64j + 32 + l in the high one.
     for (int j = 0; j < 4; ++j)
       for (int l = 0; l < 32; ++l)

@@ -22,8 +22,8 @@
 
 #include "kernels/attention_exact.h"
 #include "kernels/simd.h"
-#include "quant/blocks.h"
 #include "quant/quant.h"
+#include "util/ggml_blocks.h"
 #if defined(__AVX2__) && defined(__F16C__)
 #include "quant/simd_avx2.h"
 #endif

@@ -161,10 +161,9 @@ void derive_indexer(const GgufFile& f, C& c, const Bad& bad) {
   if (!c.indexer_full[0]) bad("'{}': layer 0 is shared, but a shared layer reuses an earlier full layer", types_key);
 }
 
-void validate_and_derive(const GgufFile& f, C& c) {
-  auto bad = [&](std::string_view what, const auto&... args) {
-    fail("{}: {}: {}", model_arch_name(c.arch), f.path(), fmt::vformat(what, fmt::make_format_args(args...)));
-  };
+// The trunk's shape: layer split, widths, head dims and the MLA key/value lengths.
+template <class Bad>
+void validate_trunk(const GgufFile& f, C& c, const Bad& bad) {
   if (c.n_nextn >= c.n_layer_all)
     bad("nextn_predict_layers {} leaves no trunk layer of block_count {}", c.n_nextn, c.n_layer_all);
   c.n_layer = c.n_layer_all - c.n_nextn;
@@ -206,8 +205,11 @@ void validate_and_derive(const GgufFile& f, C& c) {
       c.n_vocab = e[1];
   }
   if (c.n_vocab < 1) bad("vocabulary size unknown: no vocab_size key, token list or token_embd tensor");
+}
 
-  // Dense blocks need feed_forward_length, MoE blocks the expert parameters.
+// Dense blocks need feed_forward_length, MoE blocks the expert parameters; the gating function.
+template <class Bad>
+void validate_ffn(C& c, const Bad& bad) {
   if (c.n_layer_dense_lead > 0 && c.n_ff < 1)
     bad("feed_forward_length is {}, expected >= 1 with {} leading dense blocks", c.n_ff, c.n_layer_dense_lead);
   if (c.n_layer_dense_lead < c.n_layer) {
@@ -246,8 +248,11 @@ void validate_and_derive(const GgufFile& f, C& c) {
     default:
       bad("expert_gating_func is {}, expected 1 (softmax) or 2 (sigmoid)", c.expert_gating_func);
   }
+}
 
-  // RoPE and the attention scale, as transformers' DeepseekV3 derives them.
+// RoPE and the attention scale, as transformers' DeepseekV3 derives them.
+template <class Bad>
+void derive_rope(C& c, const Bad& bad) {
   c.rope.n_dims = static_cast<int>(c.qk_rope);
   c.rope.freq_base = c.rope_freq_base;
   c.rope.n_ctx_orig = c.rope_orig_ctx > 0 ? c.rope_orig_ctx : c.n_ctx_train;
@@ -283,6 +288,15 @@ void validate_and_derive(const GgufFile& f, C& c) {
     bad("rope.scaling.type '{}' is not supported (expected none, linear or yarn)", type);
   }
   c.kq_scale = static_cast<float>(c.attn_mscale * c.attn_mscale / std::sqrt(static_cast<double>(c.qk_head)));
+}
+
+void validate_and_derive(const GgufFile& f, C& c) {
+  auto bad = [&](std::string_view what, const auto&... args) {
+    fail("{}: {}: {}", model_arch_name(c.arch), f.path(), fmt::vformat(what, fmt::make_format_args(args...)));
+  };
+  validate_trunk(f, c, bad);
+  validate_ffn(c, bad);
+  derive_rope(c, bad);
   derive_indexer(f, c, bad);
 }
 

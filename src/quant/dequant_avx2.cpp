@@ -4,8 +4,8 @@
 #include "quant/kernels.h"
 MLA_NO_FP_CONTRACT
 
-#include "quant/blocks.h"
 #include "quant/simd_avx2.h"
+#include "util/ggml_blocks.h"
 
 namespace mla::quant {
 namespace {

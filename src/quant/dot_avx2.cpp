@@ -7,10 +7,10 @@
 // [-127, 127] and Q8_K bsums are the 16-element sums of qs.
 #include <cstring>
 
-#include "quant/blocks.h"
 #include "quant/iqk_kernels.h"
 #include "quant/kernels.h"
 #include "quant/simd_avx2.h"
+#include "util/ggml_blocks.h"
 
 namespace mla::quant {
 namespace {

@@ -14,10 +14,10 @@
 #include <cstring>
 #include <type_traits>
 
-#include "quant/blocks.h"
 #include "quant/iq_grids.h"
 #include "quant/kernels.h"
 #include "quant/simd_avx2.h"
+#include "util/ggml_blocks.h"
 
 namespace mla::quant {
 namespace {

@@ -4,9 +4,9 @@
 // of each level folded in once per super-block from the activation bsums.
 #include <cstring>
 
-#include "quant/blocks.h"
 #include "quant/kernels.h"
 #include "quant/simd_avx2.h"
+#include "util/ggml_blocks.h"
 
 namespace mla::quant {
 namespace {

@@ -5,9 +5,9 @@
 // against these.
 #include <cstring>
 
-#include "quant/blocks.h"
 #include "quant/iqk_kernels.h"
 #include "quant/kernels.h"
+#include "util/ggml_blocks.h"
 
 namespace mla::quant {
 namespace {

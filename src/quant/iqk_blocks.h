@@ -11,8 +11,8 @@
 #include <cstdint>
 #include <cstring>
 
-#include "quant/blocks.h"
 #include "quant/quant.h"
+#include "util/ggml_blocks.h"
 
 namespace mla::quant {
 

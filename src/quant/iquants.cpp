@@ -17,9 +17,9 @@
 //                                                 top nibbles of the four scale words
 // The dot products sum integers per group and scale once per group, so their only rounding
 // is per-block (as in dot_ref.cpp).
-#include "quant/blocks.h"
 #include "quant/iq_grids.h"
 #include "quant/kernels.h"
+#include "util/ggml_blocks.h"
 
 MLA_NO_FP_CONTRACT
 

@@ -10,8 +10,8 @@
 
 #include <immintrin.h>
 
-#include "quant/blocks.h"
 #include "quant/kernels.h"
+#include "util/ggml_blocks.h"
 
 namespace mla::quant {
 namespace {

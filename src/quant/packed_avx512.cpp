@@ -13,9 +13,9 @@
 
 #include <cstring>
 
-#include "quant/blocks.h"
 #include "quant/kernels.h"
 #include "quant/packed_avx512.h"
+#include "util/ggml_blocks.h"
 
 namespace mla::quant {
 namespace {

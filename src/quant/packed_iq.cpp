@@ -5,8 +5,8 @@
 #include <cmath>
 #include <cstring>
 
-#include "quant/blocks.h"
 #include "quant/kernels.h"
+#include "util/ggml_blocks.h"
 
 MLA_NO_FP_CONTRACT
 

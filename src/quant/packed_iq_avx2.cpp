@@ -11,10 +11,10 @@
 
 #include <cstring>
 
-#include "quant/blocks.h"
 #include "quant/kernels.h"
 #include "quant/packed_avx2.h"
 #include "quant/packed_iq.h"
+#include "util/ggml_blocks.h"
 
 namespace mla::quant {
 namespace {

@@ -16,10 +16,10 @@
 
 #include <cstring>
 
-#include "quant/blocks.h"
 #include "quant/kernels.h"
 #include "quant/packed_avx512.h"
 #include "quant/packed_iq.h"
+#include "util/ggml_blocks.h"
 
 namespace mla::quant {
 namespace {

@@ -19,7 +19,7 @@
 // the Q8_0 extra (-128 x sum) or Q8_K's bsums.
 #include <cstdint>
 
-#include "quant/blocks.h"
+#include "util/ggml_blocks.h"
 #include "util/ggml_type.h"
 
 namespace mla::quant {

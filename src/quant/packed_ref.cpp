@@ -3,11 +3,11 @@
 #include <cmath>
 #include <cstring>
 
-#include "quant/blocks.h"
 #include "quant/kernel_choice.h"
 #include "quant/kernels.h"
 #include "quant/packed.h"
 #include "quant/packed_iq.h"
+#include "util/ggml_blocks.h"
 
 MLA_NO_FP_CONTRACT
 

@@ -7,8 +7,8 @@ MLA_NO_FP_CONTRACT
 #include <cmath>
 #include <cstring>
 
-#include "quant/blocks.h"
 #include "quant/iqk_kernels.h"
+#include "util/ggml_blocks.h"
 
 namespace mla::quant {
 namespace {

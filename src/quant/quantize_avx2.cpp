@@ -6,8 +6,8 @@ MLA_NO_FP_CONTRACT
 
 #include <cstring>
 
-#include "quant/blocks.h"
 #include "quant/simd_avx2.h"
+#include "util/ggml_blocks.h"
 
 namespace mla::quant {
 namespace {

@@ -27,9 +27,9 @@
 #include <cstring>
 #include <vector>
 
-#include "quant/blocks.h"
 #include "quant/iq_grids.h"
 #include "quant/kernels.h"
+#include "util/ggml_blocks.h"
 
 namespace mla::quant {
 namespace {

@@ -16,7 +16,7 @@ MLA_NO_FP_CONTRACT
 #include <cmath>
 #include <cstring>
 
-#include "quant/blocks.h"
+#include "util/ggml_blocks.h"
 
 namespace mla::quant {
 namespace {

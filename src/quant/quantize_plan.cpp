@@ -138,15 +138,90 @@ bool is_low_iq(FT ft) {
          ft == FT::IQ1_M;
 }
 
+// The output head, and a tied token embedding that doubles as it.
+GT output_type(GT t, const GgufTensorInfo& tensor, FT ft) {
+  const int64_t nx = tensor.ne[0];
+  if (ft == FT::MXFP4_MOE || nx % ggml_traits(t).block_elems != 0) return GT::Q8_0;
+  if (is_low_iq(ft) || ft == FT::IQ3_XXS) return GT::Q5_K;
+  return t != GT::Q8_0 ? GT::Q6_K : t;
+}
+
+// The 1-2 bit i-quant file types (IQ2_XXS .. IQ1_M), which bump a few roles.
+GT low_iq_type(State& s, GT t, FT ft, Cat cat) {
+  const bool iq2s = ft == FT::IQ2_S || ft == FT::IQ2_M;
+  if (is_attn_v(cat)) {
+    ++s.i_attn_v;
+    if (s.n_gqa >= 4 || s.n_expert >= 4) return GT::Q4_K;
+    return iq2s ? GT::IQ3_S : GT::Q2_K;
+  }
+  if (s.n_expert == 8 && cat == Cat::AttnK) return GT::Q4_K;
+  if (cat == Cat::FfnDown) {
+    // The running count of ffn_down tensors against the layer count, as llama-quantize does.
+    if (s.i_ffn_down++ < s.n_layer / 8) return iq2s ? GT::IQ3_S : GT::Q2_K;
+    return t;
+  }
+  if (cat == Cat::AttnOutput) {
+    if (s.n_expert == 8) return GT::Q5_K;
+    if (ft == FT::IQ1_S || ft == FT::IQ1_M) return GT::IQ2_XXS;
+    if (iq2s) return GT::IQ3_S;
+  }
+  return t;
+}
+
+GT attn_v_type(State& s, GT t, FT ft) {
+  if (ft == FT::Q2_K) {
+    t = s.n_gqa >= 4 ? GT::Q4_K : GT::Q3_K;
+  } else if (ft == FT::IQ3_XXS) {
+    t = s.n_gqa >= 4 ? GT::Q4_K : GT::IQ3_S;
+  } else if (((ft == FT::IQ3_XS || ft == FT::IQ3_S) && s.n_gqa >= 4) || ft == FT::IQ3_M) {
+    t = GT::Q4_K;
+  } else if (ft == FT::Q3_K_M) {
+    t = s.i_attn_v < 2 ? GT::Q5_K : GT::Q4_K;
+  } else if (ft == FT::Q3_K_L || ((ft == FT::IQ4_NL || ft == FT::IQ4_XS) && s.n_gqa >= 4) ||
+             (ft == FT::Q4_K_S && s.i_attn_v < 4)) {
+    t = GT::Q5_K;
+  } else if ((ft == FT::Q4_K_M || ft == FT::Q5_K_M) && use_more_bits(s.i_attn_v, s.n_attn_v)) {
+    t = GT::Q6_K;
+  }
+  if (s.n_expert == 8) t = GT::Q8_0;
+  ++s.i_attn_v;
+  return t;
+}
+
+GT ffn_down_type(State& s, GT t, FT ft, const std::string& name) {
+  const auto [i_layer, n_layer] = layer_info(s, s.i_ffn_down, name);
+  ++s.i_ffn_down;
+  if (ft == FT::Q2_K) return GT::Q3_K;
+  if (ft == FT::IQ3_XXS) return i_layer < n_layer / 8 ? GT::Q4_K : GT::Q3_K;
+  if (ft == FT::Q3_K_M) return i_layer < n_layer / 16 ? GT::Q5_K : GT::Q4_K;
+  if (ft == FT::IQ3_M && (i_layer < n_layer / 8 || (s.n_expert == 8 && use_more_bits(i_layer, n_layer))))
+    return GT::Q4_K;
+  if (ft == FT::Q3_K_L) return GT::Q5_K;
+  if (ft == FT::Q4_K_M) return use_more_bits(i_layer, n_layer) ? GT::Q6_K : t;
+  if (i_layer < n_layer / 8 && (ft == FT::IQ4_NL || ft == FT::IQ4_XS)) return GT::Q5_K;
+  if (ft == FT::Q5_K_M && use_more_bits(i_layer, n_layer)) return GT::Q6_K;
+  if (ft == FT::Q4_K_S && i_layer < n_layer / 8) return GT::Q5_K;
+  return t;
+}
+
+GT attn_output_type(const State& s, GT t, FT ft) {
+  if (s.n_expert == 8) {
+    if (ft == FT::Q2_K || ft == FT::IQ3_XS || ft == FT::IQ3_XXS || ft == FT::Q3_K_S || ft == FT::Q3_K_M ||
+        ft == FT::IQ4_NL || ft == FT::Q4_K_S || ft == FT::Q4_K_M || ft == FT::IQ3_S || ft == FT::IQ3_M ||
+        ft == FT::IQ4_XS)
+      return GT::Q5_K;
+    return t;
+  }
+  if (ft == FT::Q2_K) return GT::Q3_K;
+  if (ft == FT::IQ3_XXS) return GT::IQ3_S;
+  if (ft == FT::Q3_K_M || ft == FT::IQ3_M) return GT::Q4_K;
+  if (ft == FT::Q3_K_L) return GT::Q5_K;
+  return t;
+}
+
 // llama_tensor_get_type_impl (no importance matrix, not Falcon, not a 70B llama).
 GT role_type(State& s, GT t, const GgufTensorInfo& tensor, FT ft, Cat cat) {
-  const std::string& name = tensor.name;
-  if (cat == Cat::Output || (s.tied_output && cat == Cat::TokenEmbd)) {
-    const int64_t nx = tensor.ne[0];
-    if (ft == FT::MXFP4_MOE || nx % ggml_traits(t).block_elems != 0) return GT::Q8_0;
-    if (is_low_iq(ft) || ft == FT::IQ3_XXS) return GT::Q5_K;
-    return t != GT::Q8_0 ? GT::Q6_K : t;
-  }
+  if (cat == Cat::Output || (s.tied_output && cat == Cat::TokenEmbd)) return output_type(t, tensor, ft);
   if (ft == FT::MXFP4_MOE) {
     // Expert tensors (3-D) MXFP4, the rest Q8_0.
     return tensor.ne.size() > 2 && tensor.ne[2] > 1 ? GT::MXFP4 : GT::Q8_0;
@@ -156,91 +231,21 @@ GT role_type(State& s, GT t, const GgufTensorInfo& tensor, FT ft, Cat cat) {
     if (ft == FT::IQ2_S || ft == FT::IQ2_M || ft == FT::IQ3_XXS) return GT::IQ3_S;
     return t;
   }
-  const bool iq2s = ft == FT::IQ2_S || ft == FT::IQ2_M;
-  if (is_low_iq(ft)) {
-    if (is_attn_v(cat)) {
-      ++s.i_attn_v;
-      if (s.n_gqa >= 4 || s.n_expert >= 4) return GT::Q4_K;
-      return iq2s ? GT::IQ3_S : GT::Q2_K;
-    }
-    if (s.n_expert == 8 && cat == Cat::AttnK) return GT::Q4_K;
-    if (cat == Cat::FfnDown) {
-      // The running count of ffn_down tensors against the layer count, as llama-quantize does.
-      if (s.i_ffn_down++ < s.n_layer / 8) return iq2s ? GT::IQ3_S : GT::Q2_K;
-      return t;
-    }
-    if (cat == Cat::AttnOutput) {
-      if (s.n_expert == 8) return GT::Q5_K;
-      if (ft == FT::IQ1_S || ft == FT::IQ1_M) return GT::IQ2_XXS;
-      if (iq2s) return GT::IQ3_S;
-    }
-    return t;
-  }
-  if (is_attn_v(cat)) {
-    if (ft == FT::Q2_K) {
-      t = s.n_gqa >= 4 ? GT::Q4_K : GT::Q3_K;
-    } else if (ft == FT::IQ3_XXS) {
-      t = s.n_gqa >= 4 ? GT::Q4_K : GT::IQ3_S;
-    } else if (((ft == FT::IQ3_XS || ft == FT::IQ3_S) && s.n_gqa >= 4) || ft == FT::IQ3_M) {
-      t = GT::Q4_K;
-    } else if (ft == FT::Q3_K_M) {
-      t = s.i_attn_v < 2 ? GT::Q5_K : GT::Q4_K;
-    } else if (ft == FT::Q3_K_L || ((ft == FT::IQ4_NL || ft == FT::IQ4_XS) && s.n_gqa >= 4) ||
-               (ft == FT::Q4_K_S && s.i_attn_v < 4)) {
-      t = GT::Q5_K;
-    } else if ((ft == FT::Q4_K_M || ft == FT::Q5_K_M) && use_more_bits(s.i_attn_v, s.n_attn_v)) {
-      t = GT::Q6_K;
-    }
-    if (s.n_expert == 8) t = GT::Q8_0;
-    ++s.i_attn_v;
-    return t;
-  }
-  if (cat == Cat::AttnK) {
-    if (s.n_expert == 8) return GT::Q8_0;
+  if (is_low_iq(ft)) return low_iq_type(s, t, ft, cat);
+  if (is_attn_v(cat)) return attn_v_type(s, t, ft);
+  if (cat == Cat::AttnK || cat == Cat::AttnQ) {
+    if (cat == Cat::AttnK && s.n_expert == 8) return GT::Q8_0;
     if (ft == FT::IQ3_XS) return GT::IQ3_XXS;
     if (ft == FT::IQ3_XXS) return GT::IQ2_S;
     return t;
   }
-  if (cat == Cat::AttnQ) {
-    if (ft == FT::IQ3_XS) return GT::IQ3_XXS;
-    if (ft == FT::IQ3_XXS) return GT::IQ2_S;
-    return t;
-  }
-  if (cat == Cat::FfnDown) {
-    const auto [i_layer, n_layer] = layer_info(s, s.i_ffn_down, name);
-    ++s.i_ffn_down;
-    if (ft == FT::Q2_K) return GT::Q3_K;
-    if (ft == FT::IQ3_XXS) return i_layer < n_layer / 8 ? GT::Q4_K : GT::Q3_K;
-    if (ft == FT::Q3_K_M) return i_layer < n_layer / 16 ? GT::Q5_K : GT::Q4_K;
-    if (ft == FT::IQ3_M && (i_layer < n_layer / 8 || (s.n_expert == 8 && use_more_bits(i_layer, n_layer))))
-      return GT::Q4_K;
-    if (ft == FT::Q3_K_L) return GT::Q5_K;
-    if (ft == FT::Q4_K_M) return use_more_bits(i_layer, n_layer) ? GT::Q6_K : t;
-    if (i_layer < n_layer / 8 && (ft == FT::IQ4_NL || ft == FT::IQ4_XS)) return GT::Q5_K;
-    if (ft == FT::Q5_K_M && use_more_bits(i_layer, n_layer)) return GT::Q6_K;
-    if (ft == FT::Q4_K_S && i_layer < n_layer / 8) return GT::Q5_K;
-    return t;
-  }
-  if (cat == Cat::AttnOutput) {
-    if (s.n_expert == 8) {
-      if (ft == FT::Q2_K || ft == FT::IQ3_XS || ft == FT::IQ3_XXS || ft == FT::Q3_K_S || ft == FT::Q3_K_M ||
-          ft == FT::IQ4_NL || ft == FT::Q4_K_S || ft == FT::Q4_K_M || ft == FT::IQ3_S || ft == FT::IQ3_M ||
-          ft == FT::IQ4_XS)
-        return GT::Q5_K;
-      return t;
-    }
-    if (ft == FT::Q2_K) return GT::Q3_K;
-    if (ft == FT::IQ3_XXS) return GT::IQ3_S;
-    if (ft == FT::Q3_K_M || ft == FT::IQ3_M) return GT::Q4_K;
-    if (ft == FT::Q3_K_L) return GT::Q5_K;
-    return t;
-  }
+  if (cat == Cat::FfnDown) return ffn_down_type(s, t, ft, tensor.name);
+  if (cat == Cat::AttnOutput) return attn_output_type(s, t, ft);
   if (cat == Cat::FfnGate || cat == Cat::FfnUp) {
     int64_t& counter = cat == Cat::FfnGate ? s.i_ffn_gate : s.i_ffn_up;
-    const auto [i_layer, n_layer] = layer_info(s, counter, name);
+    const auto [i_layer, n_layer] = layer_info(s, counter, tensor.name);
     ++counter;
     if (ft == FT::IQ3_XS && i_layer >= n_layer / 8 && i_layer < 7 * n_layer / 8) return GT::IQ3_XXS;
-    return t;
   }
   return t;
 }

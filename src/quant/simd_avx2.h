@@ -1,11 +1,11 @@
 #pragma once
 // Internal: small AVX2 helpers shared by the *_avx2.cpp files. Include only from files compiled
-// with -mavx2 -mfma -mf16c. Functions are `static` so no copy escapes those files (see blocks.h).
+// with -mavx2 -mfma -mf16c. Functions are `static` so no copy escapes those files (see util/ggml_blocks.h).
 #include <immintrin.h>
 
 #include <cstdint>
 
-#include "quant/blocks.h"
+#include "util/ggml_blocks.h"
 
 namespace mla::quant::avx2 {
 

@@ -1,6 +1,6 @@
 #pragma once
 // Internal: the values of ik_llama.cpp's trellis types (IQ1_KT, IQ2_KT, IQ3_KT, IQ4_KT), shared by
-// trellis.cpp and trellis_avx2.cpp. Functions are `static` (see blocks.h).
+// trellis.cpp and trellis_avx2.cpp. Functions are `static` (see util/ggml_blocks.h).
 //
 // A row is a float row scale d, then super-blocks of 256 elements in blocks of 32. Each group of
 // 8 elements (4 for IQ4_KT) is one index into a trellis: a 32-bit state x = index + offset is
@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "quant/blocks.h"
+#include "util/ggml_blocks.h"
 
 namespace mla::quant {
 

@@ -1,7 +1,8 @@
 #pragma once
 // Internal: the on-disk block layouts of the ggml formats mla.cpp decodes, and the small
-// helpers every kernel file shares. Layouts are facts of the GGUF format (ggml-common.h);
-// sizes are checked against the type table in gguf/types.cpp by static_assert and tests.
+// helpers every kernel file shares (namespace quant: the block vocabulary of quant/'s kernels,
+// also read by gguf/'s interleave undo, which sits below quant/). Layouts are facts of the GGUF
+// format (ggml-common.h); sizes are checked against the type table by static_assert and tests.
 // Helper functions are `static` on purpose: this header is compiled both with and without
 // -mavx2 (the *_avx2.cpp files), and an inline function with external linkage could be merged
 // by the linker into its AVX2-compiled copy and then run on a CPU without AVX2.

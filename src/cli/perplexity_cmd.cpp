@@ -318,7 +318,9 @@ void run_kl_divergence(const PerplexityArgs& a) {
 }  // namespace
 
 void register_perplexity(CLI::App& app) {
-  auto* cmd = app.add_subcommand("perplexity", "Perplexity of an MLA-MoE GGUF on a text file (llama.cpp's method)");
+  auto* cmd = app.add_subcommand(
+      "perplexity",
+      "Perplexity of an MLA-MoE GGUF on a text file, or its KL divergence from a base run (llama.cpp's method)");
   static PerplexityArgs a;
   cmd->add_option("-m,--model", a.model, "deepseek2 GGUF file")->required();
   cmd->add_option("-f,--file", a.file, "Text file (with --kl-divergence: optional, checked against the base's tokens)");
@@ -328,7 +330,8 @@ void register_perplexity(CLI::App& app) {
   cmd->add_option("-b,--batch", a.batch, "Most tokens per forward call (default: the chunk)");
   cmd->add_option("--kl-divergence-base", a.kld_base,
                   "Save the scored positions' log-probabilities to FILE (llama-perplexity's format); with "
-                  "--kl-divergence, the base to compare with");
+                  "--kl-divergence, the base to compare with")
+      ->type_name("FILE");
   cmd->add_flag("--kl-divergence", a.kld,
                 "Compare this model with the base of --kl-divergence-base (KL divergence, top-token agreement, "
                 "PPL ratio) on the base's tokens");

@@ -153,6 +153,9 @@ def test_base_must_fit_this_run(mla_bin, tmp_path):
     assert "does not tokenize as the base" in mla_fails(mla_bin, "-m", REPO / Q4, "-f", shifted, *args)
     assert "needs --kl-divergence-base" in mla_fails(mla_bin, "-m", REPO / Q4, "--kl-divergence")
     assert "-f FILE is required" in mla_fails(mla_bin, "-m", REPO / Q4)
+    unwritable = tmp_path / "no-such-dir" / "base.kld"
+    assert "cannot write the KL-divergence base" in mla_fails(mla_bin, "-m", REPO / Q4, "-f", TEXT, "-c", "64",
+                                                              "--kl-divergence-base", unwritable)
 
 
 def test_text_output_has_llama_labels(mla_bin):

@@ -1,21 +1,25 @@
 """`mla perplexity --kl-divergence-base / --kl-divergence` against llama.cpp's perplexity tool.
 
-Fixtures (tests/fixtures/kld/, written by tools/llama-cpp/make_kld_fixtures.py from ik_llama.cpp's
-llama-perplexity; heldout-test.txt, n_ctx 64, 4 chunks = 124 scored tokens):
+Fixtures (tests/fixtures/kld/, written by tools/llama-cpp/make_kld_fixtures.py with llama.cpp's
+llama-perplexity from the llama-cpp-python 0.3.36 sdist (tools/llama-cpp/build-perplexity.sh, -nr);
+ik_llama.cpp refuses the embedded model (its MLA check wants DeepSeek's 576/512 head sizes), and
+both tools share the file format and the statistics; heldout-test.txt, n_ctx 64, 4 chunks = 124
+scored tokens):
   llama-base-q8_0.kld  llama-perplexity --kl-divergence-base on models/tiny-q8_0.gguf;
   llama-stats.json     llama-perplexity --kl-divergence's final figures for tiny-q4_k and tiny-q8_0
                        against that base, and for tiny-q4_k against a base mla.cpp wrote for tiny-q8_0.
 
 What must agree, and how closely:
   - the base side (PPL(base) and its error) comes from the file alone: mla.cpp reading llama's base
-    must print llama's figures to their printed digits;
-  - the model side is mla.cpp's forward pass against llama.cpp's on the same quantized file. The
-    two differ by rounding (PPL within 0.02% on these files, docs/PERF.md), a noise KL of ~1e-4
-    per token here (test_q8_0_against_llama_base_is_the_noise_floor measures it), so a figure of
-    the q4_k comparison (KL ~5e-3) may move by a few percent of itself: MODEL_SIDE_REL, with
-    MODEL_SIDE_ABS for the figures near zero (Δp quantiles, the 0.1% KLD);
-  - the top-token agreement counts tokens; a near-tie may flip between the two engines: at most
-    TOP_FLIPS of the 124.
+    must print llama's figures to the digits llama prints (6 decimals);
+  - the model side is mla.cpp's forward pass against llama.cpp's on the same quantized file.
+    test_q8_0_against_llama_base_is_the_noise_floor measures how far the two engines are apart on
+    one file (when made: mean KL 1.3e-4, largest 2.9e-3, one top token of 124, |Δp| up to 0.010 per
+    token, PPL 0.07%); the Q4_K comparison (mean KL 5.3e-3) may move by about that much. TOL gives
+    each figure's allowance, relative to llama's value or absolute, a few times what the fixture
+    showed (mean KL 1.8%, KL quantiles up to 15% on the 124 sorted values, Δp quantiles up to
+    0.006, PPL(Q) 0.26%, ln(PPL ratio) 0.0026, no top-token flip). A sorted value moves by at most
+    the largest per-token move, so the quantiles get the per-token allowance, not the mean's.
 """
 import json
 import math
@@ -27,8 +31,17 @@ FIX = REPO / "tests" / "fixtures" / "kld"
 TEXT = REPO / "tests" / "fixtures" / "tiny" / "heldout-test.txt"
 LLAMA_BASE = FIX / "llama-base-q8_0.kld"
 Q8, Q4 = "models/tiny-q8_0.gguf", "models/tiny-q4_k.gguf"
-MODEL_SIDE_REL = 0.05
-MODEL_SIDE_ABS = {"kld": 2e-4, "delta_p": 2e-3}
+# figure: (relative, absolute); a figure passes within either.
+TOL = {
+    "ppl": (0.01, 0), "ppl_error": (0.02, 0),
+    "ln_ppl_ratio": (0, 0.006), "ln_ppl_ratio_error": (0.05, 0),
+    "ppl_ratio": (0, 0.006), "ppl_ratio_error": (0.05, 0),
+    "ppl_diff": (0, 0.4), "ppl_diff_error": (0.05, 0),
+    "cor_ln_ppl": (0, 0.001),
+    "rms_delta_p": (0.1, 0), "rms_delta_p_error": (0.2, 0),
+    "kld_mean": (0.06, 0), "kld_error": (0.1, 0), "kld_quantile": (0.25, 3e-4),
+    "delta_p_mean": (0, 0.002), "delta_p_error": (0.1, 0), "delta_p_quantile": (0, 0.012),
+}
 TOP_FLIPS = 2
 
 
@@ -46,21 +59,22 @@ def close(got, want, rel, abs_=0.0):
     return abs(got - want) <= max(rel * abs(want), abs_)
 
 
-def assert_model_side(got, want, n_tokens):
-    """Every figure of llama-perplexity's final block within the stated tolerances."""
-    bad = []
-    for key in ("ppl", "ppl_ratio", "ppl_diff", "ln_ppl_ratio", "rms_delta_p"):
-        for part in ("value", "error"):
-            # ln ratio and PPL difference are differences of nearly equal numbers: their size is
-            # that of the KL, so they get the KL's absolute slack.
-            slack = MODEL_SIDE_ABS["kld"] * (100 if key == "ppl_diff" else 1) if key in ("ppl_diff", "ln_ppl_ratio") else 0
-            if not close(got[key][part], want[key][part], MODEL_SIDE_REL, slack):
-                bad.append(f"{key}.{part}: mla {got[key][part]:.6g}, llama {want[key][part]:.6g}")
+def assert_model_side(got, want):
+    """Every figure of llama-perplexity's final block within TOL."""
+    checks = [("cor_ln_ppl", "cor_ln_ppl", got["cor_ln_ppl"], want["cor_ln_ppl"])]
+    for key in ("ppl", "ln_ppl_ratio", "ppl_ratio", "ppl_diff", "rms_delta_p"):
+        checks.append((key, key, got[key]["value"], want[key]["value"]))
+        checks.append((key + "_error", key + ".error", got[key]["error"], want[key]["error"]))
     for dist in ("kld", "delta_p"):
         for q, w in want[dist].items():
-            if not close(got[dist][q], w, MODEL_SIDE_REL, MODEL_SIDE_ABS[dist]):
-                bad.append(f"{dist}.{q}: mla {got[dist][q]:.6g}, llama {w:.6g}")
-    flips = abs(got["same_top_p"]["value"] - want["same_top_p"]["value"]) * n_tokens
+            tol = f"{dist}_{q}" if q in ("mean", "error") else f"{dist}_quantile"
+            checks.append((tol, f"{dist}.{q}", got[dist][q], w))
+    bad = []
+    for tol, label, g, w in checks:
+        rel, abs_ = TOL[tol]
+        if not close(g, w, rel, abs_):
+            bad.append(f"{label}: mla {g:.6g}, llama {w:.6g} (allowed: {rel:g} relative or {abs_:g})")
+    flips = abs(got["same_top_p"]["value"] - want["same_top_p"]["value"]) * got["scored_tokens"]
     if flips > TOP_FLIPS + 1e-6:
         bad.append(f"same_top_p: mla {got['same_top_p']['value']:.4f}, llama {want['same_top_p']['value']:.4f}")
     assert not bad, "mla.cpp and llama-perplexity disagree:\n  " + "\n  ".join(bad)
@@ -82,7 +96,7 @@ def test_reads_llama_base_exactly(mla_bin):
 
 def test_q4_k_against_llama_base_matches_llama(mla_bin):
     got = kld_json(mla_bin, Q4, LLAMA_BASE)
-    assert_model_side(got, stats()["llama_base"]["vs"][Q4], got["scored_tokens"])
+    assert_model_side(got, stats()["llama_base"]["vs"][Q4])
 
 
 def test_q8_0_against_llama_base_is_the_noise_floor(mla_bin):
@@ -106,7 +120,7 @@ def test_llama_reads_mla_base(mla_bin, tmp_path):
     want = stats()["mla_base"]["vs"][Q4]
     got = kld_json(mla_bin, Q4, base)
     assert close(got["ppl_base"]["value"], want["ppl_base"]["value"], 1e-4), (got["ppl_base"], want["ppl_base"])
-    assert_model_side(got, want, got["scored_tokens"])
+    assert_model_side(got, want)
 
 
 def test_round_trip_is_zero(mla_bin, tmp_path):

@@ -3,9 +3,10 @@
 
     .venv/bin/python tools/llama-cpp/make_kld_fixtures.py LLAMA_PERPLEXITY [--mla build/mla] [-- EXTRA ARGS]
 
-LLAMA_PERPLEXITY is a llama.cpp or ik_llama.cpp `llama-perplexity` binary (ik_llama.cpp's build, or
-mainline's from tools/llama-cpp/build-perplexity.sh: give mainline `-- -nr`, see
-tools/train-tiny/compare_perplexity.py). Everything runs on tests/fixtures/tiny/heldout-test.txt
+LLAMA_PERPLEXITY is llama.cpp's `llama-perplexity` (tools/llama-cpp/build-perplexity.sh builds it;
+give it `-- -nr`: with weight repacking that build aborts on this model, see
+tools/train-tiny/compare_perplexity.py). ik_llama.cpp's shares the format and the statistics but
+refuses the embedded model (its MLA check wants DeepSeek's 576/512 head sizes). Everything runs on tests/fixtures/tiny/heldout-test.txt
 with n_ctx 64 and 4 chunks: 4 * 31 = 124 scored tokens, the fewest chunks of this context over
 llama-perplexity's 100-token minimum for its final statistics; each scored token stores 4100 uint16
 (vocabulary 4096), so a base is 1 MB.
@@ -103,9 +104,11 @@ def main() -> None:
     text = run([args.llama_perplexity, "-m", MODELS["q8_0"], "-f", TEXT, "-c", N_CTX, "-b", N_CTX, "--chunks", CHUNKS,
                 "-t", THREADS, "--kl-divergence-base", llama_base, *args.extra])
     final = re.search(r"Final estimate: PPL.*?= ([0-9.]+) \+/- ([0-9.]+)", text)
-    build = re.search(r"build[ =:]+(\S+ \([0-9a-f]+\))", text)
+    if not final:
+        raise SystemExit(f"no final estimate from llama-perplexity:\n{text[-3000:]}")
+    version = run([args.llama_perplexity, "--version"]).strip().splitlines()[0]
     stats = {
-        "llama_perplexity": {"binary": Path(args.llama_perplexity).name, "build": build.group(1) if build else None,
+        "llama_perplexity": {"binary": Path(args.llama_perplexity).name, "version": version,
                              "extra_args": args.extra},
         "text": str(TEXT.relative_to(REPO)), "n_ctx": N_CTX, "chunks": CHUNKS, "threads": THREADS,
         "llama_base": {"file": llama_base.name, "model": str(MODELS["q8_0"].relative_to(REPO)),

@@ -48,6 +48,17 @@ def run(cmd: list) -> str:
     return p.stdout + "\n" + p.stderr
 
 
+def run_until(cmd: list, pattern: str, tries: int = 4) -> str:
+    """run(cmd) until its output holds `pattern`: llama.cpp's logger writes from its own thread and
+    now and then loses the last lines at exit."""
+    for _ in range(tries):
+        text = run(cmd)
+        if re.search(pattern, text):
+            return text
+        print(f"  ('{pattern}' missing from the output: again)", file=sys.stderr)
+    raise SystemExit(f"no '{pattern}' in llama-perplexity's output after {tries} runs:\n{text[-3000:]}")
+
+
 def value_error(text: str, label: str, percent: bool = False) -> dict:
     m = re.search(re.escape(label) + r"\s*:\s*" + NUM + r"\s*±\s*" + NUM, text)
     if not m:
@@ -88,8 +99,8 @@ def parse_kld(text: str) -> dict:
 
 
 def kl_divergence(llama: str, extra: list, model: Path, base: Path) -> dict:
-    text = run([llama, "-m", model, "-c", N_CTX, "-b", N_CTX, "-t", THREADS, "--kl-divergence-base", base,
-                "--kl-divergence", *extra])
+    text = run_until([llama, "-m", model, "-c", N_CTX, "-b", N_CTX, "-t", THREADS, "--kl-divergence-base", base,
+                      "--kl-divergence", *extra], r"Same top p:")
     return parse_kld(text)
 
 
@@ -101,11 +112,10 @@ def main() -> None:
     args = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     llama_base = OUT / "llama-base-q8_0.kld"
-    text = run([args.llama_perplexity, "-m", MODELS["q8_0"], "-f", TEXT, "-c", N_CTX, "-b", N_CTX, "--chunks", CHUNKS,
-                "-t", THREADS, "--kl-divergence-base", llama_base, *args.extra])
-    final = re.search(r"Final estimate: PPL.*?= ([0-9.]+) \+/- ([0-9.]+)", text)
-    if not final:
-        raise SystemExit(f"no final estimate from llama-perplexity:\n{text[-3000:]}")
+    final_re = r"Final estimate: PPL.*?= ([0-9.]+) \+/- ([0-9.]+)"
+    text = run_until([args.llama_perplexity, "-m", MODELS["q8_0"], "-f", TEXT, "-c", N_CTX, "-b", N_CTX, "--chunks",
+                      CHUNKS, "-t", THREADS, "--kl-divergence-base", llama_base, *args.extra], final_re)
+    final = re.search(final_re, text)
     version = run([args.llama_perplexity, "--version"]).strip().splitlines()[0]
     stats = {
         "llama_perplexity": {"binary": Path(args.llama_perplexity).name, "version": version,

@@ -160,8 +160,12 @@ void KldBaseReader::read_chunk(int32_t chunk) {
 void KldAccumulator::add(const float* logits, int64_t n_vocab, const uint16_t* base_row, int32_t next) {
   float max_logit = logits[0];
   int64_t top = 0;
-  for (int64_t i = 1; i < n_vocab; ++i)
-    if (logits[i] > max_logit) max_logit = logits[i], top = i;
+  for (int64_t i = 1; i < n_vocab; ++i) {
+    if (logits[i] > max_logit) {
+      max_logit = logits[i];
+      top = i;
+    }
+  }
   double sum = 0;
   for (int64_t i = 0; i < n_vocab; ++i) sum += std::exp(static_cast<double>(logits[i]) - max_logit);
   const double log_z = max_logit + std::log(sum);  // log p(i) = logits[i] - log_z
@@ -180,12 +184,17 @@ void KldAccumulator::add(const float* logits, int64_t n_vocab, const uint16_t* b
   const double p_diff = std::exp(-nll) - std::exp(-nll_base);
 
   Sums& s = sums_;
-  s.nll += nll, s.nll2 += nll * nll;
-  s.nll_base += nll_base, s.nll_base2 += nll_base * nll_base;
+  s.nll += nll;
+  s.nll2 += nll * nll;
+  s.nll_base += nll_base;
+  s.nll_base2 += nll_base * nll_base;
   s.nll_nll_base += nll * nll_base;
-  s.kld += kld, s.kld2 += kld * kld;
-  s.p_diff += p_diff, s.p_diff2 += p_diff * p_diff, s.p_diff4 += p_diff * p_diff * p_diff * p_diff;
-  s.n_same_top += top == top_base;
+  s.kld += kld;
+  s.kld2 += kld * kld;
+  s.p_diff += p_diff;
+  s.p_diff2 += p_diff * p_diff;
+  s.p_diff4 += p_diff * p_diff * p_diff * p_diff;
+  s.n_same_top += top == top_base ? 1 : 0;
   kld_.push_back(static_cast<float>(kld));
   p_diff_.push_back(static_cast<float>(p_diff));
 }

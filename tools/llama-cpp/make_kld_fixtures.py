@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Regenerate tests/fixtures/kld/: llama-perplexity's KL-divergence figures on the embedded models.
 
     .venv/bin/python tools/llama-cpp/make_kld_fixtures.py LLAMA_PERPLEXITY [--mla build/mla] [-- EXTRA ARGS]

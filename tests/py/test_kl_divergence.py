@@ -165,6 +165,7 @@ def test_base_must_fit_this_run(mla_bin, tmp_path):
     shifted = tmp_path / "shifted.txt"
     shifted.write_text(TEXT.read_text(encoding="utf-8")[500:], encoding="utf-8")
     assert "does not tokenize as the base" in mla_fails(mla_bin, "-m", REPO / Q4, "-f", shifted, *args)
+    assert "--chunks 0 leaves nothing to evaluate" in mla_fails(mla_bin, "-m", REPO / Q4, "--chunks", "0", *args)
     assert "needs --kl-divergence-base" in mla_fails(mla_bin, "-m", REPO / Q4, "--kl-divergence")
     assert "-f FILE is required" in mla_fails(mla_bin, "-m", REPO / Q4)
     unwritable = tmp_path / "no-such-dir" / "base.kld"

@@ -154,9 +154,10 @@ TEST(Packed, LayoutsAndExtras) {
   EXPECT_EQ(packed_gemm_fn(GgmlType::Q4_1), nullptr);
   // The AVX2 family covers these layouts (so Avx2KernelEqualsReferenceBits skips none of them).
   for (GgmlType t :
-       {GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K,
+       {GgmlType::Q8_0,    GgmlType::Q2_K,   GgmlType::Q3_K,  GgmlType::Q4_K,    GgmlType::Q5_K,  GgmlType::Q6_K,
         GgmlType::IQ2_XXS, GgmlType::IQ2_XS, GgmlType::IQ2_S, GgmlType::IQ3_XXS, GgmlType::IQ3_S, GgmlType::IQ1_S,
-        GgmlType::IQ1_M, GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::IQ4_NL, GgmlType::MXFP4, GgmlType::IQ4_XS})
+        GgmlType::IQ1_M,   GgmlType::Q4_0,   GgmlType::Q5_0,  GgmlType::IQ4_NL,  GgmlType::MXFP4, GgmlType::IQ4_XS,
+        GgmlType::Q6_0,    GgmlType::IQ4_K,  GgmlType::IQ5_K, GgmlType::IQ4_KS,  GgmlType::IQ5_KS})
     EXPECT_NE(quant::packed_gemm_avx2_fn(t), nullptr) << ggml_type_name(t);
   // 16 rows of Q8_0 are 16 x 34 bytes per block; the packed group keeps that size.
   EXPECT_EQ(packed_group_bytes(GgmlType::Q8_0, 64), 2 * 16 * 34);
@@ -171,6 +172,13 @@ TEST(Packed, LayoutsAndExtras) {
   // bits, and one shift bit per group of 8 columns and row.
   EXPECT_EQ(packed_group_bytes(GgmlType::IQ1_S, 512), 2 * (32 + 8 * 16 + 32 * 16 * 2 + 32 * 16 / 8));
   EXPECT_EQ(packed_group_bytes(GgmlType::IQ1_M, 256), 32 + 16 * 16 + 32 * 16 * 2 + 32 * 16 / 8);
+  // Q6_0 and the row-scaled IQ4_KS / IQ5_KS keep the rows' bytes (fp32 headers included);
+  // IQ4_K / IQ5_K add 64 bytes per super-block: the 6-bit scales as bytes and the extra bits.
+  EXPECT_EQ(packed_group_bytes(GgmlType::Q6_0, 64), 2 * 16 * 26);
+  EXPECT_EQ(packed_group_bytes(GgmlType::IQ4_KS, 512), 16 * (4 + 2 * 136));
+  EXPECT_EQ(packed_group_bytes(GgmlType::IQ5_KS, 512), 16 * (4 + 2 * 168));
+  EXPECT_EQ(packed_group_bytes(GgmlType::IQ4_K, 512), 2 * (16 * 144 + 64));
+  EXPECT_EQ(packed_group_bytes(GgmlType::IQ5_K, 512), 2 * (16 * 176 + 64));
   EXPECT_EQ(packed_act_extra_bytes(GgmlType::Q8_0, 64), 8);
   EXPECT_EQ(packed_act_extra_bytes(GgmlType::Q8_K, 512), 2 * (16 + 64));
   EXPECT_EQ(packed_act_extra_bytes(GgmlType::F16, 512), 0);
@@ -181,7 +189,8 @@ INSTANTIATE_TEST_SUITE_P(Quant, PackedTest,
                                            GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ2_XXS, GgmlType::IQ2_XS,
                                            GgmlType::IQ2_S, GgmlType::IQ3_XXS, GgmlType::IQ3_S, GgmlType::IQ1_S,
                                            GgmlType::IQ1_M, GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::IQ4_NL,
-                                           GgmlType::MXFP4, GgmlType::IQ4_XS),
+                                           GgmlType::MXFP4, GgmlType::IQ4_XS, GgmlType::Q6_0, GgmlType::IQ4_K,
+                                           GgmlType::IQ5_K, GgmlType::IQ4_KS, GgmlType::IQ5_KS),
                          [](const auto& info) { return testing::type_label(info.param); });
 
 }  // namespace

@@ -1,0 +1,186 @@
+// Packed 16-row groups of IQ4_K, IQ5_K, IQ4_KS and IQ5_KS (layout in packed_iqk.h): the packer (run
+// once at load) and the scalar twin of the AVX-512 and AVX2 kernels, bit-identical to them.
+#include "quant/packed_iqk.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "quant/kernels.h"
+
+MLA_NO_FP_CONTRACT
+
+namespace mla::quant {
+namespace {
+
+// One row's super-block in the form every type packs from: the 4-bit index of each column in
+// the packed byte order (sub-block s, byte j: column 32s+j low, 32s+16+j high), the fifth index
+// bits (IQ5), the extra bit of each group and the scale bytes as the layout stores them.
+struct RowBlock {
+  uint8_t nibbles[8][16];
+  uint8_t fifth[8][4];  // sub-block s, byte i: bit g column 32s+4g+i, bit 4+g column 32s+16+4g+i
+  uint8_t scale[16];    // int8 scales (16 groups) or the file's scale bytes (8 groups)
+  bool extra[16];
+};
+
+// IQ5_K / IQ5_KS: the 4 low index bits of column e (per 64 columns, 32 bytes, low nibbles first)
+// and the fifth bit, bit e / 32 of qh[e % 32].
+void iq5_indices(const uint8_t* qs, const uint8_t* qh, RowBlock& rb) {
+  std::memset(rb.fifth, 0, sizeof rb.fifth);
+  for (int s = 0; s < 8; ++s)
+    for (int j = 0; j < 16; ++j) {
+      const int e = 32 * s + j;
+      rb.nibbles[s][j] = static_cast<uint8_t>(iqk_nibble64(qs, e) | iqk_nibble64(qs, e + 16) << 4);
+      const int g = j / 4, i = j % 4;
+      rb.fifth[s][i] =
+          static_cast<uint8_t>(rb.fifth[s][i] | ((qh[j] >> s) & 1) << g | ((qh[j + 16] >> s) & 1) << (4 + g));
+    }
+}
+
+// 6-bit scales of IQ4_K / IQ5_K (offset 32) and the extra bit per 16 columns.
+template <typename Block>
+void k_scales(const Block& b, RowBlock& rb) {
+  for (int j = 0; j < 16; ++j) {
+    const int lo = (b.scales_l[j / 2] >> (4 * (j % 2))) & 0xf;
+    const int hi = (b.scales_h[j / 4] >> (2 * (j % 4))) & 3;
+    rb.scale[j] = static_cast<uint8_t>(static_cast<int8_t>((lo | hi << 4) - 32));
+    rb.extra[j] = (b.extra >> j) & 1;
+  }
+}
+
+void read_block(const BlockIQ4_K& b, RowBlock& rb) {
+  std::memcpy(rb.nibbles, b.qs, sizeof rb.nibbles);  // already in the packed byte order
+  k_scales(b, rb);
+}
+void read_block(const BlockIQ5_K& b, RowBlock& rb) {
+  iq5_indices(b.qs, b.qh, rb);
+  k_scales(b, rb);
+}
+void read_block(const BlockIQ4_KS& b, RowBlock& rb) {
+  std::memcpy(rb.nibbles, b.qs, sizeof rb.nibbles);
+  std::memcpy(rb.scale, b.scales, 8);
+}
+void read_block(const BlockIQ5_KS& b, RowBlock& rb) {
+  iq5_indices(b.qs, b.qh, rb);
+  std::memcpy(rb.scale, b.scales, 8);
+}
+
+template <typename Block>
+void pack(const IqkPackedSpec& sp, const uint8_t* src, int64_t row_bytes, int64_t n_cols, uint8_t* dst) {
+  const int64_t head = sp.row_scaled() ? 4 : 0;  // the row's fp32 scale
+  if (sp.row_scaled())
+    for (int r = 0; r < kPackedRows; ++r) std::memcpy(dst + 4 * r, src + r * row_bytes, 4);
+  RowBlock rb{};
+  for (int64_t b = 0; b < n_cols / kQK_K; ++b) {
+    uint8_t* out = dst + sp.header_bytes() + b * sp.bytes();
+    std::memset(out, 0, static_cast<size_t>(sp.bytes()));
+    for (int r = 0; r < kPackedRows; ++r) {
+      const auto& blk = reinterpret_cast<const Block*>(src + r * row_bytes + head)[b];
+      read_block(blk, rb);
+      if constexpr (requires { blk.d; }) std::memcpy(out + 2 * r, &blk.d, 2);
+      for (int j = 0; j < sp.n_groups; ++j) {
+        out[sp.scale_offset() + 16 * j + r] = rb.scale[j];
+        if (!sp.row_scaled() && rb.extra[j])
+          out[sp.extra_offset() + 2 * j + r / 8] |= static_cast<uint8_t>(1 << (r % 8));
+      }
+      for (int s = 0; s < 8; ++s)
+        for (int g = 0; g < 4; ++g) {
+          std::memcpy(out + sp.quants_offset() + 256 * s + 64 * g + 4 * r, rb.nibbles[s] + 4 * g, 4);
+          if (sp.fifth_bit) std::memcpy(out + sp.bits_offset() + 64 * s + 4 * r, rb.fifth[s], 4);
+        }
+    }
+  }
+}
+
+// Row r's level of column c (0..255) of a packed super-block.
+int level(const IqkPackedSpec& sp, const uint8_t* blk, int r, int c) {
+  const int s = c / 32, j = c % 32, g = (j % 16) / 4, i = j % 4;
+  int idx = (blk[sp.quants_offset() + 256 * s + 64 * g + 4 * r + i] >> (j < 16 ? 0 : 4)) & 0x0F;
+  if (sp.fifth_bit) idx |= ((blk[sp.bits_offset() + 64 * s + 4 * r + i] >> (j < 16 ? g : 4 + g)) & 1) << 4;
+  bool extra;
+  if (sp.row_scaled()) {
+    extra = blk[sp.scale_offset() + 16 * s + r] & 1;
+  } else {
+    const int grp = c / 16;
+    extra = (blk[sp.extra_offset() + 2 * grp + r / 8] >> (r % 8)) & 1;
+  }
+  return sp.table[idx] + (extra ? sp.shift : 0);
+}
+
+// Row r's integer scale of group j.
+int group_scale(const IqkPackedSpec& sp, const uint8_t* blk, int r, int j) {
+  const uint8_t v = blk[sp.scale_offset() + 16 * j + r];
+  return sp.row_scaled() ? (v & 254) - 127 : static_cast<int8_t>(v);
+}
+
+// Against Q8_K: tot = sum over groups of scale * sum(level * a), exact in int32;
+// acc = fma(d * d_a, tot, acc) per super-block in order.
+template <GgmlType kType>
+void gemm_ref(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, int n_tok, float* out) {
+  constexpr IqkPackedSpec sp = iqk_packed_spec(kType);
+  constexpr int kGroupCols = kQK_K / sp.n_groups;
+  for (int t = 0; t < n_tok; ++t) {
+    const auto* a = reinterpret_cast<const BlockQ8_K*>(act + t * act_stride);
+    for (int r = 0; r < kPackedRows; ++r) {
+      float acc = 0.0f;
+      for (int64_t b = 0; b < n_cols / kQK_K; ++b) {
+        const uint8_t* blk = group + sp.header_bytes() + b * sp.bytes();
+        int32_t tot = 0;
+        for (int j = 0; j < sp.n_groups; ++j) {
+          int32_t isum = 0;
+          for (int c = kGroupCols * j; c < kGroupCols * (j + 1); ++c) isum += level(sp, blk, r, c) * a[b].qs[c];
+          tot += group_scale(sp, blk, r, j) * isum;
+        }
+        float d;
+        if (sp.row_scaled()) {
+          std::memcpy(&d, group + 4 * r, 4);
+        } else {
+          uint16_t h;
+          std::memcpy(&h, blk + 2 * r, 2);
+          d = fp16_to_fp32(h);
+        }
+        acc = std::fma(d * a[b].d, static_cast<float>(tot), acc);
+      }
+      out[t * kPackedRows + r] = acc;
+    }
+  }
+}
+
+}  // namespace
+
+int64_t packed_iqk_group_bytes(GgmlType t, int64_t n_cols) {
+  const IqkPackedSpec sp = iqk_packed_spec(t);
+  return sp.n_groups ? sp.header_bytes() + n_cols / kQK_K * sp.bytes() : 0;
+}
+
+void pack_iqk_rows(GgmlType t, const uint8_t* src, int64_t row_bytes, int64_t n_cols, uint8_t* dst) {
+  const IqkPackedSpec sp = iqk_packed_spec(t);
+  switch (t) {
+    case GgmlType::IQ4_K:
+      return pack<BlockIQ4_K>(sp, src, row_bytes, n_cols, dst);
+    case GgmlType::IQ5_K:
+      return pack<BlockIQ5_K>(sp, src, row_bytes, n_cols, dst);
+    case GgmlType::IQ4_KS:
+      return pack<BlockIQ4_KS>(sp, src, row_bytes, n_cols, dst);
+    case GgmlType::IQ5_KS:
+      return pack<BlockIQ5_KS>(sp, src, row_bytes, n_cols, dst);
+    default:
+      return;
+  }
+}
+
+PackedGemmFn packed_gemm_iqk_ref_fn(GgmlType t) {
+  switch (t) {
+    case GgmlType::IQ4_K:
+      return gemm_ref<GgmlType::IQ4_K>;
+    case GgmlType::IQ5_K:
+      return gemm_ref<GgmlType::IQ5_K>;
+    case GgmlType::IQ4_KS:
+      return gemm_ref<GgmlType::IQ4_KS>;
+    case GgmlType::IQ5_KS:
+      return gemm_ref<GgmlType::IQ5_KS>;
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace mla::quant

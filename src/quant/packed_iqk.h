@@ -1,0 +1,72 @@
+#pragma once
+// Internal: the packed 16-row layout of ik_llama.cpp's table k-quants IQ4_K, IQ5_K (fp16 d per
+// super-block, a 6-bit scale per 16 columns) and IQ4_KS, IQ5_KS (an fp32 scale per row, a scale
+// byte per 32 columns), shared by the packer and scalar twin (packed_iqk.cpp) and the AVX-512 and
+// AVX2 kernels (packed_iqk_avx512.cpp, packed_iqk_avx2.cpp).
+//
+// A value is d * scale[group] * level, level = table[index] + shift * extra[group]: each type's
+// second table is its first plus a constant (IQ4: kIQ4KValues + 4, IQ5: kIQ5NLValues + 2), so the
+// group's extra bit becomes one add on the operand bytes. The index is 4 bits (IQ4) or 4 bits plus
+// a fifth from its own plane (IQ5). Levels lie in -127..123, so level + 128 is the unsigned
+// vpdpbusd operand; each group's sum starts from -128 x its activation sum (Q8_K's bsums).
+//
+// Group layout (16 rows, n_cols columns):
+//   IQ4_KS, IQ5_KS only: fp32 d[16] (the rows' headers)
+//   per 256-column super-block:
+//     IQ4_K, IQ5_K: fp16 d[16] | int8 scale[16 groups][16] | u16 extra[16 groups], bit r: row r
+//     IQ4_KS, IQ5_KS: u8 scales[8 groups][16], the file's bytes (bit 0 extra, (s & 254) - 127 scale)
+//     | 8 sub-blocks x 4 k-groups x 64 bytes: sub-block s, k-group g, row r: 4 bytes, byte i: the
+//       index of column 32s+4g+i (low nibble) and of 32s+16+4g+i (high nibble)
+//     | IQ5 only: 8 x 64 bytes: sub-block s, row r: 4 bytes, byte i: bit g = fifth index bit of
+//       column 32s+4g+i, bit 4+g that of 32s+16+4g+i
+// The 16 rows take exactly their file bytes (IQ4_KS, IQ5_KS) or 64 bytes more per super-block
+// (IQ4_K, IQ5_K: the unpacked scales and extra bits); every super-block is a whole number of
+// cache lines.
+#include <cstdint>
+
+#include "quant/iqk_blocks.h"
+#include "quant/packed.h"
+#include "util/ggml_type.h"
+
+namespace mla::quant {
+
+struct IqkPackedSpec {
+  int n_groups = 0;  // scale groups per super-block: 16 (fp16 d per block) or 8 (fp32 d per row)
+  int shift = 0;     // the second table minus the first
+  bool fifth_bit = false;
+  const int8_t* table = nullptr;  // 16 levels (IQ4) or 32 (IQ5: fifth bit set -> the second 16)
+
+  constexpr bool row_scaled() const { return n_groups == 8; }
+  constexpr int64_t header_bytes() const { return row_scaled() ? 64 : 0; }
+  constexpr int64_t scale_offset() const { return row_scaled() ? 0 : 32; }
+  constexpr int64_t extra_offset() const { return 32 + 256; }  // 16-group types only
+  constexpr int64_t quants_offset() const { return row_scaled() ? 128 : 32 + 256 + 32; }
+  constexpr int64_t bits_offset() const { return quants_offset() + 8 * 256; }
+  constexpr int64_t bytes() const { return bits_offset() + (fifth_bit ? 8 * 64 : 0); }
+};
+
+// The spec of t; n_groups == 0 when t has no such layout.
+constexpr IqkPackedSpec iqk_packed_spec(GgmlType t) {
+  switch (t) {
+    case GgmlType::IQ4_K:
+      return {16, 4, false, kIQ4KValues};
+    case GgmlType::IQ5_K:
+      return {16, 2, true, kIQ5NLValues};
+    case GgmlType::IQ4_KS:
+      return {8, 4, false, kIQ4KValues};
+    case GgmlType::IQ5_KS:
+      return {8, 2, true, kIQ5NLValues};
+    default:
+      return {};
+  }
+}
+
+// The packer, group size and kernels of this layout (packed_iqk.cpp, packed_iqk_avx512.cpp,
+// packed_iqk_avx2.cpp): 0 bytes / nullptr for any other type.
+int64_t packed_iqk_group_bytes(GgmlType t, int64_t n_cols);
+void pack_iqk_rows(GgmlType t, const uint8_t* src, int64_t row_bytes, int64_t n_cols, uint8_t* dst);
+PackedGemmFn packed_gemm_iqk_ref_fn(GgmlType t);
+PackedGemmFn packed_gemm_iqk_avx512_fn(GgmlType t);
+PackedGemmFn packed_gemm_iqk_avx2_fn(GgmlType t);
+
+}  // namespace mla::quant

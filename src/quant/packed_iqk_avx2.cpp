@@ -1,0 +1,169 @@
+// AVX2 GEMM over the packed groups of IQ4_K, IQ5_K, IQ4_KS and IQ5_KS (layout in packed_iqk.h),
+// for CPUs without AVX-512 VNNI; the entries are read as two halves of 8 rows (packed_avx2.h).
+// vpshufb maps the indices to signed levels (IQ5: two tables, the fifth bit choosing per byte) and
+// a row's extra bit adds the table shift to its 4 bytes; vpmaddubsw then takes |a| unsigned and
+// the level with a's sign: |level| <= 127, so a pair sum is at most 2 x 128 x 127 whatever a is,
+// and vpmaddwd multiplies the pairs by the row's group scale (|scale| <= 127) into int32. The
+// float steps per (row, token) are the scalar twin's, in its order (packed_iqk.cpp), so results
+// are bit-identical to it whatever the number of tokens in the call.
+#include <immintrin.h>
+
+#include <array>
+#include <cstring>
+
+#include "quant/kernels.h"
+#include "quant/packed_avx2.h"
+#include "quant/packed_iqk.h"
+
+namespace mla::quant {
+namespace {
+
+using namespace avx2p;
+
+// The signed levels of table entries 16h..16h+15 in both 128-bit lanes.
+template <GgmlType kType, int kHalf>
+inline __m256i table() {
+  return _mm256_broadcastsi128_si256(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(iqk_packed_spec(kType).table + 16 * kHalf)));
+}
+
+// Rows 8h..8h+7 of one sub-block: the extra bits as lane masks (lane r = row r's 4 bytes) and the
+// group scales as int16 pairs, for its low and high 16 columns.
+struct SubBlockHalf {
+  __m256i extra_lo, extra_hi, scale_lo, scale_hi;
+};
+
+// Bits 8h..8h+7 of a 16-row mask, as all-ones lanes.
+inline __m256i row_mask(uint16_t bits, int h) {
+  const __m256i sel = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+  return _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(bits >> (8 * h)), sel), sel);
+}
+
+template <GgmlType kType>
+inline SubBlockHalf sub_block(const uint8_t* blk, int s, int h) {
+  constexpr IqkPackedSpec sp = iqk_packed_spec(kType);
+  SubBlockHalf sb;
+  if constexpr (sp.row_scaled()) {
+    const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + sp.scale_offset() + 16 * s + 8 * h));
+    const __m256i one = _mm256_set1_epi32(1);
+    sb.extra_lo = sb.extra_hi = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_cvtepu8_epi32(v), one), one);
+    const __m256i pairs = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(v, v));
+    sb.scale_lo = sb.scale_hi =
+        _mm256_sub_epi16(_mm256_and_si256(pairs, _mm256_set1_epi16(254)), _mm256_set1_epi16(127));
+  } else {
+    uint16_t lo, hi;
+    std::memcpy(&lo, blk + sp.extra_offset() + 4 * s, 2);
+    std::memcpy(&hi, blk + sp.extra_offset() + 4 * s + 2, 2);
+    sb.extra_lo = row_mask(lo, h);
+    sb.extra_hi = row_mask(hi, h);
+    sb.scale_lo = i8_pairs(blk + 32 + 32 * s + 8 * h);
+    sb.scale_hi = i8_pairs(blk + 48 + 32 * s + 8 * h);
+  }
+  return sb;
+}
+
+// The signed levels of 8 rows x 4 columns: idx the 4-bit indices, fifth the bytes whose fifth
+// index bit is set (IQ5), extra the rows whose group takes the shifted table.
+template <GgmlType kType>
+inline __m256i levels(__m256i idx, __m256i fifth, __m256i extra, __m256i tbl0, __m256i tbl1) {
+  constexpr IqkPackedSpec sp = iqk_packed_spec(kType);
+  __m256i v = _mm256_shuffle_epi8(tbl0, idx);
+  if constexpr (sp.fifth_bit) v = _mm256_blendv_epi8(v, _mm256_shuffle_epi8(tbl1, idx), fifth);
+  return _mm256_add_epi8(v, _mm256_and_si256(extra, _mm256_set1_epi8(static_cast<char>(sp.shift))));
+}
+
+// Signed level x a through vpmaddubsw (|a| unsigned, level with a's sign): int16 pairs.
+inline __m256i signed_pairs(__m256i level, __m256i a) {
+  return _mm256_maddubs_epi16(_mm256_sign_epi8(a, a), _mm256_sign_epi8(level, a));
+}
+
+// Bytes of v with bit `bit` set, as all-ones bytes.
+inline __m256i bit_set(__m256i v, int bit) {
+  const __m256i m = _mm256_set1_epi8(static_cast<char>(1 << bit));
+  return _mm256_cmpeq_epi8(_mm256_and_si256(v, m), m);
+}
+
+template <GgmlType kType, int NT>
+void gemm(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, float* out) {
+  constexpr IqkPackedSpec sp = iqk_packed_spec(kType);
+  constexpr int64_t kBytes = sp.bytes();
+  constexpr int kLines = static_cast<int>(kBytes / 64 / 8);  // per sub-block
+  const int64_t nb = n_cols / kQK_K;
+  const BlockQ8_K* a[NT];
+  for (int t = 0; t < NT; ++t) a[t] = reinterpret_cast<const BlockQ8_K*>(act + t * act_stride);
+  const __m256i tbl0 = table<kType, 0>();
+  __m256i tbl1 = tbl0;
+  if constexpr (sp.fifth_bit) tbl1 = table<kType, 1>();
+  const __m256i low = _mm256_set1_epi8(0x0F);
+  __m256 acc[2][NT];
+  zero_halves(acc);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = group + sp.header_bytes() + b * kBytes;
+    for (int h = 0; h < 2; ++h) {
+      __m256i tot[NT];
+      for (int t = 0; t < NT; ++t) tot[t] = _mm256_setzero_si256();
+      for (int s = 0; s < 8; ++s) {
+        if (h == 0)
+          for (int l = 0; l < kLines; ++l)
+            _mm_prefetch(reinterpret_cast<const char*>(blk + kBytes + 64 * (kLines * s + l)), _MM_HINT_T0);
+        const SubBlockHalf sb = sub_block<kType>(blk, s, h);
+        const uint8_t* quants = blk + sp.quants_offset() + 256 * s;
+        __m256i bits = _mm256_setzero_si256();
+        if constexpr (sp.fifth_bit) bits = half(blk + sp.bits_offset() + 64 * s, h);
+        for (int g = 0; g < 4; ++g) {
+          const __m256i raw = half(quants + 64 * g, h);
+          __m256i f_lo = bits, f_hi = bits;
+          if constexpr (sp.fifth_bit) {
+            f_lo = bit_set(bits, g);
+            f_hi = bit_set(bits, 4 + g);
+          }
+          const __m256i lo = levels<kType>(_mm256_and_si256(raw, low), f_lo, sb.extra_lo, tbl0, tbl1);
+          const __m256i hi =
+              levels<kType>(_mm256_and_si256(_mm256_srli_epi16(raw, 4), low), f_hi, sb.extra_hi, tbl0, tbl1);
+          for (int t = 0; t < NT; ++t) {
+            const __m256i plo = signed_pairs(lo, bcast4(a[t][b].qs + 32 * s + 4 * g));
+            const __m256i phi = signed_pairs(hi, bcast4(a[t][b].qs + 32 * s + 16 + 4 * g));
+            tot[t] = _mm256_add_epi32(tot[t], _mm256_madd_epi16(plo, sb.scale_lo));
+            tot[t] = _mm256_add_epi32(tot[t], _mm256_madd_epi16(phi, sb.scale_hi));
+          }
+        }
+      }
+      __m256 dw;
+      if constexpr (sp.row_scaled())
+        dw = _mm256_loadu_ps(reinterpret_cast<const float*>(group) + 8 * h);
+      else
+        dw = f16x8(blk + 16 * h);
+      for (int t = 0; t < NT; ++t)
+        acc[h][t] =
+            _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(a[t][b].d)), _mm256_cvtepi32_ps(tot[t]), acc[h][t]);
+    }
+  }
+  store_halves(acc, out);
+}
+
+template <GgmlType kType>
+struct IqkKernel {
+  template <int NT>
+  static void run(int64_t n, const uint8_t* g, const uint8_t* a, int64_t s, float* o) {
+    gemm<kType, NT>(n, g, a, s, o);
+  }
+};
+
+}  // namespace
+
+PackedGemmFn packed_gemm_iqk_avx2_fn(GgmlType t) {
+  switch (t) {
+    case GgmlType::IQ4_K:
+      return by_count<InFours<IqkKernel<GgmlType::IQ4_K>>>;
+    case GgmlType::IQ5_K:
+      return by_count<InFours<IqkKernel<GgmlType::IQ5_K>>>;
+    case GgmlType::IQ4_KS:
+      return by_count<InFours<IqkKernel<GgmlType::IQ4_KS>>>;
+    case GgmlType::IQ5_KS:
+      return by_count<InFours<IqkKernel<GgmlType::IQ5_KS>>>;
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace mla::quant

@@ -1,0 +1,171 @@
+// AVX-512 VNNI GEMM over the packed groups of IQ4_K, IQ5_K, IQ4_KS and IQ5_KS (layout in
+// packed_iqk.h). One 64-byte load holds the indices of 4 columns of each of the 16 rows twice (low
+// nibbles: columns 4g.. of a 32-column sub-block, high: 16+4g..); vpshufb maps them to level + 128
+// (IQ5: two 16-entry tables, the fifth index bit choosing per byte), and a masked add of the
+// table shift to a row's 4 bytes applies its group's extra bit. Each group's int32 sum starts from
+// -128 x its activation sum, so it ends as the exact sum of level x a. The float steps per (row,
+// token) are the scalar twin's, in its order (packed_iqk.cpp), so results are bit-identical to it
+// whatever the number of tokens in the call.
+#include <immintrin.h>
+// GCC 12 flags the deliberately undefined pass-through operand of its own AVX-512 intrinsics.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
+#include <array>
+#include <cstring>
+
+#include "quant/kernels.h"
+#include "quant/packed_avx512.h"
+#include "quant/packed_iqk.h"
+
+namespace mla::quant {
+namespace {
+
+// level + 128 of table entries 16h..16h+15, made once at compile time.
+template <GgmlType kType, int kHalf>
+struct ShiftedTable {
+  static constexpr auto bytes = [] {
+    std::array<uint8_t, 16> t{};
+    for (int i = 0; i < 16; ++i) t[i] = static_cast<uint8_t>(iqk_packed_spec(kType).table[16 * kHalf + i] + 128);
+    return t;
+  }();
+};
+
+template <GgmlType kType, int kHalf>
+inline __m512i shifted_table() {
+  return _mm512_broadcast_i32x4(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(ShiftedTable<kType, kHalf>::bytes.data())));
+}
+
+// One sub-block's per-row group data: the extra masks and int32 scales of its low and high 16
+// columns (the same group for the 8-group types).
+struct SubBlock {
+  __mmask16 extra_lo, extra_hi;
+  __m512i scale_lo, scale_hi;
+};
+
+template <GgmlType kType>
+inline SubBlock sub_block(const uint8_t* blk, int s) {
+  constexpr IqkPackedSpec sp = iqk_packed_spec(kType);
+  SubBlock sb;
+  if constexpr (sp.row_scaled()) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + sp.scale_offset() + 16 * s));
+    sb.extra_lo = sb.extra_hi = _mm_test_epi8_mask(v, _mm_set1_epi8(1));
+    const __m512i raw = _mm512_cvtepu8_epi32(v);
+    sb.scale_lo = sb.scale_hi = _mm512_sub_epi32(_mm512_and_si512(raw, _mm512_set1_epi32(254)), _mm512_set1_epi32(127));
+  } else {
+    uint16_t lo, hi;
+    std::memcpy(&lo, blk + sp.extra_offset() + 4 * s, 2);
+    std::memcpy(&hi, blk + sp.extra_offset() + 4 * s + 2, 2);
+    sb.extra_lo = lo;
+    sb.extra_hi = hi;
+    sb.scale_lo = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 32 + 32 * s)));
+    sb.scale_hi = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 48 + 32 * s)));
+  }
+  return sb;
+}
+
+// The unsigned operand of 16 rows x 4 columns: idx the 4-bit indices, fifth the bytes' fifth-bit
+// mask (IQ5), extra the rows whose group takes the shifted table.
+template <GgmlType kType>
+inline __m512i operand(__m512i idx, __mmask64 fifth, __mmask16 extra, __m512i tbl0, __m512i tbl1) {
+  constexpr IqkPackedSpec sp = iqk_packed_spec(kType);
+  __m512i v = _mm512_shuffle_epi8(tbl0, idx);
+  if constexpr (sp.fifth_bit) v = _mm512_mask_shuffle_epi8(v, fifth, tbl1, idx);
+  // Bytes stay <= 251, so the 32-bit add carries nothing across them.
+  return _mm512_mask_add_epi32(v, extra, v, _mm512_set1_epi32(sp.shift * 0x01010101));
+}
+
+template <GgmlType kType, int NT>
+void gemm(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, float* out) {
+  constexpr IqkPackedSpec sp = iqk_packed_spec(kType);
+  constexpr int64_t kBytes = sp.bytes();
+  constexpr int kLines = static_cast<int>(kBytes / 64 / 8);  // per sub-block
+  const int64_t nb = n_cols / kQK_K;
+  const BlockQ8_K* a[NT];
+  for (int t = 0; t < NT; ++t) a[t] = reinterpret_cast<const BlockQ8_K*>(act + t * act_stride);
+  const __m512i tbl0 = shifted_table<kType, 0>();
+  __m512i tbl1 = tbl0;
+  if constexpr (sp.fifth_bit) tbl1 = shifted_table<kType, 1>();
+  const __m512i low = _mm512_set1_epi8(0x0F);
+  __m512 dw = _mm512_setzero_ps();
+  if constexpr (sp.row_scaled()) dw = _mm512_loadu_ps(group);
+  __m512 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = group + sp.header_bytes() + b * kBytes;
+    __m512i tot[NT];
+    for (int t = 0; t < NT; ++t) tot[t] = _mm512_setzero_si512();
+    for (int s = 0; s < 8; ++s) {
+      for (int l = 0; l < kLines; ++l)
+        _mm_prefetch(reinterpret_cast<const char*>(blk + kBytes + 64 * (kLines * s + l)), _MM_HINT_T0);
+      const SubBlock sb = sub_block<kType>(blk, s);
+      __m512i s0[NT], s1[NT];
+      for (int t = 0; t < NT; ++t) {
+        const int32_t lo = a[t][b].bsums[2 * s], hi = a[t][b].bsums[2 * s + 1];
+        s0[t] = _mm512_set1_epi32(-128 * (sp.row_scaled() ? lo + hi : lo));
+        s1[t] = sp.row_scaled() ? _mm512_setzero_si512() : _mm512_set1_epi32(-128 * hi);
+      }
+      const uint8_t* quants = blk + sp.quants_offset() + 256 * s;
+      __m512i bits = _mm512_setzero_si512();
+      if constexpr (sp.fifth_bit) bits = load512(blk + sp.bits_offset() + 64 * s);
+#pragma GCC unroll 4
+      for (int g = 0; g < 4; ++g) {
+        const __m512i raw = load512(quants + 64 * g);
+        __mmask64 f_lo = 0, f_hi = 0;
+        if constexpr (sp.fifth_bit) {
+          f_lo = _mm512_test_epi8_mask(bits, _mm512_set1_epi8(static_cast<char>(1 << g)));
+          f_hi = _mm512_test_epi8_mask(bits, _mm512_set1_epi8(static_cast<char>(16 << g)));
+        }
+        const __m512i lo = operand<kType>(_mm512_and_si512(raw, low), f_lo, sb.extra_lo, tbl0, tbl1);
+        const __m512i hi =
+            operand<kType>(_mm512_and_si512(_mm512_srli_epi16(raw, 4), low), f_hi, sb.extra_hi, tbl0, tbl1);
+        for (int t = 0; t < NT; ++t) {
+          s0[t] = _mm512_dpbusd_epi32(s0[t], lo, bcast32(a[t][b].qs + 32 * s + 4 * g));
+          s1[t] = _mm512_dpbusd_epi32(s1[t], hi, bcast32(a[t][b].qs + 32 * s + 16 + 4 * g));
+        }
+      }
+      for (int t = 0; t < NT; ++t) {
+        if constexpr (sp.row_scaled()) {
+          tot[t] = _mm512_add_epi32(tot[t], _mm512_mullo_epi32(_mm512_add_epi32(s0[t], s1[t]), sb.scale_lo));
+        } else {
+          tot[t] = _mm512_add_epi32(tot[t], _mm512_mullo_epi32(s0[t], sb.scale_lo));
+          tot[t] = _mm512_add_epi32(tot[t], _mm512_mullo_epi32(s1[t], sb.scale_hi));
+        }
+      }
+    }
+    if constexpr (!sp.row_scaled()) dw = load_f16x16(blk);
+    for (int t = 0; t < NT; ++t)
+      acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(a[t][b].d)), _mm512_cvtepi32_ps(tot[t]), acc[t]);
+  }
+  for (int t = 0; t < NT; ++t) _mm512_storeu_ps(out + 16 * t, acc[t]);
+}
+
+template <GgmlType kType>
+struct IqkKernel {
+  template <int NT>
+  static void run(int64_t n, const uint8_t* g, const uint8_t* a, int64_t s, float* o) {
+    gemm<kType, NT>(n, g, a, s, o);
+  }
+};
+
+}  // namespace
+
+PackedGemmFn packed_gemm_iqk_avx512_fn(GgmlType t) {
+  switch (t) {
+    case GgmlType::IQ4_K:
+      return by_count<IqkKernel<GgmlType::IQ4_K>>;
+    case GgmlType::IQ5_K:
+      return by_count<IqkKernel<GgmlType::IQ5_K>>;
+    case GgmlType::IQ4_KS:
+      return by_count<IqkKernel<GgmlType::IQ4_KS>>;
+    case GgmlType::IQ5_KS:
+      return by_count<IqkKernel<GgmlType::IQ5_KS>>;
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace mla::quant

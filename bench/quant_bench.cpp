@@ -90,15 +90,25 @@ void fill(Matrix& m) {
     for (int64_t r = 0; r < m.n_rows; ++r) std::memcpy(m.data.get() + r * m.row_bytes, row.data(), row.size());
     return;
   }
+  // Scales as random_row makes them: random bits there could be subnormal, whose float products
+  // take microcode assists and would time those instead of the kernel.
   const auto offsets = testing::half_scale_offsets(m.type);
-  const size_t n_blocks = total / tr.block_bytes;
-  for (size_t b = 0; b < n_blocks; ++b) {
-    uint8_t* blk = m.data.get() + b * tr.block_bytes;
-    for (int off : offsets) {
+  const int64_t blocks_per_row = (m.row_bytes - tr.row_meta_bytes) / tr.block_bytes;
+  for (int64_t r = 0; r < m.n_rows; ++r) {
+    uint8_t* row = m.data.get() + r * m.row_bytes;
+    if (tr.row_meta_bytes > 0) {
       const uint16_t h = testing::pick_half_scale(testing::ScaleCase::Random, rng, 0);
-      std::memcpy(blk + off, &h, 2);
+      const float d = fp16_to_fp32(h);
+      std::memcpy(row, tr.row_meta_bytes == 4 ? static_cast<const void*>(&d) : &h, tr.row_meta_bytes);
     }
-    if (m.type == GgmlType::MXFP4) blk[0] = static_cast<uint8_t>(120 + b % 16);
+    for (int64_t b = 0; b < blocks_per_row; ++b) {
+      uint8_t* blk = row + tr.row_meta_bytes + b * tr.block_bytes;
+      for (int off : offsets) {
+        const uint16_t h = testing::pick_half_scale(testing::ScaleCase::Random, rng, 0);
+        std::memcpy(blk + off, &h, 2);
+      }
+      if (m.type == GgmlType::MXFP4) blk[0] = static_cast<uint8_t>(120 + b % 16);
+    }
   }
 }
 

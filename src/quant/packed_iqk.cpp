@@ -1,4 +1,4 @@
-// Packed 16-row groups of IQ4_K, IQ5_K, IQ4_KS and IQ5_KS (layout in packed_iqk.h): the packer (run
+// Packed 16-row groups of IQ4_K, IQ5_K, IQ4_KS, IQ5_KS and IQ2_KL (layouts in packed_iqk.h): the packer (run
 // once at load) and the scalar twin of the AVX-512 and AVX2 kernels, bit-identical to them.
 #include "quant/packed_iqk.h"
 
@@ -145,9 +145,71 @@ void gemm_ref(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t 
   }
 }
 
+// IQ2_KL (layout in packed_iqk.h). Sub-block s of a row: scale, and pair p's 5-bit index.
+void pack_iq2_kl(const uint8_t* src, int64_t row_bytes, int64_t n_cols, uint8_t* dst) {
+  std::memset(dst, 0, kIQ2KLx16Head);
+  for (int r = 0; r < kPackedRows; ++r) std::memcpy(dst + 2 * r, src + r * row_bytes, 2);
+  for (int64_t b = 0; b < n_cols / kQK_K; ++b) {
+    uint8_t* out = dst + kIQ2KLx16Head + b * kIQ2KLx16Bytes;
+    std::memset(out, 0, kIQ2KLx16Bytes);
+    for (int r = 0; r < kPackedRows; ++r) {
+      const auto& blk = reinterpret_cast<const BlockIQ2_KL*>(src + r * row_bytes + 2)[b];
+      for (int s = 0; s < 8; ++s) {
+        const int lo = (blk.scales_l[s % 4] >> (4 * (s / 4))) & 0xf;
+        out[16 * s + r] = static_cast<uint8_t>(static_cast<int8_t>((lo | ((blk.scales_h >> (2 * s)) & 3) << 4) - 32));
+        for (int p = 0; p < 16; ++p) {
+          const int nib = (blk.qs[16 * (s / 2) + p] >> (4 * (s % 2))) & 0xf, fifth = (blk.qh[p] >> s) & 1;
+          const int h = p / 8, k = (p % 8) / 2, word = 2 * r + p % 2;
+          uint8_t* w = out + kIQ2KLx16Nibbles + 64 * (2 * s + h) + 2 * word;
+          w[k / 2] = static_cast<uint8_t>(w[k / 2] | nib << (4 * (k % 2)));
+          const int bit = 8 * (s % 2) + 4 * h + k;
+          uint8_t* f = out + kIQ2KLx16Fifth + 64 * (s / 2) + 2 * word;
+          f[bit / 8] = static_cast<uint8_t>(f[bit / 8] | fifth << (bit % 8));
+        }
+      }
+    }
+  }
+}
+
+// Row r's level of column c (0..255) of a packed IQ2_KL super-block.
+int iq2_kl_level(const uint8_t* blk, int r, int c) {
+  const int s = c / 32, p = (c % 32) / 2, h = p / 8, k = (p % 8) / 2, word = 2 * r + p % 2;
+  uint16_t nibs, fifth;
+  std::memcpy(&nibs, blk + kIQ2KLx16Nibbles + 64 * (2 * s + h) + 2 * word, 2);
+  std::memcpy(&fifth, blk + kIQ2KLx16Fifth + 64 * (s / 2) + 2 * word, 2);
+  const int idx = ((nibs >> (4 * k)) & 0xf) | ((fifth >> (8 * (s % 2) + 4 * h + k)) & 1) << 4;
+  return static_cast<int8_t>(c % 2 ? kIQ2KLPairs[idx] >> 8 : kIQ2KLPairs[idx] & 0xff);
+}
+
+// As gemm_ref: tot = sum over sub-blocks of scale * sum(level * a); acc = fma(d * d_a, tot, acc).
+void gemm_iq2_kl_ref(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, int n_tok,
+                     float* out) {
+  for (int t = 0; t < n_tok; ++t) {
+    const auto* a = reinterpret_cast<const BlockQ8_K*>(act + t * act_stride);
+    for (int r = 0; r < kPackedRows; ++r) {
+      uint16_t h;
+      std::memcpy(&h, group + 2 * r, 2);
+      const float d = fp16_to_fp32(h);
+      float acc = 0.0f;
+      for (int64_t b = 0; b < n_cols / kQK_K; ++b) {
+        const uint8_t* blk = group + kIQ2KLx16Head + b * kIQ2KLx16Bytes;
+        int32_t tot = 0;
+        for (int s = 0; s < 8; ++s) {
+          int32_t isum = 0;
+          for (int c = 32 * s; c < 32 * s + 32; ++c) isum += iq2_kl_level(blk, r, c) * a[b].qs[c];
+          tot += static_cast<int8_t>(blk[16 * s + r]) * isum;
+        }
+        acc = std::fma(d * a[b].d, static_cast<float>(tot), acc);
+      }
+      out[t * kPackedRows + r] = acc;
+    }
+  }
+}
+
 }  // namespace
 
 int64_t packed_iqk_group_bytes(GgmlType t, int64_t n_cols) {
+  if (t == GgmlType::IQ2_KL) return kIQ2KLx16Head + n_cols / kQK_K * kIQ2KLx16Bytes;
   const IqkPackedSpec sp = iqk_packed_spec(t);
   return sp.n_groups ? sp.header_bytes() + n_cols / kQK_K * sp.bytes() : 0;
 }
@@ -163,6 +225,8 @@ void pack_iqk_rows(GgmlType t, const uint8_t* src, int64_t row_bytes, int64_t n_
       return pack<BlockIQ4_KS>(sp, src, row_bytes, n_cols, dst);
     case GgmlType::IQ5_KS:
       return pack<BlockIQ5_KS>(sp, src, row_bytes, n_cols, dst);
+    case GgmlType::IQ2_KL:
+      return pack_iq2_kl(src, row_bytes, n_cols, dst);
     default:
       return;
   }
@@ -178,6 +242,8 @@ PackedGemmFn packed_gemm_iqk_ref_fn(GgmlType t) {
       return gemm_ref<GgmlType::IQ4_KS>;
     case GgmlType::IQ5_KS:
       return gemm_ref<GgmlType::IQ5_KS>;
+    case GgmlType::IQ2_KL:
+      return gemm_iq2_kl_ref;
     default:
       return nullptr;
   }

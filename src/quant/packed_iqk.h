@@ -61,7 +61,26 @@ constexpr IqkPackedSpec iqk_packed_spec(GgmlType t) {
   }
 }
 
-// The packer, group size and kernels of this layout (packed_iqk.cpp, packed_iqk_avx512.cpp,
+// IQ2_KL (packed_iq2kl*.cpp) keeps its 5-bit indices of pairs of columns: a level pair is one of 32
+// (kIQ2KLPairs), looked up per 16-bit word by vpermw. Group layout (16 rows):
+//   fp16 d[16] (the rows' headers), 32 bytes of padding
+//   per 256-column super-block:
+//     int8 scale[8 sub-blocks][16]
+//     | 16 x 64 bytes: entry 2s+h (sub-block s, half h), 16-bit word 2r+j (row r): nibble k = the
+//       4 low index bits of pair 8h+2k+j of the sub-block (columns 32s+16h+4k+2j, +1)
+//     | 4 x 64 bytes: entry s/2, word 2r+j: bit 8(s%2)+4h+k = the fifth index bit of that pair
+// so nibble k of an entry, as 32 words, is the operand of columns 32s+16h+4k..+3 of all 16 rows.
+// The 16 rows take their file bytes plus 32 per super-block (the 6-bit scales as bytes) and 32
+// per group (padding to a cache line).
+inline constexpr int64_t kIQ2KLx16Head = 64;
+inline constexpr int64_t kIQ2KLx16Nibbles = 128;
+inline constexpr int64_t kIQ2KLx16Fifth = 128 + 16 * 64;
+inline constexpr int64_t kIQ2KLx16Bytes = kIQ2KLx16Fifth + 4 * 64;
+
+// True when t has one of this file's layouts.
+constexpr bool iqk_packed(GgmlType t) { return iqk_packed_spec(t).n_groups != 0 || t == GgmlType::IQ2_KL; }
+
+// The packer, group size and kernels of these layouts (packed_iqk.cpp, packed_iqk_avx512.cpp,
 // packed_iqk_avx2.cpp): 0 bytes / nullptr for any other type.
 int64_t packed_iqk_group_bytes(GgmlType t, int64_t n_cols);
 void pack_iqk_rows(GgmlType t, const uint8_t* src, int64_t row_bytes, int64_t n_cols, uint8_t* dst);

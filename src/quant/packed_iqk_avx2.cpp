@@ -1,4 +1,4 @@
-// AVX2 GEMM over the packed groups of IQ4_K, IQ5_K, IQ4_KS and IQ5_KS (layout in packed_iqk.h),
+// AVX2 GEMM over the packed groups of IQ4_K, IQ5_K, IQ4_KS, IQ5_KS and IQ2_KL (layouts in packed_iqk.h),
 // for CPUs without AVX-512 VNNI; the entries are read as two halves of 8 rows (packed_avx2.h).
 // vpshufb maps the indices to signed levels (IQ5: two tables, the fifth bit choosing per byte) and
 // a row's extra bit adds the table shift to its 4 bytes; vpmaddubsw then takes |a| unsigned and
@@ -141,11 +141,86 @@ void gemm(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_
   store_halves(acc, out);
 }
 
+// IQ2_KL's pair levels split by element: kIQ2KLFirst[i] and kIQ2KLSecond[i] of pair i.
+constexpr auto kIQ2KLFirst = [] {
+  std::array<int8_t, 32> t{};
+  for (int i = 0; i < 32; ++i) t[i] = static_cast<int8_t>(kIQ2KLPairs[i] & 0xff);
+  return t;
+}();
+constexpr auto kIQ2KLSecond = [] {
+  std::array<int8_t, 32> t{};
+  for (int i = 0; i < 32; ++i) t[i] = static_cast<int8_t>(kIQ2KLPairs[i] >> 8);
+  return t;
+}();
+
+inline __m256i table16(const int8_t* p) {
+  return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+// IQ2_KL: the 5-bit pair index of each word copied to both its bytes, then the even bytes take
+// the pair's first level and the odd bytes its second, each from a 32-entry table by two vpshufb.
+template <int NT>
+void gemm_iq2_kl(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, float* out) {
+  constexpr int kLines = static_cast<int>(kIQ2KLx16Bytes / 64 / 8);  // per sub-block
+  const int64_t nb = n_cols / kQK_K;
+  const BlockQ8_K* a[NT];
+  for (int t = 0; t < NT; ++t) a[t] = reinterpret_cast<const BlockQ8_K*>(act + t * act_stride);
+  const __m256i first0 = table16(kIQ2KLFirst.data()), first1 = table16(kIQ2KLFirst.data() + 16);
+  const __m256i second0 = table16(kIQ2KLSecond.data()), second1 = table16(kIQ2KLSecond.data() + 16);
+  const __m256i low = _mm256_set1_epi16(0x0F), five = _mm256_set1_epi16(0x10);
+  const __m256i nib = _mm256_set1_epi8(0x0F), five8 = _mm256_set1_epi8(0x10);
+  const __m256i odd = _mm256_set1_epi16(static_cast<int16_t>(0xFF00));
+  __m256 acc[2][NT];
+  zero_halves(acc);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = group + kIQ2KLx16Head + b * kIQ2KLx16Bytes;
+    for (int h2 = 0; h2 < 2; ++h2) {
+      __m256i tot[NT];
+      for (int t = 0; t < NT; ++t) tot[t] = _mm256_setzero_si256();
+      for (int s = 0; s < 8; ++s) {
+        if (h2 == 0)
+          for (int l = 0; l < kLines; ++l)
+            _mm_prefetch(reinterpret_cast<const char*>(blk + kIQ2KLx16Bytes + 64 * (kLines * s + l)), _MM_HINT_T0);
+        const __m256i scale = i8_pairs(blk + 16 * s + 8 * h2);
+        const __m256i fifth = half(blk + kIQ2KLx16Fifth + 64 * (s / 2), h2);
+        for (int h = 0; h < 2; ++h) {
+          const __m256i raw = half(blk + kIQ2KLx16Nibbles + 64 * (2 * s + h), h2);
+          for (int k = 0; k < 4; ++k) {
+            const __m256i bit = _mm256_set1_epi16(static_cast<int16_t>(1u << (8 * (s % 2) + 4 * h + k)));
+            __m256i idx = _mm256_and_si256(_mm256_srli_epi16(raw, 4 * k), low);
+            idx = _mm256_or_si256(idx, _mm256_and_si256(_mm256_cmpeq_epi16(_mm256_and_si256(fifth, bit), bit), five));
+            idx = _mm256_or_si256(idx, _mm256_slli_epi16(idx, 8));
+            const __m256i lo = _mm256_and_si256(idx, nib);
+            const __m256i upper = _mm256_cmpeq_epi8(_mm256_and_si256(idx, five8), five8);
+            const __m256i first =
+                _mm256_blendv_epi8(_mm256_shuffle_epi8(first0, lo), _mm256_shuffle_epi8(first1, lo), upper);
+            const __m256i second =
+                _mm256_blendv_epi8(_mm256_shuffle_epi8(second0, lo), _mm256_shuffle_epi8(second1, lo), upper);
+            const __m256i level = _mm256_blendv_epi8(first, second, odd);
+            for (int t = 0; t < NT; ++t) {
+              const __m256i p = signed_pairs(level, bcast4(a[t][b].qs + 32 * s + 16 * h + 4 * k));
+              tot[t] = _mm256_add_epi32(tot[t], _mm256_madd_epi16(p, scale));
+            }
+          }
+        }
+      }
+      const __m256 dw = f16x8(group + 16 * h2);
+      for (int t = 0; t < NT; ++t)
+        acc[h2][t] =
+            _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(a[t][b].d)), _mm256_cvtepi32_ps(tot[t]), acc[h2][t]);
+    }
+  }
+  store_halves(acc, out);
+}
+
 template <GgmlType kType>
 struct IqkKernel {
   template <int NT>
   static void run(int64_t n, const uint8_t* g, const uint8_t* a, int64_t s, float* o) {
-    gemm<kType, NT>(n, g, a, s, o);
+    if constexpr (kType == GgmlType::IQ2_KL)
+      gemm_iq2_kl<NT>(n, g, a, s, o);
+    else
+      gemm<kType, NT>(n, g, a, s, o);
   }
 };
 
@@ -161,6 +236,8 @@ PackedGemmFn packed_gemm_iqk_avx2_fn(GgmlType t) {
       return by_count<InFours<IqkKernel<GgmlType::IQ4_KS>>>;
     case GgmlType::IQ5_KS:
       return by_count<InFours<IqkKernel<GgmlType::IQ5_KS>>>;
+    case GgmlType::IQ2_KL:
+      return by_count<InFours<IqkKernel<GgmlType::IQ2_KL>>>;
     default:
       return nullptr;
   }

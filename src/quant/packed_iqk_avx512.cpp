@@ -1,4 +1,4 @@
-// AVX-512 VNNI GEMM over the packed groups of IQ4_K, IQ5_K, IQ4_KS and IQ5_KS (layout in
+// AVX-512 VNNI GEMM over the packed groups of IQ4_K, IQ5_K, IQ4_KS, IQ5_KS and IQ2_KL (layouts in
 // packed_iqk.h). One 64-byte load holds the indices of 4 columns of each of the 16 rows twice (low
 // nibbles: columns 4g.. of a 32-column sub-block, high: 16+4g..); vpshufb maps them to level + 128
 // (IQ5: two 16-entry tables, the fifth index bit choosing per byte), and a masked add of the
@@ -143,11 +143,76 @@ void gemm(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_
   for (int t = 0; t < NT; ++t) _mm512_storeu_ps(out + 16 * t, acc[t]);
 }
 
+// IQ2_KL's 32 level pairs + 128 per byte, one per 16-bit word: vpermw's table.
+constexpr auto kIQ2KLShiftedPairs = [] {
+  std::array<uint16_t, 32> t{};
+  for (int i = 0; i < 32; ++i) t[i] = static_cast<uint16_t>(kIQ2KLPairs[i] ^ 0x8080);  // +128 per byte
+  return t;
+}();
+
+// IQ2_KL: each operand is 32 words of 5-bit pair indices (nibble k of an entry, the fifth bit
+// from its own plane) mapped by vpermw to two levels + 128.
+template <int NT>
+void gemm_iq2_kl(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, float* out) {
+  constexpr int kLines = static_cast<int>(kIQ2KLx16Bytes / 64 / 8);  // per sub-block
+  const int64_t nb = n_cols / kQK_K;
+  const BlockQ8_K* a[NT];
+  for (int t = 0; t < NT; ++t) a[t] = reinterpret_cast<const BlockQ8_K*>(act + t * act_stride);
+  const __m512i tbl = _mm512_loadu_si512(kIQ2KLShiftedPairs.data());
+  const __m512i low = _mm512_set1_epi16(0x0F), five = _mm512_set1_epi16(0x10);
+  const __m512 dw = load_f16x16(group);
+  __m512 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = group + kIQ2KLx16Head + b * kIQ2KLx16Bytes;
+    __m512i tot[NT];
+    for (int t = 0; t < NT; ++t) tot[t] = _mm512_setzero_si512();
+    for (int s = 0; s < 8; ++s) {
+      for (int l = 0; l < kLines; ++l)
+        _mm_prefetch(reinterpret_cast<const char*>(blk + kIQ2KLx16Bytes + 64 * (kLines * s + l)), _MM_HINT_T0);
+      const __m512i scale = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * s)));
+      const __m512i fifth = load512(blk + kIQ2KLx16Fifth + 64 * (s / 2));
+      __m512i s0[NT], s1[NT];
+      for (int t = 0; t < NT; ++t) {
+        s0[t] = _mm512_set1_epi32(-128 * (a[t][b].bsums[2 * s] + a[t][b].bsums[2 * s + 1]));
+        s1[t] = _mm512_setzero_si512();
+      }
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        const __m512i raw = load512(blk + kIQ2KLx16Nibbles + 64 * (2 * s + h));
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k) {
+          __m512i idx = _mm512_and_si512(k == 0 ? raw : _mm512_srli_epi16(raw, 4 * k), low);
+          const int bit = 8 * (s % 2) + 4 * h + k;
+          const __mmask32 f = _mm512_test_epi16_mask(fifth, _mm512_set1_epi16(static_cast<int16_t>(1u << bit)));
+          idx = _mm512_mask_add_epi16(idx, f, idx, five);
+          const __m512i w = _mm512_permutexvar_epi16(idx, tbl);
+          for (int t = 0; t < NT; ++t) {
+            const __m512i av = bcast32(a[t][b].qs + 32 * s + 16 * h + 4 * k);
+            if (k % 2 == 0)
+              s0[t] = _mm512_dpbusd_epi32(s0[t], w, av);
+            else
+              s1[t] = _mm512_dpbusd_epi32(s1[t], w, av);
+          }
+        }
+      }
+      for (int t = 0; t < NT; ++t)
+        tot[t] = _mm512_add_epi32(tot[t], _mm512_mullo_epi32(_mm512_add_epi32(s0[t], s1[t]), scale));
+    }
+    for (int t = 0; t < NT; ++t)
+      acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(a[t][b].d)), _mm512_cvtepi32_ps(tot[t]), acc[t]);
+  }
+  for (int t = 0; t < NT; ++t) _mm512_storeu_ps(out + 16 * t, acc[t]);
+}
+
 template <GgmlType kType>
 struct IqkKernel {
   template <int NT>
   static void run(int64_t n, const uint8_t* g, const uint8_t* a, int64_t s, float* o) {
-    gemm<kType, NT>(n, g, a, s, o);
+    if constexpr (kType == GgmlType::IQ2_KL)
+      gemm_iq2_kl<NT>(n, g, a, s, o);
+    else
+      gemm<kType, NT>(n, g, a, s, o);
   }
 };
 
@@ -163,6 +228,8 @@ PackedGemmFn packed_gemm_iqk_avx512_fn(GgmlType t) {
       return by_count<IqkKernel<GgmlType::IQ4_KS>>;
     case GgmlType::IQ5_KS:
       return by_count<IqkKernel<GgmlType::IQ5_KS>>;
+    case GgmlType::IQ2_KL:
+      return by_count<IqkKernel<GgmlType::IQ2_KL>>;
     default:
       return nullptr;
   }

@@ -265,7 +265,7 @@ int64_t packed_group_bytes(GgmlType t, int64_t n_cols) {
       return n_cols / kQK_K * kQ6Kx16Bytes;
     default:
       if (iq_packed_spec(t).n_scales) return packed_iq_group_bytes(t, n_cols);
-      if (iqk_packed_spec(t).n_groups) return packed_iqk_group_bytes(t, n_cols);
+      if (iqk_packed(t)) return packed_iqk_group_bytes(t, n_cols);
       return packed_nibble_group_bytes(t, n_cols);
   }
 }
@@ -286,7 +286,7 @@ void pack_rows(GgmlType t, const uint8_t* src, int64_t row_bytes, int64_t n_cols
       return pack_q6_k(src, row_bytes, n_cols, dst);
     default:
       if (iq_packed_spec(t).n_scales) return pack_iq_rows(t, src, row_bytes, n_cols, dst);
-      if (iqk_packed_spec(t).n_groups) return pack_iqk_rows(t, src, row_bytes, n_cols, dst);
+      if (iqk_packed(t)) return pack_iqk_rows(t, src, row_bytes, n_cols, dst);
       return pack_nibble_rows(t, src, row_bytes, n_cols, dst);
   }
 }

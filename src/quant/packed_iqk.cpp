@@ -1,5 +1,5 @@
-// Packed 16-row groups of IQ4_K, IQ5_K, IQ4_KS, IQ5_KS and IQ2_KL (layouts in packed_iqk.h): the packer (run
-// once at load) and the scalar twin of the AVX-512 and AVX2 kernels, bit-identical to them.
+// Packed 16-row groups of ik_llama.cpp's IQ2_K..IQ5_K, IQ2_KS..IQ5_KS and IQ2_KL (layouts in packed_iqk.h): the packer
+// (run once at load) and the scalar twin of the AVX-512 and AVX2 kernels, bit-identical to them.
 #include "quant/packed_iqk.h"
 
 #include <cmath>
@@ -145,6 +145,89 @@ void gemm_ref(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t 
   }
 }
 
+// The 2- and 3-bit types (layout in packed_iqk.h): group j's extra bit and column c's index.
+int extra_bit(const BlockIQ2_K& b, int j) { return (b.extra >> j) & 1; }
+int extra_bit(const BlockIQ3_K& b, int j) { return (b.extra >> j) & 1; }
+int extra_bit(const BlockIQ2_KS& b, int j) { return (b.extra >> j) & 1; }
+int extra_bit(const BlockIQ3_KS& b, int j) { return (b.extra >> (8 + j)) & 1; }
+
+template <typename Block>
+int low_index(const Block& b, int c) {
+  int idx = (b.qs[32 * (c / 128) + c % 32] >> (2 * ((c / 32) % 4))) & 3;
+  if constexpr (requires { b.qh; }) idx |= ((b.qh[c % 32] >> (c / 32)) & 1) << 2;
+  return idx;
+}
+
+template <typename Block>
+void pack_low(const IqkLowSpec& sp, const uint8_t* src, int64_t row_bytes, int64_t n_cols, uint8_t* dst) {
+  const int64_t head = sp.row_scaled() ? 2 : 0;  // the row's fp16 scale
+  if (sp.row_scaled()) {
+    std::memset(dst, 0, static_cast<size_t>(sp.header_bytes()));
+    for (int r = 0; r < kPackedRows; ++r) std::memcpy(dst + 2 * r, src + r * row_bytes, 2);
+  }
+  IqkLevels u;
+  for (int64_t b = 0; b < n_cols / kQK_K; ++b) {
+    uint8_t* out = dst + sp.header_bytes() + b * sp.bytes();
+    std::memset(out, 0, static_cast<size_t>(sp.bytes()));
+    for (int r = 0; r < kPackedRows; ++r) {
+      const auto& blk = reinterpret_cast<const Block*>(src + r * row_bytes + head)[b];
+      if constexpr (requires { blk.d; }) std::memcpy(out + 2 * r, &blk.d, 2);
+      iqk_decode(blk, u);
+      for (int j = 0; j < sp.n_groups; ++j) {
+        const int extra = extra_bit(blk, j);
+        const int v = sp.row_scaled() ? 2 * u.scale[j] + extra : u.scale[j];
+        out[sp.scale_offset() + 16 * j + r] = static_cast<uint8_t>(static_cast<int8_t>(v));
+        if (!sp.row_scaled()) out[sp.extra_offset() + 2 * j + r / 8] |= static_cast<uint8_t>(extra << (r % 8));
+      }
+      for (int c = 0; c < kQK_K; ++c) {
+        const int q = c / 64, p = (c % 64) / 4, i = c % 4, idx = low_index(blk, c);
+        out[sp.quants_offset() + 64 * p + 4 * r + i] |= static_cast<uint8_t>((idx & 3) << (2 * q));
+        if (sp.third_bit)
+          out[sp.bits_offset() + 64 * (p % 8) + 4 * r + i] |= static_cast<uint8_t>((idx >> 2) << (2 * q + p / 8));
+      }
+    }
+  }
+}
+
+// Row r's level of column c and integer scale of group j in a packed super-block.
+int level(const IqkLowSpec& sp, const uint8_t* blk, int r, int c) {
+  const int q = c / 64, p = (c % 64) / 4, i = c % 4, j = c / (kQK_K / sp.n_groups);
+  int idx = (blk[sp.quants_offset() + 64 * p + 4 * r + i] >> (2 * q)) & 3;
+  if (sp.third_bit) idx |= ((blk[sp.bits_offset() + 64 * (p % 8) + 4 * r + i] >> (2 * q + p / 8)) & 1) << 2;
+  const bool extra = sp.row_scaled() ? blk[sp.scale_offset() + 16 * j + r] & 1
+                                     : (blk[sp.extra_offset() + 2 * j + r / 8] >> (r % 8)) & 1;
+  return sp.table[idx] + (extra ? sp.shift : 0);
+}
+int group_scale(const IqkLowSpec& sp, const uint8_t* blk, int r, int j) {
+  const auto v = static_cast<int8_t>(blk[sp.scale_offset() + 16 * j + r]);
+  return sp.row_scaled() ? v >> 1 : v;  // arithmetic shift: drops the extra bit
+}
+
+template <GgmlType kType>
+void gemm_low_ref(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, int n_tok, float* out) {
+  constexpr IqkLowSpec sp = iqk_low_spec(kType);
+  constexpr int kGroupCols = kQK_K / sp.n_groups;
+  for (int t = 0; t < n_tok; ++t) {
+    const auto* a = reinterpret_cast<const BlockQ8_K*>(act + t * act_stride);
+    for (int r = 0; r < kPackedRows; ++r) {
+      float acc = 0.0f;
+      for (int64_t b = 0; b < n_cols / kQK_K; ++b) {
+        const uint8_t* blk = group + sp.header_bytes() + b * sp.bytes();
+        int32_t tot = 0;
+        for (int j = 0; j < sp.n_groups; ++j) {
+          int32_t isum = 0;
+          for (int c = kGroupCols * j; c < kGroupCols * (j + 1); ++c) isum += level(sp, blk, r, c) * a[b].qs[c];
+          tot += group_scale(sp, blk, r, j) * isum;
+        }
+        uint16_t h;
+        std::memcpy(&h, (sp.row_scaled() ? group : blk) + 2 * r, 2);
+        acc = std::fma(fp16_to_fp32(h) * a[b].d, static_cast<float>(tot), acc);
+      }
+      out[t * kPackedRows + r] = acc;
+    }
+  }
+}
+
 // IQ2_KL (layout in packed_iqk.h). Sub-block s of a row: scale, and pair p's 5-bit index.
 void pack_iq2_kl(const uint8_t* src, int64_t row_bytes, int64_t n_cols, uint8_t* dst) {
   std::memset(dst, 0, kIQ2KLx16Head);
@@ -210,6 +293,7 @@ void gemm_iq2_kl_ref(int64_t n_cols, const uint8_t* group, const uint8_t* act, i
 
 int64_t packed_iqk_group_bytes(GgmlType t, int64_t n_cols) {
   if (t == GgmlType::IQ2_KL) return kIQ2KLx16Head + n_cols / kQK_K * kIQ2KLx16Bytes;
+  if (const IqkLowSpec lp = iqk_low_spec(t); lp.n_groups) return lp.header_bytes() + n_cols / kQK_K * lp.bytes();
   const IqkPackedSpec sp = iqk_packed_spec(t);
   return sp.n_groups ? sp.header_bytes() + n_cols / kQK_K * sp.bytes() : 0;
 }
@@ -227,6 +311,14 @@ void pack_iqk_rows(GgmlType t, const uint8_t* src, int64_t row_bytes, int64_t n_
       return pack<BlockIQ5_KS>(sp, src, row_bytes, n_cols, dst);
     case GgmlType::IQ2_KL:
       return pack_iq2_kl(src, row_bytes, n_cols, dst);
+    case GgmlType::IQ2_K:
+      return pack_low<BlockIQ2_K>(iqk_low_spec(t), src, row_bytes, n_cols, dst);
+    case GgmlType::IQ3_K:
+      return pack_low<BlockIQ3_K>(iqk_low_spec(t), src, row_bytes, n_cols, dst);
+    case GgmlType::IQ2_KS:
+      return pack_low<BlockIQ2_KS>(iqk_low_spec(t), src, row_bytes, n_cols, dst);
+    case GgmlType::IQ3_KS:
+      return pack_low<BlockIQ3_KS>(iqk_low_spec(t), src, row_bytes, n_cols, dst);
     default:
       return;
   }
@@ -244,6 +336,14 @@ PackedGemmFn packed_gemm_iqk_ref_fn(GgmlType t) {
       return gemm_ref<GgmlType::IQ5_KS>;
     case GgmlType::IQ2_KL:
       return gemm_iq2_kl_ref;
+    case GgmlType::IQ2_K:
+      return gemm_low_ref<GgmlType::IQ2_K>;
+    case GgmlType::IQ3_K:
+      return gemm_low_ref<GgmlType::IQ3_K>;
+    case GgmlType::IQ2_KS:
+      return gemm_low_ref<GgmlType::IQ2_KS>;
+    case GgmlType::IQ3_KS:
+      return gemm_low_ref<GgmlType::IQ3_KS>;
     default:
       return nullptr;
   }

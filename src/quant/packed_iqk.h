@@ -1,8 +1,9 @@
 #pragma once
-// Internal: the packed 16-row layout of ik_llama.cpp's table k-quants IQ4_K, IQ5_K (fp16 d per
-// super-block, a 6-bit scale per 16 columns) and IQ4_KS, IQ5_KS (an fp32 scale per row, a scale
-// byte per 32 columns), shared by the packer and scalar twin (packed_iqk.cpp) and the AVX-512 and
-// AVX2 kernels (packed_iqk_avx512.cpp, packed_iqk_avx2.cpp).
+// Internal: the packed 16-row layouts of ik_llama.cpp's table k-quants, shared by the packer and
+// scalar twin (packed_iqk.cpp) and the AVX-512 and AVX2 kernels (packed_iqk_avx512.cpp,
+// packed_iqk_avx2.cpp): IQ4_K, IQ5_K (fp16 d per super-block, a 6-bit scale per 16 columns) and
+// IQ4_KS, IQ5_KS (an fp32 scale per row, a scale byte per 32 columns) first; then the 2- and 3-bit
+// IQ2_K, IQ3_K, IQ2_KS, IQ3_KS and the pair-indexed IQ2_KL, each described below.
 //
 // A value is d * scale[group] * level, level = table[index] + shift * extra[group]: each type's
 // second table is its first plus a constant (IQ4: kIQ4KValues + 4, IQ5: kIQ5NLValues + 2), so the
@@ -61,7 +62,50 @@ constexpr IqkPackedSpec iqk_packed_spec(GgmlType t) {
   }
 }
 
-// IQ2_KL (packed_iq2kl*.cpp) keeps its 5-bit indices of pairs of columns: a level pair is one of 32
+// IQ2_K, IQ3_K (fp16 d per super-block, scales per 16 columns) and IQ2_KS, IQ3_KS (an fp16 scale
+// per row, scales per 32 columns): 2-bit indices (IQ3: and a third bit) into 4 (8) levels, the
+// group's extra bit adding 5 (IQ2: kIQ2NLValues) or 4 (IQ3: kIQ3NLValues) as for IQ4. Planes as
+// Q3_Kx16's (packed.h), so one 64-byte entry holds 4 columns of the 16 rows four times over:
+//   IQ2_KS, IQ3_KS only: fp16 d[16] (the rows' headers), 32 bytes of padding
+//   per 256-column super-block:
+//     IQ2_K, IQ3_K: fp16 d[16] | int8 scale[16 groups][16] | u16 extra[16 groups], bit r: row r
+//     IQ2_KS, IQ3_KS: int8 (2 scale + extra)[8 groups][16]
+//     | 16 x 64 bytes: entry p, row r, byte i: bits 2q..2q+1 = index bits 0-1 of column 64q+4p+i
+//     | IQ3 only: 8 x 64 bytes: entry p % 8, row r, byte i: bit 2q + p/8 = index bit 2 of that column
+// Levels lie in -63..55: level + 128 feeds vpdpbusd as above. Super-blocks are whole cache lines;
+// the 16 rows take their file bytes plus 128 (IQ2_K), 96 (IQ3_K) or 32 (IQ2_KS, IQ3_KS) per
+// super-block (scales as bytes) and, row-scaled, 32 per group.
+struct IqkLowSpec {
+  int n_groups = 0;  // scale groups per super-block: 16 (fp16 d per block) or 8 (fp16 d per row)
+  int shift = 0;     // the second table minus the first
+  bool third_bit = false;
+  const int8_t* table = nullptr;  // 4 levels (IQ2) or 8 (IQ3)
+
+  constexpr bool row_scaled() const { return n_groups == 8; }
+  constexpr int64_t header_bytes() const { return row_scaled() ? 64 : 0; }
+  constexpr int64_t scale_offset() const { return row_scaled() ? 0 : 32; }
+  constexpr int64_t extra_offset() const { return 32 + 256; }  // 16-group types only
+  constexpr int64_t quants_offset() const { return row_scaled() ? 128 : 32 + 256 + 32; }
+  constexpr int64_t bits_offset() const { return quants_offset() + 16 * 64; }
+  constexpr int64_t bytes() const { return bits_offset() + (third_bit ? 8 * 64 : 0); }
+};
+
+constexpr IqkLowSpec iqk_low_spec(GgmlType t) {
+  switch (t) {
+    case GgmlType::IQ2_K:
+      return {16, 5, false, kIQ2NLValues};
+    case GgmlType::IQ3_K:
+      return {16, 4, true, kIQ3NLValues};
+    case GgmlType::IQ2_KS:
+      return {8, 5, false, kIQ2NLValues};
+    case GgmlType::IQ3_KS:
+      return {8, 4, true, kIQ3NLValues};
+    default:
+      return {};
+  }
+}
+
+// IQ2_KL keeps its 5-bit indices of pairs of columns: a level pair is one of 32
 // (kIQ2KLPairs), looked up per 16-bit word by vpermw. Group layout (16 rows):
 //   fp16 d[16] (the rows' headers), 32 bytes of padding
 //   per 256-column super-block:
@@ -78,7 +122,9 @@ inline constexpr int64_t kIQ2KLx16Fifth = 128 + 16 * 64;
 inline constexpr int64_t kIQ2KLx16Bytes = kIQ2KLx16Fifth + 4 * 64;
 
 // True when t has one of this file's layouts.
-constexpr bool iqk_packed(GgmlType t) { return iqk_packed_spec(t).n_groups != 0 || t == GgmlType::IQ2_KL; }
+constexpr bool iqk_packed(GgmlType t) {
+  return iqk_packed_spec(t).n_groups != 0 || iqk_low_spec(t).n_groups != 0 || t == GgmlType::IQ2_KL;
+}
 
 // The packer, group size and kernels of these layouts (packed_iqk.cpp, packed_iqk_avx512.cpp,
 // packed_iqk_avx2.cpp): 0 bytes / nullptr for any other type.

@@ -1,4 +1,4 @@
-// AVX2 GEMM over the packed groups of IQ4_K, IQ5_K, IQ4_KS, IQ5_KS and IQ2_KL (layouts in packed_iqk.h),
+// AVX2 GEMM over the packed groups of ik_llama.cpp's table k-quants (layouts in packed_iqk.h),
 // for CPUs without AVX-512 VNNI; the entries are read as two halves of 8 rows (packed_avx2.h).
 // vpshufb maps the indices to signed levels (IQ5: two tables, the fifth bit choosing per byte) and
 // a row's extra bit adds the table shift to its 4 bytes; vpmaddubsw then takes |a| unsigned and
@@ -141,6 +141,87 @@ void gemm(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_
   store_halves(acc, out);
 }
 
+inline __m256i table16(const int8_t* p) {
+  return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+// The 2- and 3-bit types: group j's rows 8h.. whose extra bit is set (lane masks) and their
+// scales as int16 pairs.
+template <GgmlType kType>
+inline void low_group(const uint8_t* blk, int j, int h, __m256i& extra, __m256i& scale) {
+  constexpr IqkLowSpec sp = iqk_low_spec(kType);
+  const uint8_t* sc = blk + sp.scale_offset() + 16 * j + 8 * h;
+  if constexpr (sp.row_scaled()) {
+    const __m256i one = _mm256_set1_epi32(1);
+    const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc));
+    extra = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_cvtepu8_epi32(v), one), one);
+    scale = _mm256_srai_epi16(i8_pairs(sc), 1);
+  } else {
+    uint16_t bits;
+    std::memcpy(&bits, blk + sp.extra_offset() + 2 * j, 2);
+    extra = row_mask(bits, h);
+    scale = i8_pairs(sc);
+  }
+}
+
+// IQ2_K, IQ3_K, IQ2_KS, IQ3_KS: signed levels by vpshufb from the 2 index bits at 2q (IQ3: the
+// third bit moved to bit 2), the extra rows' shift added bytewise; |level| <= 63.
+template <GgmlType kType, int NT>
+void gemm_low(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, float* out) {
+  constexpr IqkLowSpec sp = iqk_low_spec(kType);
+  constexpr int64_t kBytes = sp.bytes();
+  constexpr int kEntries = 64 / sp.n_groups;
+  constexpr int kLines = static_cast<int>(kBytes / 64 / sp.n_groups);
+  const int64_t nb = n_cols / kQK_K;
+  const BlockQ8_K* a[NT];
+  for (int t = 0; t < NT; ++t) a[t] = reinterpret_cast<const BlockQ8_K*>(act + t * act_stride);
+  alignas(16) int8_t levels16[16] = {};
+  for (int i = 0; i < (sp.third_bit ? 8 : 4); ++i) levels16[i] = sp.table[i];
+  const __m256i tbl = table16(levels16);
+  const __m256i three = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
+  const __m256i shift = _mm256_set1_epi8(static_cast<char>(sp.shift));
+  __m256 acc[2][NT];
+  zero_halves(acc);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = group + sp.header_bytes() + b * kBytes;
+    for (int h = 0; h < 2; ++h) {
+      __m256i tot[NT];
+      for (int t = 0; t < NT; ++t) tot[t] = _mm256_setzero_si256();
+      for (int j = 0; j < sp.n_groups; ++j) {
+        if (h == 0)
+          for (int l = 0; l < kLines; ++l)
+            _mm_prefetch(reinterpret_cast<const char*>(blk + kBytes + 64 * (kLines * j + l)), _MM_HINT_T0);
+        __m256i extra, scale;
+        low_group<kType>(blk, j, h, extra, scale);
+        const __m256i add = _mm256_and_si256(extra, shift);
+        const int q = j / (sp.n_groups / 4), p0 = kEntries * (j % (sp.n_groups / 4));
+        for (int p = p0; p < p0 + kEntries; ++p) {
+          __m256i idx = _mm256_and_si256(_mm256_srli_epi16(half(blk + sp.quants_offset() + 64 * p, h), 2 * q), three);
+          if constexpr (sp.third_bit) {
+            const __m256i hb = half(blk + sp.bits_offset() + 64 * (p % 8), h);
+            const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << (2 * q + p / 8)));
+            idx = _mm256_or_si256(idx, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, bit), bit), four));
+          }
+          const __m256i level = _mm256_add_epi8(_mm256_shuffle_epi8(tbl, idx), add);
+          for (int t = 0; t < NT; ++t) {
+            const __m256i pr = signed_pairs(level, bcast4(a[t][b].qs + 64 * q + 4 * p));
+            tot[t] = _mm256_add_epi32(tot[t], _mm256_madd_epi16(pr, scale));
+          }
+        }
+      }
+      __m256 dw;
+      if constexpr (sp.row_scaled())
+        dw = f16x8(group + 16 * h);
+      else
+        dw = f16x8(blk + 16 * h);
+      for (int t = 0; t < NT; ++t)
+        acc[h][t] =
+            _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(a[t][b].d)), _mm256_cvtepi32_ps(tot[t]), acc[h][t]);
+    }
+  }
+  store_halves(acc, out);
+}
+
 // IQ2_KL's pair levels split by element: kIQ2KLFirst[i] and kIQ2KLSecond[i] of pair i.
 constexpr auto kIQ2KLFirst = [] {
   std::array<int8_t, 32> t{};
@@ -152,10 +233,6 @@ constexpr auto kIQ2KLSecond = [] {
   for (int i = 0; i < 32; ++i) t[i] = static_cast<int8_t>(kIQ2KLPairs[i] >> 8);
   return t;
 }();
-
-inline __m256i table16(const int8_t* p) {
-  return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
 
 // IQ2_KL: the 5-bit pair index of each word copied to both its bytes, then the even bytes take
 // the pair's first level and the odd bytes its second, each from a 32-entry table by two vpshufb.
@@ -219,6 +296,8 @@ struct IqkKernel {
   static void run(int64_t n, const uint8_t* g, const uint8_t* a, int64_t s, float* o) {
     if constexpr (kType == GgmlType::IQ2_KL)
       gemm_iq2_kl<NT>(n, g, a, s, o);
+    else if constexpr (iqk_low_spec(kType).n_groups != 0)
+      gemm_low<kType, NT>(n, g, a, s, o);
     else
       gemm<kType, NT>(n, g, a, s, o);
   }
@@ -238,6 +317,14 @@ PackedGemmFn packed_gemm_iqk_avx2_fn(GgmlType t) {
       return by_count<InFours<IqkKernel<GgmlType::IQ5_KS>>>;
     case GgmlType::IQ2_KL:
       return by_count<InFours<IqkKernel<GgmlType::IQ2_KL>>>;
+    case GgmlType::IQ2_K:
+      return by_count<InFours<IqkKernel<GgmlType::IQ2_K>>>;
+    case GgmlType::IQ3_K:
+      return by_count<InFours<IqkKernel<GgmlType::IQ3_K>>>;
+    case GgmlType::IQ2_KS:
+      return by_count<InFours<IqkKernel<GgmlType::IQ2_KS>>>;
+    case GgmlType::IQ3_KS:
+      return by_count<InFours<IqkKernel<GgmlType::IQ3_KS>>>;
     default:
       return nullptr;
   }

@@ -1,11 +1,11 @@
-// AVX-512 VNNI GEMM over the packed groups of IQ4_K, IQ5_K, IQ4_KS, IQ5_KS and IQ2_KL (layouts in
-// packed_iqk.h). One 64-byte load holds the indices of 4 columns of each of the 16 rows twice (low
-// nibbles: columns 4g.. of a 32-column sub-block, high: 16+4g..); vpshufb maps them to level + 128
-// (IQ5: two 16-entry tables, the fifth index bit choosing per byte), and a masked add of the
-// table shift to a row's 4 bytes applies its group's extra bit. Each group's int32 sum starts from
-// -128 x its activation sum, so it ends as the exact sum of level x a. The float steps per (row,
-// token) are the scalar twin's, in its order (packed_iqk.cpp), so results are bit-identical to it
-// whatever the number of tokens in the call.
+// AVX-512 VNNI GEMM over the packed groups of ik_llama.cpp's table k-quants (layouts in
+// packed_iqk.h); IQ2_K, IQ3_K, IQ2_KS, IQ3_KS and IQ2_KL below, first IQ4_K, IQ5_K, IQ4_KS, IQ5_KS. One 64-byte load
+// holds the indices of 4 columns of each of the 16 rows twice (low nibbles: columns 4g.. of a 32-column sub-block,
+// high: 16+4g..); vpshufb maps them to level + 128 (IQ5: two 16-entry tables, the fifth index bit choosing per byte),
+// and a masked add of the table shift to a row's 4 bytes applies its group's extra bit. Each group's int32 sum starts
+// from -128 x its activation sum, so it ends as the exact sum of level x a. The float steps per (row, token) are the
+// scalar twin's, in its order (packed_iqk.cpp), so results are bit-identical to it whatever the number of tokens in the
+// call.
 #include <immintrin.h>
 // GCC 12 flags the deliberately undefined pass-through operand of its own AVX-512 intrinsics.
 #if defined(__GNUC__) && !defined(__clang__)
@@ -143,6 +143,91 @@ void gemm(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_
   for (int t = 0; t < NT; ++t) _mm512_storeu_ps(out + 16 * t, acc[t]);
 }
 
+// The 2- and 3-bit types: level + 128 of the 4 or 8 table entries, then zeros.
+template <GgmlType kType>
+struct LowTable {
+  static constexpr auto bytes = [] {
+    constexpr IqkLowSpec sp = iqk_low_spec(kType);
+    std::array<uint8_t, 16> t{};
+    for (int i = 0; i < (sp.third_bit ? 8 : 4); ++i) t[i] = static_cast<uint8_t>(sp.table[i] + 128);
+    return t;
+  }();
+};
+
+// Group j's rows whose extra bit is set, and their int32 scales.
+template <GgmlType kType>
+inline void low_group(const uint8_t* blk, int j, __mmask16& extra, __m512i& scale) {
+  constexpr IqkLowSpec sp = iqk_low_spec(kType);
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + sp.scale_offset() + 16 * j));
+  if constexpr (sp.row_scaled()) {
+    extra = _mm_test_epi8_mask(v, _mm_set1_epi8(1));
+    scale = _mm512_srai_epi32(_mm512_cvtepi8_epi32(v), 1);
+  } else {
+    uint16_t bits;
+    std::memcpy(&bits, blk + sp.extra_offset() + 2 * j, 2);
+    extra = bits;
+    scale = _mm512_cvtepi8_epi32(v);
+  }
+}
+
+// IQ2_K, IQ3_K, IQ2_KS, IQ3_KS: per group (16 or 32 columns) 4 or 8 entries, each operand the 2
+// index bits at 2q of an entry (IQ3: the third bit from its plane added as 4), mapped by vpshufb.
+template <GgmlType kType, int NT>
+void gemm_low(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, float* out) {
+  constexpr IqkLowSpec sp = iqk_low_spec(kType);
+  constexpr int64_t kBytes = sp.bytes();
+  constexpr int kEntries = 64 / sp.n_groups;  // entries (4 columns each) per group and quarter
+  constexpr int kLines = static_cast<int>(kBytes / 64 / sp.n_groups);
+  const int64_t nb = n_cols / kQK_K;
+  const BlockQ8_K* a[NT];
+  for (int t = 0; t < NT; ++t) a[t] = reinterpret_cast<const BlockQ8_K*>(act + t * act_stride);
+  const __m512i tbl =
+      _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(LowTable<kType>::bytes.data())));
+  const __m512i three = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
+  const __m512i shift = _mm512_set1_epi32(sp.shift * 0x01010101);
+  __m512 dw = _mm512_setzero_ps();
+  if constexpr (sp.row_scaled()) dw = load_f16x16(group);
+  __m512 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = group + sp.header_bytes() + b * kBytes;
+    __m512i tot[NT];
+    for (int t = 0; t < NT; ++t) tot[t] = _mm512_setzero_si512();
+#pragma GCC unroll 16
+    for (int j = 0; j < sp.n_groups; ++j) {
+      for (int l = 0; l < kLines; ++l)
+        _mm_prefetch(reinterpret_cast<const char*>(blk + kBytes + 64 * (kLines * j + l)), _MM_HINT_T0);
+      __mmask16 extra;
+      __m512i scale;
+      low_group<kType>(blk, j, extra, scale);
+      const int q = j / (sp.n_groups / 4), p0 = kEntries * (j % (sp.n_groups / 4));
+      __m512i is[NT];
+      for (int t = 0; t < NT; ++t) {
+        const int32_t sum = sp.row_scaled() ? a[t][b].bsums[2 * j] + a[t][b].bsums[2 * j + 1] : a[t][b].bsums[j];
+        is[t] = _mm512_set1_epi32(-128 * sum);
+      }
+#pragma GCC unroll 8
+      for (int p = p0; p < p0 + kEntries; ++p) {
+        const __m512i raw = load512(blk + sp.quants_offset() + 64 * p);
+        __m512i idx = _mm512_and_si512(q == 0 ? raw : _mm512_srli_epi16(raw, 2 * q), three);
+        if constexpr (sp.third_bit) {
+          const __m512i hb = load512(blk + sp.bits_offset() + 64 * (p % 8));
+          const __mmask64 k3 = _mm512_test_epi8_mask(hb, _mm512_set1_epi8(static_cast<char>(1 << (2 * q + p / 8))));
+          idx = _mm512_mask_add_epi8(idx, k3, idx, four);
+        }
+        __m512i v = _mm512_shuffle_epi8(tbl, idx);
+        v = _mm512_mask_add_epi32(v, extra, v, shift);  // bytes stay <= 183: no carries
+        for (int t = 0; t < NT; ++t) is[t] = _mm512_dpbusd_epi32(is[t], v, bcast32(a[t][b].qs + 64 * q + 4 * p));
+      }
+      for (int t = 0; t < NT; ++t) tot[t] = _mm512_add_epi32(tot[t], _mm512_mullo_epi32(is[t], scale));
+    }
+    if constexpr (!sp.row_scaled()) dw = load_f16x16(blk);
+    for (int t = 0; t < NT; ++t)
+      acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(a[t][b].d)), _mm512_cvtepi32_ps(tot[t]), acc[t]);
+  }
+  for (int t = 0; t < NT; ++t) _mm512_storeu_ps(out + 16 * t, acc[t]);
+}
+
 // IQ2_KL's 32 level pairs + 128 per byte, one per 16-bit word: vpermw's table.
 constexpr auto kIQ2KLShiftedPairs = [] {
   std::array<uint16_t, 32> t{};
@@ -211,6 +296,8 @@ struct IqkKernel {
   static void run(int64_t n, const uint8_t* g, const uint8_t* a, int64_t s, float* o) {
     if constexpr (kType == GgmlType::IQ2_KL)
       gemm_iq2_kl<NT>(n, g, a, s, o);
+    else if constexpr (iqk_low_spec(kType).n_groups != 0)
+      gemm_low<kType, NT>(n, g, a, s, o);
     else
       gemm<kType, NT>(n, g, a, s, o);
   }
@@ -230,6 +317,14 @@ PackedGemmFn packed_gemm_iqk_avx512_fn(GgmlType t) {
       return by_count<IqkKernel<GgmlType::IQ5_KS>>;
     case GgmlType::IQ2_KL:
       return by_count<IqkKernel<GgmlType::IQ2_KL>>;
+    case GgmlType::IQ2_K:
+      return by_count<IqkKernel<GgmlType::IQ2_K>>;
+    case GgmlType::IQ3_K:
+      return by_count<IqkKernel<GgmlType::IQ3_K>>;
+    case GgmlType::IQ2_KS:
+      return by_count<IqkKernel<GgmlType::IQ2_KS>>;
+    case GgmlType::IQ3_KS:
+      return by_count<IqkKernel<GgmlType::IQ3_KS>>;
     default:
       return nullptr;
   }

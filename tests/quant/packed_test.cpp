@@ -154,10 +154,11 @@ TEST(Packed, LayoutsAndExtras) {
   EXPECT_EQ(packed_gemm_fn(GgmlType::Q4_1), nullptr);
   // The AVX2 family covers these layouts (so Avx2KernelEqualsReferenceBits skips none of them).
   for (GgmlType t :
-       {GgmlType::Q8_0,    GgmlType::Q2_K,   GgmlType::Q3_K,  GgmlType::Q4_K,    GgmlType::Q5_K,   GgmlType::Q6_K,
-        GgmlType::IQ2_XXS, GgmlType::IQ2_XS, GgmlType::IQ2_S, GgmlType::IQ3_XXS, GgmlType::IQ3_S,  GgmlType::IQ1_S,
-        GgmlType::IQ1_M,   GgmlType::Q4_0,   GgmlType::Q5_0,  GgmlType::IQ4_NL,  GgmlType::MXFP4,  GgmlType::IQ4_XS,
-        GgmlType::Q6_0,    GgmlType::IQ4_K,  GgmlType::IQ5_K, GgmlType::IQ4_KS,  GgmlType::IQ5_KS, GgmlType::IQ2_KL})
+       {GgmlType::Q8_0,    GgmlType::Q2_K,   GgmlType::Q3_K,   GgmlType::Q4_K,    GgmlType::Q5_K,   GgmlType::Q6_K,
+        GgmlType::IQ2_XXS, GgmlType::IQ2_XS, GgmlType::IQ2_S,  GgmlType::IQ3_XXS, GgmlType::IQ3_S,  GgmlType::IQ1_S,
+        GgmlType::IQ1_M,   GgmlType::Q4_0,   GgmlType::Q5_0,   GgmlType::IQ4_NL,  GgmlType::MXFP4,  GgmlType::IQ4_XS,
+        GgmlType::Q6_0,    GgmlType::IQ4_K,  GgmlType::IQ5_K,  GgmlType::IQ4_KS,  GgmlType::IQ5_KS, GgmlType::IQ2_KL,
+        GgmlType::IQ2_K,   GgmlType::IQ3_K,  GgmlType::IQ2_KS, GgmlType::IQ3_KS})
     EXPECT_NE(quant::packed_gemm_avx2_fn(t), nullptr) << ggml_type_name(t);
   // 16 rows of Q8_0 are 16 x 34 bytes per block; the packed group keeps that size.
   EXPECT_EQ(packed_group_bytes(GgmlType::Q8_0, 64), 2 * 16 * 34);
@@ -182,6 +183,12 @@ TEST(Packed, LayoutsAndExtras) {
   // IQ2_KL: its rows' bytes, plus the 6-bit scales as bytes (32 more per super-block) and 32 bytes
   // of padding after the fp16 row scales.
   EXPECT_EQ(packed_group_bytes(GgmlType::IQ2_KL, 512), 16 * (2 + 2 * 86) + 2 * 32 + 32);
+  // The 2- and 3-bit types: their rows' bytes plus the scales as bytes (IQ2_K 128, IQ3_K 96,
+  // IQ2_KS and IQ3_KS 32 more per super-block) and, row-scaled, 32 bytes of padding.
+  EXPECT_EQ(packed_group_bytes(GgmlType::IQ2_K, 512), 2 * (16 * 76 + 128));
+  EXPECT_EQ(packed_group_bytes(GgmlType::IQ3_K, 512), 2 * (16 * 110 + 96));
+  EXPECT_EQ(packed_group_bytes(GgmlType::IQ2_KS, 512), 16 * (2 + 2 * 70) + 2 * 32 + 32);
+  EXPECT_EQ(packed_group_bytes(GgmlType::IQ3_KS, 512), 16 * (2 + 2 * 102) + 2 * 32 + 32);
   EXPECT_EQ(packed_act_extra_bytes(GgmlType::Q8_0, 64), 8);
   EXPECT_EQ(packed_act_extra_bytes(GgmlType::Q8_K, 512), 2 * (16 + 64));
   EXPECT_EQ(packed_act_extra_bytes(GgmlType::F16, 512), 0);
@@ -193,7 +200,8 @@ INSTANTIATE_TEST_SUITE_P(Quant, PackedTest,
                                            GgmlType::IQ2_S, GgmlType::IQ3_XXS, GgmlType::IQ3_S, GgmlType::IQ1_S,
                                            GgmlType::IQ1_M, GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::IQ4_NL,
                                            GgmlType::MXFP4, GgmlType::IQ4_XS, GgmlType::Q6_0, GgmlType::IQ4_K,
-                                           GgmlType::IQ5_K, GgmlType::IQ4_KS, GgmlType::IQ5_KS, GgmlType::IQ2_KL),
+                                           GgmlType::IQ5_K, GgmlType::IQ4_KS, GgmlType::IQ5_KS, GgmlType::IQ2_KL,
+                                           GgmlType::IQ2_K, GgmlType::IQ3_K, GgmlType::IQ2_KS, GgmlType::IQ3_KS),
                          [](const auto& info) { return testing::type_label(info.param); });
 
 }  // namespace

@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "../tests/quant/quant_test_util.h"
+#include "../tests/support/kernel_env.h"
 #include "kernels/matmul.h"
 #include "quant/packed.h"
 #include "quant/quant.h"
@@ -329,9 +330,12 @@ const GgmlType kBenchTypes[] = {
     GgmlType::IQ4_NL, GgmlType::MXFP4,   GgmlType::IQ1_S,  GgmlType::IQ1_M, GgmlType::IQ2_XXS, GgmlType::IQ2_XS,
     GgmlType::IQ2_S,  GgmlType::IQ3_XXS, GgmlType::IQ3_S,  GgmlType::Q6_0,  GgmlType::IQ4_K,   GgmlType::IQ5_K,
     GgmlType::IQ4_KS, GgmlType::IQ5_KS,  GgmlType::IQ2_KL, GgmlType::IQ2_K, GgmlType::IQ3_K,   GgmlType::IQ2_KS,
-    GgmlType::IQ3_KS, GgmlType::IQ6_K};
+    GgmlType::IQ3_KS, GgmlType::IQ4_KSS, GgmlType::IQ6_K};
 
 [[maybe_unused]] const bool registered = [] {
+  // The names below depend on the packed family, so the kernel choice main() sets from MLA_SIMD /
+  // MLA_REPACK is set here first: looking kernels up would otherwise fix the default before main.
+  set_kernel_choice(kernel_choice_from_env());
   for (GgmlType t : kBenchTypes) {
     for (QuantIsa isa : {QuantIsa::Ref, QuantIsa::Avx2}) {
       if (!find_vec_dot(t, isa)) continue;

@@ -59,6 +59,22 @@ void read_block(const BlockIQ4_KS& b, RowBlock& rb) {
   std::memcpy(rb.nibbles, b.qs, sizeof rb.nibbles);
   std::memcpy(rb.scale, b.scales, 8);
 }
+void read_block(const BlockIQ4_KSS& b, RowBlock& rb) {
+  // Per 32 columns 8 words: bit 0 of word k is bit k of the scale byte; the rest, Gray-decoded by
+  // one xor with itself shifted right, are the sub-block's 16 nibble bytes.
+  for (int s = 0; s < 8; ++s) {
+    int ls = 0;
+    for (int k = 0; k < 8; ++k) {
+      const uint16_t w = b.qs[8 * s + k];
+      auto v = static_cast<uint16_t>(w & 0xfffe);
+      v = static_cast<uint16_t>(v ^ (v >> 1));
+      rb.nibbles[s][2 * k] = static_cast<uint8_t>(v & 0xff);
+      rb.nibbles[s][2 * k + 1] = static_cast<uint8_t>(v >> 8);
+      ls |= (w & 1) << k;
+    }
+    rb.scale[s] = static_cast<uint8_t>(ls);
+  }
+}
 void read_block(const BlockIQ5_KS& b, RowBlock& rb) {
   iq5_indices(b.qs, b.qh, rb);
   std::memcpy(rb.scale, b.scales, 8);
@@ -309,6 +325,8 @@ void pack_iqk_rows(GgmlType t, const uint8_t* src, int64_t row_bytes, int64_t n_
       return pack<BlockIQ4_KS>(sp, src, row_bytes, n_cols, dst);
     case GgmlType::IQ5_KS:
       return pack<BlockIQ5_KS>(sp, src, row_bytes, n_cols, dst);
+    case GgmlType::IQ4_KSS:
+      return pack<BlockIQ4_KSS>(sp, src, row_bytes, n_cols, dst);
     case GgmlType::IQ2_KL:
       return pack_iq2_kl(src, row_bytes, n_cols, dst);
     case GgmlType::IQ2_K:
@@ -334,6 +352,8 @@ PackedGemmFn packed_gemm_iqk_ref_fn(GgmlType t) {
       return gemm_ref<GgmlType::IQ4_KS>;
     case GgmlType::IQ5_KS:
       return gemm_ref<GgmlType::IQ5_KS>;
+    case GgmlType::IQ4_KSS:
+      return gemm_ref<GgmlType::IQ4_KS>;  // the same layout
     case GgmlType::IQ2_KL:
       return gemm_iq2_kl_ref;
     case GgmlType::IQ2_K:

@@ -2,7 +2,7 @@
 // Internal: the packed 16-row layouts of ik_llama.cpp's table k-quants, shared by the packer and
 // scalar twin (packed_iqk.cpp) and the AVX-512 and AVX2 kernels (packed_iqk_avx512.cpp,
 // packed_iqk_avx2.cpp): IQ4_K, IQ5_K (fp16 d per super-block, a 6-bit scale per 16 columns) and
-// IQ4_KS, IQ5_KS (an fp32 scale per row, a scale byte per 32 columns) first; then the 2- and 3-bit
+// IQ4_KS, IQ5_KS, IQ4_KSS (an fp32 scale per row, a scale byte per 32 columns) first; then the 2- and 3-bit
 // IQ2_K, IQ3_K, IQ2_KS, IQ3_KS and the pair-indexed IQ2_KL, each described below.
 //
 // A value is d * scale[group] * level, level = table[index] + shift * extra[group]: each type's
@@ -21,8 +21,8 @@
 //     | IQ5 only: 8 x 64 bytes: sub-block s, row r: 4 bytes, byte i: bit g = fifth index bit of
 //       column 32s+4g+i, bit 4+g that of 32s+16+4g+i
 // The 16 rows take exactly their file bytes (IQ4_KS, IQ5_KS) or 64 bytes more per super-block
-// (IQ4_K, IQ5_K: the unpacked scales and extra bits); every super-block is a whole number of
-// cache lines.
+// (IQ4_K, IQ5_K: the unpacked scales and extra bits); IQ4_KSS, packed as IQ4_KS, 128 more.
+// Every super-block is a whole number of cache lines.
 #include <cstdint>
 
 #include "quant/iqk_blocks.h"
@@ -57,6 +57,8 @@ constexpr IqkPackedSpec iqk_packed_spec(GgmlType t) {
       return {8, 4, false, kIQ4KValues};
     case GgmlType::IQ5_KS:
       return {8, 2, true, kIQ5NLValues};
+    case GgmlType::IQ4_KSS:  // packed as IQ4_KS: its Gray-coded nibble words decoded, its scale bits as bytes
+      return {8, 4, false, kIQ4KValues};
     default:
       return {};
   }

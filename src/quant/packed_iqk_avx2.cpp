@@ -315,6 +315,8 @@ PackedGemmFn packed_gemm_iqk_avx2_fn(GgmlType t) {
       return by_count<InFours<IqkKernel<GgmlType::IQ4_KS>>>;
     case GgmlType::IQ5_KS:
       return by_count<InFours<IqkKernel<GgmlType::IQ5_KS>>>;
+    case GgmlType::IQ4_KSS:
+      return by_count<InFours<IqkKernel<GgmlType::IQ4_KS>>>;  // packed as IQ4_KS
     case GgmlType::IQ2_KL:
       return by_count<InFours<IqkKernel<GgmlType::IQ2_KL>>>;
     case GgmlType::IQ2_K:

@@ -158,7 +158,7 @@ TEST(Packed, LayoutsAndExtras) {
         GgmlType::IQ2_XXS, GgmlType::IQ2_XS, GgmlType::IQ2_S,  GgmlType::IQ3_XXS, GgmlType::IQ3_S,  GgmlType::IQ1_S,
         GgmlType::IQ1_M,   GgmlType::Q4_0,   GgmlType::Q5_0,   GgmlType::IQ4_NL,  GgmlType::MXFP4,  GgmlType::IQ4_XS,
         GgmlType::Q6_0,    GgmlType::IQ4_K,  GgmlType::IQ5_K,  GgmlType::IQ4_KS,  GgmlType::IQ5_KS, GgmlType::IQ2_KL,
-        GgmlType::IQ2_K,   GgmlType::IQ3_K,  GgmlType::IQ2_KS, GgmlType::IQ3_KS})
+        GgmlType::IQ2_K,   GgmlType::IQ3_K,  GgmlType::IQ2_KS, GgmlType::IQ3_KS,  GgmlType::IQ4_KSS})
     EXPECT_NE(quant::packed_gemm_avx2_fn(t), nullptr) << ggml_type_name(t);
   // 16 rows of Q8_0 are 16 x 34 bytes per block; the packed group keeps that size.
   EXPECT_EQ(packed_group_bytes(GgmlType::Q8_0, 64), 2 * 16 * 34);
@@ -178,6 +178,8 @@ TEST(Packed, LayoutsAndExtras) {
   EXPECT_EQ(packed_group_bytes(GgmlType::Q6_0, 64), 2 * 16 * 26);
   EXPECT_EQ(packed_group_bytes(GgmlType::IQ4_KS, 512), 16 * (4 + 2 * 136));
   EXPECT_EQ(packed_group_bytes(GgmlType::IQ5_KS, 512), 16 * (4 + 2 * 168));
+  // IQ4_KSS is packed as IQ4_KS: 8 more bytes per row and super-block (its scale bits as bytes).
+  EXPECT_EQ(packed_group_bytes(GgmlType::IQ4_KSS, 512), 16 * (4 + 2 * (128 + 8)));
   EXPECT_EQ(packed_group_bytes(GgmlType::IQ4_K, 512), 2 * (16 * 144 + 64));
   EXPECT_EQ(packed_group_bytes(GgmlType::IQ5_K, 512), 2 * (16 * 176 + 64));
   // IQ2_KL: its rows' bytes, plus the 6-bit scales as bytes (32 more per super-block) and 32 bytes
@@ -201,7 +203,8 @@ INSTANTIATE_TEST_SUITE_P(Quant, PackedTest,
                                            GgmlType::IQ1_M, GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::IQ4_NL,
                                            GgmlType::MXFP4, GgmlType::IQ4_XS, GgmlType::Q6_0, GgmlType::IQ4_K,
                                            GgmlType::IQ5_K, GgmlType::IQ4_KS, GgmlType::IQ5_KS, GgmlType::IQ2_KL,
-                                           GgmlType::IQ2_K, GgmlType::IQ3_K, GgmlType::IQ2_KS, GgmlType::IQ3_KS),
+                                           GgmlType::IQ2_K, GgmlType::IQ3_K, GgmlType::IQ2_KS, GgmlType::IQ3_KS,
+                                           GgmlType::IQ4_KSS),
                          [](const auto& info) { return testing::type_label(info.param); });
 
 }  // namespace

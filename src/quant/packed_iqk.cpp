@@ -13,26 +13,26 @@ namespace mla::quant {
 namespace {
 
 // One row's super-block in the form every type packs from: the 4-bit index of each column in
-// the packed byte order (sub-block s, byte j: column 32s+j low, 32s+16+j high), the fifth index
-// bits (IQ5), the extra bit of each group and the scale bytes as the layout stores them.
+// the packed byte order (sub-block s, byte j: column 32s+j low, 32s+16+j high), the index bits
+// above it (IQ5, IQ6), the extra bit of each group and the scale bytes as the layout stores them.
 struct RowBlock {
   uint8_t nibbles[8][16];
-  uint8_t fifth[8][4];  // sub-block s, byte i: bit g column 32s+4g+i, bit 4+g column 32s+16+4g+i
-  uint8_t scale[16];    // int8 scales (16 groups) or the file's scale bytes (8 groups)
+  uint8_t high[8][8];  // sub-block s: the index bits above the nibble as the layout stores them
+  uint8_t scale[16];   // int8 scales (16 groups) or the file's scale bytes (8 groups)
   bool extra[16];
 };
 
 // IQ5_K / IQ5_KS: the 4 low index bits of column e (per 64 columns, 32 bytes, low nibbles first)
 // and the fifth bit, bit e / 32 of qh[e % 32].
 void iq5_indices(const uint8_t* qs, const uint8_t* qh, RowBlock& rb) {
-  std::memset(rb.fifth, 0, sizeof rb.fifth);
+  std::memset(rb.high, 0, sizeof rb.high);
   for (int s = 0; s < 8; ++s)
     for (int j = 0; j < 16; ++j) {
       const int e = 32 * s + j;
       rb.nibbles[s][j] = static_cast<uint8_t>(iqk_nibble64(qs, e) | iqk_nibble64(qs, e + 16) << 4);
       const int g = j / 4, i = j % 4;
-      rb.fifth[s][i] =
-          static_cast<uint8_t>(rb.fifth[s][i] | ((qh[j] >> s) & 1) << g | ((qh[j + 16] >> s) & 1) << (4 + g));
+      rb.high[s][i] =
+          static_cast<uint8_t>(rb.high[s][i] | ((qh[j] >> s) & 1) << g | ((qh[j + 16] >> s) & 1) << (4 + g));
     }
 }
 
@@ -54,6 +54,20 @@ void read_block(const BlockIQ4_K& b, RowBlock& rb) {
 void read_block(const BlockIQ5_K& b, RowBlock& rb) {
   iq5_indices(b.qs, b.qh, rb);
   k_scales(b, rb);
+}
+void read_block(const BlockIQ6_K& b, RowBlock& rb) {
+  std::memset(rb.high, 0, sizeof rb.high);
+  for (int s = 0; s < 8; ++s)
+    for (int j = 0; j < 16; ++j) {
+      const int e = 32 * s + j;
+      rb.nibbles[s][j] = static_cast<uint8_t>(iqk_nibble64(b.qs, e) | iqk_nibble64(b.qs, e + 16) << 4);
+      for (int h = 0; h < 2; ++h)  // index bits 4-5 of column e + 16h at bits 2(j/4) of byte 4h + j%4
+        rb.high[s][4 * h + j % 4] |= static_cast<uint8_t>((iqk6_index(b, e + 16 * h) >> 4) << (2 * (j / 4)));
+    }
+  for (int j = 0; j < 16; ++j) {
+    rb.scale[j] = static_cast<uint8_t>(b.scales[j]);
+    rb.extra[j] = (b.extra >> j) & 1;
+  }
 }
 void read_block(const BlockIQ4_KS& b, RowBlock& rb) {
   std::memcpy(rb.nibbles, b.qs, sizeof rb.nibbles);
@@ -101,7 +115,8 @@ void pack(const IqkPackedSpec& sp, const uint8_t* src, int64_t row_bytes, int64_
       for (int s = 0; s < 8; ++s)
         for (int g = 0; g < 4; ++g) {
           std::memcpy(out + sp.quants_offset() + 256 * s + 64 * g + 4 * r, rb.nibbles[s] + 4 * g, 4);
-          if (sp.fifth_bit) std::memcpy(out + sp.bits_offset() + 64 * s + 4 * r, rb.fifth[s], 4);
+          for (int h = 0; h < sp.high_bits; ++h)
+            std::memcpy(out + sp.bits_offset() + 64 * sp.high_bits * s + 64 * h + 4 * r, rb.high[s] + 4 * h, 4);
         }
     }
   }
@@ -111,7 +126,9 @@ void pack(const IqkPackedSpec& sp, const uint8_t* src, int64_t row_bytes, int64_
 int level(const IqkPackedSpec& sp, const uint8_t* blk, int r, int c) {
   const int s = c / 32, j = c % 32, g = (j % 16) / 4, i = j % 4;
   int idx = (blk[sp.quants_offset() + 256 * s + 64 * g + 4 * r + i] >> (j < 16 ? 0 : 4)) & 0x0F;
-  if (sp.fifth_bit) idx |= ((blk[sp.bits_offset() + 64 * s + 4 * r + i] >> (j < 16 ? g : 4 + g)) & 1) << 4;
+  const uint8_t* high = blk + sp.bits_offset() + 64 * sp.high_bits * s + 4 * r + i;
+  if (sp.high_bits == 1) idx |= ((*high >> (j < 16 ? g : 4 + g)) & 1) << 4;
+  if (sp.high_bits == 2) idx |= ((high[64 * (j / 16)] >> (2 * g)) & 3) << 4;
   bool extra;
   if (sp.row_scaled()) {
     extra = blk[sp.scale_offset() + 16 * s + r] & 1;
@@ -321,6 +338,8 @@ void pack_iqk_rows(GgmlType t, const uint8_t* src, int64_t row_bytes, int64_t n_
       return pack<BlockIQ4_K>(sp, src, row_bytes, n_cols, dst);
     case GgmlType::IQ5_K:
       return pack<BlockIQ5_K>(sp, src, row_bytes, n_cols, dst);
+    case GgmlType::IQ6_K:
+      return pack<BlockIQ6_K>(sp, src, row_bytes, n_cols, dst);
     case GgmlType::IQ4_KS:
       return pack<BlockIQ4_KS>(sp, src, row_bytes, n_cols, dst);
     case GgmlType::IQ5_KS:
@@ -348,6 +367,8 @@ PackedGemmFn packed_gemm_iqk_ref_fn(GgmlType t) {
       return gemm_ref<GgmlType::IQ4_K>;
     case GgmlType::IQ5_K:
       return gemm_ref<GgmlType::IQ5_K>;
+    case GgmlType::IQ6_K:
+      return gemm_ref<GgmlType::IQ6_K>;
     case GgmlType::IQ4_KS:
       return gemm_ref<GgmlType::IQ4_KS>;
     case GgmlType::IQ5_KS:

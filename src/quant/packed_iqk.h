@@ -1,14 +1,16 @@
 #pragma once
 // Internal: the packed 16-row layouts of ik_llama.cpp's table k-quants, shared by the packer and
 // scalar twin (packed_iqk.cpp) and the AVX-512 and AVX2 kernels (packed_iqk_avx512.cpp,
-// packed_iqk_avx2.cpp): IQ4_K, IQ5_K (fp16 d per super-block, a 6-bit scale per 16 columns) and
+// packed_iqk_avx2.cpp): IQ4_K, IQ5_K, IQ6_K (fp16 d per super-block, a scale per 16 columns) and
 // IQ4_KS, IQ5_KS, IQ4_KSS (an fp32 scale per row, a scale byte per 32 columns) first; then the 2- and 3-bit
 // IQ2_K, IQ3_K, IQ2_KS, IQ3_KS and the pair-indexed IQ2_KL, each described below.
 //
 // A value is d * scale[group] * level, level = table[index] + shift * extra[group]: each type's
 // second table is its first plus a constant (IQ4: kIQ4KValues + 4, IQ5: kIQ5NLValues + 2), so the
-// group's extra bit becomes one add on the operand bytes. The index is 4 bits (IQ4) or 4 bits plus
-// a fifth from its own plane (IQ5). Levels lie in -127..123, so level + 128 is the unsigned
+// group's extra bit becomes one add on the operand bytes; IQ6_K (kIQ6NLValues + 1: the table its
+// dot products use; ik_llama.cpp dequantizes it by a cubic within half a level of it) is laid out
+// as IQ5_K. The index is 4 bits (IQ4), 4 bits plus a fifth (IQ5) or two more (IQ6) from their own
+// planes. Levels lie in -127..123, so level + 128 is the unsigned
 // vpdpbusd operand; each group's sum starts from -128 x its activation sum (Q8_K's bsums).
 //
 // Group layout (16 rows, n_cols columns):
@@ -20,7 +22,9 @@
 //       index of column 32s+4g+i (low nibble) and of 32s+16+4g+i (high nibble)
 //     | IQ5 only: 8 x 64 bytes: sub-block s, row r: 4 bytes, byte i: bit g = fifth index bit of
 //       column 32s+4g+i, bit 4+g that of 32s+16+4g+i
-// The 16 rows take exactly their file bytes (IQ4_KS, IQ5_KS) or 64 bytes more per super-block
+//     | IQ6 only: 8 x 2 x 64 bytes: sub-block s, entry h, row r, byte i: bits 2g..2g+1 = index bits
+//       4-5 of column 32s+16h+4g+i
+// The 16 rows take exactly their file bytes (IQ4_KS, IQ5_KS, IQ6_K) or 64 bytes more per super-block
 // (IQ4_K, IQ5_K: the unpacked scales and extra bits); IQ4_KSS, packed as IQ4_KS, 128 more.
 // Every super-block is a whole number of cache lines.
 #include <cstdint>
@@ -32,10 +36,10 @@
 namespace mla::quant {
 
 struct IqkPackedSpec {
-  int n_groups = 0;  // scale groups per super-block: 16 (fp16 d per block) or 8 (fp32 d per row)
-  int shift = 0;     // the second table minus the first
-  bool fifth_bit = false;
-  const int8_t* table = nullptr;  // 16 levels (IQ4) or 32 (IQ5: fifth bit set -> the second 16)
+  int n_groups = 0;               // scale groups per super-block: 16 (fp16 d per block) or 8 (fp32 d per row)
+  int shift = 0;                  // the second table minus the first
+  int high_bits = 0;              // index bits above the nibble: 0 (IQ4), 1 (IQ5) or 2 (IQ6)
+  const int8_t* table = nullptr;  // 16, 32 or 64 levels (index bit 4 set -> the next 16, bit 5 -> 32 on)
 
   constexpr bool row_scaled() const { return n_groups == 8; }
   constexpr int64_t header_bytes() const { return row_scaled() ? 64 : 0; }
@@ -43,22 +47,24 @@ struct IqkPackedSpec {
   constexpr int64_t extra_offset() const { return 32 + 256; }  // 16-group types only
   constexpr int64_t quants_offset() const { return row_scaled() ? 128 : 32 + 256 + 32; }
   constexpr int64_t bits_offset() const { return quants_offset() + 8 * 256; }
-  constexpr int64_t bytes() const { return bits_offset() + (fifth_bit ? 8 * 64 : 0); }
+  constexpr int64_t bytes() const { return bits_offset() + 8 * 64 * high_bits; }
 };
 
 // The spec of t; n_groups == 0 when t has no such layout.
 constexpr IqkPackedSpec iqk_packed_spec(GgmlType t) {
   switch (t) {
     case GgmlType::IQ4_K:
-      return {16, 4, false, kIQ4KValues};
+      return {16, 4, 0, kIQ4KValues};
     case GgmlType::IQ5_K:
-      return {16, 2, true, kIQ5NLValues};
+      return {16, 2, 1, kIQ5NLValues};
+    case GgmlType::IQ6_K:
+      return {16, 1, 2, kIQ6NLValues};
     case GgmlType::IQ4_KS:
-      return {8, 4, false, kIQ4KValues};
+      return {8, 4, 0, kIQ4KValues};
     case GgmlType::IQ5_KS:
-      return {8, 2, true, kIQ5NLValues};
+      return {8, 2, 1, kIQ5NLValues};
     case GgmlType::IQ4_KSS:  // packed as IQ4_KS: its Gray-coded nibble words decoded, its scale bits as bytes
-      return {8, 4, false, kIQ4KValues};
+      return {8, 4, 0, kIQ4KValues};
     default:
       return {};
   }

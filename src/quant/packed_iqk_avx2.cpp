@@ -1,6 +1,7 @@
 // AVX2 GEMM over the packed groups of ik_llama.cpp's table k-quants (layouts in packed_iqk.h),
 // for CPUs without AVX-512 VNNI; the entries are read as two halves of 8 rows (packed_avx2.h).
-// vpshufb maps the indices to signed levels (IQ5: two tables, the fifth bit choosing per byte) and
+// vpshufb maps the indices to signed levels (IQ5, IQ6: two or four tables, the index bits above
+// the nibble choosing per byte) and
 // a row's extra bit adds the table shift to its 4 bytes; vpmaddubsw then takes |a| unsigned and
 // the level with a's sign: |level| <= 127, so a pair sum is at most 2 x 128 x 127 whatever a is,
 // and vpmaddwd multiplies the pairs by the row's group scale (|scale| <= 127) into int32. The
@@ -62,25 +63,68 @@ inline SubBlockHalf sub_block(const uint8_t* blk, int s, int h) {
   return sb;
 }
 
-// The signed levels of 8 rows x 4 columns: idx the 4-bit indices, fifth the bytes whose fifth
-// index bit is set (IQ5), extra the rows whose group takes the shifted table.
+// The table quarters kType uses.
 template <GgmlType kType>
-inline __m256i levels(__m256i idx, __m256i fifth, __m256i extra, __m256i tbl0, __m256i tbl1) {
-  constexpr IqkPackedSpec sp = iqk_packed_spec(kType);
-  __m256i v = _mm256_shuffle_epi8(tbl0, idx);
-  if constexpr (sp.fifth_bit) v = _mm256_blendv_epi8(v, _mm256_shuffle_epi8(tbl1, idx), fifth);
-  return _mm256_add_epi8(v, _mm256_and_si256(extra, _mm256_set1_epi8(static_cast<char>(sp.shift))));
-}
-
-// Signed level x a through vpmaddubsw (|a| unsigned, level with a's sign): int16 pairs.
-inline __m256i signed_pairs(__m256i level, __m256i a) {
-  return _mm256_maddubs_epi16(_mm256_sign_epi8(a, a), _mm256_sign_epi8(level, a));
-}
+struct Tables {
+  __m256i q[4];
+  Tables() {
+    q[0] = q[1] = q[2] = q[3] = table<kType, 0>();
+    if constexpr (iqk_packed_spec(kType).high_bits >= 1) q[1] = table<kType, 1>();
+    if constexpr (iqk_packed_spec(kType).high_bits == 2) {
+      q[2] = table<kType, 2>();
+      q[3] = table<kType, 3>();
+    }
+  }
+};
 
 // Bytes of v with bit `bit` set, as all-ones bytes.
 inline __m256i bit_set(__m256i v, int bit) {
   const __m256i m = _mm256_set1_epi8(static_cast<char>(1 << bit));
   return _mm256_cmpeq_epi8(_mm256_and_si256(v, m), m);
+}
+
+// The signed levels of 8 rows x 4 columns: idx the 4 low index bits, b4 / b5 the bytes whose
+// index bit 4 / 5 is set (IQ5, IQ6), extra the rows whose group takes the shifted table.
+template <GgmlType kType>
+inline __m256i levels(__m256i idx, __m256i b4, __m256i b5, __m256i extra, const Tables<kType>& t) {
+  constexpr IqkPackedSpec sp = iqk_packed_spec(kType);
+  __m256i v = _mm256_shuffle_epi8(t.q[0], idx);
+  if constexpr (sp.high_bits >= 1) v = _mm256_blendv_epi8(v, _mm256_shuffle_epi8(t.q[1], idx), b4);
+  if constexpr (sp.high_bits == 2) {
+    const __m256i w = _mm256_blendv_epi8(_mm256_shuffle_epi8(t.q[2], idx), _mm256_shuffle_epi8(t.q[3], idx), b4);
+    v = _mm256_blendv_epi8(v, w, b5);
+  }
+  return _mm256_add_epi8(v, _mm256_and_si256(extra, _mm256_set1_epi8(static_cast<char>(sp.shift))));
+}
+
+// Both level vectors of k-group g of sub-block s, rows 8h..: columns 32s+4g.. (lo), 32s+16+4g.. (hi).
+template <GgmlType kType>
+inline void levels_of(const uint8_t* blk, int s, int g, int h, const Tables<kType>& t, const SubBlockHalf& sb,
+                      __m256i& lo, __m256i& hi) {
+  constexpr IqkPackedSpec sp = iqk_packed_spec(kType);
+  const __m256i low = _mm256_set1_epi8(0x0F);
+  const __m256i raw = half(blk + sp.quants_offset() + 256 * s + 64 * g, h);
+  const uint8_t* high = blk + sp.bits_offset() + 64 * sp.high_bits * s;
+  __m256i b4_lo = raw, b4_hi = raw, b5_lo = raw, b5_hi = raw;  // unused below IQ5 / IQ6
+  if constexpr (sp.high_bits == 1) {
+    const __m256i bits = half(high, h);
+    b4_lo = bit_set(bits, g);
+    b4_hi = bit_set(bits, 4 + g);
+  }
+  if constexpr (sp.high_bits == 2) {
+    const __m256i bits_lo = half(high, h), bits_hi = half(high + 64, h);
+    b4_lo = bit_set(bits_lo, 2 * g);
+    b5_lo = bit_set(bits_lo, 2 * g + 1);
+    b4_hi = bit_set(bits_hi, 2 * g);
+    b5_hi = bit_set(bits_hi, 2 * g + 1);
+  }
+  lo = levels<kType>(_mm256_and_si256(raw, low), b4_lo, b5_lo, sb.extra_lo, t);
+  hi = levels<kType>(_mm256_and_si256(_mm256_srli_epi16(raw, 4), low), b4_hi, b5_hi, sb.extra_hi, t);
+}
+
+// Signed level x a through vpmaddubsw (|a| unsigned, level with a's sign): int16 pairs.
+inline __m256i signed_pairs(__m256i level, __m256i a) {
+  return _mm256_maddubs_epi16(_mm256_sign_epi8(a, a), _mm256_sign_epi8(level, a));
 }
 
 template <GgmlType kType, int NT>
@@ -91,10 +135,7 @@ void gemm(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_
   const int64_t nb = n_cols / kQK_K;
   const BlockQ8_K* a[NT];
   for (int t = 0; t < NT; ++t) a[t] = reinterpret_cast<const BlockQ8_K*>(act + t * act_stride);
-  const __m256i tbl0 = table<kType, 0>();
-  __m256i tbl1 = tbl0;
-  if constexpr (sp.fifth_bit) tbl1 = table<kType, 1>();
-  const __m256i low = _mm256_set1_epi8(0x0F);
+  const Tables<kType> tables;
   __m256 acc[2][NT];
   zero_halves(acc);
   for (int64_t b = 0; b < nb; ++b) {
@@ -107,19 +148,9 @@ void gemm(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_
           for (int l = 0; l < kLines; ++l)
             _mm_prefetch(reinterpret_cast<const char*>(blk + kBytes + 64 * (kLines * s + l)), _MM_HINT_T0);
         const SubBlockHalf sb = sub_block<kType>(blk, s, h);
-        const uint8_t* quants = blk + sp.quants_offset() + 256 * s;
-        __m256i bits = _mm256_setzero_si256();
-        if constexpr (sp.fifth_bit) bits = half(blk + sp.bits_offset() + 64 * s, h);
         for (int g = 0; g < 4; ++g) {
-          const __m256i raw = half(quants + 64 * g, h);
-          __m256i f_lo = bits, f_hi = bits;
-          if constexpr (sp.fifth_bit) {
-            f_lo = bit_set(bits, g);
-            f_hi = bit_set(bits, 4 + g);
-          }
-          const __m256i lo = levels<kType>(_mm256_and_si256(raw, low), f_lo, sb.extra_lo, tbl0, tbl1);
-          const __m256i hi =
-              levels<kType>(_mm256_and_si256(_mm256_srli_epi16(raw, 4), low), f_hi, sb.extra_hi, tbl0, tbl1);
+          __m256i lo, hi;
+          levels_of<kType>(blk, s, g, h, tables, sb, lo, hi);
           for (int t = 0; t < NT; ++t) {
             const __m256i plo = signed_pairs(lo, bcast4(a[t][b].qs + 32 * s + 4 * g));
             const __m256i phi = signed_pairs(hi, bcast4(a[t][b].qs + 32 * s + 16 + 4 * g));
@@ -311,6 +342,8 @@ PackedGemmFn packed_gemm_iqk_avx2_fn(GgmlType t) {
       return by_count<InFours<IqkKernel<GgmlType::IQ4_K>>>;
     case GgmlType::IQ5_K:
       return by_count<InFours<IqkKernel<GgmlType::IQ5_K>>>;
+    case GgmlType::IQ6_K:
+      return by_count<InFours<IqkKernel<GgmlType::IQ6_K>>>;
     case GgmlType::IQ4_KS:
       return by_count<InFours<IqkKernel<GgmlType::IQ4_KS>>>;
     case GgmlType::IQ5_KS:

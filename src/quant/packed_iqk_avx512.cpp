@@ -67,15 +67,60 @@ inline SubBlock sub_block(const uint8_t* blk, int s) {
   return sb;
 }
 
-// The unsigned operand of 16 rows x 4 columns: idx the 4-bit indices, fifth the bytes' fifth-bit
-// mask (IQ5), extra the rows whose group takes the shifted table.
+// The table quarters kType uses, level + 128 in every 128-bit lane.
 template <GgmlType kType>
-inline __m512i operand(__m512i idx, __mmask64 fifth, __mmask16 extra, __m512i tbl0, __m512i tbl1) {
+struct Tables {
+  __m512i q[4];
+  Tables() {
+    q[0] = q[1] = q[2] = q[3] = shifted_table<kType, 0>();
+    if constexpr (iqk_packed_spec(kType).high_bits >= 1) q[1] = shifted_table<kType, 1>();
+    if constexpr (iqk_packed_spec(kType).high_bits == 2) {
+      q[2] = shifted_table<kType, 2>();
+      q[3] = shifted_table<kType, 3>();
+    }
+  }
+};
+
+// The unsigned operand of 16 rows x 4 columns: idx the 4 low index bits, b4 / b5 the bytes whose
+// index bit 4 / 5 is set (IQ5, IQ6), extra the rows whose group takes the shifted table.
+template <GgmlType kType>
+inline __m512i operand(__m512i idx, __mmask64 b4, __mmask64 b5, __mmask16 extra, const Tables<kType>& t) {
   constexpr IqkPackedSpec sp = iqk_packed_spec(kType);
-  __m512i v = _mm512_shuffle_epi8(tbl0, idx);
-  if constexpr (sp.fifth_bit) v = _mm512_mask_shuffle_epi8(v, fifth, tbl1, idx);
+  __m512i v = _mm512_shuffle_epi8(t.q[0], idx);
+  if constexpr (sp.high_bits >= 1) v = _mm512_mask_shuffle_epi8(v, b4, t.q[1], idx);
+  if constexpr (sp.high_bits == 2) {
+    const __m512i w = _mm512_mask_shuffle_epi8(_mm512_shuffle_epi8(t.q[2], idx), b4, t.q[3], idx);
+    v = _mm512_mask_mov_epi8(v, b5, w);
+  }
   // Bytes stay <= 251, so the 32-bit add carries nothing across them.
   return _mm512_mask_add_epi32(v, extra, v, _mm512_set1_epi32(sp.shift * 0x01010101));
+}
+
+// Both operands of k-group g of sub-block s: columns 32s+4g.. (lo) and 32s+16+4g.. (hi).
+template <GgmlType kType>
+inline void operands(const uint8_t* blk, int s, int g, const Tables<kType>& t, const SubBlock& sb, __m512i& lo,
+                     __m512i& hi) {
+  constexpr IqkPackedSpec sp = iqk_packed_spec(kType);
+  const __m512i low = _mm512_set1_epi8(0x0F);
+  const __m512i raw = load512(blk + sp.quants_offset() + 256 * s + 64 * g);
+  const uint8_t* high = blk + sp.bits_offset() + 64 * sp.high_bits * s;
+  __mmask64 b4_lo = 0, b4_hi = 0, b5_lo = 0, b5_hi = 0;
+  if constexpr (sp.high_bits == 1) {
+    const __m512i bits = load512(high);
+    b4_lo = _mm512_test_epi8_mask(bits, _mm512_set1_epi8(static_cast<char>(1 << g)));
+    b4_hi = _mm512_test_epi8_mask(bits, _mm512_set1_epi8(static_cast<char>(16 << g)));
+  }
+  if constexpr (sp.high_bits == 2) {
+    const __m512i bits_lo = load512(high), bits_hi = load512(high + 64);
+    const __m512i bit4 = _mm512_set1_epi8(static_cast<char>(1 << 2 * g));
+    const __m512i bit5 = _mm512_set1_epi8(static_cast<char>(2 << 2 * g));
+    b4_lo = _mm512_test_epi8_mask(bits_lo, bit4);
+    b5_lo = _mm512_test_epi8_mask(bits_lo, bit5);
+    b4_hi = _mm512_test_epi8_mask(bits_hi, bit4);
+    b5_hi = _mm512_test_epi8_mask(bits_hi, bit5);
+  }
+  lo = operand<kType>(_mm512_and_si512(raw, low), b4_lo, b5_lo, sb.extra_lo, t);
+  hi = operand<kType>(_mm512_and_si512(_mm512_srli_epi16(raw, 4), low), b4_hi, b5_hi, sb.extra_hi, t);
 }
 
 template <GgmlType kType, int NT>
@@ -86,10 +131,7 @@ void gemm(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_
   const int64_t nb = n_cols / kQK_K;
   const BlockQ8_K* a[NT];
   for (int t = 0; t < NT; ++t) a[t] = reinterpret_cast<const BlockQ8_K*>(act + t * act_stride);
-  const __m512i tbl0 = shifted_table<kType, 0>();
-  __m512i tbl1 = tbl0;
-  if constexpr (sp.fifth_bit) tbl1 = shifted_table<kType, 1>();
-  const __m512i low = _mm512_set1_epi8(0x0F);
+  const Tables<kType> tables;
   __m512 dw = _mm512_setzero_ps();
   if constexpr (sp.row_scaled()) dw = _mm512_loadu_ps(group);
   __m512 acc[NT];
@@ -108,20 +150,10 @@ void gemm(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_
         s0[t] = _mm512_set1_epi32(-128 * (sp.row_scaled() ? lo + hi : lo));
         s1[t] = sp.row_scaled() ? _mm512_setzero_si512() : _mm512_set1_epi32(-128 * hi);
       }
-      const uint8_t* quants = blk + sp.quants_offset() + 256 * s;
-      __m512i bits = _mm512_setzero_si512();
-      if constexpr (sp.fifth_bit) bits = load512(blk + sp.bits_offset() + 64 * s);
 #pragma GCC unroll 4
       for (int g = 0; g < 4; ++g) {
-        const __m512i raw = load512(quants + 64 * g);
-        __mmask64 f_lo = 0, f_hi = 0;
-        if constexpr (sp.fifth_bit) {
-          f_lo = _mm512_test_epi8_mask(bits, _mm512_set1_epi8(static_cast<char>(1 << g)));
-          f_hi = _mm512_test_epi8_mask(bits, _mm512_set1_epi8(static_cast<char>(16 << g)));
-        }
-        const __m512i lo = operand<kType>(_mm512_and_si512(raw, low), f_lo, sb.extra_lo, tbl0, tbl1);
-        const __m512i hi =
-            operand<kType>(_mm512_and_si512(_mm512_srli_epi16(raw, 4), low), f_hi, sb.extra_hi, tbl0, tbl1);
+        __m512i lo, hi;
+        operands<kType>(blk, s, g, tables, sb, lo, hi);
         for (int t = 0; t < NT; ++t) {
           s0[t] = _mm512_dpbusd_epi32(s0[t], lo, bcast32(a[t][b].qs + 32 * s + 4 * g));
           s1[t] = _mm512_dpbusd_epi32(s1[t], hi, bcast32(a[t][b].qs + 32 * s + 16 + 4 * g));
@@ -311,6 +343,8 @@ PackedGemmFn packed_gemm_iqk_avx512_fn(GgmlType t) {
       return by_count<IqkKernel<GgmlType::IQ4_K>>;
     case GgmlType::IQ5_K:
       return by_count<IqkKernel<GgmlType::IQ5_K>>;
+    case GgmlType::IQ6_K:
+      return by_count<IqkKernel<GgmlType::IQ6_K>>;
     case GgmlType::IQ4_KS:
       return by_count<IqkKernel<GgmlType::IQ4_KS>>;
     case GgmlType::IQ5_KS:

@@ -1,12 +1,12 @@
 // AVX2 GEMM over the packed groups of ik_llama.cpp's table k-quants (layouts in packed_iqk.h),
 // for CPUs without AVX-512 VNNI; the entries are read as two halves of 8 rows (packed_avx2.h).
 // vpshufb maps the indices to signed levels (IQ5, IQ6: two or four tables, the index bits above
-// the nibble choosing per byte) and
-// a row's extra bit adds the table shift to its 4 bytes; vpmaddubsw then takes |a| unsigned and
-// the level with a's sign: |level| <= 127, so a pair sum is at most 2 x 128 x 127 whatever a is,
-// and vpmaddwd multiplies the pairs by the row's group scale (|scale| <= 127) into int32. The
-// float steps per (row, token) are the scalar twin's, in its order (packed_iqk.cpp), so results
-// are bit-identical to it whatever the number of tokens in the call.
+// the nibble choosing per byte; IQ2_KL: a pair's two levels from two 32-entry tables) and a row's
+// extra bit adds the table shift to its 4 bytes; vpmaddubsw then takes |a| unsigned and the level
+// with a's sign: |level| <= 127, so a pair sum is at most 2 x 128 x 127 whatever a is, and
+// vpmaddwd multiplies the pairs by the row's group scale (|scale| <= 127) into int32. The float
+// steps per (row, token) are the scalar twin's, in its order (packed_iqk.cpp), so results are
+// bit-identical to it whatever the number of tokens in the call.
 #include <immintrin.h>
 
 #include <array>

@@ -1,11 +1,12 @@
 // AVX-512 VNNI GEMM over the packed groups of ik_llama.cpp's table k-quants (layouts in
-// packed_iqk.h); IQ2_K, IQ3_K, IQ2_KS, IQ3_KS and IQ2_KL below, first IQ4_K, IQ5_K, IQ4_KS, IQ5_KS. One 64-byte load
-// holds the indices of 4 columns of each of the 16 rows twice (low nibbles: columns 4g.. of a 32-column sub-block,
-// high: 16+4g..); vpshufb maps them to level + 128 (IQ5: two 16-entry tables, the fifth index bit choosing per byte),
-// and a masked add of the table shift to a row's 4 bytes applies its group's extra bit. Each group's int32 sum starts
-// from -128 x its activation sum, so it ends as the exact sum of level x a. The float steps per (row, token) are the
-// scalar twin's, in its order (packed_iqk.cpp), so results are bit-identical to it whatever the number of tokens in the
-// call.
+// packed_iqk.h). IQ4_K, IQ5_K, IQ6_K, IQ4_KS, IQ5_KS (and IQ4_KSS, packed as IQ4_KS): one 64-byte
+// load holds the 4-bit indices of 4 columns of each of the 16 rows twice (low nibbles: columns
+// 4g.. of a 32-column sub-block, high: 16+4g..); vpshufb maps them to level + 128 (IQ5, IQ6: two or
+// four 16-entry tables, the index bits above the nibble choosing per byte), and a masked add of the
+// table shift to a row's 4 bytes applies its group's extra bit. IQ2_K, IQ3_K, IQ2_KS, IQ3_KS and
+// IQ2_KL below. Each group's int32 sum starts from -128 x its activation sum, so it ends as the
+// exact sum of level x a. The float steps per (row, token) are the scalar twin's, in its order
+// (packed_iqk.cpp), so results are bit-identical to it whatever the number of tokens in the call.
 #include <immintrin.h>
 // GCC 12 flags the deliberately undefined pass-through operand of its own AVX-512 intrinsics.
 #if defined(__GNUC__) && !defined(__clang__)

@@ -18,6 +18,9 @@
 //   attn/exact/glm5_decode_q4km/<ctx>/<threads>
 //                                        one exact query at GLM-5's widths with W_UK as Q8_0 and W_UV
 //                                        as Q6_K rows (what `mla gguf quantize ... q4_k_m` stores)
+//   attn/exact/glm5_decode_q6_0/<ctx>/<threads>
+//                                        the same with W_UK and W_UV as Q6_0 rows (ik_llama.cpp
+//                                        GLM-5 recipes' attn_k_b / attn_v_b)
 //   attn/exact/v2lite_decode_q4km/<ctx>/<threads>
 //                                        the same at V2-Lite's widths, W_UV as Q4_K (ditto)
 //   attn/exact/...                       the exact kernels (attention_exact.cpp, `--attention-precision exact`)
@@ -56,17 +59,18 @@ constexpr int64_t kIdxHead = 32, kIdxDim = 128, kTopK = 2048;
 constexpr int64_t kChunk = 512;
 
 // The latent rows of ctx tokens as an F16 cache (slots in order) and the weights (F32, and W_UK
-// / W_UV also as stored rows: W_UK Q8_0, W_UV in uv_type).
+// / W_UV also as stored rows: W_UK in uk_type, W_UV in uv_type).
 struct AttnData {
   int64_t ctx, n_q;
   Widths w;
   std::vector<uint16_t> cache;
   std::vector<float> q, w_uk, w_uk_t, w_uv, out;
-  GgmlType uv_type;  // W_UV's stored type (W_UK's is Q8_0)
-  std::vector<uint8_t> w_uk_q8, w_uv_q;
+  GgmlType uv_type, uk_type;  // W_UV's and W_UK's stored types
+  std::vector<uint8_t> w_uk_q, w_uv_q;
   std::vector<int32_t> slots;
-  AttnData(int64_t ctx_, int64_t n_q_, Widths w_ = kGlm5, GgmlType uv_type_ = GgmlType::Q8_0)
-      : ctx(ctx_), n_q(n_q_), w(w_), uv_type(uv_type_) {
+  AttnData(int64_t ctx_, int64_t n_q_, Widths w_ = kGlm5, GgmlType uv_type_ = GgmlType::Q8_0,
+           GgmlType uk_type_ = GgmlType::Q8_0)
+      : ctx(ctx_), n_q(n_q_), w(w_), uv_type(uv_type_), uk_type(uk_type_) {
     const int64_t H = w.head, N = w.nope, V = w.v;
     const int64_t row = kLora + kRope;
     const auto rows = randn(ctx * row, 1);
@@ -76,7 +80,7 @@ struct AttnData {
     w_uk = randn(H * kLora * N, 3, 1.0f / std::sqrt(float(kLora)));
     w_uk_t = randn(H * N * kLora, 4, 1.0f / std::sqrt(float(kLora)));
     w_uv = randn(H * V * kLora, 5, 1.0f / std::sqrt(float(kLora)));
-    w_uk_q8 = stored_rows(w_uk, N, GgmlType::Q8_0);
+    w_uk_q = stored_rows(w_uk, N, uk_type);
     w_uv_q = stored_rows(w_uv, kLora, uv_type);
     out.resize(n_q * H * V);
     slots.resize(ctx);
@@ -98,7 +102,7 @@ struct AttnData {
     p.cache_row_bytes = static_cast<int64_t>(sizeof(uint16_t)) * (kLora + kRope), p.slots = slots.data();
     p.w_uk = w_uk.data(), p.w_uk_t = w_uk_t.data(), p.w_uv = w_uv.data();
     if (stored_weights) {
-      p.w_uk = MlaProj(w_uk_q8.data(), GgmlType::Q8_0, ggml_row_bytes(GgmlType::Q8_0, N), 0);
+      p.w_uk = MlaProj(w_uk_q.data(), uk_type, ggml_row_bytes(uk_type, N), 0);
       p.w_uv = MlaProj(w_uv_q.data(), uv_type, ggml_row_bytes(uv_type, kLora), 0);
     }
     p.out = out.data(), p.out_stride = H * V;
@@ -130,11 +134,11 @@ void BM_MqaDecode(benchmark::State& state) {
   report(state, kHead * ((kNope + kV) * kLora + d.pairs() * (2 * kLora + kRope)));
 }
 
-// One decode query with Q8_0 projections, at GLM-5's or V2-Lite's widths.
-template <int kWidths, bool kExact = false, GgmlType kUv = GgmlType::Q8_0>
+// One decode query with stored projections (W_UK kUk, W_UV kUv), at GLM-5's or V2-Lite's widths.
+template <int kWidths, bool kExact = false, GgmlType kUv = GgmlType::Q8_0, GgmlType kUk = GgmlType::Q8_0>
 void BM_MqaDecodeQ8w(benchmark::State& state) {
   const Widths w = kWidths == 0 ? kGlm5 : kV2Lite;
-  AttnData d(std::max<int64_t>(1, state.range(0)), 1, w, kUv);
+  AttnData d(std::max<int64_t>(1, state.range(0)), 1, w, kUv, kUk);
   ThreadPool pool(static_cast<int>(state.range(1)));
   AttnScratch scratch;
   const auto p = d.params(true);
@@ -255,6 +259,12 @@ BENCHMARK(BM_MqaDecodeQ8w<1, true>)->Name("attn/exact/v2lite_decode")->Apply([](
 BENCHMARK(BM_MqaDecodeQ8w<0, true, GgmlType::Q6_K>)->Name("attn/exact/glm5_decode_q4km")->Apply([](auto* b) {
   depth_args(b, {1, 4096});
 });
+// ik_llama.cpp recipes for GLM-5 (sokann's) store both as Q6_0.
+BENCHMARK(BM_MqaDecodeQ8w<0, true, GgmlType::Q6_0, GgmlType::Q6_0>)
+    ->Name("attn/exact/glm5_decode_q6_0")
+    ->Apply([](auto* b) {
+      depth_args(b, {1, 4096});
+    });
 BENCHMARK(BM_MqaDecodeQ8w<1, true, GgmlType::Q4_K>)->Name("attn/exact/v2lite_decode_q4km")->Apply([](auto* b) {
   depth_args(b, {1, 4096});
 });

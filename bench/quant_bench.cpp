@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "../tests/quant/quant_test_util.h"
+#include "../tests/support/kernel_env.h"
 #include "kernels/matmul.h"
 #include "quant/packed.h"
 #include "quant/quant.h"
@@ -90,15 +91,25 @@ void fill(Matrix& m) {
     for (int64_t r = 0; r < m.n_rows; ++r) std::memcpy(m.data.get() + r * m.row_bytes, row.data(), row.size());
     return;
   }
+  // Scales as random_row makes them: random bits there could be subnormal, whose float products
+  // take microcode assists and would time those instead of the kernel.
   const auto offsets = testing::half_scale_offsets(m.type);
-  const size_t n_blocks = total / tr.block_bytes;
-  for (size_t b = 0; b < n_blocks; ++b) {
-    uint8_t* blk = m.data.get() + b * tr.block_bytes;
-    for (int off : offsets) {
+  const int64_t blocks_per_row = (m.row_bytes - tr.row_meta_bytes) / tr.block_bytes;
+  for (int64_t r = 0; r < m.n_rows; ++r) {
+    uint8_t* row = m.data.get() + r * m.row_bytes;
+    if (tr.row_meta_bytes > 0) {
       const uint16_t h = testing::pick_half_scale(testing::ScaleCase::Random, rng, 0);
-      std::memcpy(blk + off, &h, 2);
+      const float d = fp16_to_fp32(h);
+      std::memcpy(row, tr.row_meta_bytes == 4 ? static_cast<const void*>(&d) : &h, tr.row_meta_bytes);
     }
-    if (m.type == GgmlType::MXFP4) blk[0] = static_cast<uint8_t>(120 + b % 16);
+    for (int64_t b = 0; b < blocks_per_row; ++b) {
+      uint8_t* blk = row + tr.row_meta_bytes + b * tr.block_bytes;
+      for (int off : offsets) {
+        const uint16_t h = testing::pick_half_scale(testing::ScaleCase::Random, rng, 0);
+        std::memcpy(blk + off, &h, 2);
+      }
+      if (m.type == GgmlType::MXFP4) blk[0] = static_cast<uint8_t>(120 + b % 16);
+    }
   }
 }
 
@@ -314,12 +325,17 @@ std::string packed_layout_name() {
 }
 
 const GgmlType kBenchTypes[] = {
-    GgmlType::F32,    GgmlType::F16,     GgmlType::BF16,  GgmlType::Q8_0,  GgmlType::Q4_0,    GgmlType::Q5_0,
-    GgmlType::Q4_K,   GgmlType::Q5_K,    GgmlType::Q6_K,  GgmlType::Q2_K,  GgmlType::Q3_K,    GgmlType::IQ4_XS,
-    GgmlType::IQ4_NL, GgmlType::MXFP4,   GgmlType::IQ1_S, GgmlType::IQ1_M, GgmlType::IQ2_XXS, GgmlType::IQ2_XS,
-    GgmlType::IQ2_S,  GgmlType::IQ3_XXS, GgmlType::IQ3_S};
+    GgmlType::F32,    GgmlType::F16,     GgmlType::BF16,   GgmlType::Q8_0,  GgmlType::Q4_0,    GgmlType::Q5_0,
+    GgmlType::Q4_K,   GgmlType::Q5_K,    GgmlType::Q6_K,   GgmlType::Q2_K,  GgmlType::Q3_K,    GgmlType::IQ4_XS,
+    GgmlType::IQ4_NL, GgmlType::MXFP4,   GgmlType::IQ1_S,  GgmlType::IQ1_M, GgmlType::IQ2_XXS, GgmlType::IQ2_XS,
+    GgmlType::IQ2_S,  GgmlType::IQ3_XXS, GgmlType::IQ3_S,  GgmlType::Q6_0,  GgmlType::IQ4_K,   GgmlType::IQ5_K,
+    GgmlType::IQ4_KS, GgmlType::IQ5_KS,  GgmlType::IQ2_KL, GgmlType::IQ2_K, GgmlType::IQ3_K,   GgmlType::IQ2_KS,
+    GgmlType::IQ3_KS, GgmlType::IQ4_KSS, GgmlType::IQ6_K};
 
 [[maybe_unused]] const bool registered = [] {
+  // The names below depend on the packed family, so the kernel choice main() sets from MLA_SIMD /
+  // MLA_REPACK is set here first: looking kernels up would otherwise fix the default before main.
+  set_kernel_choice(kernel_choice_from_env());
   for (GgmlType t : kBenchTypes) {
     for (QuantIsa isa : {QuantIsa::Ref, QuantIsa::Avx2}) {
       if (!find_vec_dot(t, isa)) continue;

@@ -1,9 +1,9 @@
 // W_UK / W_UV dotted from their stored rows, in double, for the exact MLA attention kernels
 // (attention_exact.h).
 //
-// A Q8_0 value is d · q and a Q6_K value (d · sc) · q: an F32 scale times an integer level, and the
-// F32 the dequantizer writes is that product exactly (fp16 d has 11 significant bits, sc 7, q 7 for
-// Q8_0 and 5 for Q6_K: at most 23 bits), so Σ_k a_k w_k = Σ_g s_g Σ_{k in g} a_k q_k in real
+// A Q8_0 or Q6_0 value is d · q and a Q6_K value (d · sc) · q: an F32 scale times an integer level,
+// and the F32 the dequantizer writes is that product exactly (fp16 d has 11 significant bits, sc 7,
+// q 7 for Q8_0 and 5 for Q6_0 and Q6_K: at most 23 bits), so Σ_k a_k w_k = Σ_g s_g Σ_{k in g} a_k q_k in real
 // arithmetic. The dots below take levels and scales from the rows and sum in double, with no F32
 // copy of the head (converting a head to F32 cost about three times the dots themselves). The
 // result is the exact value to double rounding, as with the copy; only the association of the
@@ -22,6 +22,7 @@
 
 #include "kernels/attention_exact.h"
 #include "kernels/simd.h"
+#include "quant/iqk_blocks.h"
 #include "quant/quant.h"
 #include "util/ggml_blocks.h"
 #if defined(__AVX2__) && defined(__F16C__)
@@ -91,6 +92,27 @@ void unpack_q6_k(const uint8_t* row, int64_t n, int8_t* q, float* s) {
   }
 }
 
+// n elements (a multiple of 32) of one Q6_0 row (ik_llama.cpp's attn_k_b / attn_v_b type) as
+// signed levels q[n] and scales s[n / 32].
+void unpack_q6_0(const uint8_t* row, int64_t n, int8_t* q, float* s) {
+  const auto* b = reinterpret_cast<const quant::BlockQ6_0*>(row);
+  for (int64_t i = 0; i < n / quant::kQK; ++i, q += quant::kQK) {
+    s[i] = half_to_f32(b[i].d);
+#if defined(__AVX2__) && defined(__F16C__)
+    // Top bits: element j < 16 at bits 4(j/8).. of qh[j%8], element j + 16 two bits above.
+    const __m128i h8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b[i].qh));
+    const __m128i h16 = _mm_unpacklo_epi64(h8, _mm_srli_epi16(h8, 4));
+    const __m256i top = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(h16, 2), h16), _mm256_set1_epi8(3));
+    const __m256i lv = _mm256_or_si256(quant::avx2::unpack_nibbles_32(b[i].qs), _mm256_slli_epi16(top, 4));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), _mm256_sub_epi8(lv, _mm256_set1_epi8(32)));
+#else
+    int lv[quant::kQK];
+    quant::q6_0_levels(b[i], lv);
+    for (int e = 0; e < quant::kQK; ++e) q[e] = static_cast<int8_t>(lv[e]);
+#endif
+  }
+}
+
 // out[r] = Σ_g s[r][g] · Σ_{k in g} a[k] · q[r][k] for R rows of levels (ldq apart; scales lds
 // apart), groups of G elements; n a multiple of G.
 template <int R, int G>
@@ -134,17 +156,19 @@ void dots_q8_0(const double* a, const uint8_t* rows, int64_t rb, int64_t n, doub
   for (int r = 0; r < R; ++r) out[r] = hsum(tot[r]);
 }
 
-// True when proj_dots reads w's rows of `cols` elements as levels (Q8_0 in place, Q6_K unpacked).
+// True when proj_dots reads w's rows of `cols` elements as levels (Q8_0 in place, Q6_0 and Q6_K
+// unpacked).
 bool dotted_from_levels(const MlaProj& w, int64_t cols) {
   if (!w.row_bytes) return false;
-  return (w.type == GgmlType::Q8_0 && cols % quant::kQK == 0) || (w.type == GgmlType::Q6_K && cols % quant::kQK_K == 0);
+  return ((w.type == GgmlType::Q8_0 || w.type == GgmlType::Q6_0) && cols % quant::kQK == 0) ||
+         (w.type == GgmlType::Q6_K && cols % quant::kQK_K == 0);
 }
 
 }  // namespace
 
 int64_t proj_buffer_floats(int64_t rows, int64_t cols) { return std::max(rows * cols, kLevelRows * cols); }
 
-// Q8_0 / Q6_K rows kLevelRows at a time for every vector, while they sit in L1.
+// Q8_0 / Q6_0 / Q6_K rows kLevelRows at a time for every vector, while they sit in L1.
 void proj_dots(const MlaProj& w, int64_t h, int64_t rows, int64_t cols, int64_t nq, const double* a, int64_t lda,
                double* out, int64_t ldo, float* buf) {
   if (!dotted_from_levels(w, cols)) {
@@ -152,15 +176,22 @@ void proj_dots(const MlaProj& w, int64_t h, int64_t rows, int64_t cols, int64_t 
     for (int64_t i = 0; i < nq; ++i) rows_dot_d_f(a + i * lda, f, cols, cols, rows, out + i * ldo);
     return;
   }
-  const int64_t rb = w.row_bytes, lds = cols / kQ6Group;
+  const bool q6_0 = w.type == GgmlType::Q6_0;
+  const int64_t rb = w.row_bytes, lds = cols / (q6_0 ? quant::kQK : kQ6Group);
   const uint8_t* base = static_cast<const uint8_t*>(w.data) + h * (w.head_rows ? w.head_rows : rows) * rb;
-  auto* lq = reinterpret_cast<int8_t*>(buf);  // Q6_K: kLevelRows rows of levels, then their scales
+  auto* lq = reinterpret_cast<int8_t*>(buf);  // Q6_0 / Q6_K: kLevelRows rows of levels, then their scales
   float* ls = buf + kLevelRows * cols / 4;
   // R rows from r0 for every vector.
   auto pass = [&]<int R>(int64_t r0) {
     const uint8_t* row = base + r0 * rb;
     if (w.type == GgmlType::Q8_0) {
       for (int64_t i = 0; i < nq; ++i) dots_q8_0<R>(a + i * lda, row, rb, cols, out + i * ldo + r0);
+      return;
+    }
+    if (q6_0) {
+      for (int r = 0; r < R; ++r) unpack_q6_0(row + r * rb, cols, lq + r * cols, ls + r * lds);
+      for (int64_t i = 0; i < nq; ++i)
+        dots_levels<R, quant::kQK>(a + i * lda, lq, cols, ls, lds, cols, out + i * ldo + r0);
       return;
     }
     for (int r = 0; r < R; ++r) unpack_q6_k(row + r * rb, cols, lq + r * cols, ls + r * lds);

@@ -5,8 +5,7 @@
 // integers; only its factor d * d_a is applied in float and super-blocks are summed in double, as in the scalar
 // reference (iqk_ref.cpp), which these kernels therefore equal bit for bit. Q6_0 against Q8_0:
 // per 32-element block an int32 sum, accumulated in float lanes like the other Q8_0 kernels.
-// IQ6_K has no AVX2 kernel (its 6-bit levels take four shuffles per chunk; no published file uses
-// it for the layers that dominate): dispatch falls back to the reference.
+// IQ6_K's 6-bit levels take four shuffles and three blends per chunk.
 #include <immintrin.h>
 
 #include "quant/iqk_blocks.h"
@@ -203,6 +202,26 @@ void levels(const BlockIQ5_KS& b, __m256i lv[8], int16_t* scale) {
   }
 }
 
+// IQ6_K: the 64-entry table half chosen per 16 elements by the extra bit, indexed by the low
+// nibble (four 16-entry quarters) and two high bits, bits 2(k%4) of qh[32(k/4) + l] for chunk k.
+void levels(const BlockIQ6_K& b, __m256i lv[8], int16_t* scale) {
+  for (int g = 0; g < 16; ++g) scale[g] = b.scales[g];
+  const __m256i m4 = _mm256_set1_epi8(0x0f), b4 = _mm256_set1_epi8(0x10), b5 = _mm256_set1_epi8(0x20);
+  for (int k = 0; k < 8; ++k) {
+    const int8_t* t0 = kIQ6NLValues + 64 * ((b.extra >> (2 * k)) & 1);
+    const int8_t* t1 = kIQ6NLValues + 64 * ((b.extra >> (2 * k + 1)) & 1);
+    const __m256i nib = _mm256_and_si256(_mm256_srli_epi16(load32(b.qs + 32 * (k / 2)), 4 * (k % 2)), m4);
+    const __m256i top = _mm256_srli_epi16(load32(b.qh + 32 * (k / 4)), 2 * (k % 4));  // bits 0-1
+    const __m256i bit4 = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_slli_epi16(top, 4), b4), b4);
+    const __m256i bit5 = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_slli_epi16(top, 4), b5), b5);
+    const __m256i q01 = _mm256_blendv_epi8(_mm256_shuffle_epi8(table2(t0, t1), nib),
+                                           _mm256_shuffle_epi8(table2(t0 + 16, t1 + 16), nib), bit4);
+    const __m256i q23 = _mm256_blendv_epi8(_mm256_shuffle_epi8(table2(t0 + 32, t1 + 32), nib),
+                                           _mm256_shuffle_epi8(table2(t0 + 48, t1 + 48), nib), bit4);
+    lv[k] = _mm256_blendv_epi8(q01, q23, bit5);
+  }
+}
+
 void levels(const BlockIQ2_KL& b, __m256i lv[8], int16_t* scale) {
   const Tables& t = tables();
   const __m256i lo_half = table2(t.kl_lo, t.kl_lo), hi_half = table2(t.kl_lo + 16, t.kl_lo + 16);
@@ -290,6 +309,8 @@ VecDotFn vec_dot_iqk_avx2_fn(GgmlType t) {
       return dot_iqk<BlockIQ4_K, RowScale::Block, 16>;
     case GgmlType::IQ5_K:
       return dot_iqk<BlockIQ5_K, RowScale::Block, 16>;
+    case GgmlType::IQ6_K:
+      return dot_iqk<BlockIQ6_K, RowScale::Block, 16>;
     case GgmlType::IQ4_KS:
       return dot_iqk<BlockIQ4_KS, RowScale::F32, 8>;
     case GgmlType::IQ4_KSS:

@@ -11,6 +11,7 @@
 #include <immintrin.h>
 
 #include "quant/kernels.h"
+#include "quant/packed_iqk.h"
 #include "util/ggml_blocks.h"
 
 namespace mla::quant {
@@ -347,6 +348,7 @@ PackedGemmFn packed_gemm_avx2_fn(GgmlType t) {
   if (t == GgmlType::Q5_K) return by_count<Q45_KKernel<kQ5Kx16Bytes>>;
   if (t == GgmlType::Q6_K) return by_count<InFours<Q6_KKernel>>;
   if (PackedGemmFn f = packed_gemm_iq_avx2_fn(t)) return f;
+  if (PackedGemmFn f = packed_gemm_iqk_avx2_fn(t)) return f;
   return packed_gemm_nibble_avx2_fn(t);
 }
 

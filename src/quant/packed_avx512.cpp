@@ -15,6 +15,7 @@
 
 #include "quant/kernels.h"
 #include "quant/packed_avx512.h"
+#include "quant/packed_iqk.h"
 #include "util/ggml_blocks.h"
 
 namespace mla::quant {
@@ -332,6 +333,7 @@ PackedGemmFn packed_gemm_avx512_fn(GgmlType t) {
   if (t == GgmlType::Q5_K) return by_count<Q45_KKernel<kQ5Kx16Bytes>>;
   if (t == GgmlType::Q6_K) return by_count<Q6_KKernel>;
   if (PackedGemmFn f = packed_gemm_iq_avx512_fn(t)) return f;
+  if (PackedGemmFn f = packed_gemm_iqk_avx512_fn(t)) return f;
   return packed_gemm_nibble_avx512_fn(t);
 }
 

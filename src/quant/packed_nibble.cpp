@@ -41,6 +41,14 @@ void pack32(const NibblePackedSpec& sp, const uint8_t* src, int64_t row_bytes, i
           out[sp.bits_offset() + 4 * r + i] = bits;
         }
       }
+      if constexpr (std::is_same_v<Block, BlockQ6_0>) {
+        // Column j < 16 has its top bits at bits 4(j/8).. of qh[j%8], column j + 16 two above.
+        for (int c = 0; c < kQK; ++c) {
+          const int j = c % 16, g = j / 4, i = j % 4;
+          const int top = (blk.qh[j % 8] >> (4 * (j / 8) + 2 * (c / 16))) & 3;
+          out[sp.bits_offset() + 64 * (c / 16) + 4 * r + i] |= static_cast<uint8_t>(top << (2 * g));
+        }
+      }
     }
   }
 }
@@ -65,7 +73,8 @@ int level(const NibblePackedSpec& sp, const uint8_t* quants, const uint8_t* bits
   const int g = (c % 16) / 4, i = c % 4;
   int v = (quants[64 * g + 4 * r + i] >> (c < 16 ? 0 : 4)) & 0x0F;
   if (sp.lookup) return sp.table[v];
-  if (sp.fifth_bit) v |= ((bits[4 * r + i] >> (c < 16 ? g : 4 + g)) & 1) << 4;
+  if (sp.high_bits == 1) v |= ((bits[4 * r + i] >> (c < 16 ? g : 4 + g)) & 1) << 4;
+  if (sp.high_bits == 2) v |= ((bits[64 * (c / 16) + 4 * r + i] >> (2 * g)) & 3) << 4;
   return v - sp.offset;
 }
 
@@ -136,6 +145,8 @@ void pack_nibble_rows(GgmlType t, const uint8_t* src, int64_t row_bytes, int64_t
       return pack32<BlockQ4_0>(sp, src, row_bytes, n_cols, dst);
     case GgmlType::Q5_0:
       return pack32<BlockQ5_0>(sp, src, row_bytes, n_cols, dst);
+    case GgmlType::Q6_0:
+      return pack32<BlockQ6_0>(sp, src, row_bytes, n_cols, dst);
     case GgmlType::IQ4_NL:
       return pack32<BlockIQ4_NL>(sp, src, row_bytes, n_cols, dst);
     case GgmlType::MXFP4:
@@ -153,6 +164,8 @@ PackedGemmFn packed_gemm_nibble_ref_fn(GgmlType t) {
       return gemm32_ref<GgmlType::Q4_0>;
     case GgmlType::Q5_0:
       return gemm32_ref<GgmlType::Q5_0>;
+    case GgmlType::Q6_0:
+      return gemm32_ref<GgmlType::Q6_0>;
     case GgmlType::IQ4_NL:
       return gemm32_ref<GgmlType::IQ4_NL>;
     case GgmlType::MXFP4:

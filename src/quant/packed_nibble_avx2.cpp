@@ -4,7 +4,8 @@
 // bit-identical to it whatever the number of tokens in the call. The integer sums are exact:
 //  - Q4_0 (nibble, 0..15), Q5_0 (0..31) and MXFP4 (its doubled E2M1 level + 16, 4..28) feed
 //    vpmaddubsw unsigned; pair sums are at most 2 x 31 x 128, so up to 32767 / (2 x 15 x 128) = 8
-//    (Q4_0) or 4 (Q5_0, MXFP4) of them add up in int16; each block starts from -offset x sum(a),
+//    (Q4_0) or 4 (Q5_0, MXFP4) of them add up in int16, and 2 for Q6_0 (0..63: 2 x 2 x 63 x 128
+//    = 32256); each block starts from -offset x sum(a),
 //    taken from the Q8_0 extra (-128 x sum, shifted);
 //  - IQ4_NL and IQ4_XS (levels -127..113) put |a| unsigned and the level with a's sign signed:
 //    |level| <= 127, so a pair sum is at most 2 x 128 x 127 whatever a is.
@@ -24,7 +25,7 @@ using namespace avx2p;
 
 // The unsigned operand offset this file uses per type (the layout's own offset is AVX-512's).
 constexpr int avx2_offset(GgmlType t) {
-  return t == GgmlType::Q4_0 ? 8 : t == GgmlType::Q5_0 || t == GgmlType::MXFP4 ? 16 : 0;
+  return t == GgmlType::Q4_0 ? 8 : t == GgmlType::Q5_0 || t == GgmlType::MXFP4 ? 16 : t == GgmlType::Q6_0 ? 32 : 0;
 }
 
 // The 16 nibble values' operands, made once at compile time: the level + offset (MXFP4), or the
@@ -57,6 +58,20 @@ inline __m256 load_scales(const uint8_t* blk, int h) {
   }
 }
 
+// Bits 2g..2g+1 of each byte at bits 4-5 (other bits: garbage to mask off).
+inline __m256i to_bits45(__m256i v, int g) {
+  switch (g) {
+    case 0:
+      return _mm256_slli_epi16(v, 4);
+    case 1:
+      return _mm256_slli_epi16(v, 2);
+    case 2:
+      return v;
+    default:
+      return _mm256_srli_epi16(v, 2);
+  }
+}
+
 // The operands of k-group g, half h: columns 4g.. (lo) and 16+4g.. (hi).
 template <GgmlType kType>
 inline void operands(const uint8_t* quants, const uint8_t* bits_p, int g, int h, __m256i tbl, __m256i& lo,
@@ -70,11 +85,17 @@ inline void operands(const uint8_t* quants, const uint8_t* bits_p, int g, int h,
     lo = _mm256_shuffle_epi8(tbl, lo);
     hi = _mm256_shuffle_epi8(tbl, hi);
   }
-  if constexpr (sp.fifth_bit) {
+  if constexpr (sp.high_bits == 1) {
     // Bit g (bit 4+g) of each byte moved to bit 4; bits crossing bytes are masked off.
     const __m256i bits = half(bits_p, h), fifth = _mm256_set1_epi8(0x10);
     lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(bits, 4 - g), fifth));
     hi = _mm256_or_si256(hi, _mm256_and_si256(g == 0 ? bits : _mm256_srli_epi16(bits, g), fifth));
+  }
+  if constexpr (sp.high_bits == 2) {
+    // Bits 2g..2g+1 of each byte moved to bits 4-5; bits crossing bytes are masked off.
+    const __m256i top = _mm256_set1_epi8(0x30);
+    lo = _mm256_or_si256(lo, _mm256_and_si256(to_bits45(half(bits_p, h), g), top));
+    hi = _mm256_or_si256(hi, _mm256_and_si256(to_bits45(half(bits_p + 64, h), g), top));
   }
 }
 
@@ -90,8 +111,8 @@ void gemm32(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t ac
   constexpr int64_t kBytes = sp.bytes();
   constexpr int kLines = static_cast<int>((kBytes + 63) / 64);
   constexpr int kOffset = avx2_offset(kType);
-  constexpr int kShift = kOffset == 8 ? 4 : 3;  // -128 x sum -> -offset x sum
-  constexpr int kRun = kOffset == 8 ? 4 : 2;    // k-groups (2 products each) summed in int16
+  constexpr int kShift = kOffset == 8 ? 4 : kOffset == 16 ? 3 : 2;  // -128 x sum -> -offset x sum
+  constexpr int kRun = kOffset == 8 ? 4 : kOffset == 16 ? 2 : 1;    // k-groups (2 products each) summed in int16
   const int64_t nb = n_cols / kQK;
   const BlockQ8_0* a[NT];
   const uint8_t* ex[NT];
@@ -207,6 +228,8 @@ PackedGemmFn packed_gemm_nibble_avx2_fn(GgmlType t) {
       return by_count<NibbleKernel<GgmlType::Q4_0>>;
     case GgmlType::Q5_0:
       return by_count<NibbleKernel<GgmlType::Q5_0>>;
+    case GgmlType::Q6_0:
+      return by_count<NibbleKernel<GgmlType::Q6_0>>;
     case GgmlType::IQ4_NL:
       return by_count<NibbleKernel<GgmlType::IQ4_NL>>;
     case GgmlType::MXFP4:

@@ -52,6 +52,20 @@ inline __m512 load_scales(const uint8_t* blk) {
   }
 }
 
+// Bits 2g..2g+1 of each byte at bits 4-5 (other bits: garbage to mask off).
+inline __m512i to_bits45(__m512i v, int g) {
+  switch (g) {
+    case 0:
+      return _mm512_slli_epi16(v, 4);
+    case 1:
+      return _mm512_slli_epi16(v, 2);
+    case 2:
+      return v;
+    default:
+      return _mm512_srli_epi16(v, 2);
+  }
+}
+
 // The unsigned operands of k-group g: columns 4g.. (lo) and 16+4g.. (hi).
 template <GgmlType kType>
 inline void operands(const uint8_t* quants, const uint8_t* bits_p, int g, __m512i tbl, __m512i& lo, __m512i& hi) {
@@ -64,11 +78,17 @@ inline void operands(const uint8_t* quants, const uint8_t* bits_p, int g, __m512
     lo = _mm512_shuffle_epi8(tbl, lo);
     hi = _mm512_shuffle_epi8(tbl, hi);
   }
-  if constexpr (sp.fifth_bit) {
+  if constexpr (sp.high_bits == 1) {
     // Bit g (bit 4+g) of each byte moved to bit 4; bits crossing bytes are masked off.
     const __m512i bits = load512(bits_p), fifth = _mm512_set1_epi8(0x10);
     lo = _mm512_or_si512(lo, _mm512_and_si512(_mm512_slli_epi16(bits, 4 - g), fifth));
     hi = _mm512_or_si512(hi, _mm512_and_si512(g == 0 ? bits : _mm512_srli_epi16(bits, g), fifth));
+  }
+  if constexpr (sp.high_bits == 2) {
+    // Bits 2g..2g+1 of each byte moved to bits 4-5; bits crossing bytes are masked off.
+    const __m512i top = _mm512_set1_epi8(0x30);
+    lo = _mm512_or_si512(lo, _mm512_and_si512(to_bits45(load512(bits_p), g), top));
+    hi = _mm512_or_si512(hi, _mm512_and_si512(to_bits45(load512(bits_p + 64), g), top));
   }
 }
 
@@ -78,7 +98,10 @@ void gemm32(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t ac
   constexpr NibblePackedSpec sp = nibble_packed_spec(kType);
   constexpr int64_t kBytes = sp.bytes();
   constexpr int kLines = static_cast<int>((kBytes + 63) / 64);
-  constexpr int kShift = sp.offset == 128 ? 0 : sp.offset == 16 ? 3 : 4;  // -128 x sum -> -offset x sum
+  constexpr int kShift = sp.offset == 128  ? 0
+                         : sp.offset == 32 ? 2
+                         : sp.offset == 16 ? 3
+                                           : 4;  // -128 x sum -> -offset x sum
   const int64_t nb = n_cols / kQK;
   const BlockQ8_0* a[NT];
   const uint8_t* ex[NT];
@@ -185,6 +208,8 @@ PackedGemmFn packed_gemm_nibble_avx512_fn(GgmlType t) {
       return by_count<NibbleKernel<GgmlType::Q4_0>>;
     case GgmlType::Q5_0:
       return by_count<NibbleKernel<GgmlType::Q5_0>>;
+    case GgmlType::Q6_0:
+      return by_count<NibbleKernel<GgmlType::Q6_0>>;
     case GgmlType::IQ4_NL:
       return by_count<NibbleKernel<GgmlType::IQ4_NL>>;
     case GgmlType::MXFP4:

@@ -7,6 +7,7 @@
 #include "quant/kernels.h"
 #include "quant/packed.h"
 #include "quant/packed_iq.h"
+#include "quant/packed_iqk.h"
 #include "util/ggml_blocks.h"
 
 MLA_NO_FP_CONTRACT
@@ -263,7 +264,9 @@ int64_t packed_group_bytes(GgmlType t, int64_t n_cols) {
     case GgmlType::Q6_K:
       return n_cols / kQK_K * kQ6Kx16Bytes;
     default:
-      return iq_packed_spec(t).n_scales ? packed_iq_group_bytes(t, n_cols) : packed_nibble_group_bytes(t, n_cols);
+      if (iq_packed_spec(t).n_scales) return packed_iq_group_bytes(t, n_cols);
+      if (iqk_packed(t)) return packed_iqk_group_bytes(t, n_cols);
+      return packed_nibble_group_bytes(t, n_cols);
   }
 }
 
@@ -283,6 +286,7 @@ void pack_rows(GgmlType t, const uint8_t* src, int64_t row_bytes, int64_t n_cols
       return pack_q6_k(src, row_bytes, n_cols, dst);
     default:
       if (iq_packed_spec(t).n_scales) return pack_iq_rows(t, src, row_bytes, n_cols, dst);
+      if (iqk_packed(t)) return pack_iqk_rows(t, src, row_bytes, n_cols, dst);
       return pack_nibble_rows(t, src, row_bytes, n_cols, dst);
   }
 }
@@ -328,6 +332,7 @@ PackedGemmFn packed_gemm_ref_fn(GgmlType t) {
   if (t == GgmlType::Q5_K) return gemm_q45_k_ref<kQ5Kx16Bytes>;
   if (t == GgmlType::Q6_K) return gemm_q6_k_ref;
   if (PackedGemmFn f = packed_gemm_iq_ref_fn(t)) return f;
+  if (PackedGemmFn f = packed_gemm_iqk_ref_fn(t)) return f;
   return packed_gemm_nibble_ref_fn(t);
 }
 

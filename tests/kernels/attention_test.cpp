@@ -483,13 +483,14 @@ TEST(MlaAttentionExact, QueryBitsIndependentOfThreadsChunksAndWholeSelection) {
   }
 }
 
-// The exact MQA kernel dots W_UK / W_UV straight from Q8_0 and Q6_K rows (levels times scales)
+// The exact MQA kernel dots W_UK / W_UV straight from Q8_0, Q6_0 and Q6_K rows (levels times scales)
 // and reads other types through a head's F32 copy: for every type the bits are those of the rows
 // dequantized to F32 up front, of the double references and of the exact MHA path on that copy;
 // a query alone gives its bits in the batch. The head widths (256) let K-quant rows hold W_UK
 // too; v_dim 20 leaves rows past the last whole group of 8.
 TEST(MlaAttentionExact, ProjectionsInFileTypesGiveTheBitsOfTheirF32Copy) {
-  for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q6_K, GgmlType::Q4_K, GgmlType::F16, GgmlType::BF16}) {
+  for (GgmlType type :
+       {GgmlType::Q8_0, GgmlType::Q6_0, GgmlType::Q6_K, GgmlType::Q4_K, GgmlType::F16, GgmlType::BF16}) {
     Case c(71);
     c.n_head = 3, c.qk_nope = 256, c.qk_rope = 16, c.kv_lora = 256, c.v_dim = 20, c.n_ctx = 300, c.n_q = 5;
     c.n_slots = 310;

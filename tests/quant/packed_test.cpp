@@ -1,7 +1,9 @@
 // Packed 16-row weight groups (quant/packed.h). Checks per packed type:
 //  - the scalar twin packed_gemm_ref equals sum(dequant(w) * dequant(a)) in double from the
 //    gguf-py-verified dequantizers, to within 2e-5 of sum|w*a| (it rounds per-block scale
-//    products and accumulates in float, like the SIMD dot kernels), for every row and token;
+//    products and accumulates in float, like the SIMD dot kernels), for every row and token
+//    (IQ6_K: 1e-2, its dequantization not using the level table its products use), and the
+//    row-major reference dot product of the same rows to within 2e-5;
 //  - the selected SIMD kernel (AVX-512 or AVX2 family) and the AVX2 kernel itself give the same
 //    bits as the twin, and a token's bits do not depend on how many tokens share the call (batch
 //    invariance), for 1..8 tokens;
@@ -80,6 +82,11 @@ TEST_P(PackedTest, ReferenceMatchesDequantizedProducts) {
   const GgmlType at = vec_dot_type(wt);
   PackedGemmFn ref = packed_gemm_ref_fn(wt);
   ASSERT_NE(ref, nullptr);
+  // IQ6_K's products use ik_llama.cpp's level table and its dequantization ik's cubic, which differ
+  // by under half a level: relative to sum|w*a| that is unbounded where levels are small, so here
+  // only a layout check (a wrong index is off by several levels); ReferenceMatchesRowDotReference
+  // holds IQ6_K's twin to 2e-5 of the row reference, which uses the same table.
+  const double tol = wt == GgmlType::IQ6_K ? 1e-2 : 2e-5;
   for_each_case(wt, [&](const Case& c) {
     float out[kPackedMaxTokens * kPackedRows];
     ref(c.n, c.group.data(), c.act.data(), c.act_stride, kPackedMaxTokens, out);
@@ -94,8 +101,34 @@ TEST_P(PackedTest, ReferenceMatchesDequantizedProducts) {
           exact += p;
           magnitude += std::fabs(p);
         }
-        ASSERT_LE(std::fabs(out[t * kPackedRows + r] - exact), 2e-5 * magnitude + 1e-37)
+        ASSERT_LE(std::fabs(out[t * kPackedRows + r] - exact), tol * magnitude + 1e-37)
             << c.label << " row " << r << " token " << t << " want " << exact;
+      }
+    }
+  });
+}
+
+// The twin against the row-major reference dot product of the same rows (vec_dot_ref), which
+// shares the levels but not the layout or the float steps: within 2e-5 of sum|w*a| for every type,
+// IQ6_K included (its level table is what both use).
+TEST_P(PackedTest, ReferenceMatchesRowDotReference) {
+  const GgmlType wt = GetParam();
+  const GgmlType at = vec_dot_type(wt);
+  PackedGemmFn ref = packed_gemm_ref_fn(wt);
+  for_each_case(wt, [&](const Case& c) {
+    float out[kPackedMaxTokens * kPackedRows];
+    ref(c.n, c.group.data(), c.act.data(), c.act_stride, kPackedMaxTokens, out);
+    const int64_t rb = ggml_row_bytes(wt, c.n);
+    for (int t = 0; t < kPackedMaxTokens; ++t) {
+      const uint8_t* a = c.act.data() + t * c.act_stride;
+      const auto af = testing::dequantized(at, a, c.n);
+      for (int r = 0; r < kPackedRows; ++r) {
+        const auto wf = testing::dequantized(wt, c.rows.data() + r * rb, c.n);
+        double magnitude = 0;
+        for (int64_t i = 0; i < c.n; ++i) magnitude += std::fabs(static_cast<double>(wf[i]) * af[i]);
+        const float want = vec_dot_ref(wt, c.n, c.rows.data() + r * rb, a);
+        ASSERT_LE(std::fabs(out[t * kPackedRows + r] - want), 2e-5 * magnitude + 1e-37)
+            << c.label << " row " << r << " token " << t << " want " << want;
       }
     }
   });
@@ -154,9 +187,11 @@ TEST(Packed, LayoutsAndExtras) {
   EXPECT_EQ(packed_gemm_fn(GgmlType::Q4_1), nullptr);
   // The AVX2 family covers these layouts (so Avx2KernelEqualsReferenceBits skips none of them).
   for (GgmlType t :
-       {GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K,
-        GgmlType::IQ2_XXS, GgmlType::IQ2_XS, GgmlType::IQ2_S, GgmlType::IQ3_XXS, GgmlType::IQ3_S, GgmlType::IQ1_S,
-        GgmlType::IQ1_M, GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::IQ4_NL, GgmlType::MXFP4, GgmlType::IQ4_XS})
+       {GgmlType::Q8_0,    GgmlType::Q2_K,   GgmlType::Q3_K,   GgmlType::Q4_K,    GgmlType::Q5_K,    GgmlType::Q6_K,
+        GgmlType::IQ2_XXS, GgmlType::IQ2_XS, GgmlType::IQ2_S,  GgmlType::IQ3_XXS, GgmlType::IQ3_S,   GgmlType::IQ1_S,
+        GgmlType::IQ1_M,   GgmlType::Q4_0,   GgmlType::Q5_0,   GgmlType::IQ4_NL,  GgmlType::MXFP4,   GgmlType::IQ4_XS,
+        GgmlType::Q6_0,    GgmlType::IQ4_K,  GgmlType::IQ5_K,  GgmlType::IQ4_KS,  GgmlType::IQ5_KS,  GgmlType::IQ2_KL,
+        GgmlType::IQ2_K,   GgmlType::IQ3_K,  GgmlType::IQ2_KS, GgmlType::IQ3_KS,  GgmlType::IQ4_KSS, GgmlType::IQ6_K})
     EXPECT_NE(quant::packed_gemm_avx2_fn(t), nullptr) << ggml_type_name(t);
   // 16 rows of Q8_0 are 16 x 34 bytes per block; the packed group keeps that size.
   EXPECT_EQ(packed_group_bytes(GgmlType::Q8_0, 64), 2 * 16 * 34);
@@ -171,6 +206,26 @@ TEST(Packed, LayoutsAndExtras) {
   // bits, and one shift bit per group of 8 columns and row.
   EXPECT_EQ(packed_group_bytes(GgmlType::IQ1_S, 512), 2 * (32 + 8 * 16 + 32 * 16 * 2 + 32 * 16 / 8));
   EXPECT_EQ(packed_group_bytes(GgmlType::IQ1_M, 256), 32 + 16 * 16 + 32 * 16 * 2 + 32 * 16 / 8);
+  // Q6_0 and the row-scaled IQ4_KS / IQ5_KS keep the rows' bytes (fp32 headers included);
+  // IQ4_K / IQ5_K add 64 bytes per super-block: the 6-bit scales as bytes and the extra bits.
+  EXPECT_EQ(packed_group_bytes(GgmlType::Q6_0, 64), 2 * 16 * 26);
+  EXPECT_EQ(packed_group_bytes(GgmlType::IQ4_KS, 512), 16 * (4 + 2 * 136));
+  EXPECT_EQ(packed_group_bytes(GgmlType::IQ5_KS, 512), 16 * (4 + 2 * 168));
+  // IQ6_K keeps its rows' bytes exactly.
+  EXPECT_EQ(packed_group_bytes(GgmlType::IQ6_K, 512), 2 * 16 * 212);
+  // IQ4_KSS is packed as IQ4_KS: 8 more bytes per row and super-block (its scale bits as bytes).
+  EXPECT_EQ(packed_group_bytes(GgmlType::IQ4_KSS, 512), 16 * (4 + 2 * (128 + 8)));
+  EXPECT_EQ(packed_group_bytes(GgmlType::IQ4_K, 512), 2 * (16 * 144 + 64));
+  EXPECT_EQ(packed_group_bytes(GgmlType::IQ5_K, 512), 2 * (16 * 176 + 64));
+  // IQ2_KL: its rows' bytes, plus the 6-bit scales as bytes (32 more per super-block) and 32 bytes
+  // of padding after the fp16 row scales.
+  EXPECT_EQ(packed_group_bytes(GgmlType::IQ2_KL, 512), 16 * (2 + 2 * 86) + 2 * 32 + 32);
+  // The 2- and 3-bit types: their rows' bytes plus the scales as bytes (IQ2_K 128, IQ3_K 96,
+  // IQ2_KS and IQ3_KS 32 more per super-block) and, row-scaled, 32 bytes of padding.
+  EXPECT_EQ(packed_group_bytes(GgmlType::IQ2_K, 512), 2 * (16 * 76 + 128));
+  EXPECT_EQ(packed_group_bytes(GgmlType::IQ3_K, 512), 2 * (16 * 110 + 96));
+  EXPECT_EQ(packed_group_bytes(GgmlType::IQ2_KS, 512), 16 * (2 + 2 * 70) + 2 * 32 + 32);
+  EXPECT_EQ(packed_group_bytes(GgmlType::IQ3_KS, 512), 16 * (2 + 2 * 102) + 2 * 32 + 32);
   EXPECT_EQ(packed_act_extra_bytes(GgmlType::Q8_0, 64), 8);
   EXPECT_EQ(packed_act_extra_bytes(GgmlType::Q8_K, 512), 2 * (16 + 64));
   EXPECT_EQ(packed_act_extra_bytes(GgmlType::F16, 512), 0);
@@ -181,7 +236,10 @@ INSTANTIATE_TEST_SUITE_P(Quant, PackedTest,
                                            GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ2_XXS, GgmlType::IQ2_XS,
                                            GgmlType::IQ2_S, GgmlType::IQ3_XXS, GgmlType::IQ3_S, GgmlType::IQ1_S,
                                            GgmlType::IQ1_M, GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::IQ4_NL,
-                                           GgmlType::MXFP4, GgmlType::IQ4_XS),
+                                           GgmlType::MXFP4, GgmlType::IQ4_XS, GgmlType::Q6_0, GgmlType::IQ4_K,
+                                           GgmlType::IQ5_K, GgmlType::IQ4_KS, GgmlType::IQ5_KS, GgmlType::IQ2_KL,
+                                           GgmlType::IQ2_K, GgmlType::IQ3_K, GgmlType::IQ2_KS, GgmlType::IQ3_KS,
+                                           GgmlType::IQ4_KSS, GgmlType::IQ6_K),
                          [](const auto& info) { return testing::type_label(info.param); });
 
 }  // namespace

@@ -3,7 +3,8 @@
 //    ik_llama.cpp itself (tools/ik-llama/dump_trellis.cpp);
 //  - NVFP4: rows dequantized by gguf-py 0.19.0 (tools/quant/make_nvfp4_fixture.py), every UE4M3
 //    scale byte included;
-//  - ik_llama.cpp's row-interleaved forms (Q4_0_R8, Q8_0_R8, Q4_K_R4, Q6_K_R4, IQ4_XS_R8, IQ1_S_R4):
+//  - ik_llama.cpp's row-interleaved forms (Q4_0_R8, Q8_0_R8, Q4_K_R4, Q6_K_R4, IQ4_XS_R8, IQ1_S_R4,
+//    Q6_0_R4, IQ4_K_R4, IQ5_K_R4, IQ4_KS_R4, IQ5_KS_R4):
 //    rows ik quantized to the form (and, for those that rearrange base blocks, to the base type);
 //    a GGUF holding the form must load as the base type's bytes and dequantize to ik's own
 //    dequantization of the form (tools/ik-llama/dump_interleaved.cpp).
@@ -167,7 +168,12 @@ INSTANTIATE_TEST_SUITE_P(Quant, IkInterleaved,
                                            InterleavedCase{"Q4_K_R4", GgmlType::Q4_K, true},
                                            InterleavedCase{"Q6_K_R4", GgmlType::Q6_K, true},
                                            InterleavedCase{"IQ4_XS_R8", GgmlType::IQ4_XS, true},
-                                           InterleavedCase{"IQ1_S_R4", GgmlType::IQ1_S, false}),
+                                           InterleavedCase{"IQ1_S_R4", GgmlType::IQ1_S, false},
+                                           InterleavedCase{"Q6_0_R4", GgmlType::Q6_0, true},
+                                           InterleavedCase{"IQ4_K_R4", GgmlType::IQ4_K, true},
+                                           InterleavedCase{"IQ5_K_R4", GgmlType::IQ5_K, true},
+                                           InterleavedCase{"IQ4_KS_R4", GgmlType::IQ4_KS, true},
+                                           InterleavedCase{"IQ5_KS_R4", GgmlType::IQ5_KS, true}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 TEST(OutsideReference, SimdDotsExistForTheNewTypes) {

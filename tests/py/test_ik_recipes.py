@@ -4,17 +4,24 @@ the recipes are tools/ik-llama/recipes/*.txt): ubergarm's smol-IQ4_K, DeepSeek-V
 Kimi-K2 IQ2_KL and smol-IQ1_KT shapes, sokann's GLM-5 and DeepSeek-V3-0324 IQ1_S_R4 shapes.
 
 Each file must load, pass `mla doctor` (every path and layout agrees, numerics ok; the weights
-are random, so the output check may call it untrained), and give logits that differ from each of
-ik_llama.cpp's MLA modes by no more than ik_llama.cpp's modes differ among themselves, down both
-of mla.cpp's MLA paths with exact attention.
+are random, so the output check may call it untrained), and match ik_llama.cpp, down both of
+mla.cpp's MLA paths with exact attention, in two ways:
 
-The tolerance. ik_llama.cpp's modes (-mla 1 / 3, -fa 0 / 1, one ubatch or one token per ubatch)
-run the same weights through different attention graphs (F16 flash attention, the kv_b or the
-absorbed form of the prefill) and disagree by a measured amount; that amount, per file, is the
-noise floor. mla.cpp's logits are held to NOISE_FACTOR x the largest ik-vs-ik difference of the
-file (max |Δlogit| over all positions, relative to the RMS of ik's logits), and to at most
-MAX_REL outright; top-1 must agree at every position where ik's modes agree on it with a margin
-above that noise. Measured with ik_llama.cpp 8337e4cd3 (see the lead's report for the numbers).
+- The weights. ik's own F32 dequantization of the file, run by ik (-mla 1), against mla.cpp's
+  F32 dequantization of it (`mla gguf quantize FILE OUT f16 --tensor-type .=f32`), run by
+  mla.cpp: the same numbers through two F32 forwards, so every type's decoding, the interleaved
+  forms and ik's MLA tensors must be read as ik reads them. Measured (ik 8337e4cd3): max
+  |Δlogit| <= 2e-4 of the logits' RMS; held to DEQ_TOL, top-1 equal everywhere.
+- The quantized forward. Each engine quantizes activations its own way (8-bit blocks, with
+  different block shapes and roundings), so on the quantized file they differ by two roundings'
+  worth, several % of the logit RMS at a position, and by more where a rounding flips an expert
+  choice. ik's -mla 1 / -fa 0|1 / -mla 3 modes do not measure this: they share the activation
+  quantization and agree exactly except at those flips (measured: 0 at most positions, up to 6.5%
+  at a flip). The measure is each engine's distance from the exact arithmetic on the same weights
+  (the dequantized run above), per position (max |Δlogit| / RMS): mla.cpp's median must be no
+  larger than ik's (times MEDIAN_SLACK), the two engines' median distance from each other within
+  two of ik's roundings, and both engines' top-1 the exact run's at TOP1_AGREE of the positions.
+  Measured medians: ik 4.8-9.4%, mla.cpp 4.6-6.3%, mla.cpp vs ik 5.9-11%.
 """
 import hashlib
 import json
@@ -30,8 +37,9 @@ DIR = FIXTURES / "ik-recipes"
 # What make-recipe-fixtures.sh writes today: every family must be present and compared.
 EXPECTED = ("sokann-glm5-iq1_s_r4", "sokann-v3-iq1_s_r4", "ubergarm-kimi-iq2_kl", "ubergarm-kimi-smol-iq1_kt",
             "ubergarm-smol-iq4_k", "ubergarm-v3-iq4_k_r4")
-NOISE_FACTOR = 2.0
-MAX_REL = 2e-2
+DEQ_TOL = 1e-3
+MEDIAN_SLACK = 1.25
+TOP1_AGREE = 0.85
 
 
 def manifest():
@@ -42,71 +50,84 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def ik_logits(m, name):
-    n, v = len(m["tokens"]), m["n_vocab"]
-    out = {}
-    for mode, spec in m["files"][name]["logits"].items():
-        path = DIR / spec["file"]
-        assert sha256(path) == spec["sha256"], f"{path} does not match manifest.json"
-        out[mode] = np.fromfile(path, dtype="<f4").reshape(n, v).astype(np.float64)
-    return out
+def read_logits(m, spec):
+    path = DIR / spec["file"]
+    assert sha256(path) == spec["sha256"], f"{path} does not match manifest.json"
+    return np.fromfile(path, dtype="<f4").reshape(len(m["tokens"]), m["n_vocab"]).astype(np.float64)
 
 
-def rel_max_diff(a, b, ref):
-    """max |a - b| over every position and token, relative to the RMS of ref's logits."""
-    return float(np.abs(a - b).max() / np.sqrt(np.mean(ref**2)))
+def per_position(a, b, ref):
+    """max |a - b| over the vocabulary at each position, relative to the RMS of ref's logits."""
+    return np.abs(a - b).max(axis=1) / np.sqrt(np.mean(ref**2))
+
+
+def mla_logits(mla_bin, m, model, mla_path, dump):
+    run_mla(mla_bin, "run", "-m", model, "--tokens", ",".join(map(str, m["tokens"])), "-n", "1", "--mla-path", mla_path,
+            "--attention-precision", "exact", "--dump-logits", dump, "--threads", "2", "--ignore-eos")
+    got = np.fromfile(dump, dtype="<f4").reshape(-1, m["n_vocab"]).astype(np.float64)
+    assert got.shape[0] == len(m["tokens"]), got.shape
+    return got
 
 
 def test_fixtures_present():
     m = manifest()
     assert set(EXPECTED) <= set(m["files"]), f"recipe fixtures missing: {set(EXPECTED) - set(m['files'])}"
-    assert len(m["modes"]) >= 2, "ik's noise needs at least two of its modes"
+    assert len(m["modes"]) >= 2, "ik's modes: at least two"
     for name, f in m["files"].items():
         assert sha256(DIR / f["gguf"]) == f["gguf_sha256"], f"{f['gguf']} does not match manifest.json"
         assert set(f["logits"]) == set(m["modes"]), name
 
 
-@pytest.mark.parametrize("name", EXPECTED)
-def test_ik_modes_disagree_a_little(name):
-    # The noise floor must be a measurement, not zero (identical modes would make the tolerance
-    # meaningless) and small (a broken ik mode would widen it).
-    m = manifest()
-    ik = ik_logits(m, name)
-    ref = ik["mla1"]
-    noise = max(rel_max_diff(ik[a], ik[b], ref) for a, b in combinations(ik, 2))
-    assert 0 < noise < MAX_REL / NOISE_FACTOR, f"{name}: ik's modes differ by {noise:.3e} relative"
-    for a, b in combinations(ik, 2):
-        agree = float(np.mean(ik[a].argmax(1) == ik[b].argmax(1)))
-        assert agree >= 0.9, f"{name}: ik {a} vs {b} agree on top-1 at {agree:.0%} of positions"
+@pytest.fixture(scope="module")
+def dequantized(mla_bin, tmp_path_factory):
+    """{name: mla.cpp's F32 dequantization of the fixture file}"""
+    tmp = tmp_path_factory.mktemp("deq")
+    out = {}
+    for name in EXPECTED:
+        out[name] = tmp / f"{name}-f32.gguf"
+        run_mla(mla_bin, "gguf", "quantize", DIR / manifest()["files"][name]["gguf"], out[name], "f16",
+                "--tensor-type", ".=f32", "-t", "2")
+    return out
 
 
 @pytest.mark.parametrize("mla_path", ["mha", "mqa"])
 @pytest.mark.parametrize("name", EXPECTED)
-def test_logits_match_ik_llama_cpp(mla_bin, name, mla_path, tmp_path):
+def test_dequantized_weights_match_ik(mla_bin, dequantized, name, mla_path, tmp_path):
     m = manifest()
-    ik = ik_logits(m, name)
-    tokens = m["tokens"]
-    dump = tmp_path / "logits.f32"
-    run_mla(mla_bin, "run", "-m", DIR / m["files"][name]["gguf"], "--tokens", ",".join(map(str, tokens)), "-n", "1",
-            "--mla-path", mla_path, "--attention-precision", "exact", "--dump-logits", dump, "--json",
-            "--threads", "2", "--ignore-eos")
-    got = np.fromfile(dump, dtype="<f4").reshape(-1, m["n_vocab"]).astype(np.float64)
-    assert got.shape[0] == len(tokens), got.shape
-    ref = ik["mla1"]
-    noise = max(rel_max_diff(ik[a], ik[b], ref) for a, b in combinations(ik, 2))
-    tol = min(NOISE_FACTOR * noise, MAX_REL)
-    ours = {mode: rel_max_diff(got, logits, ref) for mode, logits in ik.items()}
-    worst = max(ours.values())
-    print(f"\n{name} {mla_path}: ik-vs-ik {noise:.2e}, mla-vs-ik " +
-          ", ".join(f"{k} {v:.2e}" for k, v in ours.items()) + f" (relative max |Δlogit|, tol {tol:.2e})")
-    assert worst <= tol, f"{name} {mla_path}: mla differs from ik by {worst:.3e} relative, ik from ik by {noise:.3e}"
-    # Top-1 where ik is sure: all its modes agree and the margin to the runner-up exceeds the noise.
-    top = {k: v.argmax(1) for k, v in ik.items()}
-    srt = np.sort(ref, axis=1)
-    margin = (srt[:, -1] - srt[:, -2]) / np.sqrt(np.mean(ref**2))
-    sure = np.all([top[k] == top["mla1"] for k in top], axis=0) & (margin > 2 * tol)
-    assert sure.sum() >= len(tokens) // 2, f"{name}: only {sure.sum()} positions with a clear top-1"
-    assert np.array_equal(got.argmax(1)[sure], top["mla1"][sure]), f"{name} {mla_path}: top-1 differs from ik's"
+    want = read_logits(m, m["files"][name]["dequantized_logits"])
+    got = mla_logits(mla_bin, m, dequantized[name], mla_path, tmp_path / "deq.f32")
+    d = per_position(got, want, want)
+    print(f"\n{name} {mla_path}: dequantized weights, max |Δlogit| / RMS {d.max():.2e}")
+    assert d.max() <= DEQ_TOL, f"{name}: mla.cpp on its F32 copy differs from ik on ik's by {d.max():.3e}"
+    # Top-1 wherever the runner-up is further than the tolerance allows the two to move.
+    srt = np.sort(want, axis=1)
+    clear = (srt[:, -1] - srt[:, -2]) / np.sqrt(np.mean(want**2)) > 2 * DEQ_TOL
+    assert clear.sum() >= len(m["tokens"]) - 2, f"{name}: {clear.sum()} positions with a clear top-1"
+    assert np.array_equal(got.argmax(1)[clear], want.argmax(1)[clear]), f"{name}: top-1 differs"
+
+
+@pytest.mark.parametrize("mla_path", ["mha", "mqa"])
+@pytest.mark.parametrize("name", EXPECTED)
+def test_quantized_logits_match_ik(mla_bin, name, mla_path, tmp_path):
+    m = manifest()
+    f = m["files"][name]
+    exact = read_logits(m, f["dequantized_logits"])
+    ik = {mode: read_logits(m, spec) for mode, spec in f["logits"].items()}
+    got = mla_logits(mla_bin, m, DIR / f["gguf"], mla_path, tmp_path / "q.f32")
+    e_ik = per_position(ik["mla1"], exact, exact)
+    e_mla = per_position(got, exact, exact)
+    apart = per_position(got, ik["mla1"], exact)
+    modes = max(per_position(ik[a], ik[b], exact).max() for a, b in combinations(ik, 2))
+    print(f"\n{name} {mla_path}: median |Δ| to the exact run: ik {np.median(e_ik):.3f}, mla {np.median(e_mla):.3f}; "
+          f"mla vs ik median {np.median(apart):.3f} max {apart.max():.3f}; ik's modes apart <= {modes:.3f}")
+    assert np.median(e_mla) <= MEDIAN_SLACK * np.median(e_ik), f"{name}: mla.cpp is further from the exact run than ik"
+    assert np.median(apart) <= 2 * np.median(e_ik), f"{name}: mla.cpp and ik differ by {np.median(apart):.3f}"
+    # Top-1: random weights give near-uniform logits (top-2 margins of a few % of the RMS), which
+    # either engine's rounding reorders at some positions; measured agreement with the exact run:
+    # ik 94-100%, mla.cpp 91-100%.
+    for who, logits in (("ik", ik["mla1"]), ("mla.cpp", got)):
+        agree = float(np.mean(logits.argmax(1) == exact.argmax(1)))
+        assert agree >= TOP1_AGREE, f"{name}: {who}'s top-1 is the exact run's at {agree:.0%} of positions"
 
 
 def doctor(mla_bin, path):

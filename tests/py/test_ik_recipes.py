@@ -174,3 +174,12 @@ def test_ik_converter_layout_reads_as_split(mla_bin, tmp_path):
     copy = tmp_path / "ik-split.gguf"
     run_mla(mla_bin, "gguf", "convert-mla-layout", ik, copy, "--layout", "split")
     run_mla(mla_bin, "run", "-m", copy, "--tokens", "1,2,3", "-n", "1", "--threads", "2")
+
+
+def test_quantize_refuses_to_requantize(mla_bin, tmp_path):
+    # A quantized tensor is only dequantized: a quantized target would stack two roundings.
+    src = DIR / manifest()["files"]["ubergarm-v3-iq4_k_r4"]["gguf"]
+    p = run_mla(mla_bin, "gguf", "quantize", src, tmp_path / "x.gguf", "q8_0", check=False)
+    assert p.returncode != 0
+    assert "mla gguf quantize quantizes F32/F16/BF16 tensors and dequantizes others to F32/F16/BF16 only" in p.stderr, \
+        p.stderr

@@ -11,7 +11,7 @@ mla.cpp's MLA paths with exact attention, in two ways:
   F32 dequantization of it (`mla gguf quantize FILE OUT f16 --tensor-type .=f32`), run by
   mla.cpp: the same numbers through two F32 forwards, so every type's decoding, the interleaved
   forms and ik's MLA tensors must be read as ik reads them. Measured (ik 8337e4cd3): max
-  |Δlogit| <= 2e-4 of the logits' RMS; held to DEQ_TOL, top-1 equal everywhere.
+  |Δlogit| <= 2.3e-4 of the logits' RMS; held to DEQ_TOL, top-1 equal where the margin is clear.
 - The quantized forward. Each engine quantizes activations its own way (8-bit blocks, with
   different block shapes and roundings), so on the quantized file they differ by two roundings'
   worth, several % of the logit RMS at a position, and by more where a rounding flips an expert
@@ -116,12 +116,14 @@ def test_quantized_logits_match_ik(mla_bin, name, mla_path, tmp_path):
     got = mla_logits(mla_bin, m, DIR / f["gguf"], mla_path, tmp_path / "q.f32")
     e_ik = per_position(ik["mla1"], exact, exact)
     e_mla = per_position(got, exact, exact)
-    apart = per_position(got, ik["mla1"], exact)
     modes = max(per_position(ik[a], ik[b], exact).max() for a, b in combinations(ik, 2))
     print(f"\n{name} {mla_path}: median |Δ| to the exact run: ik {np.median(e_ik):.3f}, mla {np.median(e_mla):.3f}; "
-          f"mla vs ik median {np.median(apart):.3f} max {apart.max():.3f}; ik's modes apart <= {modes:.3f}")
+          f"ik's modes apart <= {modes:.3f}")
     assert np.median(e_mla) <= MEDIAN_SLACK * np.median(e_ik), f"{name}: mla.cpp is further from the exact run than ik"
-    assert np.median(apart) <= 2 * np.median(e_ik), f"{name}: mla.cpp and ik differ by {np.median(apart):.3f}"
+    for mode, logits in ik.items():
+        apart = per_position(got, logits, exact)
+        print(f"  mla vs ik {mode}: median {np.median(apart):.3f} max {apart.max():.3f}")
+        assert np.median(apart) <= 2 * np.median(e_ik), f"{name}: mla.cpp and ik {mode} differ by {np.median(apart):.3f}"
     # Top-1: random weights give near-uniform logits (top-2 margins of a few % of the RMS), which
     # either engine's rounding reorders at some positions; measured agreement with the exact run:
     # ik 94-100%, mla.cpp 91-100%.

@@ -103,7 +103,10 @@ void register_gguf_quantize(CLI::App& gguf) {
   auto* cmd = gguf.add_subcommand("quantize",
                                   "Quantize a GGUF's weights to a file type (per-tensor types after llama-quantize's)");
   static QuantizeArgs a;
-  cmd->add_option("input", a.in, "Input GGUF (F32/F16/BF16 weights)")->required();
+  cmd->add_option(
+         "input", a.in,
+         "Input GGUF (F32/F16/BF16 weights; quantized ones only to dequantize, e.g. f16 --tensor-type '.=f32')")
+      ->required();
   cmd->add_option("output", a.out, "Output GGUF")->required();
   cmd->add_option("type", a.type, "File type as llama-quantize names it: " + quant_file_type_list())->required();
   cmd->add_option("--tensor-type", a.tensor_types,

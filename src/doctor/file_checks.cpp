@@ -46,9 +46,11 @@ void describe_file(const GgufFile& f, DoctorReport& r) {
   }
   for (auto& [k, v] : by_role) r.types.push_back(v);
   const bool split = f.find_tensor("blk.0.attn_k_b.weight") || f.find_tensor("blk.0.attn_v_b.weight");
-  r.mla_layout = split                                     ? "split (attn_k_b + attn_v_b)"
-                 : f.find_tensor("blk.0.attn_kv_b.weight") ? "fused (attn_kv_b)"
-                                                           : "none found in blk.0";
+  const bool fused = f.find_tensor("blk.0.attn_kv_b.weight") != nullptr;
+  r.mla_layout = split && fused ? "split (attn_k_b + attn_v_b; the attn_kv_b ik_llama.cpp also writes is not read)"
+                 : split        ? "split (attn_k_b + attn_v_b)"
+                 : fused        ? "fused (attn_kv_b)"
+                                : "none found in blk.0";
   if (n_indexer > 0) r.indexer = fmt::format("present ({} tensors)", n_indexer);
   const auto nextn = f.opt_int(r.architecture + ".nextn_predict_layers");
   if (n_mtp > 0 || (nextn && *nextn > 0))

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstring>
+#include <type_traits>
 
 #include "util/error.h"
 #include "util/ggml_blocks.h"
@@ -14,9 +15,14 @@ namespace mla {
 namespace {
 
 using quant::BlockIQ1_S;
+using quant::BlockIQ4_K;
+using quant::BlockIQ4_KS;
 using quant::BlockIQ4_XS;
+using quant::BlockIQ5_K;
+using quant::BlockIQ5_KS;
 using quant::BlockQ4_0;
 using quant::BlockQ4_K;
+using quant::BlockQ6_0;
 using quant::BlockQ6_K;
 using quant::BlockQ8_0;
 using quant::kQK;
@@ -29,6 +35,11 @@ constexpr std::array kForms = {
     IkInterleavedForm{214, "Q6_K_R4", GgmlType::Q6_K, 4},
     IkInterleavedForm{223, "IQ4_XS_R8", GgmlType::IQ4_XS, 8},
     IkInterleavedForm{219, "IQ1_S_R4", GgmlType::IQ1_S, 4, 32, 6, 2},
+    IkInterleavedForm{233, "Q6_0_R4", GgmlType::Q6_0, 4},
+    IkInterleavedForm{339, "IQ4_K_R4", GgmlType::IQ4_K, 4},
+    IkInterleavedForm{340, "IQ5_K_R4", GgmlType::IQ5_K, 4},
+    IkInterleavedForm{344, "IQ4_KS_R4", GgmlType::IQ4_KS, 4},
+    IkInterleavedForm{352, "IQ5_KS_R4", GgmlType::IQ5_KS, 4},
 };
 
 // IQ1_S_R4: fp16 d[4] (one per row) | per 32 elements: qs[16], uint16 qh[4]. Row k's sub-block is
@@ -199,6 +210,144 @@ void from_iq4_xs_r8(const uint8_t* src, BlockIQ4_XS* const rows[8], int64_t ibl)
   }
 }
 
+// The quants shared by ik's IQ4_K_R4, IQ5_K_R4, IQ4_KS_R4 and IQ5_KS_R4: row k's level of element
+// kFirst[c] + 8h + i of sub-block ib (c, i = 0..3; h = 0, 1) has its low 4 bits in nibble h of
+// qs[64ib + 4k + i + 16c] and, in the 5-bit forms (qh != nullptr), its fifth bit at bit 2c + h of
+// qh[16ib + 4k + i].
+void r4_levels(const uint8_t* qs, const uint8_t* qh, int k, uint8_t level[kQK_K]) {
+  constexpr int kFirst[4] = {0, 16, 4, 20};
+  for (int ib = 0; ib < kQK_K / kQK; ++ib)
+    for (int c = 0; c < 4; ++c)
+      for (int i = 0; i < 4; ++i)
+        for (int h = 0; h < 2; ++h) {
+          const int e = 32 * ib + kFirst[c] + 8 * h + i;
+          level[e] = (qs[64 * ib + 4 * k + i + 16 * c] >> (4 * h)) & 0x0F;
+          if (qh) level[e] |= static_cast<uint8_t>(((qh[16 * ib + 4 * k + i] >> (2 * c + h)) & 1) << 4);
+        }
+}
+
+// 4-bit levels in IQ4_NL order (IQ4_K, IQ4_KS): element j of sub-block ib in the low nibble of
+// qs[16ib + j], element j + 16 in the high one.
+void pack_iq4_levels(const uint8_t level[kQK_K], uint8_t qs[kQK_K / 2]) {
+  for (int ib = 0; ib < kQK_K / kQK; ++ib)
+    for (int j = 0; j < 16; ++j)
+      qs[16 * ib + j] = static_cast<uint8_t>(level[32 * ib + j] | level[32 * ib + j + 16] << 4);
+}
+
+// 5-bit levels as IQ5_K and IQ5_KS hold them: element 64m + 32h + l in nibble h of qs[32m + l], its
+// fifth bit at bit 2m + h of qh[l].
+void pack_iq5_levels(const uint8_t level[kQK_K], uint8_t qs[kQK_K / 2], uint8_t qh[kQK_K / 8]) {
+  std::memset(qh, 0, kQK_K / 8);
+  for (int m = 0; m < 4; ++m)
+    for (int l = 0; l < 32; ++l) {
+      const uint8_t lo = level[64 * m + l], hi = level[64 * m + 32 + l];
+      qs[32 * m + l] = static_cast<uint8_t>((lo & 0x0F) | (hi & 0x0F) << 4);
+      qh[l] |= static_cast<uint8_t>((lo >> 4) << (2 * m) | (hi >> 4) << (2 * m + 1));
+    }
+}
+
+// IQ4_K_R4 / IQ5_K_R4: fp16 d[4] | extra[8] | scales_h[16] | scales_l[32] | qs[512] (| qh[128]).
+// Row k's 16-element groups 2ib, 2ib + 1 are entries s = 8ib + k and s + 4: 4 low scale bits in
+// scales_l[s % 32] (nibble s / 32), 2 high bits in scales_h[s % 16] (bits 2 (s / 16)), the value
+// table bit at bit ib of extra[k] and extra[k + 4].
+template <typename Block>
+void from_iqk_r4(const uint8_t* src, Block* const rows[4], int64_t ibl) {
+  constexpr bool kFive = std::is_same_v<Block, BlockIQ5_K>;
+  uint16_t d[4];
+  std::memcpy(d, src, 8);
+  const uint8_t* extra = src + 8;
+  const uint8_t* scales_h = src + 16;
+  const uint8_t* scales_l = src + 32;
+  const uint8_t* qs = src + 64;
+  for (int k = 0; k < 4; ++k) {
+    Block& b = rows[k][ibl];
+    b.d = d[k];
+    b.extra = 0;
+    std::memset(b.scales_h, 0, sizeof(b.scales_h));
+    for (int ib = 0; ib < 8; ++ib) {
+      uint8_t sl[2], sh[2];
+      for (int half = 0; half < 2; ++half) {
+        const int s = 8 * ib + k + 4 * half;
+        sl[half] = (scales_l[s % 32] >> (4 * (s / 32))) & 0x0F;
+        sh[half] = (scales_h[s % 16] >> (2 * (s / 16))) & 3;
+        b.extra |= static_cast<uint16_t>(((extra[k + 4 * half] >> ib) & 1) << (2 * ib + half));
+      }
+      b.scales_l[ib] = static_cast<uint8_t>(sl[0] | sl[1] << 4);
+      b.scales_h[ib / 2] |= static_cast<uint8_t>((sh[0] | sh[1] << 2) << (4 * (ib % 2)));
+    }
+    uint8_t level[kQK_K];
+    if constexpr (kFive) {
+      r4_levels(qs, qs + 512, k, level);
+      pack_iq5_levels(level, b.qs, b.qh);
+    } else {
+      r4_levels(qs, nullptr, k, level);
+      pack_iq4_levels(level, b.qs);
+    }
+  }
+}
+
+// IQ4_KS_R4 / IQ5_KS_R4: a group of 4 rows is float d[4] (the rows' scales) followed by one block
+// per 256 columns: scales[32] (row k's sub-block ib at 4ib + k, the byte unchanged) | qs[512]
+// (| qh[128]), the quants as r4_levels reads them. Base rows: float d, then their blocks.
+template <typename Block>
+void iqk_s_r4_rows(const uint8_t* src, int64_t n_rows, int64_t n_cols, uint8_t* dst) {
+  constexpr bool kFive = std::is_same_v<Block, BlockIQ5_KS>;
+  constexpr int64_t kR4Bytes = 4 * sizeof(Block);
+  const int64_t nb = n_cols / kQK_K;
+  const int64_t row_bytes = 4 + nb * static_cast<int64_t>(sizeof(Block));
+  for (int64_t g = 0; g < n_rows / 4; ++g) {
+    const uint8_t* group = src + g * 4 * row_bytes;
+    for (int k = 0; k < 4; ++k) {
+      uint8_t* row = dst + (4 * g + k) * row_bytes;
+      std::memcpy(row, group + 4 * k, 4);
+      auto* blocks = reinterpret_cast<Block*>(row + 4);
+      for (int64_t ibl = 0; ibl < nb; ++ibl) {
+        const uint8_t* r4 = group + 16 + ibl * kR4Bytes;
+        Block& b = blocks[ibl];
+        for (int ib = 0; ib < 8; ++ib) b.scales[ib] = r4[4 * ib + k];
+        uint8_t level[kQK_K];
+        if constexpr (kFive) {
+          r4_levels(r4 + 32, r4 + 32 + 512, k, level);
+          pack_iq5_levels(level, b.qs, b.qh);
+        } else {
+          r4_levels(r4 + 32, nullptr, k, level);
+          pack_iq4_levels(level, b.qs);
+        }
+      }
+    }
+  }
+}
+
+// Q6_0_R4: fp16 d[4] | qh[32] | qs[64] per 32 columns. Row k's element kFirst[l] + 8h + i
+// (l, i = 0..3; h = 0, 1): low 4 bits in nibble h of qs[4k + i + 16l], high 2 bits at bits
+// 2 (l / 2) + 4h of qh[4k + i + 16 (l % 2)].
+void from_q6_0_r4(const uint8_t* src, BlockQ6_0* const rows[4], int64_t ib) {
+  uint16_t d[4];
+  std::memcpy(d, src, 8);
+  const uint8_t* qh = src + 8;
+  const uint8_t* qs = src + 40;
+  constexpr int kFirst[4] = {0, 16, 4, 20};
+  for (int k = 0; k < 4; ++k) {
+    uint8_t level[kQK];
+    for (int l = 0; l < 4; ++l)
+      for (int i = 0; i < 4; ++i)
+        for (int h = 0; h < 2; ++h) {
+          const uint8_t lo = (qs[4 * k + i + 16 * l] >> (4 * h)) & 0x0F;
+          const uint8_t hi = (qh[4 * k + i + 16 * (l % 2)] >> (2 * (l / 2) + 4 * h)) & 3;
+          level[kFirst[l] + 8 * h + i] = static_cast<uint8_t>(lo | hi << 4);
+        }
+    // Q6_0: element j < 16 in the low nibble of qs[j], j + 16 in the high one; their high 2 bits
+    // at bits 4 (j / 8) and 4 (j / 8) + 2 of qh[j % 8].
+    BlockQ6_0& b = rows[k][ib];
+    b.d = d[k];
+    std::memset(b.qh, 0, sizeof(b.qh));
+    for (int j = 0; j < 16; ++j) {
+      b.qs[j] = static_cast<uint8_t>((level[j] & 0x0F) | (level[j + 16] & 0x0F) << 4);
+      b.qh[j % 8] |= static_cast<uint8_t>(((level[j] >> 4) | (level[j + 16] >> 4) << 2) << (4 * (j / 8)));
+    }
+  }
+}
+
 template <typename Block, int R>
 void deinterleave(void (*one)(const uint8_t*, Block* const*, int64_t), int64_t block_elems, const uint8_t* src,
                   int64_t n_rows, int64_t n_cols, uint8_t* dst) {
@@ -243,6 +392,21 @@ void deinterleave_rows(const IkInterleavedForm& f, const uint8_t* src, int64_t n
       return;
     case GgmlType::IQ1_S:
       iq1_s_r4_rows(src, n_rows, n_cols, dst);
+      return;
+    case GgmlType::Q6_0:
+      deinterleave<BlockQ6_0, 4>(from_q6_0_r4, kQK, src, n_rows, n_cols, dst);
+      return;
+    case GgmlType::IQ4_K:
+      deinterleave<BlockIQ4_K, 4>(from_iqk_r4<BlockIQ4_K>, kQK_K, src, n_rows, n_cols, dst);
+      return;
+    case GgmlType::IQ5_K:
+      deinterleave<BlockIQ5_K, 4>(from_iqk_r4<BlockIQ5_K>, kQK_K, src, n_rows, n_cols, dst);
+      return;
+    case GgmlType::IQ4_KS:
+      iqk_s_r4_rows<BlockIQ4_KS>(src, n_rows, n_cols, dst);
+      return;
+    case GgmlType::IQ5_KS:
+      iqk_s_r4_rows<BlockIQ5_KS>(src, n_rows, n_cols, dst);
       return;
     default:
       fail("{}: no conversion to {}", f.name, ggml_type_name(f.base));

@@ -85,6 +85,7 @@ const std::vector<SpecKey>& spec_table() {
       {"mla_keys", field(&SynthSpec::mla_keys)},
       {"tied_output", field(&SynthSpec::tied_output)},
       {"merged_gate_up", field(&SynthSpec::merged_gate_up)},
+      {"ik_mla_tensors", field(&SynthSpec::ik_mla_tensors)},
       {"type", [](SynthSpec& s, const nlohmann::json& j) { s.type = type_named(j.get<std::string>()); }},
       {"types",
        [](SynthSpec& s, const nlohmann::json& j) {
@@ -245,6 +246,8 @@ void check_spec(const SynthSpec& s) {
   }
   if (s.arch != "deepseek2" && s.arch != "deepseek32" && s.arch != "glm-dsa")
     fail("synth: arch '{}' is not deepseek2, deepseek32 or glm-dsa", s.arch);
+  if (s.ik_mla_tensors && s.layout != MlaLayout::Fused)
+    fail("synth: ik_mla_tensors adds attn_k_b/attn_v_b beside attn_kv_b: it needs layout fused");
   if (s.arch != "deepseek2") {
     pos("n_indexer_head", s.n_indexer_head);
     pos("indexer_top_k", s.indexer_top_k);
@@ -455,11 +458,11 @@ void add_synth_attention(Builder& b, const SynthSpec& s, int64_t il) {
   const double sd = 1.0 / std::sqrt(static_cast<double>(R));
   std::vector<float> uk_t = normals(s, n("mla_uk"), H * N * R, sd);
   std::vector<float> uv = normals(s, n("mla_uv"), H * V * R, sd);
+  std::vector<float> uk(uk_t.size());  // W_UK as attn_k_b holds it: [H][R][N]
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t d = 0; d < N; ++d)
+      for (int64_t r = 0; r < R; ++r) uk[(h * R + r) * N + d] = uk_t[(h * N + d) * R + r];
   if (s.layout == MlaLayout::Split) {
-    std::vector<float> uk(uk_t.size());
-    for (int64_t h = 0; h < H; ++h)
-      for (int64_t d = 0; d < N; ++d)
-        for (int64_t r = 0; r < R; ++r) uk[(h * R + r) * N + d] = uk_t[(h * N + d) * R + r];
     b.add(n("attn_k_b"), "attn_mla", {N, R, H}, uk);
     b.add(n("attn_v_b"), "attn_mla", {R, V, H}, uv);
   } else {
@@ -469,6 +472,10 @@ void add_synth_attention(Builder& b, const SynthSpec& s, int64_t il) {
       std::copy(uv.begin() + h * V * R, uv.begin() + (h + 1) * V * R, kv.begin() + (h * (N + V) + N) * R);
     }
     b.add(n("attn_kv_b"), "attn_mla", {R, H * (N + V)}, kv);
+    if (s.ik_mla_tensors) {  // the same values, as ik's converter splits attn_kv_b
+      b.add(n("attn_k_b"), "attn_mla", {N, H * R}, uk);
+      b.add(n("attn_v_b"), "attn_mla", {R, H * V}, uv);
+    }
   }
   b.matrix(n("attn_output"), "attn_output", {H * V, E});
 }
@@ -579,11 +586,18 @@ void convert_mla_layout(const std::string& in_path, const std::string& out_path,
     const bool is_kb = name.rfind("blk.", 0) == 0 && name.ends_with(".attn_k_b.weight");
     const bool is_vb = name.rfind("blk.", 0) == 0 && name.ends_with(".attn_v_b.weight");
     const bool is_kvb = name.rfind("blk.", 0) == 0 && name.ends_with(".attn_kv_b.weight");
+    // A file of ik_llama.cpp's converter carries both forms (attn_kv_b and a 2-D attn_k_b /
+    // attn_v_b): the copy holds the target form made from the other, in place of the file's own.
+    if (target == MlaLayout::Fused && is_kvb && f->find_tensor(layer_name("attn_k_b.weight"))) continue;
+    if (target == MlaLayout::Split && (is_kb || is_vb) && f->find_tensor(layer_name("attn_kv_b.weight"))) continue;
     if (target == MlaLayout::Fused && is_vb) continue;  // emitted with attn_k_b
     if (target == MlaLayout::Fused && is_kb) {
       const GgufTensorInfo* vb = f->find_tensor(layer_name("attn_v_b.weight"));
       if (!vb) fail("convert: {}: '{}' has no matching attn_v_b", in_path, name);
-      if (t.ne != std::vector<int64_t>{N, R, H} || vb->ne != std::vector<int64_t>{R, V, H})
+      // llama.cpp's 3-D shapes or ik_llama.cpp's 2-D ones: the same bytes.
+      const bool k_ok = t.ne == std::vector<int64_t>{N, R, H} || t.ne == std::vector<int64_t>{N, H * R};
+      const bool v_ok = vb->ne == std::vector<int64_t>{R, V, H} || vb->ne == std::vector<int64_t>{R, H * V};
+      if (!k_ok || !v_ok)
         fail("convert: {}: '{}' {} / attn_v_b {} do not match the config's {{{}, {}, {}}} / {{{}, {}, {}}}", in_path,
              name, t.shape_string(), vb->shape_string(), N, R, H, R, V, H);
       std::vector<float> uk = to_f32(t), uv = to_f32(*vb);

@@ -46,9 +46,13 @@ struct SynthSpec {
   int64_t rope_orig_ctx = 1024;
   double yarn_mscale_all_dim = 1.0;  // written as yarn_log_multiplier = 0.1 * this (0: not written)
   MlaLayout layout = MlaLayout::Split;
-  bool mla_keys = true;           // false: an older file without *_mla keys, head_count_kv = n_head
-  bool tied_output = false;       // no output.weight
-  bool merged_gate_up = false;    // ffn_gate_up_exps instead of ffn_gate_exps + ffn_up_exps
+  bool mla_keys = true;         // false: an older file without *_mla keys, head_count_kv = n_head
+  bool tied_output = false;     // no output.weight
+  bool merged_gate_up = false;  // ffn_gate_up_exps instead of ffn_gate_exps + ffn_up_exps
+  // With layout fused: also write attn_k_b {qk_nope, n_head * kv_lora_rank} and attn_v_b
+  // {kv_lora_rank, n_head * v_head} (2-D) beside attn_kv_b, the three tensors ik_llama.cpp's
+  // convert_hf_to_gguf.py writes for a DeepSeek model.
+  bool ik_mla_tensors = false;
   GgmlType type = GgmlType::F32;  // default tensor type of matrices
   // Per-role overrides: embd, output, attn_q, attn_kv_a, attn_mla (k_b/v_b/kv_b), attn_output,
   // ffn (dense), ffn_exps, ffn_shexp, router. Norms and exp_probs_b are always F32. A type

@@ -47,6 +47,19 @@ class Binder {
     return *t;
   }
 
+  // A tensor of either of two shapes that hold the same bytes (attn_k_b / attn_v_b: llama.cpp's
+  // converter writes them 3-D, {rows, kv_lora_rank or v_head, n_head}; ik_llama.cpp's 2-D, the
+  // heads' rows one after another).
+  const GgufTensorInfo& require_either(const std::string& name, const std::vector<int64_t>& ne,
+                                       const std::vector<int64_t>& alt) {
+    const GgufTensorInfo* t = find(name);
+    if (!t) fail("{}: {}: missing tensor '{}' (expected shape {})", arch_, f_.path(), name, shape_str(ne));
+    if (trimmed(t->ne) != trimmed(ne) && trimmed(t->ne) != trimmed(alt))
+      fail("{}: {}: tensor '{}': expected shape {} or {}, got {}", arch_, f_.path(), name, shape_str(ne),
+           shape_str(alt), shape_str(t->ne));
+    return *t;
+  }
+
   void check_shape(const GgufTensorInfo& t, const std::vector<int64_t>& ne) const {
     if (trimmed(t.ne) != trimmed(ne))
       fail("{}: {}: tensor '{}': expected shape {}, got {}", arch_, f_.path(), t.name, shape_str(ne), shape_str(t.ne));
@@ -158,8 +171,11 @@ void bind_mla(Binder& b, const DeepseekConfig& c, int64_t il, const WeightLoadOp
   };
   if (split) {
     layout = MlaLayout::Split;
-    const MlaProj uk = view(b.require(blk(il, "attn_k_b"), {N, R, H}), 0, R);  // [H][R][N]
-    L.w_uv = view(b.require(blk(il, "attn_v_b"), {R, V, H}), 0, V);            // [H][V][R]
+    // ik_llama.cpp's converter writes attn_kv_b beside the pair (its -mla 2/3 prefill reads it):
+    // the same weights in the fused form, left unread here and not reported as unused.
+    b.find(blk(il, "attn_kv_b"));
+    const MlaProj uk = view(b.require_either(blk(il, "attn_k_b"), {N, R, H}, {N, H * R}), 0, R);  // [H][R][N]
+    L.w_uv = view(b.require_either(blk(il, "attn_v_b"), {R, V, H}, {R, H * V}), 0, V);            // [H][V][R]
     if (opt.need_mqa) L.w_uk = uk;
     if (opt.need_mha) L.w_uk_t = transposed(uk, R, N);
   } else {

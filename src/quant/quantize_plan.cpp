@@ -373,9 +373,6 @@ std::vector<TensorQuantPlan> plan_quantization(const GgufFile& f, QuantFileType 
       plan.push_back(std::move(p));
       continue;
     }
-    if (!is_float_type(t.type))
-      fail("quantize: tensor '{}' is {}; mla gguf quantize reads F32/F16/BF16 tensors only", t.name,
-           ggml_type_name(t.type));
     GT to = base;
     std::string reason = "file type default";
     const TensorTypeOverride* manual = nullptr;
@@ -396,7 +393,15 @@ std::vector<TensorQuantPlan> plan_quantization(const GgufFile& f, QuantFileType 
       reason = fmt::format("fallback: rows of {} do not fit {} blocks", n_cols, ggml_type_name(to));
       to = fb;
     }
-    if (!can_quantize(to)) fail("quantize: mla.cpp cannot write {} (tensor '{}')", ggml_type_name(to), t.name);
+    // A quantized tensor is only kept or dequantized (to F32, F16 or BF16): requantizing would
+    // stack two roundings.
+    if (!is_float_type(t.type) && to != t.type && !(is_float_type(to) && can_dequantize(t.type)))
+      fail(
+          "quantize: tensor '{}' is {}; mla gguf quantize quantizes F32/F16/BF16 tensors and dequantizes others "
+          "to F32/F16/BF16 only (it would write {})",
+          t.name, ggml_type_name(t.type), ggml_type_name(to));
+    if (to != t.type && !can_quantize(to))
+      fail("quantize: mla.cpp cannot write {} (tensor '{}')", ggml_type_name(to), t.name);
     p.to = to;
     p.reason = std::move(reason);
     plan.push_back(std::move(p));

@@ -97,6 +97,85 @@ struct BlockNVFP4 {
 };
 static_assert(sizeof(BlockNVFP4) == 36);
 
+// ik_llama.cpp's non-trellis quants (Q6_0, IQ2_K..IQ6_K and the row-scaled IQ2_KS, IQ3_KS, IQ2_KL,
+// IQ4_KS, IQ4_KSS, IQ5_KS; quant/iqk_blocks.h holds their value tables and decoders).
+struct BlockQ6_0 {
+  uint16_t d;
+  uint8_t qh[kQK / 4];  // 2 high bits: element j (j < 16) at bits 4(j/8)..+1 of qh[j%8], j+16 two above
+  uint8_t qs[kQK / 2];  // low nibbles as Q4_0: element j low, j+16 high
+};
+struct BlockIQ2_K {
+  uint16_t d;
+  uint16_t extra;              // bit g: group g (16 elements) uses the shifted value table
+  uint8_t scales[kQK_K / 32];  // 4-bit scales - 8, two per byte (group 2i low, 2i+1 high)
+  uint8_t qs[kQK_K / 4];       // 2-bit indices: element 128h + 32s + l at bits 2s of qs[32h + l]
+};
+struct BlockIQ3_K {
+  uint16_t d;
+  uint16_t extra;
+  uint16_t scales_h;             // sign of each of the 16 group scales
+  uint8_t scales_l[kQK_K / 32];  // |scale| = 2 * nibble + 1
+  uint8_t qs[kQK_K / 4];         // low 2 bits as IQ2_K
+  uint8_t qh[kQK_K / 8];         // third bit: element 32s + l at bit s of qh[l]
+};
+struct BlockIQ4_K {
+  uint16_t d;
+  uint16_t extra;
+  uint8_t scales_h[kQK_K / 64];  // 2 high bits of each 6-bit scale (offset 32)
+  uint8_t scales_l[kQK_K / 32];  // 4 low bits
+  uint8_t qs[kQK_K / 2];         // sub-block of 32 as IQ4_NL
+};
+struct BlockIQ5_K {
+  uint16_t d;
+  uint16_t extra;
+  uint8_t scales_h[kQK_K / 64];
+  uint8_t scales_l[kQK_K / 32];
+  uint8_t qs[kQK_K / 2];  // per 64: low nibbles of elements 0..31, high nibbles of 32..63
+  uint8_t qh[kQK_K / 8];  // fifth bit: element 64k + 32h + l at bit 2k + h of qh[l]
+};
+struct BlockIQ6_K {
+  uint16_t d;
+  uint16_t extra;
+  int8_t scales[kQK_K / 16];
+  uint8_t qs[kQK_K / 2];  // as IQ5_K
+  uint8_t qh[kQK_K / 4];  // 2 high bits: element 64k + 32h + l at bits 4(k%2) + 2h of qh[32(k/2) + l]
+};
+// The row-scaled types: a row is a scale (fp32 for IQ4_KS, IQ4_KSS, IQ5_KS; fp16 for IQ2_KS,
+// IQ3_KS, IQ2_KL) followed by these blocks.
+struct BlockIQ4_KS {
+  uint8_t scales[kQK_K / 32];  // per 32: bit 0 selects the value table, (s & 254) - 127 the scale
+  uint8_t qs[kQK_K / 2];
+};
+struct BlockIQ4_KSS {
+  uint16_t qs[kQK_K / 4];  // per 32: 8 words; bit 0 of word k = bit k of the scale byte, the rest Gray-coded nibbles
+};
+struct BlockIQ5_KS {
+  uint8_t scales[kQK_K / 32];
+  uint8_t qs[kQK_K / 2];  // as IQ5_K
+  uint8_t qh[kQK_K / 8];
+};
+struct BlockIQ2_KS {
+  uint16_t extra;              // bits 0-7 value table per 32, bits 8-15 fifth scale bit per 32
+  uint8_t scales[kQK_K / 64];  // 4 low scale bits per 32 (offset 16)
+  uint8_t qs[kQK_K / 4];       // element 128h + 32s + l at bits 2s of qs[32h + l]
+};
+struct BlockIQ3_KS {
+  uint16_t extra;              // bits 0-7 fifth scale bit per 32, bits 8-15 value table per 32
+  uint8_t scales[kQK_K / 64];  // group g < 4 low nibble of scales[g], g >= 4 high nibble of scales[g-4]
+  uint8_t qs[kQK_K / 4];
+  uint8_t qh[kQK_K / 8];  // third bit: element 32g + l at bit g of qh[l]
+};
+struct BlockIQ2_KL {
+  uint16_t scales_h;  // 2 high bits per 32-group scale (offset 32)
+  uint8_t scales_l[kQK_K / 64];
+  uint8_t qs[kQK_K / 4];   // per 64: 16 bytes of two 4-bit pair indices
+  uint8_t qh[kQK_K / 16];  // fifth index bit: pair j of group g at bit g of qh[j]
+};
+static_assert(sizeof(BlockQ6_0) == 26 && sizeof(BlockIQ2_K) == 76 && sizeof(BlockIQ3_K) == 110);
+static_assert(sizeof(BlockIQ4_K) == 144 && sizeof(BlockIQ5_K) == 176 && sizeof(BlockIQ6_K) == 212);
+static_assert(sizeof(BlockIQ4_KS) == 136 && sizeof(BlockIQ4_KSS) == 128 && sizeof(BlockIQ5_KS) == 168);
+static_assert(sizeof(BlockIQ2_KS) == 70 && sizeof(BlockIQ3_KS) == 102 && sizeof(BlockIQ2_KL) == 86);
+
 // ik_llama.cpp's trellis types (trellis.cpp describes their values). A row is a float scale
 // followed by its super-blocks.
 struct BlockIQ1_KT {

@@ -2,6 +2,8 @@
 // message; both MLA layouts give the same W_UK / W_UV values.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "gguf/gguf.h"
 #include "model/weights.h"
 #include "model_test_util.h"
@@ -81,6 +83,43 @@ TEST(DeepseekWeights, FusedAndSplitLayoutsDeriveTheSameProjections) {
     EXPECT_EQ(f32(ws.layers[il].w_uk_t, N, R), f32(wf.layers[il].w_uk_t, N, R));
     EXPECT_EQ(f32(ws.layers[il].w_uv, V, R), f32(wf.layers[il].w_uv, V, R));
   }
+}
+
+TEST(DeepseekWeights, IkConverterFilesReadTheirTwoDimensionalPair) {
+  // ik_llama.cpp's converter writes attn_kv_b and a 2-D attn_k_b {N, H * R} / attn_v_b {R, H * V}:
+  // the pair is read in place (the same bytes as the 3-D form), attn_kv_b left unread.
+  SynthSpec s = small_spec();
+  const std::string split = synth_file("weights_split", s);
+  s.layout = MlaLayout::Fused;
+  s.ik_mla_tensors = true;
+  const std::string ik = synth_file("weights_ik", s);
+  auto fs = GgufFile::open(split), fi = GgufFile::open(ik);
+  const GgufTensorInfo* k_b = fi->find_tensor("blk.0.attn_k_b.weight");
+  const GgufTensorInfo* v_b = fi->find_tensor("blk.0.attn_v_b.weight");
+  ASSERT_TRUE(k_b && v_b && fi->find_tensor("blk.0.attn_kv_b.weight"));
+  EXPECT_EQ(k_b->ne, (std::vector<int64_t>{16, 4 * 32}));
+  EXPECT_EQ(v_b->ne, (std::vector<int64_t>{32, 4 * 16}));
+  const GgufTensorInfo* k_b3 = fs->find_tensor("blk.0.attn_k_b.weight");
+  ASSERT_TRUE(k_b3);
+  ASSERT_EQ(k_b->n_bytes, k_b3->n_bytes);
+  EXPECT_EQ(std::memcmp(k_b->data, k_b3->data, k_b->n_bytes), 0);
+  DeepseekConfig c = load_deepseek_config(*fi);
+  DeepseekWeights w = bind_deepseek_weights(*fi, c);
+  EXPECT_EQ(w.layout, MlaLayout::Split);
+  EXPECT_EQ(w.layers[0].w_uk.data, k_b->data);
+  EXPECT_EQ(w.layers[0].w_uv.data, v_b->data);
+}
+
+TEST(DeepseekWeights, WrongMlaPairShapeNamesBothForms) {
+  std::string path = temp_dir() + "/bad_k_b.gguf";
+  rewrite_gguf(synth_file("weights_ok", small_spec()), path, [](const std::string& n, TensorEdit& e) {
+    if (n == "blk.0.attn_k_b.weight") e.ne = {16, 64, 2};
+    return true;
+  });
+  std::string msg = bind_error(path);
+  EXPECT_NE(msg.find("tensor 'blk.0.attn_k_b.weight': expected shape {16, 32, 4} or {16, 128}, got {16, 64, 2}"),
+            std::string::npos)
+      << msg;
 }
 
 TEST(DeepseekWeights, TiedOutputUsesEmbedding) {

@@ -1,5 +1,5 @@
 // Reference fixtures for ik_llama.cpp's row-interleaved forms (Q4_0_R8, Q8_0_R8, Q4_K_R4, Q6_K_R4,
-// IQ4_XS_R8, IQ1_S_R4), made by
+// IQ4_XS_R8, IQ1_S_R4 and those of ik's own types: Q6_0_R4, IQ4_K_R4, IQ5_K_R4, IQ4_KS_R4, IQ5_KS_R4), made by
 // ik_llama.cpp itself: the same pseudo-random rows quantized to the base type and to the
 // interleaved form (no importance matrix), and ik's dequantization of the interleaved rows. Built
 // and run by make-fixtures.sh; the output is committed.
@@ -77,6 +77,12 @@ int main(int argc, char** argv) {
   ok = ok && dump(dir, GGML_TYPE_IQ4_XS, GGML_TYPE_IQ4_XS_R8, "IQ4_XS_R8", 8, 16, 512);
   // IQ1_S_R4 is its own quantizer (per-row scales, 32-element blocks): no base-type twin.
   ok = ok && dump(dir, GGML_TYPE_IQ1_S, GGML_TYPE_IQ1_S_R4, "IQ1_S_R4", 4, 8, 512, false);
+  ok = ok && dump(dir, GGML_TYPE_Q6_0, GGML_TYPE_Q6_0_R4, "Q6_0_R4", 4, 8, 512);
+  ok = ok && dump(dir, GGML_TYPE_IQ4_K, GGML_TYPE_IQ4_K_R4, "IQ4_K_R4", 4, 8, 512);
+  ok = ok && dump(dir, GGML_TYPE_IQ5_K, GGML_TYPE_IQ5_K_R4, "IQ5_K_R4", 4, 8, 512);
+  // The row-scaled forms: a group of 4 rows starts with the 4 rows' float scales.
+  ok = ok && dump(dir, GGML_TYPE_IQ4_KS, GGML_TYPE_IQ4_KS_R4, "IQ4_KS_R4", 4, 8, 512);
+  ok = ok && dump(dir, GGML_TYPE_IQ5_KS, GGML_TYPE_IQ5_KS_R4, "IQ5_KS_R4", 4, 8, 512);
   ggml_free(ctx);
   return ok ? 0 : 1;
 }

@@ -325,12 +325,13 @@ std::string packed_layout_name() {
 }
 
 const GgmlType kBenchTypes[] = {
-    GgmlType::F32,    GgmlType::F16,     GgmlType::BF16,   GgmlType::Q8_0,  GgmlType::Q4_0,    GgmlType::Q5_0,
-    GgmlType::Q4_K,   GgmlType::Q5_K,    GgmlType::Q6_K,   GgmlType::Q2_K,  GgmlType::Q3_K,    GgmlType::IQ4_XS,
-    GgmlType::IQ4_NL, GgmlType::MXFP4,   GgmlType::IQ1_S,  GgmlType::IQ1_M, GgmlType::IQ2_XXS, GgmlType::IQ2_XS,
-    GgmlType::IQ2_S,  GgmlType::IQ3_XXS, GgmlType::IQ3_S,  GgmlType::Q6_0,  GgmlType::IQ4_K,   GgmlType::IQ5_K,
-    GgmlType::IQ4_KS, GgmlType::IQ5_KS,  GgmlType::IQ2_KL, GgmlType::IQ2_K, GgmlType::IQ3_K,   GgmlType::IQ2_KS,
-    GgmlType::IQ3_KS, GgmlType::IQ4_KSS, GgmlType::IQ6_K};
+    GgmlType::F32,    GgmlType::F16,     GgmlType::BF16,   GgmlType::Q8_0,   GgmlType::Q4_0,    GgmlType::Q5_0,
+    GgmlType::Q4_K,   GgmlType::Q5_K,    GgmlType::Q6_K,   GgmlType::Q2_K,   GgmlType::Q3_K,    GgmlType::IQ4_XS,
+    GgmlType::IQ4_NL, GgmlType::MXFP4,   GgmlType::IQ1_S,  GgmlType::IQ1_M,  GgmlType::IQ2_XXS, GgmlType::IQ2_XS,
+    GgmlType::IQ2_S,  GgmlType::IQ3_XXS, GgmlType::IQ3_S,  GgmlType::Q6_0,   GgmlType::IQ4_K,   GgmlType::IQ5_K,
+    GgmlType::IQ4_KS, GgmlType::IQ5_KS,  GgmlType::IQ2_KL, GgmlType::IQ2_K,  GgmlType::IQ3_K,   GgmlType::IQ2_KS,
+    GgmlType::IQ3_KS, GgmlType::IQ4_KSS, GgmlType::IQ6_K,  GgmlType::IQ1_KT, GgmlType::IQ2_KT,  GgmlType::IQ3_KT,
+    GgmlType::IQ4_KT};
 
 [[maybe_unused]] const bool registered = [] {
   // The names below depend on the packed family, so the kernel choice main() sets from MLA_SIMD /

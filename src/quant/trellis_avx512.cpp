@@ -154,6 +154,8 @@ int32_t superblock_dot(const typename Kind::Block& b, const BlockQ8_K& y) {
   Kind::starts(b, start);
   __m512i total = _mm512_setzero_si512();
   int32_t bias = 0;
+  // Unrolled, so that the start states stay in registers and every permutation is a constant.
+#pragma GCC unroll 8
   for (int ib = 0; ib < 8; ++ib) {
     const int scale = Kind::scale(b, ib);
     __m512i acc = _mm512_setzero_si512();

@@ -4,7 +4,9 @@
 //   dot/<TYPE>/<isa>/hot   weights fit in L2 (1 MiB): the kernel's own throughput
 //   dot/<TYPE>/<isa>/cold  weights far exceed the LLC (MLA_BENCH_COLD_MIB, default 1024 MiB):
 //                          what a decode step sees; AVX2 kernels only (the reference kernels are
-//                          compute-bound, so hot already says what they do)
+//                          compute-bound, so hot already says what they do). <isa> avx2 is the
+//                          family's SIMD row dot: for the trellis types (IQ1_KT..IQ4_KT) the
+//                          avx512 family's own, MLA_SIMD=avx2 for the AVX2 one
 //   dequantize/<TYPE>/<isa>  the hot matrix to floats, GB/s of weight bytes
 //   quantize/<TYPE>/<isa>    one 4096-float activation row, GB/s of floats read
 //   gemm/<TYPE>/<layout>/tN  matmul_rows over the hot matrix (256 rows of 2048) with N tokens,

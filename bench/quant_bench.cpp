@@ -4,7 +4,9 @@
 //   dot/<TYPE>/<isa>/hot   weights fit in L2 (1 MiB): the kernel's own throughput
 //   dot/<TYPE>/<isa>/cold  weights far exceed the LLC (MLA_BENCH_COLD_MIB, default 1024 MiB):
 //                          what a decode step sees; AVX2 kernels only (the reference kernels are
-//                          compute-bound, so hot already says what they do)
+//                          compute-bound, so hot already says what they do). <isa> avx2 is the
+//                          family's SIMD row dot: for the trellis types (IQ1_KT..IQ4_KT) the
+//                          avx512 family's own, MLA_SIMD=avx2 for the AVX2 one
 //   dequantize/<TYPE>/<isa>  the hot matrix to floats, GB/s of weight bytes
 //   quantize/<TYPE>/<isa>    one 4096-float activation row, GB/s of floats read
 //   gemm/<TYPE>/<layout>/tN  matmul_rows over the hot matrix (256 rows of 2048) with N tokens,
@@ -325,12 +327,13 @@ std::string packed_layout_name() {
 }
 
 const GgmlType kBenchTypes[] = {
-    GgmlType::F32,    GgmlType::F16,     GgmlType::BF16,   GgmlType::Q8_0,  GgmlType::Q4_0,    GgmlType::Q5_0,
-    GgmlType::Q4_K,   GgmlType::Q5_K,    GgmlType::Q6_K,   GgmlType::Q2_K,  GgmlType::Q3_K,    GgmlType::IQ4_XS,
-    GgmlType::IQ4_NL, GgmlType::MXFP4,   GgmlType::IQ1_S,  GgmlType::IQ1_M, GgmlType::IQ2_XXS, GgmlType::IQ2_XS,
-    GgmlType::IQ2_S,  GgmlType::IQ3_XXS, GgmlType::IQ3_S,  GgmlType::Q6_0,  GgmlType::IQ4_K,   GgmlType::IQ5_K,
-    GgmlType::IQ4_KS, GgmlType::IQ5_KS,  GgmlType::IQ2_KL, GgmlType::IQ2_K, GgmlType::IQ3_K,   GgmlType::IQ2_KS,
-    GgmlType::IQ3_KS, GgmlType::IQ4_KSS, GgmlType::IQ6_K};
+    GgmlType::F32,    GgmlType::F16,     GgmlType::BF16,   GgmlType::Q8_0,   GgmlType::Q4_0,    GgmlType::Q5_0,
+    GgmlType::Q4_K,   GgmlType::Q5_K,    GgmlType::Q6_K,   GgmlType::Q2_K,   GgmlType::Q3_K,    GgmlType::IQ4_XS,
+    GgmlType::IQ4_NL, GgmlType::MXFP4,   GgmlType::IQ1_S,  GgmlType::IQ1_M,  GgmlType::IQ2_XXS, GgmlType::IQ2_XS,
+    GgmlType::IQ2_S,  GgmlType::IQ3_XXS, GgmlType::IQ3_S,  GgmlType::Q6_0,   GgmlType::IQ4_K,   GgmlType::IQ5_K,
+    GgmlType::IQ4_KS, GgmlType::IQ5_KS,  GgmlType::IQ2_KL, GgmlType::IQ2_K,  GgmlType::IQ3_K,   GgmlType::IQ2_KS,
+    GgmlType::IQ3_KS, GgmlType::IQ4_KSS, GgmlType::IQ6_K,  GgmlType::IQ1_KT, GgmlType::IQ2_KT,  GgmlType::IQ3_KT,
+    GgmlType::IQ4_KT};
 
 [[maybe_unused]] const bool registered = [] {
   // The names below depend on the packed family, so the kernel choice main() sets from MLA_SIMD /

@@ -61,7 +61,12 @@ QuantizeFn find_quantize(GgmlType t, QuantIsa isa) {
 }
 VecDotFn find_vec_dot(GgmlType t, QuantIsa isa) {
   if (!quant_isa_available(isa)) return nullptr;
-  return isa == QuantIsa::Ref ? quant::vec_dot_ref_fn(t) : quant::vec_dot_avx2_fn(t);
+  if (isa == QuantIsa::Ref) return quant::vec_dot_ref_fn(t);
+  // The avx512 family's own row dot products where it has them (the trellis types), bit-identical
+  // to the AVX2 ones; QuantIsa::Avx2 names the family's SIMD kernels.
+  if (quant::cpu_has_avx512_vnni())
+    if (VecDotFn f = quant::vec_dot_kt_avx512_fn(t)) return f;
+  return quant::vec_dot_avx2_fn(t);
 }
 
 namespace {

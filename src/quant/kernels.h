@@ -109,6 +109,8 @@ VecDotFn vec_dot_iq_ref_fn(GgmlType t);
 DequantizeFn dequantize_kt_ref_fn(GgmlType t);
 VecDotFn vec_dot_kt_ref_fn(GgmlType t);
 VecDotFn vec_dot_kt_avx2_fn(GgmlType t);
+// trellis_avx512.cpp: only call when cpu_has_avx512_vnni(); bit-identical to the AVX2 kernels.
+VecDotFn vec_dot_kt_avx512_fn(GgmlType t);
 
 // K-quant quantizers (quantize_k.cpp), exported for quantize.cpp's table.
 void quantize_q2_k_ref(const float* x, void* dst, int64_t n);

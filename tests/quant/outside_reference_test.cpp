@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "gguf/gguf.h"
+#include "quant/kernels.h"
 #include "quant/quant.h"
 #include "quant_test_util.h"
 
@@ -180,6 +181,41 @@ INSTANTIATE_TEST_SUITE_P(Quant, IkInterleaved,
                                            InterleavedCase{"IQ4_KS_R4", GgmlType::IQ4_KS, true},
                                            InterleavedCase{"IQ5_KS_R4", GgmlType::IQ5_KS, true}),
                          [](const auto& info) { return std::string(info.param.name); });
+
+// The avx512 family's trellis row dots must give, bit for bit, what the AVX2 ones give (same
+// integer per super-block, same float steps), on ik's rows, random rows and rows of all-zero or
+// all-one bits (the largest indices and scales), against activations of several magnitudes.
+TEST(OutsideReference, TrellisAvx512DotsAreBitIdenticalToAvx2) {
+  if (!quant::cpu_has_avx512_vnni()) GTEST_SKIP() << "not the avx512 family";
+  std::mt19937 rng(11);
+  for (const char* name :
+       {"ik-trellis/IQ1_KT.bin", "ik-trellis/IQ2_KT.bin", "ik-trellis/IQ3_KT.bin", "ik-trellis/IQ4_KT.bin"}) {
+    const Fixture f = load(name);
+    const VecDotFn wide = quant::vec_dot_kt_avx512_fn(f.type), narrow = quant::vec_dot_kt_avx2_fn(f.type);
+    ASSERT_NE(wide, nullptr) << name;
+    EXPECT_EQ(vec_dot_fn(f.type), wide) << name << ": the avx512 family must select its own kernel";
+    std::vector<uint8_t> rows = f.q;
+    for (uint8_t fill : {uint8_t{0x00}, uint8_t{0xFF}}) {
+      std::vector<uint8_t> row(static_cast<size_t>(f.row_bytes), fill);
+      const float d = 0.5f;
+      std::memcpy(row.data(), &d, 4);
+      rows.insert(rows.end(), row.begin(), row.end());
+    }
+    for (int k = 0; k < 4; ++k) {
+      const auto row = testing::random_row(f.type, f.cols, rng, testing::ScaleCase::Random);
+      rows.insert(rows.end(), row.begin(), row.end());
+    }
+    for (float scale : {1.0f, 1e-3f, 300.0f}) {
+      const auto a = testing::quantized(GgmlType::Q8_K, testing::random_floats(f.cols, rng, scale));
+      for (size_t off = 0; off < rows.size(); off += static_cast<size_t>(f.row_bytes)) {
+        const float want = narrow(f.cols, rows.data() + off, a.data());
+        const float got = wide(f.cols, rows.data() + off, a.data());
+        ASSERT_EQ(testing::bits_of(got), testing::bits_of(want))
+            << name << " row " << off / f.row_bytes << " activation scale " << scale << ": " << got << " vs " << want;
+      }
+    }
+  }
+}
 
 TEST(OutsideReference, SimdDotsExistForTheNewTypes) {
   if (!quant_isa_available(QuantIsa::Avx2)) GTEST_SKIP() << "CPU without AVX2+FMA+F16C (scalar family)";

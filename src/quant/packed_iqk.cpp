@@ -145,37 +145,17 @@ int group_scale(const IqkPackedSpec& sp, const uint8_t* blk, int r, int j) {
   return sp.row_scaled() ? (v & 254) - 127 : static_cast<int8_t>(v);
 }
 
-// Against Q8_K: tot = sum over groups of scale * sum(level * a), exact in int32;
-// acc = fma(d * d_a, tot, acc) per super-block in order.
-template <GgmlType kType>
-void gemm_ref(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, int n_tok, float* out) {
-  constexpr IqkPackedSpec sp = iqk_packed_spec(kType);
-  constexpr int kGroupCols = kQK_K / sp.n_groups;
-  for (int t = 0; t < n_tok; ++t) {
-    const auto* a = reinterpret_cast<const BlockQ8_K*>(act + t * act_stride);
-    for (int r = 0; r < kPackedRows; ++r) {
-      float acc = 0.0f;
-      for (int64_t b = 0; b < n_cols / kQK_K; ++b) {
-        const uint8_t* blk = group + sp.header_bytes() + b * sp.bytes();
-        int32_t tot = 0;
-        for (int j = 0; j < sp.n_groups; ++j) {
-          int32_t isum = 0;
-          for (int c = kGroupCols * j; c < kGroupCols * (j + 1); ++c) isum += level(sp, blk, r, c) * a[b].qs[c];
-          tot += group_scale(sp, blk, r, j) * isum;
-        }
-        float d;
-        if (sp.row_scaled()) {
-          std::memcpy(&d, group + 4 * r, 4);
-        } else {
-          uint16_t h;
-          std::memcpy(&h, blk + 2 * r, 2);
-          d = fp16_to_fp32(h);
-        }
-        acc = std::fma(d * a[b].d, static_cast<float>(tot), acc);
-      }
-      out[t * kPackedRows + r] = acc;
-    }
+// Row r's super-block scale: a float per row at the group's head (row-scaled types) or an fp16
+// per row at the super-block's head.
+float block_d(const IqkPackedSpec& sp, const uint8_t* group, const uint8_t* blk, int r) {
+  if (sp.row_scaled()) {
+    float d;
+    std::memcpy(&d, group + 4 * r, 4);
+    return d;
   }
+  uint16_t h;
+  std::memcpy(&h, blk + 2 * r, 2);
+  return fp16_to_fp32(h);
 }
 
 // The 2- and 3-bit types (layout in packed_iqk.h): group j's extra bit and column c's index.
@@ -236,10 +216,20 @@ int group_scale(const IqkLowSpec& sp, const uint8_t* blk, int r, int j) {
   return sp.row_scaled() ? v >> 1 : v;  // arithmetic shift: drops the extra bit
 }
 
-template <GgmlType kType>
-void gemm_low_ref(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, int n_tok, float* out) {
-  constexpr IqkLowSpec sp = iqk_low_spec(kType);
-  constexpr int kGroupCols = kQK_K / sp.n_groups;
+// Row r's super-block scale: an fp16 per row at the group's head (row-scaled types) or at the
+// super-block's head.
+float block_d(const IqkLowSpec& sp, const uint8_t* group, const uint8_t* blk, int r) {
+  uint16_t h;
+  std::memcpy(&h, (sp.row_scaled() ? group : blk) + 2 * r, 2);
+  return fp16_to_fp32(h);
+}
+
+// The scalar twin of both packed_iqk families, against Q8_K: tot = sum over groups of scale *
+// sum(level * a), exact in int32; acc = fma(d * d_a, tot, acc) per super-block in order.
+template <class Spec>
+void gemm_twin(const Spec& sp, int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, int n_tok,
+               float* out) {
+  const int group_cols = kQK_K / sp.n_groups;
   for (int t = 0; t < n_tok; ++t) {
     const auto* a = reinterpret_cast<const BlockQ8_K*>(act + t * act_stride);
     for (int r = 0; r < kPackedRows; ++r) {
@@ -249,16 +239,26 @@ void gemm_low_ref(int64_t n_cols, const uint8_t* group, const uint8_t* act, int6
         int32_t tot = 0;
         for (int j = 0; j < sp.n_groups; ++j) {
           int32_t isum = 0;
-          for (int c = kGroupCols * j; c < kGroupCols * (j + 1); ++c) isum += level(sp, blk, r, c) * a[b].qs[c];
+          for (int c = group_cols * j; c < group_cols * (j + 1); ++c) isum += level(sp, blk, r, c) * a[b].qs[c];
           tot += group_scale(sp, blk, r, j) * isum;
         }
-        uint16_t h;
-        std::memcpy(&h, (sp.row_scaled() ? group : blk) + 2 * r, 2);
-        acc = std::fma(fp16_to_fp32(h) * a[b].d, static_cast<float>(tot), acc);
+        acc = std::fma(block_d(sp, group, blk, r) * a[b].d, static_cast<float>(tot), acc);
       }
       out[t * kPackedRows + r] = acc;
     }
   }
+}
+
+template <GgmlType kType>
+void gemm_ref(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, int n_tok, float* out) {
+  static constexpr IqkPackedSpec kSpec = iqk_packed_spec(kType);
+  gemm_twin(kSpec, n_cols, group, act, act_stride, n_tok, out);
+}
+
+template <GgmlType kType>
+void gemm_low_ref(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, int n_tok, float* out) {
+  static constexpr IqkLowSpec kSpec = iqk_low_spec(kType);
+  gemm_twin(kSpec, n_cols, group, act, act_stride, n_tok, out);
 }
 
 // IQ2_KL (layout in packed_iqk.h). Sub-block s of a row: scale, and pair p's 5-bit index.

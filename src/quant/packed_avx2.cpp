@@ -29,11 +29,9 @@ template <int NT>
 inline void add_scaled_min_sums(const uint8_t* blk, int64_t dmin_offset, int h, const BlockQ8_K* const* a, int64_t b,
                                 const __m256i* tot, const __m256i* msum, __m256* acc) {
   const __m256 dw = f16x8(blk + 16 * h), dm = f16x8(blk + dmin_offset + 16 * h);
-  for (int t = 0; t < NT; ++t) {
-    const __m256 da = _mm256_set1_ps(a[t][b].d);
-    acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(tot[t]), acc[t]);
-    acc[t] = _mm256_fnmadd_ps(_mm256_mul_ps(dm, da), _mm256_cvtepi32_ps(msum[t]), acc[t]);
-  }
+  add_scaled_sums<NT>(dw, a, b, tot, acc);
+  for (int t = 0; t < NT; ++t)
+    acc[t] = _mm256_fnmadd_ps(_mm256_mul_ps(dm, _mm256_set1_ps(a[t][b].d)), _mm256_cvtepi32_ps(msum[t]), acc[t]);
 }
 
 template <int NT>

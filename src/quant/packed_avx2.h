@@ -1,6 +1,6 @@
 #pragma once
 // Internal: what the AVX2 packed GEMM kernels share (packed_avx2.cpp, packed_nibble_avx2.cpp,
-// packed_iq_avx2.cpp). Include it only from files compiled for AVX2 (*_avx2.cpp): everything here
+// packed_iq_avx2.cpp, packed_iqk_avx2.cpp). Include it only from files compiled for AVX2 (*_avx2.cpp): everything here
 // is static, so no copy can be merged by the linker into code that runs on other CPUs.
 //
 // The kernels read the AVX-512 layouts (packed.h, packed_nibble.h, packed_iq.h) as two 256-bit
@@ -15,6 +15,7 @@
 
 #include "quant/packed.h"
 #include "quant/packed_by_count.h"
+#include "util/ggml_blocks.h"
 
 namespace mla::quant::avx2p {
 
@@ -73,6 +74,14 @@ static inline void store_halves(const __m256 (&acc)[2][NT], float* out) {
 }
 
 static inline __m256i sum_pairs(__m256i p) { return _mm256_madd_epi16(p, _mm256_set1_epi16(1)); }
+
+// A super-block's float step against Q8_K for one half's rows, in the twins' order:
+// acc[t] += (d x a[t].d) x tot[t], with dw the half's row scales d.
+template <int NT>
+static inline void add_scaled_sums(__m256 dw, const BlockQ8_K* const* a, int64_t b, const __m256i* tot, __m256* acc) {
+  for (int t = 0; t < NT; ++t)
+    acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(a[t][b].d)), _mm256_cvtepi32_ps(tot[t]), acc[t]);
+}
 
 // Bit i of m set -> byte i all ones (32 bits -> 32 bytes).
 static inline __m256i expand_mask32(uint32_t m) {

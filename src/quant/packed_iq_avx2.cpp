@@ -156,9 +156,7 @@ void gemm_iq(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t a
         for (int t = 0; t < NT; ++t) tot[t] = _mm256_add_epi32(tot[t], _mm256_mullo_epi32(is[t], ls));
       }
       const __m256 dw = _mm256_mul_ps(f16x8(blk + 16 * h), inv_den);
-      for (int t = 0; t < NT; ++t)
-        acc[h][t] =
-            _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(a[t][b].d)), _mm256_cvtepi32_ps(tot[t]), acc[h][t]);
+      add_scaled_sums<NT>(dw, a, b, tot, acc[h]);
     }
   }
   store_halves(acc, out);

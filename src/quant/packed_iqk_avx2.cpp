@@ -164,9 +164,7 @@ void gemm(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_
         dw = _mm256_loadu_ps(reinterpret_cast<const float*>(group) + 8 * h);
       else
         dw = f16x8(blk + 16 * h);
-      for (int t = 0; t < NT; ++t)
-        acc[h][t] =
-            _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(a[t][b].d)), _mm256_cvtepi32_ps(tot[t]), acc[h][t]);
+      add_scaled_sums<NT>(dw, a, b, tot, acc[h]);
     }
   }
   store_halves(acc, out);
@@ -245,9 +243,7 @@ void gemm_low(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t 
         dw = f16x8(group + 16 * h);
       else
         dw = f16x8(blk + 16 * h);
-      for (int t = 0; t < NT; ++t)
-        acc[h][t] =
-            _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(a[t][b].d)), _mm256_cvtepi32_ps(tot[t]), acc[h][t]);
+      add_scaled_sums<NT>(dw, a, b, tot, acc[h]);
     }
   }
   store_halves(acc, out);
@@ -313,9 +309,7 @@ void gemm_iq2_kl(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64
         }
       }
       const __m256 dw = f16x8(group + 16 * h2);
-      for (int t = 0; t < NT; ++t)
-        acc[h2][t] =
-            _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(a[t][b].d)), _mm256_cvtepi32_ps(tot[t]), acc[h2][t]);
+      add_scaled_sums<NT>(dw, a, b, tot, acc[h2]);
     }
   }
   store_halves(acc, out);

@@ -200,9 +200,7 @@ void gemm_iq4_xs(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64
         }
       }
       const __m256 dw = load_scales<GgmlType::IQ4_XS>(blk, h);
-      for (int t = 0; t < NT; ++t)
-        acc[h][t] =
-            _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(a[t][b].d)), _mm256_cvtepi32_ps(tot[t]), acc[h][t]);
+      add_scaled_sums<NT>(dw, a, b, tot, acc[h]);
     }
   }
   store_halves(acc, out);

@@ -9,7 +9,8 @@
 //                          avx512 family's own, MLA_SIMD=avx2 for the AVX2 one
 //   dequantize/<TYPE>/<isa>  the hot matrix to floats, GB/s of weight bytes
 //   quantize/<TYPE>/<isa>    one 4096-float activation row, GB/s of floats read
-//   gemm/<TYPE>/<layout>/tN  matmul_rows over the hot matrix (256 rows of 2048) with N tokens,
+//   gemm/<TYPE>/<layout>/tN  matmul_rows over the hot matrix (256 rows of 2048, or of
+//                          MLA_BENCH_GEMM_COLS: 16384 is attn_output's width at GLM-5) with N tokens,
 //                          `packed` (16-row groups, AVX-512 VNNI), `packed_avx2` (the same groups,
 //                          AVX2 kernels: MLA_SIMD=avx2 or a CPU without AVX-512) or `rows`
 //                          (row-major vec_dot / four-row kernels); counter GMAC/s of multiply-adds
@@ -59,6 +60,13 @@ size_t cold_bytes() {
   const char* env = std::getenv("MLA_BENCH_COLD_MIB");
   const long mib = env ? std::atol(env) : 1024;
   return static_cast<size_t>(mib > 0 ? mib : 1024) << 20;
+}
+
+// The gemm benchmarks' row length: MLA_BENCH_GEMM_COLS (a multiple of 256), default 2048.
+int64_t gemm_cols() {
+  const char* env = std::getenv("MLA_BENCH_GEMM_COLS");
+  const long cols = env ? std::atol(env) : 2048;
+  return cols > 0 && cols % 256 == 0 ? cols : 2048;
 }
 
 uint64_t splitmix64(uint64_t& s) {
@@ -170,7 +178,8 @@ void bm_dot(benchmark::State& state, GgmlType t, QuantIsa isa, size_t bytes) {
 
 // One matmul_rows call over a hot 256 x 2048 weight with n_tok activation rows.
 void bm_gemm(benchmark::State& state, GgmlType t, bool packed, int n_tok) {
-  constexpr int64_t kRows = 256, kGemmCols = 2048;
+  constexpr int64_t kRows = 256;
+  const int64_t kGemmCols = gemm_cols();
   Matrix m;
   m.type = t;
   m.row_bytes = ggml_row_bytes(t, kGemmCols);

@@ -66,9 +66,11 @@ inline constexpr int64_t kQ6Kx16Nibbles = 32 + 256;
 inline constexpr int64_t kQ6Kx16Bits = 32 + 256 + 32 * 64;
 inline constexpr int64_t kQ6Kx16Bytes = kQ6Kx16Bits + 16 * 64;
 // Q8_K activation extras per super-block: 8 int16 sums of 32 quants (Q4_K mins), then after all
-// super-blocks' pairs, 16 int32 values -32 x the sum of 16 quants (Q6_K's level offset).
+// super-blocks' pairs, 16 int32 values -32 x the sum of 16 quants (Q6_K's level offset), then
+// 16 int32 values -128 x the same sums (the unsigned operand's offset of the table k-quants).
 inline constexpr int64_t kQ8KExtraPairs = 16;
 inline constexpr int64_t kQ8KExtraNeg32 = 64;
+inline constexpr int64_t kQ8KExtraNeg128 = 64;
 // The AVX-512 packed GEMM kernels; nullptr for a type without a packed layout. Call only when
 // cpu_has_avx512_vnni().
 PackedGemmFn packed_gemm_avx512_fn(GgmlType t);

@@ -33,7 +33,7 @@
 namespace mla {
 
 inline constexpr int kPackedRows = 16;      // weight rows per group
-inline constexpr int kPackedMaxTokens = 8;  // activation rows per kernel call
+inline constexpr int kPackedMaxTokens = 24;  // activation rows per kernel call
 
 // True when t has a packed layout (see packed_gemm_ref_fn), whatever the CPU.
 bool packed_layout_exists(GgmlType t);
@@ -45,7 +45,8 @@ void pack_rows(GgmlType t, const uint8_t* src, int64_t row_bytes, int64_t n_cols
 // Bytes appended to each activation row of type act_type (a vec_dot_type) for the packed
 // kernels — 0 for types no packed layout consumes — and how they are computed from the quantized
 // row (Q8_0: per block -128 x the sum of its quants, int32; Q8_K: per super-block the 8 sums of
-// 32 quants, int16, then for all super-blocks -32 x each sum of 16 quants, int32). Keyed by the activation type so that
+// 32 quants, int16, then for all super-blocks -32 x each sum of 16 quants, int32, then for all
+// super-blocks -128 x each sum of 16 quants, int32). Keyed by the activation type so that
 // weights of different types may share one quantized activation.
 int64_t packed_act_extra_bytes(GgmlType act_type, int64_t n_cols);
 void packed_act_extra(GgmlType act_type, const void* act_row, int64_t n_cols, void* extra);

@@ -97,33 +97,67 @@ inline __m512i operand(__m512i idx, __mmask64 b4, __mmask64 b5, __mmask16 extra,
   return _mm512_mask_add_epi32(v, extra, v, _mm512_set1_epi32(sp.shift * 0x01010101));
 }
 
-// Both operands of k-group g of sub-block s: columns 32s+4g.. (lo) and 32s+16+4g.. (hi).
-template <GgmlType kType>
-inline void operands(const uint8_t* blk, int s, int g, const Tables<kType>& t, const SubBlock& sb, __m512i& lo,
-                     __m512i& hi) {
+// The operand of k-group g of half h of sub-block s: columns 32s+16h+4g..+3 (the low nibbles
+// for h = 0, the high for h = 1).
+template <GgmlType kType, int kH>
+inline __m512i half_operand(const uint8_t* blk, int s, int g, const Tables<kType>& t, __mmask16 extra) {
   constexpr IqkPackedSpec sp = iqk_packed_spec(kType);
   const __m512i low = _mm512_set1_epi8(0x0F);
   const __m512i raw = load512(blk + sp.quants_offset() + 256 * s + 64 * g);
   const uint8_t* high = blk + sp.bits_offset() + 64 * sp.high_bits * s;
-  __mmask64 b4_lo = 0, b4_hi = 0, b5_lo = 0, b5_hi = 0;
-  if constexpr (sp.high_bits == 1) {
-    const __m512i bits = load512(high);
-    b4_lo = _mm512_test_epi8_mask(bits, _mm512_set1_epi8(static_cast<char>(1 << g)));
-    b4_hi = _mm512_test_epi8_mask(bits, _mm512_set1_epi8(static_cast<char>(16 << g)));
-  }
+  __mmask64 b4 = 0, b5 = 0;
+  if constexpr (sp.high_bits == 1)
+    b4 = _mm512_test_epi8_mask(load512(high), _mm512_set1_epi8(static_cast<char>((kH ? 16 : 1) << g)));
   if constexpr (sp.high_bits == 2) {
-    const __m512i bits_lo = load512(high), bits_hi = load512(high + 64);
-    const __m512i bit4 = _mm512_set1_epi8(static_cast<char>(1 << 2 * g));
-    const __m512i bit5 = _mm512_set1_epi8(static_cast<char>(2 << 2 * g));
-    b4_lo = _mm512_test_epi8_mask(bits_lo, bit4);
-    b5_lo = _mm512_test_epi8_mask(bits_lo, bit5);
-    b4_hi = _mm512_test_epi8_mask(bits_hi, bit4);
-    b5_hi = _mm512_test_epi8_mask(bits_hi, bit5);
+    const __m512i bits = load512(high + 64 * kH);
+    b4 = _mm512_test_epi8_mask(bits, _mm512_set1_epi8(static_cast<char>(1 << 2 * g)));
+    b5 = _mm512_test_epi8_mask(bits, _mm512_set1_epi8(static_cast<char>(2 << 2 * g)));
   }
-  lo = operand<kType>(_mm512_and_si512(raw, low), b4_lo, b5_lo, sb.extra_lo, t);
-  hi = operand<kType>(_mm512_and_si512(_mm512_srli_epi16(raw, 4), low), b4_hi, b5_hi, sb.extra_hi, t);
+  const __m512i idx = kH ? _mm512_and_si512(_mm512_srli_epi16(raw, 4), low) : _mm512_and_si512(raw, low);
+  return operand<kType>(idx, b4, b5, extra, t);
 }
 
+// Half h of sub-block s for NT tokens: sum[t] += the half's 16 columns of level + 128 times the
+// activations (vpdpbusd), 4 columns per operand.
+template <GgmlType kType, int kH, int NT>
+inline void half_sums(const uint8_t* blk, int s, const Tables<kType>& t, __mmask16 extra, const int8_t* const* qa,
+                      __m512i* sum) {
+#pragma GCC unroll 4
+  for (int g = 0; g < 4; ++g) {
+    const __m512i v = half_operand<kType, kH>(blk, s, g, t, extra);
+    for (int k = 0; k < NT; ++k) sum[k] = _mm512_dpbusd_epi32(sum[k], v, bcast32(qa[k] + 32 * s + 16 * kH + 4 * g));
+  }
+}
+
+// The tokens one call of gemm below takes: their half sums and running totals fill the 32
+// registers with the tables and the operand (IQ6_K's four tables leave room for fewer).
+template <GgmlType kType>
+inline constexpr int kNibbleTokens = iqk_packed_spec(kType).high_bits == 2 ? 10 : 12;
+
+// -128 x each row's scale of groups 2k and 2k + 1 (the 8-group types: of group k, twice), as the
+// int16 pairs vpdpwssd multiplies with Q8_K's bsums pair k: the offset of level + 128, removed
+// once per super-block.
+template <GgmlType kType>
+inline __m512i neg128_scale_pairs(const uint8_t* blk, int k) {
+  constexpr IqkPackedSpec sp = iqk_packed_spec(kType);
+  __m256i pairs;
+  if constexpr (sp.row_scaled()) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + sp.scale_offset() + 16 * k));
+    const __m128i sc = _mm_sub_epi8(_mm_and_si128(v, _mm_set1_epi8(static_cast<char>(254))), _mm_set1_epi8(127));
+    pairs = _mm256_set_m128i(_mm_unpackhi_epi8(sc, sc), _mm_unpacklo_epi8(sc, sc));
+  } else {
+    const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 32 + 32 * k));
+    const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 48 + 32 * k));
+    pairs = _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
+  }
+  return _mm512_sub_epi16(_mm512_setzero_si512(), _mm512_slli_epi16(_mm512_cvtepi8_epi16(pairs), 7));
+}
+
+// Up to kNibbleTokens tokens share each decoded operand. Per half sub-block (one scale group of
+// the 16-group types) each token's int32 sum of (level + 128) x a starts at zero in a register
+// and is scaled into its running total tot[t] (vpmulld), also in a register; the offset's share,
+// -128 x scale x the activation sums, enters tot once per super-block (vpdpwssd). The totals are
+// the twin's exact integers, the float steps its own.
 template <GgmlType kType, int NT>
 void gemm(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_stride, float* out) {
   constexpr IqkPackedSpec sp = iqk_packed_spec(kType);
@@ -131,49 +165,45 @@ void gemm(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64_t act_
   constexpr int kLines = static_cast<int>(kBytes / 64 / 8);  // per sub-block
   const int64_t nb = n_cols / kQK_K;
   const BlockQ8_K* a[NT];
+  const int8_t* qa[NT];
   for (int t = 0; t < NT; ++t) a[t] = reinterpret_cast<const BlockQ8_K*>(act + t * act_stride);
   const Tables<kType> tables;
   __m512 dw = _mm512_setzero_ps();
   if constexpr (sp.row_scaled()) dw = _mm512_loadu_ps(group);
-  __m512 acc[NT];
-  for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+  for (int t = 0; t < NT; ++t) _mm512_storeu_ps(out + 16 * t, _mm512_setzero_ps());
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = group + sp.header_bytes() + b * kBytes;
     __m512i tot[NT];
-    for (int t = 0; t < NT; ++t) tot[t] = _mm512_setzero_si512();
+    for (int t = 0; t < NT; ++t) {
+      tot[t] = _mm512_setzero_si512();
+      qa[t] = a[t][b].qs;
+    }
+    for (int k = 0; k < 8; ++k) {
+      const __m512i sp16 = neg128_scale_pairs<kType>(blk, k);
+      for (int t = 0; t < NT; ++t) tot[t] = _mm512_dpwssd_epi32(tot[t], sp16, bcast32(a[t][b].bsums + 2 * k));
+    }
     for (int s = 0; s < 8; ++s) {
       for (int l = 0; l < kLines; ++l)
         _mm_prefetch(reinterpret_cast<const char*>(blk + kBytes + 64 * (kLines * s + l)), _MM_HINT_T0);
       const SubBlock sb = sub_block<kType>(blk, s);
-      __m512i s0[NT], s1[NT];
-      for (int t = 0; t < NT; ++t) {
-        const int32_t lo = a[t][b].bsums[2 * s], hi = a[t][b].bsums[2 * s + 1];
-        s0[t] = _mm512_set1_epi32(-128 * (sp.row_scaled() ? lo + hi : lo));
-        s1[t] = sp.row_scaled() ? _mm512_setzero_si512() : _mm512_set1_epi32(-128 * hi);
-      }
-#pragma GCC unroll 4
-      for (int g = 0; g < 4; ++g) {
-        __m512i lo, hi;
-        operands<kType>(blk, s, g, tables, sb, lo, hi);
+      __m512i sum[NT];
+      for (int t = 0; t < NT; ++t) sum[t] = _mm512_setzero_si512();
+      half_sums<kType, 0, NT>(blk, s, tables, sb.extra_lo, qa, sum);
+      if constexpr (!sp.row_scaled()) {
         for (int t = 0; t < NT; ++t) {
-          s0[t] = _mm512_dpbusd_epi32(s0[t], lo, bcast32(a[t][b].qs + 32 * s + 4 * g));
-          s1[t] = _mm512_dpbusd_epi32(s1[t], hi, bcast32(a[t][b].qs + 32 * s + 16 + 4 * g));
+          tot[t] = _mm512_add_epi32(tot[t], _mm512_mullo_epi32(sum[t], sb.scale_lo));
+          sum[t] = _mm512_setzero_si512();
         }
       }
-      for (int t = 0; t < NT; ++t) {
-        if constexpr (sp.row_scaled()) {
-          tot[t] = _mm512_add_epi32(tot[t], _mm512_mullo_epi32(_mm512_add_epi32(s0[t], s1[t]), sb.scale_lo));
-        } else {
-          tot[t] = _mm512_add_epi32(tot[t], _mm512_mullo_epi32(s0[t], sb.scale_lo));
-          tot[t] = _mm512_add_epi32(tot[t], _mm512_mullo_epi32(s1[t], sb.scale_hi));
-        }
-      }
+      half_sums<kType, 1, NT>(blk, s, tables, sb.extra_hi, qa, sum);
+      for (int t = 0; t < NT; ++t) tot[t] = _mm512_add_epi32(tot[t], _mm512_mullo_epi32(sum[t], sb.scale_hi));
     }
     if constexpr (!sp.row_scaled()) dw = load_f16x16(blk);
-    for (int t = 0; t < NT; ++t)
-      acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(a[t][b].d)), _mm512_cvtepi32_ps(tot[t]), acc[t]);
+    for (int t = 0; t < NT; ++t) {
+      const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(a[t][b].d));
+      _mm512_storeu_ps(out + 16 * t, _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(tot[t]), _mm512_loadu_ps(out + 16 * t)));
+    }
   }
-  for (int t = 0; t < NT; ++t) _mm512_storeu_ps(out + 16 * t, acc[t]);
 }
 
 // The 2- and 3-bit types: level + 128 of the 4 or 8 table entries, then zeros.
@@ -325,6 +355,8 @@ void gemm_iq2_kl(int64_t n_cols, const uint8_t* group, const uint8_t* act, int64
 
 template <GgmlType kType>
 struct IqkKernel {
+  // Tokens per call: the nibble types' kernel takes kNibbleTokens, the others 8.
+  static constexpr int kMax = iqk_packed_spec(kType).n_groups != 0 ? kNibbleTokens<kType> : 8;
   template <int NT>
   static void run(int64_t n, const uint8_t* g, const uint8_t* a, int64_t s, float* o) {
     if constexpr (kType == GgmlType::IQ2_KL)
@@ -341,27 +373,27 @@ struct IqkKernel {
 PackedGemmFn packed_gemm_iqk_avx512_fn(GgmlType t) {
   switch (t) {
     case GgmlType::IQ4_K:
-      return by_count<IqkKernel<GgmlType::IQ4_K>>;
+      return by_count<IqkKernel<GgmlType::IQ4_K>, IqkKernel<GgmlType::IQ4_K>::kMax>;
     case GgmlType::IQ5_K:
-      return by_count<IqkKernel<GgmlType::IQ5_K>>;
+      return by_count<IqkKernel<GgmlType::IQ5_K>, IqkKernel<GgmlType::IQ5_K>::kMax>;
     case GgmlType::IQ6_K:
-      return by_count<IqkKernel<GgmlType::IQ6_K>>;
+      return by_count<IqkKernel<GgmlType::IQ6_K>, IqkKernel<GgmlType::IQ6_K>::kMax>;
     case GgmlType::IQ4_KS:
-      return by_count<IqkKernel<GgmlType::IQ4_KS>>;
+      return by_count<IqkKernel<GgmlType::IQ4_KS>, IqkKernel<GgmlType::IQ4_KS>::kMax>;
     case GgmlType::IQ5_KS:
-      return by_count<IqkKernel<GgmlType::IQ5_KS>>;
+      return by_count<IqkKernel<GgmlType::IQ5_KS>, IqkKernel<GgmlType::IQ5_KS>::kMax>;
     case GgmlType::IQ4_KSS:
-      return by_count<IqkKernel<GgmlType::IQ4_KS>>;  // packed as IQ4_KS
+      return by_count<IqkKernel<GgmlType::IQ4_KS>, IqkKernel<GgmlType::IQ4_KS>::kMax>;  // packed as IQ4_KS
     case GgmlType::IQ2_KL:
-      return by_count<IqkKernel<GgmlType::IQ2_KL>>;
+      return by_count<IqkKernel<GgmlType::IQ2_KL>, IqkKernel<GgmlType::IQ2_KL>::kMax>;
     case GgmlType::IQ2_K:
-      return by_count<IqkKernel<GgmlType::IQ2_K>>;
+      return by_count<IqkKernel<GgmlType::IQ2_K>, IqkKernel<GgmlType::IQ2_K>::kMax>;
     case GgmlType::IQ3_K:
-      return by_count<IqkKernel<GgmlType::IQ3_K>>;
+      return by_count<IqkKernel<GgmlType::IQ3_K>, IqkKernel<GgmlType::IQ3_K>::kMax>;
     case GgmlType::IQ2_KS:
-      return by_count<IqkKernel<GgmlType::IQ2_KS>>;
+      return by_count<IqkKernel<GgmlType::IQ2_KS>, IqkKernel<GgmlType::IQ2_KS>::kMax>;
     case GgmlType::IQ3_KS:
-      return by_count<IqkKernel<GgmlType::IQ3_KS>>;
+      return by_count<IqkKernel<GgmlType::IQ3_KS>, IqkKernel<GgmlType::IQ3_KS>::kMax>;
     default:
       return nullptr;
   }

@@ -293,7 +293,7 @@ void pack_rows(GgmlType t, const uint8_t* src, int64_t row_bytes, int64_t n_cols
 
 int64_t packed_act_extra_bytes(GgmlType act_type, int64_t n_cols) {
   if (act_type == GgmlType::Q8_0) return n_cols / kQK * 4;
-  if (act_type == GgmlType::Q8_K) return n_cols / kQK_K * (kQ8KExtraPairs + kQ8KExtraNeg32);
+  if (act_type == GgmlType::Q8_K) return n_cols / kQK_K * (kQ8KExtraPairs + kQ8KExtraNeg32 + kQ8KExtraNeg128);
   return 0;
 }
 
@@ -311,14 +311,16 @@ void packed_act_extra(GgmlType act_type, const void* act_row, int64_t n_cols, vo
     const int64_t nb = n_cols / kQK_K;
     auto* pairs = static_cast<uint8_t*>(extra);
     uint8_t* neg32 = pairs + nb * kQ8KExtraPairs;
+    uint8_t* neg128 = neg32 + nb * kQ8KExtraNeg32;
     for (int64_t b = 0; b < nb; ++b) {
       for (int s = 0; s < 8; ++s) {
         const auto v = static_cast<int16_t>(a[b].bsums[2 * s] + a[b].bsums[2 * s + 1]);
         std::memcpy(pairs + 2 * (8 * b + s), &v, sizeof v);
       }
       for (int j = 0; j < 16; ++j) {
-        const int32_t v = -32 * a[b].bsums[j];
+        const int32_t v = -32 * a[b].bsums[j], w = -128 * a[b].bsums[j];
         std::memcpy(neg32 + 4 * (16 * b + j), &v, sizeof v);
+        std::memcpy(neg128 + 4 * (16 * b + j), &w, sizeof w);
       }
     }
   }

@@ -227,7 +227,8 @@ TEST(Packed, LayoutsAndExtras) {
   EXPECT_EQ(packed_group_bytes(GgmlType::IQ2_KS, 512), 16 * (2 + 2 * 70) + 2 * 32 + 32);
   EXPECT_EQ(packed_group_bytes(GgmlType::IQ3_KS, 512), 16 * (2 + 2 * 102) + 2 * 32 + 32);
   EXPECT_EQ(packed_act_extra_bytes(GgmlType::Q8_0, 64), 8);
-  EXPECT_EQ(packed_act_extra_bytes(GgmlType::Q8_K, 512), 2 * (16 + 64));
+  // Q8_K: per super-block 8 int16 pair sums, 16 int32 -32 x sums of 16, 16 int32 -128 x them.
+  EXPECT_EQ(packed_act_extra_bytes(GgmlType::Q8_K, 512), 2 * (16 + 64 + 64));
   EXPECT_EQ(packed_act_extra_bytes(GgmlType::F16, 512), 0);
 }
 

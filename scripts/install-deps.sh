@@ -13,6 +13,7 @@ PKGS=(
   clang libclang-rt-14-dev clang-format clang-tidy
   python3 python3-venv python3-pip
   curl
+  dpkg-dev  # dpkg-shlibdeps: the Depends of the .deb (cpack -G DEB, packaging/)
 )
 
 SUDO=""

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <random>
 
+#include "server/anthropic_api.h"
 #include "server/generation_job.h"
 #include "server/openai_protocol.h"
 #include "server/openai_response.h"
@@ -201,10 +202,13 @@ PreparedChat prepare_chat(const ServedModel& model, const json& body, ChatReques
 }
 
 void register_openai_routes(Router& router, ServerState& state) {
-  router.add("GET", "/v1/models", [&state](const HttpRequest&, const Responder& res) {
+  // An Anthropic client (models.list(), models.retrieve()) gets its own shape.
+  router.add("GET", "/v1/models", [&state](const HttpRequest& req, const Responder& res) {
+    if (is_anthropic_request(req)) return send_anthropic_models(state, req, res);
     send_json(*res, 200, {{"object", "list"}, {"data", json::array({model_card(state)})}});
   });
   router.add_prefix("GET", "/v1/models/", [&state](const HttpRequest& req, const Responder& res) {
+    if (is_anthropic_request(req)) return send_anthropic_models(state, req, res);
     check_model_name(state, req.path.substr(std::string_view("/v1/models/").size()));
     send_json(*res, 200, model_card(state));
   });

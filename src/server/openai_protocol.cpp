@@ -368,6 +368,19 @@ std::optional<int> parse_prompt_logprobs(const json& body, bool stream) {
   return k;
 }
 
+// best_of (completions): as vLLM's V1 engine, which validates it against n (the OpenAI rule) and
+// then refuses any value above 1, since it generates no candidates to rank.
+void check_best_of(const json& body, int n) {
+  auto best_of = get_int_in(body, "best_of", 1, 128, "in [1, 128]");
+  if (!best_of) return;
+  if (*best_of < n)
+    bad_request(fmt::format("'best_of' must be >= 'n', got best_of {} and n {}", *best_of, n), "best_of");
+  if (*best_of > 1)
+    bad_request(
+        fmt::format("'best_of' {} is not supported (only 1: no candidates are generated to rank; use 'n')", *best_of),
+        "best_of", "unsupported");
+}
+
 }  // namespace
 
 CompletionRequest parse_completion_request(const json& body, const ModelLimits& lim) {
@@ -410,6 +423,7 @@ CompletionRequest parse_completion_request(const json& body, const ModelLimits& 
   }
   if (field(body, "suffix")) bad_request("'suffix' is not supported", "suffix", "unsupported");
   parse_sampling(body, lim, r.params);
+  check_best_of(body, r.params.n);
   r.structured = parse_structured_output(body);
   if (auto lp = get_int_in(body, "logprobs", 0, 20, "in [0, 20]")) r.params.logprobs = *lp;
   r.echo = get_bool(body, "echo").value_or(false);
@@ -581,7 +595,7 @@ void append_prompt_completion_logprobs(json& into, std::span<const int32_t> prom
 }
 
 void append_chat_logprobs(json& into, const std::vector<SampleLogprobs>& lps, const TokenTextFn& token_text) {
-  if (into.is_null()) into = {{"content", json::array()}};
+  if (into.is_null()) into = {{"content", json::array()}, {"refusal", nullptr}};
   for (const auto& lp : lps) {
     TokenText t = token_text(lp.sampled.token);
     json top = json::array();

@@ -117,7 +117,7 @@ json prompt_logprobs_json(std::span<const int32_t> prompt, const std::vector<Sam
 void append_prompt_completion_logprobs(json& into, std::span<const int32_t> prompt,
                                        const std::vector<SampleLogprobs>& lps, int k, const TokenTextFn& token_text);
 // Chat logprobs entries ({"token", "logprob", "bytes", "top_logprobs"}) appended to the
-// "content" array of `into` (null to start {"content": []}).
+// "content" array of `into` (null to start {"content": [], "refusal": null}, as the spec requires).
 void append_chat_logprobs(json& into, const std::vector<SampleLogprobs>& lps, const TokenTextFn& token_text);
 
 // Number of Unicode code points in valid UTF-8 s (continuation bytes not counted).

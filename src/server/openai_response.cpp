@@ -160,11 +160,13 @@ void ChatWriter::output(size_t ci, const CompletionOutput& o, bool first, Events
   out.push_back(sse_event(chunk));
 }
 
+// The spec requires `refusal` (null: the model never refuses through a separate channel here).
 json ChatWriter::message(const std::string& text, const ChoiceState& state, json& finish) const {
-  if (!parsing_.active()) return {{"role", "assistant"}, {"content", text}};
+  if (!parsing_.active()) return {{"role", "assistant"}, {"content", text}, {"refusal", nullptr}};
   ChatMessageOut m = parse_chat_output(parsing_, text);
   json msg = {{"role", "assistant"}};
   msg["content"] = m.content.empty() && !m.tool_calls.empty() ? json(nullptr) : json(std::move(m.content));
+  msg["refusal"] = nullptr;
   if (m.reasoning) {
     msg["reasoning"] = *m.reasoning;
     msg["reasoning_content"] = std::move(*m.reasoning);

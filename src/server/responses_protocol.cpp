@@ -149,6 +149,19 @@ json convert_tools(const json& tools) {
   return out;
 }
 
+// The function tools as the response lists them: as sent, with the `parameters` and `strict` the
+// spec requires there (null when the request left them out). convert_tools has checked them.
+json echoed_tools(const json* tools) {
+  json out = json::array();
+  if (!tools) return out;
+  for (json t : *tools) {
+    if (!t.contains("parameters")) t["parameters"] = nullptr;
+    if (!t.contains("strict")) t["strict"] = nullptr;
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
 // tool_choice: "auto" | "none" | "required" | {"type": "function", "name"} → the chat shape.
 json convert_tool_choice(const json& tc) {
   if (tc.is_string()) return tc;
@@ -247,10 +260,10 @@ ResponsesRequest parse_responses_request(const json& body) {
   given("temperature", 1.0);
   given("text", {{"format", {{"type", "text"}}}});
   given("tool_choice", "auto");
-  given("tools", json::array());
+  echo["tools"] = echoed_tools(field(body, "tools"));
   given("top_p", 1.0);
   given("truncation", "disabled");
-  given("user", nullptr);
+  if (const json* user = field(body, "user")) echo["user"] = *user;  // a string in the spec: absent, not null
   echo["previous_response_id"] = nullptr;
   echo["store"] = false;
   return r;

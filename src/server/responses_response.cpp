@@ -10,10 +10,15 @@
 namespace mla::server {
 namespace {
 
+// An output_text part. The spec requires `logprobs`; this API takes no logprobs request, so the
+// list is empty, as in the output_text events.
+json output_text_part(const std::string& text) {
+  return {{"type", "output_text"}, {"text", text}, {"annotations", json::array()}, {"logprobs", json::array()}};
+}
+
 json message_item(const std::string& id, const std::string& text, const char* status) {
   json content = json::array();
-  if (std::string_view(status) == "completed")
-    content.push_back({{"type", "output_text"}, {"text", text}, {"annotations", json::array()}});
+  if (std::string_view(status) == "completed") content.push_back(output_text_part(text));
   return {{"type", "message"}, {"id", id}, {"status", status}, {"role", "assistant"}, {"content", content}};
 }
 
@@ -68,7 +73,8 @@ json ResponsesWriter::response(const std::string& status, json output, const Cho
     if (item.value("type", "") == "reasoning" && count_tokens_)
       for (const auto& part : item.value("content", json::array()))
         reasoning_tokens += count_tokens_(part.value("text", ""));
-  r["usage"] = usage_json(c, usage, reasoning_tokens);
+  // Not known before the end: left out then (the spec's usage is an object, never null).
+  if (json u = usage_json(c, usage, reasoning_tokens); !u.is_null()) r["usage"] = std::move(u);
   return r;
 }
 
@@ -104,10 +110,7 @@ void ResponsesWriter::open_item(json item, Events& out) {
   event("response.output_item.added", {{"output_index", index}, {"item", open_}}, out);
   if (open_["type"] == "message")
     event("response.content_part.added",
-          {{"item_id", open_["id"]},
-           {"output_index", index},
-           {"content_index", 0},
-           {"part", {{"type", "output_text"}, {"text", ""}, {"annotations", json::array()}}}},
+          {{"item_id", open_["id"]}, {"output_index", index}, {"content_index", 0}, {"part", output_text_part("")}},
           out);
 }
 
@@ -135,6 +138,7 @@ void ResponsesWriter::close_item(Events& out) {
   json where = {{"item_id", id}, {"output_index", index}};
   json item;
   if (type == "function_call") {
+    where["name"] = open_["name"];
     where["arguments"] = open_text_;
     event("response.function_call_arguments.done", std::move(where), out);
     item = function_call_item(id, open_["call_id"], open_["name"], open_text_, "completed");

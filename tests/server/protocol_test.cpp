@@ -147,6 +147,19 @@ TEST(ServerProtocol, BadCompletionFieldsAre400sNamingTheField) {
   EXPECT_EQ(completion_error(R"({"prompt": "x", "seed": "1"})"), "seed: 'seed' must be an integer, got string");
 }
 
+// best_of as vLLM's V1 engine takes it: the OpenAI rule (best_of >= n) first, then nothing above 1.
+TEST(ServerProtocol, BestOfIsCheckedAgainstNAndRefusedAboveOne) {
+  EXPECT_EQ(completion_error(R"({"prompt": "x", "n": 3, "best_of": 2})"),
+            "best_of: 'best_of' must be >= 'n', got best_of 2 and n 3");
+  EXPECT_EQ(completion_error(R"({"prompt": "x", "n": 2, "best_of": 2})"),
+            "best_of: 'best_of' 2 is not supported (only 1: no candidates are generated to rank; use 'n')");
+  EXPECT_EQ(completion_error(R"({"prompt": "x", "best_of": 0})"), "best_of: 'best_of' must be in [1, 128], got 0");
+  EXPECT_EQ(completion_error(R"({"prompt": "x", "best_of": "2"})"),
+            "best_of: 'best_of' must be an integer, got string");
+  EXPECT_EQ(completion(R"({"prompt": "x", "best_of": 1})").params.n, 1);
+  EXPECT_EQ(completion(R"({"prompt": "x", "best_of": null, "n": 2})").params.n, 2);
+}
+
 TEST(ServerProtocol, ChatMessagesAreNormalized) {
   ChatRequest r = parse_chat_request(json::parse(R"({
     "messages": [

@@ -46,6 +46,15 @@ TEST(ResponsesProtocol, ItemsBecomeChatMessages) {
   EXPECT_EQ(r.echo["store"], false);
   EXPECT_EQ(r.echo["max_output_tokens"], 50);
   EXPECT_EQ(r.echo["instructions"], "Be brief.");
+  // The response lists the tools with the `parameters` and `strict` the spec requires there, and
+  // `user` only when sent (the spec types it a string).
+  EXPECT_EQ(r.echo["tools"], body["tools"]);
+  EXPECT_FALSE(r.echo.contains("user"));
+  const ResponsesRequest bare = parse_responses_request(
+      json::parse(R"({"input": "x", "user": "u1", "tools": [{"type": "function", "name": "f"}]})"));
+  EXPECT_EQ(bare.echo["tools"],
+            json::parse(R"([{"type": "function", "name": "f", "parameters": null, "strict": null}])"));
+  EXPECT_EQ(bare.echo["user"], "u1");
   // A string input is one user message.
   EXPECT_EQ(parse_responses_request(json::parse(R"({"input": "hi"})")).chat_body["messages"],
             json::parse(R"([{"role": "user", "content": "hi"}])"));

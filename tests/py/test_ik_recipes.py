@@ -1,7 +1,8 @@
 """mla.cpp vs ik_llama.cpp on files ik_llama.cpp's llama-quantize made with the per-tensor recipes
 of published uploads (tests/fixtures/ik-recipes, made by tools/ik-llama/make-recipe-fixtures.sh;
 the recipes are tools/ik-llama/recipes/*.txt): ubergarm's smol-IQ4_K, DeepSeek-V3-0324 IQ4_K_R4,
-Kimi-K2 IQ2_KL and smol-IQ1_KT shapes, sokann's GLM-5 and DeepSeek-V3-0324 IQ1_S_R4 shapes.
+Kimi-K2 IQ2_KL and smol-IQ1_KT shapes, sokann's GLM-5 and DeepSeek-V3-0324 IQ1_S_R4 shapes, and
+Thireus' GLM-5.2 trellis mix (iq3_kt attention and dense layer, iq4_nl attn_k_b, q8_0 head).
 
 Each file must load, pass `mla doctor` (every path and layout agrees, numerics ok; the weights
 are random, so the output check may call it untrained), and match ik_llama.cpp, down both of
@@ -36,7 +37,7 @@ from conftest import FIXTURES, run_mla
 DIR = FIXTURES / "ik-recipes"
 # What make-recipe-fixtures.sh writes today: every family must be present and compared.
 EXPECTED = ("sokann-glm5-iq1_s_r4", "sokann-v3-iq1_s_r4", "ubergarm-kimi-iq2_kl", "ubergarm-kimi-smol-iq1_kt",
-            "ubergarm-smol-iq4_k", "ubergarm-v3-iq4_k_r4")
+            "ubergarm-smol-iq4_k", "ubergarm-v3-iq4_k_r4", "thireus-glm5-iq3_kt")
 DEQ_TOL = 1e-3
 MEDIAN_SLACK = 1.25
 TOP1_AGREE = 0.85

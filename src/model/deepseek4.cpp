@@ -180,8 +180,20 @@ void Deepseek4Model::head(const float* streams, int64_t n_tok, float* logits) {
   matmul(w_.output, h.data(), D, n_tok, logits, c_.n_vocab, pool_, scratch_);
 }
 
+Deepseek4Cache Deepseek4Model::make_cache() const {
+  Deepseek4Cache cache;
+  cache.layers.resize(static_cast<size_t>(c_.n_layer));
+  return cache;
+}
+
 void Deepseek4Model::prefill(const std::vector<int32_t>& tokens, float* logits) {
+  Deepseek4Cache cache = make_cache();
+  forward(tokens, cache, logits);
+}
+
+void Deepseek4Model::forward(const std::vector<int32_t>& tokens, Deepseek4Cache& cache, float* logits) {
   const int64_t n_tok = static_cast<int64_t>(tokens.size()), D = c_.n_embd, n = c_.hc_mult;
+  if (n_tok == 0) return;
   for (int32_t id : tokens)
     if (id < 0 || id >= c_.n_vocab) fail("deepseek4: token id {} outside the vocabulary (0..{})", id, c_.n_vocab - 1);
   std::vector<float> streams(static_cast<size_t>(n_tok * n * D)), x(static_cast<size_t>(n_tok * D)),
@@ -191,18 +203,20 @@ void Deepseek4Model::prefill(const std::vector<int32_t>& tokens, float* logits) 
     for (int64_t i = 0; i < n; ++i) std::copy(x.begin(), x.begin() + D, streams.begin() + (t * n + i) * D);
   }
   const float eps = static_cast<float>(c_.rms_eps);
+  const Chunk ch{cache.n_past, n_tok};
   Mix mix;
   for (int64_t il = 0; il < c_.n_layer; ++il) {
     const Ds4LayerWeights& L = w_.layers[il];
     hc_collapse(L.hc_attn, streams.data(), n_tok, mix, x.data());
     for (int64_t t = 0; t < n_tok; ++t) ds4::rms(x.data() + t * D, L.attn_norm.data(), h.data() + t * D, D, eps);
-    attention(il, h.data(), n_tok, y.data());
+    attention(il, h.data(), ch, cache.layers[il], y.data());
     hc_expand(mix, y.data(), n_tok, streams.data());
     hc_collapse(L.hc_ffn, streams.data(), n_tok, mix, x.data());
     for (int64_t t = 0; t < n_tok; ++t) ds4::rms(x.data() + t * D, L.ffn_norm.data(), h.data() + t * D, D, eps);
     moe(il, h.data(), tokens, y.data());
     hc_expand(mix, y.data(), n_tok, streams.data());
   }
+  cache.n_past += n_tok;
   head(streams.data(), n_tok, logits);
 }
 

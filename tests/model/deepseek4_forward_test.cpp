@@ -34,9 +34,10 @@ std::vector<float> reference_logits(const std::string& model, size_t n) {
   return v;
 }
 
-// The prefill logits at every position against transformers', relative to the position's
-// largest |logit|, and the greedy token at every position.
-void check_prefill(const std::string& model) {
+// The logits at every position against transformers', relative to the position's largest
+// |logit|, and the greedy token at every position. The prompt runs as consecutive chunks of
+// chunk_sizes (cycled; empty: one chunk) through one cache.
+void check_logits(const std::string& model, const std::vector<int64_t>& chunk_sizes, const char* label) {
   const nlohmann::json ref = reference(model);
   auto b = load_deepseek4(fixture(model, "model-f32.gguf"));
   const std::vector<int32_t> tokens = ref["token_ids"].get<std::vector<int32_t>>();
@@ -45,7 +46,17 @@ void check_prefill(const std::string& model) {
   const std::vector<float> want = reference_logits(model, static_cast<size_t>(T * V));
   std::vector<float> got(static_cast<size_t>(T * V));
   Deepseek4Model m(b->config, b->weights, 2);
-  m.prefill(tokens, got.data());
+  if (chunk_sizes.empty()) {
+    m.prefill(tokens, got.data());
+  } else {
+    Deepseek4Cache cache = m.make_cache();
+    for (int64_t t = 0, i = 0; t < T; ++i) {
+      const int64_t n = std::min(chunk_sizes[i % chunk_sizes.size()], T - t);
+      m.forward(std::vector<int32_t>(tokens.begin() + t, tokens.begin() + t + n), cache, got.data() + t * V);
+      t += n;
+    }
+    EXPECT_EQ(cache.n_past, T);
+  }
   double worst = 0;
   int64_t worst_t = 0;
   for (int64_t t = 0; t < T; ++t) {
@@ -58,15 +69,27 @@ void check_prefill(const std::string& model) {
       if (want[t * V + v] > want[t * V + arg_want]) arg_want = v;
     }
     if (diff / mag > worst) worst = diff / mag, worst_t = t;
-    EXPECT_EQ(arg_got, arg_want) << model << ": greedy token differs at position " << t;
+    EXPECT_EQ(arg_got, arg_want) << model << " " << label << ": greedy token differs at position " << t;
   }
-  EXPECT_LE(worst, 1e-4) << model << ": worst position " << worst_t;
-  std::printf("[ %s ] %lld positions, worst relative logit difference %.2e at position %lld\n", model.c_str(),
+  EXPECT_LE(worst, 1e-4) << model << " " << label << ": worst position " << worst_t;
+  std::printf("[ %s %s ] %lld positions, worst relative logit difference %.2e at position %lld\n", model.c_str(), label,
               static_cast<long long>(T), worst, static_cast<long long>(worst_t));
 }
 
-TEST(Deepseek4Forward, PrefillMatchesTransformersMixed) { check_prefill("mixed"); }
-TEST(Deepseek4Forward, PrefillMatchesTransformersYarn) { check_prefill("yarn"); }
+TEST(Deepseek4Forward, PrefillMatchesTransformersMixed) { check_logits("mixed", {}, "prefill"); }
+TEST(Deepseek4Forward, PrefillMatchesTransformersYarn) { check_logits("yarn", {}, "prefill"); }
+
+// Token by token through the compressed cache: every HCA/CSA window closes during decode, the
+// CSA overlap (series A) crosses calls, the window ring wraps.
+TEST(Deepseek4Forward, DecodeTokenByTokenMatchesTransformersMixed) { check_logits("mixed", {1}, "decode"); }
+TEST(Deepseek4Forward, DecodeTokenByTokenMatchesTransformersYarn) { check_logits("yarn", {1}, "decode"); }
+
+// Chunks that start and end mid-window (sizes prime to 4 and 128) and one long chunk then decode.
+TEST(Deepseek4Forward, ChunkedPrefillMatchesTransformers) {
+  check_logits("mixed", {7, 3, 29, 1, 50}, "chunks 7,3,29,1,50");
+  check_logits("yarn", {5, 17, 2}, "chunks 5,17,2");
+  check_logits("mixed", {130, 1}, "130 then decode");
+}
 
 }  // namespace
 }  // namespace mla

@@ -21,7 +21,9 @@ For each model in MODELS:
  4. the weights are written as a `deepseek4` GGUF (F32) with the key and tensor names of
     llama.cpp's converter and ik_llama.cpp's loader (docs/DEEPSEEK-V4.md §2-3), through gguf-py.
 
-Output per model in tests/fixtures/deepseek4/<model>/: model-f32.gguf, logits.f32 (raw
+Output per model in tests/fixtures/deepseek4/<model>/: model-f32.gguf (model-mxfp4.gguf for "mxfp4",
+whose routed experts are MXFP4 blocks: the float model's expert weights are drawn as exactly
+representable MXFP4 values, so the GGUF and transformers hold the same numbers), logits.f32 (raw
 little-endian float32, [n_tokens][n_vocab]) and reference.json (config, token ids, gaps, versions).
 """
 
@@ -121,7 +123,27 @@ MODELS = {
         "seed": 2000,
         "extra_ratio": True,
     },
+    "mxfp4": {
+        "config": {
+            "hidden_size": 32,
+            "moe_intermediate_size": 32,
+            "num_hidden_layers": 2,
+            "layer_types": [CSA, SLIDING],
+            "mlp_layer_types": ["hash_moe", "moe"],
+            "sliding_window": 8,
+            "index_topk": 4,
+            "hc_sinkhorn_iters": 20,
+            "swiglu_limit": 2.0,
+        },
+        "n_tokens": 48,
+        "seed": 3000,
+        "extra_ratio": False,
+        "mxfp4_experts": True,
+    },
 }
+
+MXFP4 = 39  # ggml type id of MXFP4 (gguf-py 0.17.1 predates it); block: e8m0 exponent, 16 nibble bytes
+MXFP4_VALUES = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], dtype=np.float32)
 
 
 def build_config(spec: dict) -> DeepseekV4Config:
@@ -343,6 +365,18 @@ def write_gguf(path: Path, model, cfg: DeepseekV4Config, spec: dict) -> None:
             names["exp_probs_b.bias"] = "mlp.gate.e_score_correction_bias"
         for gname, hname in names.items():
             put(b + gname, sd[p + hname])
+        if model.mxfp4_codes is not None:  # raw MXFP4 blocks; numpy shape [E, rows, cols] as ne reversed
+            for part in ("gate", "up", "down"):
+                c, e = model.mxfp4_codes[(il, part)]
+                raw = mxfp4_bytes(c, e)
+                rows = f if part != "down" else cfg.hidden_size
+                w.add_tensor(
+                    b + f"ffn_{part}_exps.weight",
+                    raw.reshape(-1).view(np.int8),
+                    raw_shape=[cfg.n_routed_experts, rows, c.shape[-2] * 32],
+                    raw_dtype=MXFP4,
+                )
+            continue
         gate_up = sd[p + "mlp.experts.gate_up_proj"]  # [E, 2F, D]: gate rows first
         put(b + "ffn_gate_exps.weight", gate_up[:, :f, :].contiguous())
         put(b + "ffn_up_exps.weight", gate_up[:, f:, :].contiguous())
@@ -353,11 +387,56 @@ def write_gguf(path: Path, model, cfg: DeepseekV4Config, spec: dict) -> None:
     w.close()
 
 
+def mxfp4_codes(rng: np.random.Generator, shape: tuple, fan_in: int) -> tuple[np.ndarray, np.ndarray]:
+    """Random MXFP4 content for a weight of `shape` (rows of fan_in values, blocks of 32 along
+    them): E2M1 codes [..., n_blocks, 32] and E8M0 exponents [..., n_blocks], the block scale
+    2^(e-128) applied to the doubled E2M1 values (OCP MX v1.0; ggml's block_mxfp4) chosen so the
+    weights have about the spread of N(0, 1/fan_in)."""
+    lead, n_blocks = shape[:-1], shape[-1] // 32
+    codes = rng.integers(0, 16, size=(*lead, n_blocks, 32)).astype(np.uint8)
+    e0 = 128 + round(math.log2(1.0 / math.sqrt(fan_in) / 5.0))
+    exps = (e0 + rng.integers(-1, 2, size=(*lead, n_blocks))).astype(np.uint8)
+    return codes, exps
+
+
+def mxfp4_values(codes: np.ndarray, exps: np.ndarray) -> np.ndarray:
+    scale = np.exp2(exps.astype(np.float64) - 128.0)[..., None]
+    return (MXFP4_VALUES[codes] * scale).reshape(*codes.shape[:-2], -1).astype(np.float32)
+
+
+def mxfp4_bytes(codes: np.ndarray, exps: np.ndarray) -> np.ndarray:
+    """ggml's block layout: the exponent byte, then qs[j] = code[j] | code[j + 16] << 4."""
+    qs = codes[..., :16] | (codes[..., 16:] << 4)
+    return np.concatenate([exps[..., None], qs], axis=-1).astype(np.uint8)
+
+
+def set_mxfp4_experts(model, cfg, seed: int) -> dict:
+    """Replaces every routed expert matrix by exactly representable MXFP4 content; returns the
+    codes by (layer, gate | up | down) for the writer."""
+    rng = np.random.default_rng(seed + 7)
+    f = cfg.moe_intermediate_size
+    codes = {}
+    with torch.no_grad():
+        for il, layer in enumerate(model.model.layers):
+            ex = layer.mlp.experts
+            for part, (t, rows) in {
+                "gate": (ex.gate_up_proj, slice(0, f)),
+                "up": (ex.gate_up_proj, slice(f, 2 * f)),
+                "down": (ex.down_proj, slice(None)),
+            }.items():
+                shape = tuple(t[:, rows, :].shape)
+                c, e = mxfp4_codes(rng, shape, shape[-1])
+                t[:, rows, :] = torch.from_numpy(mxfp4_values(c, e))
+                codes[(il, part)] = (c, e)
+    return codes
+
+
 def make_model(name: str, spec: dict, seed: int):
     cfg = build_config(spec)
     torch.manual_seed(0)
     model = DeepseekV4ForCausalLM(cfg).float().eval()
     init_weights(model, cfg, seed)
+    model.mxfp4_codes = set_mxfp4_experts(model, cfg, seed) if spec.get("mxfp4_experts") else None
     ids = np.random.default_rng(seed + 1).integers(0, cfg.vocab_size, size=spec["n_tokens"])
     logits, gaps, checks = run_reference(model, cfg, torch.from_numpy(ids).long().unsqueeze(0))
     return cfg, model, ids, logits, gaps, checks
@@ -383,7 +462,8 @@ def main() -> None:
             raise SystemExit(f"{name}: no seed in {MAX_TRIES} tries has every top-k gap >= {GAP_MIN}")
         out = OUT / name
         out.mkdir(parents=True, exist_ok=True)
-        write_gguf(out / "model-f32.gguf", model, cfg, spec)
+        gguf_name = "model-mxfp4.gguf" if spec.get("mxfp4_experts") else "model-f32.gguf"
+        write_gguf(out / gguf_name, model, cfg, spec)
         logits.tofile(out / "logits.f32")
         ref = {
             "model": name,
@@ -400,7 +480,8 @@ def main() -> None:
             "topk_gap_min": {k: round(v, 8) for k, v in sorted(gaps.items())},
             "transformers_cache_checks": checks,
             "logits_sha256": hashlib.sha256((out / "logits.f32").read_bytes()).hexdigest(),
-            "gguf_sha256": hashlib.sha256((out / "model-f32.gguf").read_bytes()).hexdigest(),
+            "gguf": gguf_name,
+            "gguf_sha256": hashlib.sha256((out / gguf_name).read_bytes()).hexdigest(),
         }
         (out / "reference.json").write_text(json.dumps(ref, indent=1) + "\n")
         print(f"{name}: {out} ({len(ids)} tokens), cache checks {checks}", file=sys.stderr)

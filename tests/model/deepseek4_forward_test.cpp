@@ -119,5 +119,17 @@ TEST(Deepseek4Forward, Mxfp4ExpertsMatchTransformers) {
   check_logits("mxfp4", {1}, "decode", kMxfp4Tolerance);
 }
 
+TEST(Deepseek4Forward, RefusesATokenOutsideTheVocabulary) {
+  auto b = load_deepseek4(fixture("yarn", "model-f32.gguf"));
+  Deepseek4Model m(b->config, b->weights, 1);
+  std::vector<float> logits(static_cast<size_t>(2 * b->config.n_vocab));
+  try {
+    m.prefill({1, static_cast<int32_t>(b->config.n_vocab)}, logits.data());
+    FAIL() << "token id n_vocab accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("token id 48 outside the vocabulary (0..47)"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace mla

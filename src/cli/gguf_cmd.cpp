@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "gguf/gguf.h"
 #include "model/config.h"
+#include "model/deepseek4_config.h"
 #include "util/error.h"
 
 namespace mla::cli {
@@ -99,6 +100,12 @@ void print_text(const GgufFile& f, bool full) {
                  describe_deepseek_config(load_deepseek_config(f)));
     } catch (const Error& e) {
       fmt::print("\nderived hyper-parameters ({}): not loadable: {}\n", arch->as_string(), e.what());
+    }
+  } else if (arch && arch->type() == GgufValueType::STRING && arch->as_string() == "deepseek4") {
+    try {
+      fmt::print("\nderived hyper-parameters (deepseek4):\n{}", describe_deepseek4_config(load_deepseek4_config(f)));
+    } catch (const Error& e) {
+      fmt::print("\nderived hyper-parameters (deepseek4): not loadable: {}\n", e.what());
     }
   }
 }

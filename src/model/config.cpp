@@ -326,6 +326,11 @@ DeepseekConfig load_deepseek_config(const GgufFile& f) {
     c.arch = ModelArch::Deepseek32;
   else if (name == "glm-dsa")
     c.arch = ModelArch::GlmDsa;
+  else if (name == "deepseek4")
+    fail(
+        "model: {}: general.architecture 'deepseek4' (DeepSeek-V4) loads and runs in the deepseek4 forward but "
+        "cannot be served yet (docs/DEEPSEEK-V4.md)",
+        f.path());
   else
     fail("model: {}: general.architecture is '{}', expected 'deepseek2', 'deepseek32' or 'glm-dsa'", f.path(), name);
   read_keys(f, std::string(name) + ".", kKeys, c);

@@ -103,3 +103,16 @@ def test_bad_files_give_one_line_error(mla_bin):
 def test_missing_file(mla_bin, tmp_path):
     p = run_mla(mla_bin, "gguf", "inspect", str(tmp_path / "nope.gguf"), check=False)
     assert p.returncode == 1 and "cannot open" in p.stderr
+
+
+def test_inspect_deepseek4_schedule(mla_bin, fixtures_dir):
+    """A deepseek4 file (tools/deepseek4): gguf-py agrees on every key and tensor, and the text
+    output shows the derived layer schedule (attention kind, hash routing) and the compressed
+    layers' YaRN."""
+    for name in ("mixed", "yarn"):
+        check_against_gguf_py(mla_bin, fixtures_dir / "deepseek4" / name / "model-f32.gguf")
+    out = run_mla(mla_bin, "gguf", "inspect", str(fixtures_dir / "deepseek4" / "mixed" / "model-f32.gguf")).stdout
+    assert "derived hyper-parameters (deepseek4):" in out
+    assert "layers: sliding+hash csa+hash hca csa" in out
+    out = run_mla(mla_bin, "gguf", "inspect", str(fixtures_dir / "deepseek4" / "yarn" / "model-f32.gguf")).stdout
+    assert "3 layers (+0 MTP)" in out and "compressed 160000 (yarn)" in out

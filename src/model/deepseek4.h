@@ -1,0 +1,64 @@
+#pragma once
+// DeepSeek-V4 (`deepseek4`) forward pass on the CPU for one sequence: a chunk of tokens after the
+// n_past already in its cache (a whole prompt, a part of one, or one decode token), every
+// position's logits, the cache advanced. The computation is docs/DEEPSEEK-V4.md §1 step by
+// step: hyper-connection collapse → attention (q LoRA, one shared K=V head, tail RoPE, sliding
+// window + compressed entries — HCA all visible, CSA the lightning indexer's top-k — with a
+// per-head sink, inverse RoPE on the output, grouped output projection) → hyper-connection expand
+// → the same around the MoE (sqrtsoftplus scores, hash or top-k routing, clipped SwiGLU) → hyper
+// head → output norm → lm head.
+//
+// Not here yet: batching several sequences, the engine's BatchMeta interface, a paged cache.
+#include <cstdint>
+#include <vector>
+
+#include "kernels/matmul.h"
+#include "kernels/thread_pool.h"
+#include "model/deepseek4_cache.h"
+#include "model/deepseek4_config.h"
+#include "model/deepseek4_weights.h"
+
+namespace mla {
+
+class Deepseek4Model {
+ public:
+  Deepseek4Model(const Deepseek4Config& c, const Deepseek4Weights& w, int n_threads);
+
+  Deepseek4Cache make_cache() const;
+
+  // Runs tokens at positions cache.n_past.. and advances the cache; logits[t * n_vocab + v] for
+  // every one of them. Token ids are checked against n_vocab (mla::Error).
+  void forward(const std::vector<int32_t>& tokens, Deepseek4Cache& cache, float* logits);
+
+  // forward() on a fresh cache: the full-sequence pass from position 0.
+  void prefill(const std::vector<int32_t>& tokens, float* logits);
+
+ private:
+  struct Mix;  // one hyper-connection's per-token coefficients
+  void hc_collapse(const Ds4HyperConn& hc, const float* streams, int64_t n_tok, Mix& mix, float* x);
+  void hc_expand(const Mix& mix, const float* y, int64_t n_tok, float* streams);
+  struct Chunk {  // the positions of one forward call: pos0 .. pos0 + n_tok - 1
+    int64_t pos0 = 0;
+    int64_t n_tok = 0;
+  };
+  void attention(int64_t il, const float* h, const Chunk& ch, Ds4LayerCache& lc, float* out);
+  void compress(int64_t il, const Ds4Compressor& k, int64_t dim, int64_t n_series, const float* h, const Chunk& ch,
+                Ds4CompressorState& st);
+  void close_window(int64_t il, const Ds4Compressor& k, int64_t dim, int64_t n_series, Ds4CompressorState& st);
+  void indexer_topk(int64_t il, const float* h, const float* qr, const Chunk& ch, Ds4CompressorState& st,
+                    std::vector<int32_t>& selected, std::vector<int32_t>& n_selected);
+  void attend(int64_t il, const float* q, const std::vector<float>& rows, int64_t rows_pos0, const Chunk& ch,
+              const Ds4CompressorState& comp, const std::vector<int32_t>& selected,
+              const std::vector<int32_t>& n_selected, float* o);
+  void moe(int64_t il, const float* x, const std::vector<int32_t>& tokens, float* out);
+  void expert_ffn(const WeightMatrix& gate, const WeightMatrix& up, const WeightMatrix& down, float limit,
+                  const float* x, int64_t n_tok, float* y);
+  void head(const float* streams, int64_t n_tok, float* logits);
+
+  const Deepseek4Config& c_;
+  const Deepseek4Weights& w_;
+  ThreadPool pool_;
+  MatmulScratch scratch_;
+};
+
+}  // namespace mla

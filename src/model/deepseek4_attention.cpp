@@ -1,0 +1,206 @@
+// DeepSeek-V4 attention for a chunk of one sequence (docs/DEEPSEEK-V4.md §1.3-1.5): q LoRA and one
+// shared K=V head with tail RoPE; the compressors (HCA: windows of m tokens; CSA: overlapping
+// windows of 2m slots), which close a window whenever its m-th token arrives, whatever the
+// chunking; the lightning indexer's top-k over the CSA entries; attention over the sliding window
+// plus the visible (or selected) compressed entries with a per-head sink; the output un-rotated
+// and projected by groups. The cache keeps only what later tokens read (deepseek4_cache.h).
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "model/deepseek4.h"
+#include "model/deepseek4_internal.h"
+
+namespace mla {
+
+// Pools the open window's first m rows into entry w = n_entries (with, for CSA, the previous
+// window's series A): a per-channel softmax over the gates, then RMSNorm and RoPE at w * m.
+void Deepseek4Model::close_window(int64_t il, const Ds4Compressor& k, int64_t dim, int64_t n_series,
+                                  Ds4CompressorState& st) {
+  const int64_t m = c_.compress_ratio[il], width = n_series * dim, w = st.n_entries;
+  const bool has_prev = n_series == 2 && !st.prev_kv.empty();
+  const int64_t off = n_series == 2 ? dim : 0;  // series B (CSA) or the only one (HCA)
+  st.entries.resize(static_cast<size_t>((w + 1) * dim));
+  float* e = st.entries.data() + w * dim;
+  std::vector<float> g(static_cast<size_t>(2 * m)), v(g.size());
+  for (int64_t j = 0; j < dim; ++j) {
+    int64_t n = 0;
+    if (has_prev)
+      for (int64_t i = 0; i < m; ++i, ++n) g[n] = st.prev_gate[i * dim + j], v[n] = st.prev_kv[i * dim + j];
+    for (int64_t i = 0; i < m; ++i, ++n)
+      g[n] = st.open_gate[i * width + off + j], v[n] = st.open_kv[i * width + off + j];
+    const float mx = *std::max_element(g.begin(), g.begin() + n);
+    double num = 0, den = 0;
+    for (int64_t s = 0; s < n; ++s) {
+      const double p = std::exp(static_cast<double>(g[s] - mx));
+      den += p;
+      num += p * v[s];
+    }
+    e[j] = static_cast<float>(num / den);
+  }
+  ds4::rms(e, k.norm.data(), e, dim, static_cast<float>(c_.rms_eps));
+  ds4::rope_tail(c_.rope_compress, w * m, e, 1, dim);
+  ++st.n_entries;
+  if (n_series == 2) {  // this window's series A, for the next entry
+    st.prev_kv.resize(static_cast<size_t>(m * dim));
+    st.prev_gate.resize(st.prev_kv.size());
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < dim; ++j) {
+        st.prev_kv[i * dim + j] = st.open_kv[i * width + j];
+        st.prev_gate[i * dim + j] = st.open_gate[i * width + j];
+      }
+  }
+  st.open_kv.erase(st.open_kv.begin(), st.open_kv.begin() + m * width);
+  st.open_gate.erase(st.open_gate.begin(), st.open_gate.begin() + m * width);
+  st.n_open -= m;
+}
+
+// Projects the chunk's tokens (kv, gate + the position bias of their offset in the window),
+// appends them to the open window and closes every window that fills.
+void Deepseek4Model::compress(int64_t il, const Ds4Compressor& k, int64_t dim, int64_t n_series, const float* h,
+                              const Chunk& ch, Ds4CompressorState& st) {
+  const int64_t m = c_.compress_ratio[il], width = n_series * dim, D = c_.n_embd;
+  const size_t at = st.open_kv.size();
+  st.open_kv.resize(at + static_cast<size_t>(ch.n_tok * width));
+  st.open_gate.resize(st.open_kv.size());
+  matmul_multi({{&k.kv, st.open_kv.data() + at, width}, {&k.gate, st.open_gate.data() + at, width}}, h, D, ch.n_tok, D,
+               pool_, scratch_);
+  for (int64_t t = 0; t < ch.n_tok; ++t)
+    for (int64_t j = 0; j < width; ++j) st.open_gate[at + t * width + j] += k.ape[((ch.pos0 + t) % m) * width + j];
+  st.n_open += ch.n_tok;
+  while (st.n_open >= m) close_window(il, k, dim, n_series, st);
+}
+
+// selected[t * top_k + j] for j < n_selected[t]: the CSA entries query pos0 + t attends to, the
+// top_k highest indexer scores among the entries w < (pos + 1) / m (all of them when fewer).
+void Deepseek4Model::indexer_topk(int64_t il, const float* h, const float* qr, const Chunk& ch, Ds4CompressorState& st,
+                                  std::vector<int32_t>& selected, std::vector<int32_t>& n_selected) {
+  const Ds4LayerWeights& L = w_.layers[il];
+  const int64_t m = c_.compress_ratio[il], nI = c_.n_indexer_head, Di = c_.indexer_head_dim, top_k = c_.indexer_top_k;
+  compress(il, L.idx_compressor, Di, 2, h, ch, st);
+  const std::vector<float>& keys = st.entries;
+  std::vector<float> q(static_cast<size_t>(ch.n_tok * nI * Di)), wts(static_cast<size_t>(ch.n_tok * nI));
+  matmul(L.idx_q_b, qr, c_.q_lora_rank, ch.n_tok, q.data(), nI * Di, pool_, scratch_);
+  matmul(L.idx_proj, h, c_.n_embd, ch.n_tok, wts.data(), nI, pool_, scratch_);
+  selected.assign(static_cast<size_t>(ch.n_tok * top_k), -1);
+  n_selected.assign(static_cast<size_t>(ch.n_tok), 0);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(Di)) / std::sqrt(static_cast<double>(nI));
+  pool_.parallel_for(ch.n_tok, [&](int64_t t0, int64_t t1, int) {
+    std::vector<double> score;
+    std::vector<int32_t> order;
+    for (int64_t t = t0; t < t1; ++t) {
+      float* qt = q.data() + t * nI * Di;
+      const int64_t pos = ch.pos0 + t;
+      ds4::rope_tail(c_.rope_compress, pos, qt, nI, Di);
+      const int64_t n_vis = std::min((pos + 1) / m, st.n_entries);
+      score.assign(static_cast<size_t>(n_vis), 0.0);
+      for (int64_t w = 0; w < n_vis; ++w)
+        for (int64_t hh = 0; hh < nI; ++hh) {
+          double dot = 0;
+          for (int64_t i = 0; i < Di; ++i) dot += static_cast<double>(qt[hh * Di + i]) * keys[w * Di + i];
+          score[w] += std::max(dot, 0.0) * wts[t * nI + hh] * scale;
+        }
+      const int64_t keep = std::min(top_k, n_vis);
+      order.resize(static_cast<size_t>(n_vis));
+      std::iota(order.begin(), order.end(), 0);
+      std::partial_sort(order.begin(), order.begin() + keep, order.end(),
+                        [&](int32_t a, int32_t b) { return score[a] > score[b] || (score[a] == score[b] && a < b); });
+      std::copy(order.begin(), order.begin() + keep, selected.begin() + t * top_k);
+      n_selected[t] = static_cast<int32_t>(keep);
+    }
+  });
+}
+
+// o[t][h] = Σ p · v over the window rows (pos - W, pos] (rows[s - rows_pos0]) and the query's
+// compressed entries, with p = softmax([q·k / sqrt(d) ..., sink_h]) without the sink's share.
+void Deepseek4Model::attend(int64_t il, const float* q, const std::vector<float>& rows, int64_t rows_pos0,
+                            const Chunk& ch, const Ds4CompressorState& comp, const std::vector<int32_t>& selected,
+                            const std::vector<int32_t>& n_selected, float* o) {
+  const Ds4LayerWeights& L = w_.layers[il];
+  const int64_t H = c_.n_head, d = c_.head_dim, m = c_.compress_ratio[il], W = c_.n_window;
+  const bool csa = c_.attn_kind(il) == Ds4Attn::Csa;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  pool_.parallel_for(ch.n_tok, [&](int64_t t0, int64_t t1, int) {
+    std::vector<const float*> keys;
+    std::vector<double> logit;
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t pos = ch.pos0 + t;
+      keys.clear();
+      for (int64_t s = std::max(rows_pos0, pos - W + 1); s <= pos; ++s)
+        keys.push_back(rows.data() + (s - rows_pos0) * d);
+      if (csa) {
+        for (int32_t j = 0; j < n_selected[t]; ++j)
+          keys.push_back(comp.entries.data() + selected[t * c_.indexer_top_k + j] * d);
+      } else if (m > 0) {
+        for (int64_t w = 0; w < std::min((pos + 1) / m, comp.n_entries); ++w)
+          keys.push_back(comp.entries.data() + w * d);
+      }
+      logit.resize(keys.size());
+      for (int64_t hh = 0; hh < H; ++hh) {
+        const float* qh = q + (t * H + hh) * d;
+        double mx = L.attn_sinks[hh];
+        for (size_t r = 0; r < keys.size(); ++r) {
+          double dot = 0;
+          for (int64_t i = 0; i < d; ++i) dot += static_cast<double>(qh[i]) * keys[r][i];
+          logit[r] = dot * scale;
+          mx = std::max(mx, logit[r]);
+        }
+        double den = std::exp(L.attn_sinks[hh] - mx);
+        for (double& l : logit) den += (l = std::exp(l - mx));
+        float* oh = o + (t * H + hh) * d;
+        std::fill(oh, oh + d, 0.0f);
+        for (size_t r = 0; r < keys.size(); ++r) {
+          const float p = static_cast<float>(logit[r] / den);
+          for (int64_t i = 0; i < d; ++i) oh[i] += p * keys[r][i];
+        }
+      }
+    }
+  });
+}
+
+void Deepseek4Model::attention(int64_t il, const float* h, const Chunk& ch, Ds4LayerCache& lc, float* out) {
+  const Ds4LayerWeights& L = w_.layers[il];
+  const int64_t D = c_.n_embd, H = c_.n_head, d = c_.head_dim, R = c_.q_lora_rank, n_tok = ch.n_tok;
+  const float eps = static_cast<float>(c_.rms_eps);
+  const RopeParams& rope = c_.rope_for(il);
+  // rows: the cached window rows, then this chunk's K=V rows, by position from rows_pos0.
+  const int64_t rows_pos0 = lc.window.empty() ? ch.pos0 : lc.first_window_pos;
+  std::vector<float> rows = lc.window;
+  const size_t at = rows.size();
+  rows.resize(at + static_cast<size_t>(n_tok * d));
+  float* kv = rows.data() + at;
+  std::vector<float> qr(static_cast<size_t>(n_tok * R)), q(static_cast<size_t>(n_tok * H * d));
+  matmul_multi({{&L.attn_q_a, qr.data(), R}, {&L.attn_kv, kv, d}}, h, D, n_tok, D, pool_, scratch_);
+  for (int64_t t = 0; t < n_tok; ++t) {
+    ds4::rms(qr.data() + t * R, L.attn_q_a_norm.data(), qr.data() + t * R, R, eps);
+    ds4::rms(kv + t * d, L.attn_kv_norm.data(), kv + t * d, d, eps);
+    ds4::rope_tail(rope, ch.pos0 + t, kv + t * d, 1, d);
+  }
+  matmul(L.attn_q_b, qr.data(), R, n_tok, q.data(), H * d, pool_, scratch_);
+  for (int64_t t = 0; t < n_tok; ++t) {
+    for (int64_t hh = 0; hh < H; ++hh)
+      ds4::rms(q.data() + (t * H + hh) * d, nullptr, q.data() + (t * H + hh) * d, d, eps);
+    ds4::rope_tail(rope, ch.pos0 + t, q.data() + t * H * d, H, d);
+  }
+  std::vector<int32_t> selected, n_selected;
+  const Ds4Attn kind = c_.attn_kind(il);
+  if (kind != Ds4Attn::Sliding) compress(il, L.compressor, d, kind == Ds4Attn::Csa ? 2 : 1, h, ch, lc.attn);
+  if (kind == Ds4Attn::Csa) indexer_topk(il, h, qr.data(), ch, lc.indexer, selected, n_selected);
+  std::vector<float> o(static_cast<size_t>(n_tok * H * d));
+  attend(il, q.data(), rows, rows_pos0, ch, lc.attn, selected, n_selected, o.data());
+  // The next query reads the last W - 1 rows.
+  const int64_t n_rows = static_cast<int64_t>(rows.size()) / d, keep = std::min(n_rows, c_.n_window - 1);
+  lc.window.assign(rows.end() - keep * d, rows.end());
+  lc.first_window_pos = ch.pos0 + n_tok - keep;
+  for (int64_t t = 0; t < n_tok; ++t) ds4::rope_tail(rope, ch.pos0 + t, o.data() + t * H * d, H, d, /*inverse=*/true);
+  // Grouped output projection: group g's H*d/G inputs through its own o_lora_rank rows of
+  // attn_output_a, the G results side by side through attn_output_b.
+  const int64_t G = c_.o_groups, OR = c_.o_lora_rank, gin = c_.o_group_in;
+  std::vector<float> mid(static_cast<size_t>(n_tok * G * OR));
+  for (int64_t g = 0; g < G; ++g)
+    matmul(L.attn_output_a.rows(g * OR, OR), o.data() + g * gin, H * d, n_tok, mid.data() + g * OR, G * OR, pool_,
+           scratch_);
+  matmul(L.attn_output_b, mid.data(), G * OR, n_tok, out, D, pool_, scratch_);
+}
+
+}  // namespace mla

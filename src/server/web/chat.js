@@ -309,13 +309,17 @@ function applyDelta(msg, choice) {
 // reports it there, else, with the MLA path counts, from the /metrics counters read before and
 // after. Those are server-wide: `alone` says whether the token counters moved by exactly this
 // answer's tokens (no other request ran meanwhile).
+const MIN_RATE_WINDOW_MS = 20;
+
 function answerStats(usage, t, before, after) {
   const s = {};
   if (t.tFirst !== null) s.ttftMs = t.tFirst - t.t0;
   if (!usage) return s;
   s.prompt = usage.prompt_tokens;
   s.completion = usage.completion_tokens;
-  if (usage.completion_tokens > 1 && t.tFirst !== null && t.tEnd > t.tFirst)
+  // The decode rate, from the first token's arrival to the last's; not over a window so short
+  // (tokens that came in one burst) that the browser's clock and scheduling would make the figure.
+  if (usage.completion_tokens > 1 && t.tFirst !== null && t.tEnd - t.tFirst >= MIN_RATE_WINDOW_MS)
     s.tokensPerSecond = (usage.completion_tokens - 1) / ((t.tEnd - t.tFirst) / 1000);
   const cached = usage.prompt_tokens_details?.cached_tokens;
   if (cached !== undefined && cached !== null) s.cached = cached;
@@ -356,7 +360,7 @@ function updateAssistant(v, msg, streaming) {
     // Open while the model thinks, folded once it answers (then it is the reader's to open).
     if (streaming && !v.answering && !answering) v.reasoning.open = true;
     if (answering && !v.answering) v.reasoning.open = false;
-    v.summary.textContent = streaming && !answering ? 'Thinking…' : `Reasoning (${msg.reasoning.length} characters)`;
+    v.summary.textContent = streaming && !answering ? 'Thinking…' : `Reasoning (${msg.reasoning.trim().length} characters)`;
     v.thoughts.replaceChildren();
     renderMarkdown(msg.reasoning, v.thoughts);
   }
@@ -386,7 +390,7 @@ function statsView(msg) {
   if (s.ttftMs !== undefined) add(`first token ${Math.round(s.ttftMs)} ms`);
   if (s.tokensPerSecond !== undefined) add(`${s.tokensPerSecond.toFixed(1)} tokens/s`, 'after the first token');
   if (s.cached !== undefined) add(`prefix cache ${s.cached}/${s.prompt} tokens`, 'prompt tokens served from the prefix cache');
-  if (s.mha !== undefined) {
+  if (s.mha + s.mqa > 0) {  // none from a model that counts no paths (mla serve --scripted-output)
     add(`MLA paths: mha ${s.mha}, mqa ${s.mqa} tokens`, 'tokens the model sent down each attention path (/metrics)');
     if (!s.alone) add('(server-wide: other requests ran meanwhile)');
   }

@@ -246,6 +246,7 @@ def test_reasoning_and_tool_call(browser, scripted, tmp_path):
     assert reasoning.find_element(By.TAG_NAME, "summary").text == "Reasoning (17 characters)"
     reasoning.find_element(By.TAG_NAME, "summary").click()
     assert reasoning.find_element(By.CLASS_NAME, "thoughts").text == "Need the weather."
+    opened = reasoning
     assert msg.find_element(By.CLASS_NAME, "content").text == "Checking."
     call = msg.find_element(By.CLASS_NAME, "tool-call")
     assert call.find_element(By.CLASS_NAME, "name").text == "get_weather"
@@ -254,6 +255,7 @@ def test_reasoning_and_tool_call(browser, scripted, tmp_path):
 
     # The next turn sends the call back as the assistant's message; markdown renders.
     msg = ask(browser, ASK_SOFTMAX)
+    assert opened.get_attribute("open") == "true"  # the next turn left the reader's choice alone
     assert msg.find_element(By.CSS_SELECTOR, ".thoughts").get_attribute("textContent").startswith("Subtract")
     content = msg.find_element(By.CLASS_NAME, "content")
     assert [li.text for li in content.find_elements(By.CSS_SELECTOR, "ol li")] == \
@@ -262,7 +264,9 @@ def test_reasoning_and_tool_call(browser, scripted, tmp_path):
     assert code.get_attribute("data-lang") == "python" and "def softmax(x):" in code.text
     assert content.find_element(By.TAG_NAME, "strong").text == "1"
     screenshot(browser, tmp_path / "chat-page-reasoning.png")
-    if os.environ.get("MLA_CHAT_PAGE_SCREENSHOT"):
+    if os.environ.get("MLA_CHAT_PAGE_SCREENSHOT"):  # the README's: taller, the last answer whole
+        browser.set_window_size(1180, 1040)
+        browser.execute_script("const m = document.getElementById('messages'); m.scrollTop = m.scrollHeight;")
         browser.save_screenshot(os.environ["MLA_CHAT_PAGE_SCREENSHOT"])
     assert page_errors(browser) == []
 

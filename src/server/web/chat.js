@@ -421,20 +421,21 @@ function renderChats() {
   }));
 }
 
+function appendMessage(msg) {
+  if (msg.role === 'user') {
+    $('messages').append(el('div', { class: 'msg user' }, msg.content));
+  } else {
+    const v = assistantView();
+    $('messages').append(v.box);
+    updateAssistant(v, msg, false);
+  }
+}
+
 function render() {
   renderChats();
-  const box = $('messages');
-  box.replaceChildren();
-  for (const msg of currentChat()?.messages ?? []) {
-    if (msg.role === 'user') {
-      box.append(el('div', { class: 'msg user' }, msg.content));
-    } else {
-      const v = assistantView();
-      box.append(v.box);
-      updateAssistant(v, msg, false);
-    }
-  }
-  box.scrollTop = box.scrollHeight;
+  $('messages').replaceChildren();
+  for (const msg of currentChat()?.messages ?? []) appendMessage(msg);
+  $('messages').scrollTop = $('messages').scrollHeight;
 }
 
 function setBusy(busy) {
@@ -467,19 +468,23 @@ function send() {
   const text = $('input').value.trim();
   if (!text || controller) return;
   const chat = currentChat() ?? newChat();
-  chat.messages.push({ role: 'user', content: text });
+  const msg = { role: 'user', content: text };
+  chat.messages.push(msg);
   if (!chat.title) chat.title = text.slice(0, 60);
   $('input').value = '';
-  render();
+  renderChats();
+  appendMessage(msg);  // the views above stay as they are (a reasoning block the reader opened)
   answer(chat);
 }
 
 function regenerate() {
   const chat = currentChat();
   if (!chat || controller) return;
-  while (chat.messages.at(-1)?.role === 'assistant') chat.messages.pop();
+  while (chat.messages.at(-1)?.role === 'assistant') {
+    chat.messages.pop();
+    $('messages').lastElementChild?.remove();
+  }
   if (!chat.messages.length) return;
-  render();
   answer(chat);
 }
 

@@ -9,6 +9,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import ClassVar
 
 import pytest
 import requests
@@ -235,6 +238,77 @@ def test_server_error_is_shown(browser, tiny):
     assert want.status_code == 400
     assert msg.find_element(By.CLASS_NAME, "error").text == f"HTTP 400: {want.json()['error']['message']}"
     assert page_errors(browser) == []
+
+
+def test_tools_that_are_not_json(browser, tiny):
+    open_page(browser, tiny)
+    set_field(browser, "api-key", API_KEY)
+    set_field(browser, "tools", "[{not json")
+    msg = ask(browser, "Hello there")
+    assert msg.find_element(By.CLASS_NAME, "error").text.startswith("Tools (Settings) is not JSON: ")
+
+
+MOCK_ERROR = {"message": "generation failed: a worker rank is gone", "type": "server_error", "param": None,
+              "code": 503}
+
+
+class MidStreamError(BaseHTTPRequestHandler):
+    """Serves the page's files as `mla serve` does (copied from it, headers included) and a chat
+    stream that fails after its first words with an error event, in the shape `mla serve` sends
+    one (generation_job.cpp: {"error": {...}}, then [DONE]), which the live server has no
+    deterministic way to produce."""
+    files: ClassVar[dict] = {}  # path -> (body, headers)
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        if self.path in self.files:
+            body, headers = self.files[self.path]
+            self.send_response(200)
+            for k, v in headers.items():
+                self.send_header(k, v)
+        elif self.path == "/v1/models":
+            body = json.dumps({"object": "list", "data": [{"id": "mock", "max_model_len": 64}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+        else:
+            body = b""
+            self.send_response(404)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        chunk = {"object": "chat.completion.chunk", "choices": [
+            {"index": 0, "delta": {"role": "assistant", "content": "Partial answer"}, "finish_reason": None}]}
+        body = "".join(f"data: {json.dumps(e)}\n\n" for e in (chunk, {"error": MOCK_ERROR})) + "data: [DONE]\n\n"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+
+def test_error_event_in_the_stream(browser, tiny):
+    keep = ("Content-Type", "Content-Security-Policy", "X-Content-Type-Options")
+    for path in ("/", "/chat.js", "/chat.css"):
+        r = requests.get(tiny.url + path, timeout=10)
+        MidStreamError.files[path] = (r.content, {k: r.headers[k] for k in keep})
+    mock = ThreadingHTTPServer(("127.0.0.1", 0), MidStreamError)
+    threading.Thread(target=mock.serve_forever, daemon=True).start()
+    try:
+        browser.get(f"http://127.0.0.1:{mock.server_port}/")
+        browser.execute_script("localStorage.clear()")
+        browser.refresh()
+        WebDriverWait(browser, 20).until(lambda d: d.find_element(By.ID, "model").text == "mock")
+        msg = ask(browser, "Hello")
+        assert msg.find_element(By.CLASS_NAME, "content").text == "Partial answer"
+        assert msg.find_element(By.CLASS_NAME, "error").text == f"server error: {MOCK_ERROR['message']}"
+        assert page_errors(browser) == []
+    finally:
+        mock.shutdown()
 
 
 def test_reasoning_and_tool_call(browser, scripted, tmp_path):

@@ -26,8 +26,9 @@ function loadJson(key, fallback) {
 function loadChats() {
   const stored = loadJson(KEY_CHATS, []);
   if (!Array.isArray(stored)) return [];
-  for (const c of stored) for (const m of c.messages ?? []) if (m.role === 'assistant') m.toolCalls ??= [];
-  return stored.filter((c) => Array.isArray(c.messages));
+  const valid = stored.filter((c) => Array.isArray(c?.messages));
+  for (const c of valid) for (const m of c.messages) if (m.role === 'assistant') m.toolCalls ??= [];
+  return valid;
 }
 
 function save() {

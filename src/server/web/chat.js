@@ -314,14 +314,17 @@ const MIN_RATE_WINDOW_MS = 20;
 
 function answerStats(usage, t, before, after) {
   const s = {};
-  if (t.tFirst !== null) s.ttftMs = t.tFirst - t.t0;
+  if (t.tFirst !== null) {
+    s.ttftMs = t.tFirst - t.t0;
+    s.decodeMs = t.tEnd - t.tFirst;
+  }
   if (!usage) return s;
   s.prompt = usage.prompt_tokens;
   s.completion = usage.completion_tokens;
   // The decode rate, from the first token's arrival to the last's; not over a window so short
   // (tokens that came in one burst) that the browser's clock and scheduling would make the figure.
-  if (usage.completion_tokens > 1 && t.tFirst !== null && t.tEnd - t.tFirst >= MIN_RATE_WINDOW_MS)
-    s.tokensPerSecond = (usage.completion_tokens - 1) / ((t.tEnd - t.tFirst) / 1000);
+  if (usage.completion_tokens > 1 && s.decodeMs >= MIN_RATE_WINDOW_MS)
+    s.tokensPerSecond = (usage.completion_tokens - 1) / (s.decodeMs / 1000);
   const cached = usage.prompt_tokens_details?.cached_tokens;
   if (cached !== undefined && cached !== null) s.cached = cached;
   if (before && after) {

@@ -1,8 +1,8 @@
 #pragma once
 // The built-in chat page: GET / answers src/server/web/chat.html, which loads /chat.css and
-// /chat.js; the page talks to /v1/models, /v1/chat/completions and /metrics (docs/API.md, "The chat page").
-// The three files are compiled in (cmake/embed_files.cmake), so the binary serves them with no
-// file or network access. They are public (no API key): the page asks for the key and sends it
+// /chat.js; the page talks to /v1/models, /v1/chat/completions and /metrics (docs/API.md, "The
+// chat page"). The three files are compiled in (cmake/embed_files.cmake), so the binary serves
+// them with no file or network access. They are public (no API key): the page asks for the key and sends it
 // with its API calls. Every answer carries a Content-Security-Policy that allows only this
 // server's own script, style and fetches, and no HTML built from strings (Trusted Types).
 #include <string_view>

@@ -14,6 +14,7 @@ PKGS=(
   python3 python3-venv python3-pip
   curl
   dpkg-dev  # dpkg-shlibdeps: the Depends of the .deb (cpack -G DEB, packaging/)
+  chromium chromium-driver  # tests/py/test_chat_page.py: the chat page in a headless browser
 )
 
 SUDO=""

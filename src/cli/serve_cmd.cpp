@@ -31,6 +31,7 @@
 #include "parallel/dist_runner.h"
 #include "parallel/world.h"
 #include "server/anthropic_api.h"
+#include "server/chat_page.h"
 #include "server/http_server.h"
 #include "server/openai_api.h"
 #include "server/reasoning.h"
@@ -65,6 +66,7 @@ struct ServeArgs {
   std::string tool_call_parser = "auto";
   std::string reasoning_parser = "auto";
   std::string scripted_output;  // testing: a ScriptedRunner instead of the model's forward
+  bool no_chat_page = false;
   int json_max_whitespace = GrammarCompiler::kDefaultJsonMaxWhitespace;
   EngineArgs engine;
   CommonOptions common;
@@ -320,6 +322,7 @@ void serve(ServeArgs& a) {
   server::register_openai_routes(router, api);
   server::register_anthropic_routes(router, api);
   server::register_responses_routes(router, api);
+  if (!a.no_chat_page) server::register_chat_page(router);
   server::HttpServerConfig hc;
   hc.host = a.host;
   hc.port = static_cast<uint16_t>(a.port);
@@ -382,6 +385,8 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--api-key", a.api_key,
                   "Require 'Authorization: Bearer KEY' on every route but /health and /metrics "
                   "(default: $MLA_API_KEY)");
+  cmd->add_flag("--no-chat-page", a.no_chat_page,
+                "Do not serve the chat page at / (then / answers 404, or 401 without the API key)");
   cmd->add_option("--chat-template", a.chat_template,
                   "Jinja chat template file (default: the model's tokenizer.chat_template)");
   cmd->add_option("--http-threads", a.http_threads, "HTTP I/O threads")->capture_default_str();

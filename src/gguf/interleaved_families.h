@@ -45,23 +45,19 @@ void iq5_k_r4(const uint8_t*, int64_t, int64_t, uint8_t*);
 void iq4_ks_r4(const uint8_t*, int64_t, int64_t, uint8_t*);
 void iq5_ks_r4(const uint8_t*, int64_t, int64_t, uint8_t*);
 
-// The common shape: each group of R rows is one interleaved block per block column, the one at
-// column ib holding block ib of every row of the group (n_group_bytes bytes); one(src, rows, ib)
-// writes block ib of the group's R rows.
+// The common shape: each group of R rows is one interleaved block per block column of the base
+// type (R * sizeof(Block) bytes), the one at column ib holding block ib of every row of the group;
+// one(src, rows, ib) writes block ib of the group's R rows.
 template <typename Block, int R, typename One>
-void by_block_column(One one, int64_t block_elems, int64_t n_group_bytes, const uint8_t* src, int64_t n_rows,
-                     int64_t n_cols, uint8_t* dst) {
+void by_block_column(One one, int64_t block_elems, const uint8_t* src, int64_t n_rows, int64_t n_cols, uint8_t* dst) {
+  constexpr auto kGroupBytes = static_cast<int64_t>(R * sizeof(Block));
   const int64_t nb = n_cols / block_elems;
   for (int64_t g = 0; g < n_rows / R; ++g) {
     Block* rows[R];
     for (int k = 0; k < R; ++k) rows[k] = reinterpret_cast<Block*>(dst) + (g * R + k) * nb;
-    const uint8_t* group = src + g * nb * n_group_bytes;
-    for (int64_t ib = 0; ib < nb; ++ib) one(group + ib * n_group_bytes, rows, ib);
+    const uint8_t* group = src + g * nb * kGroupBytes;
+    for (int64_t ib = 0; ib < nb; ++ib) one(group + ib * kGroupBytes, rows, ib);
   }
-}
-template <typename Block, int R, typename One>
-void by_block_column(One one, int64_t block_elems, const uint8_t* src, int64_t n_rows, int64_t n_cols, uint8_t* dst) {
-  by_block_column<Block, R>(one, block_elems, R * static_cast<int64_t>(sizeof(Block)), src, n_rows, n_cols, dst);
 }
 
 // The element order of ik's 4-row super-blocks: a sub-block of 32 is read 4 elements at a time,

@@ -121,7 +121,8 @@ void from_iq4_nl_r4(const uint8_t* src, BlockIQ4_NL* const rows[4], int64_t ib) 
 
 // Q8_K_R8 / Q8_K_R16 (R rows): per 256 columns fp16 d[R] | qs[256 R], quants 4j..4j+3 of row k at
 // 4 (R j + k). One fp16 scale per 256 elements is exact as eight Q8_0 blocks with that scale.
-// Q8_K_R16 holds each quant plus 128 as an unsigned byte (ik's dequantization: d q - 128 d).
+// Q8_K_R16 holds each quant plus 128 as an unsigned byte (ik's dequantization: d q - 128 d; its
+// quantizer adds the 128 only in an AVX-512 VNNI build, the only one whose files read right).
 template <int R>
 void q8_k_rows(const uint8_t* src, int64_t n_rows, int64_t n_cols, uint8_t* dst) {
   const int64_t nb = n_cols / kQK_K;

@@ -320,10 +320,11 @@ std::string resolve_tensor_types(Cursor& c, std::vector<RawTensorInfo>& raws, st
         f && t.ne[0] != 0 && (t.n_elements / t.ne[0]) % f->n_interleaved != 0)
       c.error_at(raws[i].dims_at, "tensor '{}' of type {} has {} rows, not a multiple of {}", t.name,
                  type_id_label(f->name, TypeIdSpace::Ik, f->ik_id), t.n_elements / t.ne[0], f->n_interleaved);
-    if (const IkInterleavedForm* f = interleaved[i]; f && t.ne[0] % tr.block_elems != 0)
+    if (const IkInterleavedForm* f = interleaved[i]; f && t.ne[0] % f->row_block_elems() != 0)
       c.error_at(raws[i].dims_at,
-                 "tensor '{}' of type {} has row length {}: mla.cpp reads it as {}, whose block size is {}", t.name,
-                 type_id_label(f->name, TypeIdSpace::Ik, f->ik_id), t.ne[0], tr.name, tr.block_elems);
+                 "tensor '{}' of type {} has row length {}: mla.cpp reads it as {}, which needs rows of a multiple "
+                 "of {}",
+                 t.name, type_id_label(f->name, TypeIdSpace::Ik, f->ik_id), t.ne[0], tr.name, f->row_block_elems());
     if (t.ne[0] % tr.block_elems != 0)
       c.error_at(raws[i].dims_at, "tensor '{}' of type {} has row length {}, not a multiple of its block size {}",
                  t.name, type_id_label(tr.name, res.spaces[i], raws[i].raw_type), t.ne[0], tr.block_elems);

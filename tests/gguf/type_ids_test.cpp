@@ -182,9 +182,9 @@ TEST(TypeIdFiles, RefusalsNameTensorIdAndSpace) {
   EXPECT_NE(msg.find("tensor 'w' has unknown type id 500 (neither llama.cpp nor ik_llama.cpp assigns it)"),
             std::string::npos)
       << msg;
-  // A row-interleaved ik form mla.cpp does not convert yet is refused by its ik name.
-  msg = load_error(craft({{"w", {256, 4}, 213, 4 * 176}}));
-  EXPECT_NE(msg.find("Q5_K_R4 (ik_llama.cpp id 213)"), std::string::npos) << msg;
+  // A row-interleaved ik form mla.cpp does not convert is refused by its ik name.
+  msg = load_error(craft({{"w", {256, 4}, 229, 4 * 56}}));
+  EXPECT_NE(msg.find("IQ1_M_R4 (ik_llama.cpp id 229)"), std::string::npos) << msg;
   // One it converts needs whole groups of rows.
   msg = load_error(craft({{"w", {256, 6}, 212, 6 * 144}}));
   EXPECT_NE(msg.find("tensor 'w' of type Q4_K_R4 (ik_llama.cpp id 212) has 6 rows, not a multiple of 4"),

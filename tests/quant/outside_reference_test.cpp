@@ -3,11 +3,13 @@
 //    ik_llama.cpp itself (tools/ik-llama/dump_trellis.cpp);
 //  - NVFP4: rows dequantized by gguf-py 0.19.0 (tools/quant/make_nvfp4_fixture.py), every UE4M3
 //    scale byte included;
-//  - ik_llama.cpp's row-interleaved forms (Q4_0_R8, Q8_0_R8, Q4_K_R4, Q6_K_R4, IQ4_XS_R8, IQ1_S_R4,
-//    Q6_0_R4, IQ4_K_R4, IQ5_K_R4, IQ4_KS_R4, IQ5_KS_R4):
+//  - ik_llama.cpp's row-interleaved forms (every one mla.cpp converts: gguf/interleaved.cpp):
 //    rows ik quantized to the form (and, for those that rearrange base blocks, to the base type);
 //    a GGUF holding the form must load as the base type's bytes and dequantize to ik's own
-//    dequantization of the form (tools/ik-llama/dump_interleaved.cpp).
+//    dequantization of the form (tools/ik-llama/dump_interleaved.cpp; for BF16_R16, which ik
+//    does not dequantize, and MXFP4_R8, whose ik dequantization overruns its rows, ik's
+//    dequantization of the base rows it repacked); a truncated tensor, a partial group of rows
+//    or a row length off the block is refused with the tensor's name.
 // Every kernel this family selects must reproduce them bit for bit, and the row dot products
 // must match the dot of the reference floats with the dequantized activations.
 #include <gtest/gtest.h>
@@ -21,9 +23,11 @@
 #include <vector>
 
 #include "gguf/gguf.h"
+#include "gguf/interleaved.h"
 #include "quant/kernels.h"
 #include "quant/quant.h"
 #include "quant_test_util.h"
+#include "util/error.h"
 
 namespace mla {
 namespace {
@@ -168,19 +172,70 @@ TEST_P(IkInterleaved, LoadsAsItsBaseTypeBitIdentical) {
   EXPECT_TRUE(nonzero) << c.name << ": an all-zero fixture proves nothing";
 }
 
-INSTANTIATE_TEST_SUITE_P(Quant, IkInterleaved,
-                         ::testing::Values(InterleavedCase{"Q4_0_R8", GgmlType::Q4_0, true},
-                                           InterleavedCase{"Q8_0_R8", GgmlType::Q8_0, true},
-                                           InterleavedCase{"Q4_K_R4", GgmlType::Q4_K, true},
-                                           InterleavedCase{"Q6_K_R4", GgmlType::Q6_K, true},
-                                           InterleavedCase{"IQ4_XS_R8", GgmlType::IQ4_XS, true},
-                                           InterleavedCase{"IQ1_S_R4", GgmlType::IQ1_S, false},
-                                           InterleavedCase{"Q6_0_R4", GgmlType::Q6_0, true},
-                                           InterleavedCase{"IQ4_K_R4", GgmlType::IQ4_K, true},
-                                           InterleavedCase{"IQ5_K_R4", GgmlType::IQ5_K, true},
-                                           InterleavedCase{"IQ4_KS_R4", GgmlType::IQ4_KS, true},
-                                           InterleavedCase{"IQ5_KS_R4", GgmlType::IQ5_KS, true}),
-                         [](const auto& info) { return std::string(info.param.name); });
+std::string parse_error(const std::vector<uint8_t>& bytes) {
+  try {
+    GgufFile::parse(bytes.data(), bytes.size(), "crafted.gguf");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// ik's own bytes, one short; one row short of whole groups; rows half a block longer (for the
+// Q8_K forms, half of their 256-element block: a whole number of Q8_0 blocks, which they read as).
+TEST_P(IkInterleaved, RefusesTruncatedOrMisshapenTensors) {
+  const InterleavedCase c = GetParam();
+  const Fixture form = load(std::string("ik-interleaved/") + c.name + ".bin");
+  const auto id = static_cast<uint32_t>(form.type);
+  const IkInterleavedForm* f = ik_interleaved_form(id);
+  ASSERT_NE(f, nullptr) << c.name;
+  std::vector<uint8_t> short_data(form.q.begin(), form.q.end() - 1);
+  std::string msg = parse_error(one_tensor_file(id, form.cols, form.rows, short_data));
+  EXPECT_NE(msg.find("tensor 'w' data"), std::string::npos) << c.name << ": " << msg;
+  EXPECT_NE(msg.find("runs past the end"), std::string::npos) << c.name << ": " << msg;
+
+  const int64_t rows = form.rows - 1;
+  std::vector<uint8_t> fewer(form.q.begin(), form.q.begin() + rows * form.row_bytes);
+  msg = parse_error(one_tensor_file(id, form.cols, rows, fewer));
+  EXPECT_NE(msg.find(fmt::format("tensor 'w' of type {} (ik_llama.cpp id {}) has {} rows, not a multiple of {}", c.name,
+                                 id, rows, f->n_interleaved)),
+            std::string::npos)
+      << msg;
+
+  const int64_t cols = form.cols + f->row_block_elems() / 2;
+  msg = parse_error(one_tensor_file(id, cols, form.rows, form.q));
+  EXPECT_NE(msg.find(fmt::format("tensor 'w' of type {} (ik_llama.cpp id {}) has row length {}", c.name, id, cols)),
+            std::string::npos)
+      << msg;
+}
+
+// Every form mla.cpp converts has a case here.
+TEST(IkInterleavedForms, EveryConvertedFormHasAnIkFixture) {
+  for (const IkInterleavedForm& f : ik_interleaved_forms()) {
+    const auto path =
+        std::filesystem::path(MLA_TEST_DIR) / "fixtures" / "quant" / "ik-interleaved" / (std::string(f.name) + ".bin");
+    EXPECT_TRUE(std::filesystem::exists(path)) << f.name << ": no fixture made by ik_llama.cpp";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Quant, IkInterleaved,
+    ::testing::Values(
+        InterleavedCase{"Q4_0_R8", GgmlType::Q4_0, true}, InterleavedCase{"Q8_0_R8", GgmlType::Q8_0, true},
+        InterleavedCase{"Q4_K_R4", GgmlType::Q4_K, true}, InterleavedCase{"Q6_K_R4", GgmlType::Q6_K, true},
+        InterleavedCase{"IQ4_XS_R8", GgmlType::IQ4_XS, true}, InterleavedCase{"IQ1_S_R4", GgmlType::IQ1_S, false},
+        InterleavedCase{"Q6_0_R4", GgmlType::Q6_0, true}, InterleavedCase{"IQ4_K_R4", GgmlType::IQ4_K, true},
+        InterleavedCase{"IQ5_K_R4", GgmlType::IQ5_K, true}, InterleavedCase{"IQ4_KS_R4", GgmlType::IQ4_KS, true},
+        InterleavedCase{"IQ5_KS_R4", GgmlType::IQ5_KS, true}, InterleavedCase{"Q5_K_R4", GgmlType::Q5_K, true},
+        InterleavedCase{"Q2_K_R4", GgmlType::Q2_K, true}, InterleavedCase{"Q3_K_R4", GgmlType::Q3_K, true},
+        InterleavedCase{"IQ2_K_R4", GgmlType::IQ2_K, true}, InterleavedCase{"IQ3_K_R4", GgmlType::IQ3_K, true},
+        InterleavedCase{"IQ2_XXS_R4", GgmlType::IQ2_XXS, true}, InterleavedCase{"IQ2_XS_R4", GgmlType::IQ2_XS, true},
+        InterleavedCase{"IQ3_XXS_R4", GgmlType::IQ3_XXS, true}, InterleavedCase{"IQ2_S_R4", GgmlType::IQ2_S, true},
+        InterleavedCase{"IQ3_S_R4", GgmlType::IQ3_S, true}, InterleavedCase{"IQ4_NL_R4", GgmlType::IQ4_NL, true},
+        InterleavedCase{"Q5_0_R4", GgmlType::Q5_0, true}, InterleavedCase{"MXFP4_R8", GgmlType::MXFP4, true},
+        InterleavedCase{"BF16_R16", GgmlType::BF16, true}, InterleavedCase{"Q8_K_R8", GgmlType::Q8_0, false},
+        InterleavedCase{"Q8_K_R16", GgmlType::Q8_0, false}),
+    [](const auto& info) { return std::string(info.param.name); });
 
 // The avx512 family's trellis row dots must give, bit for bit, what the AVX2 ones give (same
 // integer per super-block, same float steps), on ik's rows, random rows and rows of all-zero or

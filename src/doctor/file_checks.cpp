@@ -106,10 +106,6 @@ std::unique_ptr<Deepseek2Bundle> load_for_doctor(const std::string& path, Doctor
   WeightLoadOptions wo = weight_options_for(MlaPathPolicy::Auto, true);
   wo.expert_cache = expert_cache;
   b->weights = bind_deepseek_weights(*b->file, b->config, wo);
-  if (expert_cache.budget_bytes > 0) {
-    b->weights.expert_cache = std::make_shared<ExpertCache>(*b->file, b->config, b->weights, expert_cache);
-    log().info("doctor: {}", b->weights.expert_cache->describe());
-  }
   try {
     tok = Tokenizer::from_gguf(*b->file);
   } catch (const Error& e) {

@@ -56,10 +56,6 @@ std::unique_ptr<Deepseek2Bundle> load_deepseek2(const std::string& path, const W
   b->config = load_deepseek_config(*b->file);
   if (stream_experts && opt.prefault) prefault_resident_tensors(*b->file);
   b->weights = bind_deepseek_weights(*b->file, b->config, opt);
-  if (stream_experts) {
-    b->weights.expert_cache = std::make_shared<ExpertCache>(*b->file, b->config, b->weights, opt.expert_cache);
-    log().info("{}", b->weights.expert_cache->describe());
-  }
   return b;
 }
 

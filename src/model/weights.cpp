@@ -347,6 +347,11 @@ DeepseekWeights bind_deepseek_weights(const GgufFile& f, const DeepseekConfig& c
     bind_layer(b, c, il, opt, /*indexer=*/false, n.layer, layout);
   }
   b.report_unbound(c.n_layer);
+  // Before repacking: a budget it refuses is refused at once.
+  if (opt.expert_cache.budget_bytes > 0) {
+    w.expert_cache = std::make_shared<ExpertCache>(f, c, w, opt.expert_cache);
+    log().info("{}", w.expert_cache->describe());
+  }
   if (opt.repack) repack_matrices(w, c, opt.expert_cache.budget_bytes > 0);
   // After repacking, so that the fallbacks share the trunk's packed copies.
   if (w.nextn.present && !w.nextn.head.data) w.nextn.head = w.output;

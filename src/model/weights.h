@@ -96,8 +96,8 @@ struct WeightLoadOptions {
   bool repack = true;     // repack matmul weights into 16-row groups where the CPU has the kernels
   bool load_mtp = false;  // bind the first MTP (nextn) block (speculative decoding); the file must have one
   bool prefault = true;   // map every page at open (--no-prefault turns it off); several ranks map their shard instead
-  // budget_bytes > 0 (--weights-memory): routed experts stream through an ExpertCache (load_deepseek2
-  // builds it); they are neither prefaulted nor repacked at load.
+  // budget_bytes > 0 (--weights-memory): routed experts stream through an ExpertCache (bound here,
+  // DeepseekWeights::expert_cache); they are neither prefaulted (load_deepseek2) nor repacked.
   ExpertCacheOptions expert_cache;
 };
 

@@ -265,14 +265,20 @@ void ExpertCache::acquire(const LayerWeights& L, const int32_t* experts, int64_t
     lease.slot_of[e] = s;
   }
   hits_.fetch_add(static_cast<int64_t>(lease.pinned.size() - miss_keys_.size()), std::memory_order_relaxed);
-  if (miss_keys_.empty()) return;
+  if (!miss_keys_.empty()) load_misses(li, pool, lease);
+}
 
+void ExpertCache::load_misses(int32_t li, ThreadPool& pool, ExpertLease& lease) {
   const auto t0 = std::chrono::steady_clock::now();
   const int n_threads = pool.n_threads();
-  if (staging_.size() < static_cast<size_t>(n_threads))
+  if (staging_.size() < static_cast<size_t>(n_threads)) {
     staging_.resize(n_threads, std::vector<uint8_t>(static_cast<size_t>(max_raw_bytes_ + 3 * kDirectAlign)));
-  std::vector<std::string> errors(n_threads);
-  std::vector<int64_t> bytes(n_threads, 0);
+    thread_errors_.resize(n_threads);
+    thread_bytes_.resize(n_threads);
+  }
+  std::vector<std::string>& errors = thread_errors_;
+  std::vector<int64_t>& bytes = thread_bytes_;
+  for (int t = 0; t < n_threads; ++t) errors[t].clear(), bytes[t] = 0;
   const Layer& layer = layers_[li];
   pool.parallel_for(static_cast<int64_t>(miss_keys_.size()), [&](int64_t b0, int64_t b1, int t) {
     for (int64_t i = b0; i < b1 && errors[t].empty(); ++i) {
@@ -298,7 +304,9 @@ void ExpertCache::acquire(const LayerWeights& L, const int32_t* experts, int64_t
       key_slot_[miss_keys_[i]] = -1;
       slot_key_[miss_slots_[i]] = -1;
     }
-    unwind();
+    for (int32_t s : lease.pinned) --slot_pins_[s];
+    lease.pinned.clear();
+    lease.layer = -1;
     fail("{}", err);
   }
 }

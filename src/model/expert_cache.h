@@ -110,6 +110,9 @@ class ExpertCache {
   void open_files(const GgufFile& f);
   int32_t pick_victim();
   void age();
+  // acquire's misses (miss_keys_ / miss_slots_) read on pool's threads; on an error every slot
+  // they were filling is emptied and the lease's pins released before the throw. mu_ held.
+  void load_misses(int32_t layer, ThreadPool& pool, ExpertLease& lease);
   void load(const Tensor& t, int32_t expert, uint8_t* slot, std::vector<uint8_t>& staging, int64_t& bytes_read) const;
   const Layer& layer_of(const ExpertLease& lease) const { return layers_[static_cast<size_t>(lease.layer)]; }
 
@@ -138,6 +141,8 @@ class ExpertCache {
   int64_t aging_period_ = 0;
   int64_t uses_since_aging_ = 0;
   std::vector<std::vector<uint8_t>> staging_;  // per pool thread: aligned read buffers
+  std::vector<std::string> thread_errors_;     // per pool thread: its first read error
+  std::vector<int64_t> thread_bytes_;          // per pool thread: bytes it read
   std::vector<int32_t> miss_keys_, miss_slots_;
 
   std::atomic<int64_t> hits_{0}, misses_{0}, bytes_read_{0};

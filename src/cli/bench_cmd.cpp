@@ -156,6 +156,11 @@ struct Test {
   }
 };
 
+// --weights-memory: the expert cache per token of a test's timed part.
+struct ExpertCacheRates {
+  double hits = 0, misses = 0, bytes_read = 0, stall_s = 0;
+};
+
 struct Sample {
   double tps = 0;
   double weight_bytes_per_token = 0;  // decode tests
@@ -167,13 +172,16 @@ struct Sample {
   // seconds and bytes read (Deepseek2Model's StageCounters, this rank's).
   std::array<double, kStageCount> stage_s{}, stage_bytes{}, stage_regions{};
   double regions = 0;  // the model's thread-pool regions (hand-offs) per token
+  ExpertCacheRates expert_cache;
 };
 
 // The stage counters and the pool's region count now, to subtract.
 struct StageSnapshot {
   std::array<int64_t, kStageCount> ns{}, bytes{}, stage_regions{};
   int64_t regions = 0;
-  explicit StageSnapshot(const Deepseek2Runner& r) : regions(r.parallel_regions()) {
+  ExpertCacheCounters expert_cache;
+  explicit StageSnapshot(const Deepseek2Runner& r)
+      : regions(r.parallel_regions()), expert_cache(r.expert_cache_counters()) {
     const StageCounters& c = r.stage_counters();
     for (int i = 0; i < kStageCount; ++i)
       ns[i] = c.ns[i].load(), bytes[i] = c.bytes[i].load(), stage_regions[i] = c.regions[i].load();
@@ -236,6 +244,10 @@ class Bencher {
         s.stage_regions[i] = static_cast<double>(b.stage_regions[i] - a.stage_regions[i]) / tokens;
       }
       s.regions = static_cast<double>(b.regions - a.regions) / tokens;
+      const ExpertCacheCounters &x = a.expert_cache, &y = b.expert_cache;
+      s.expert_cache = {
+          static_cast<double>(y.hits - x.hits) / tokens, static_cast<double>(y.misses - x.misses) / tokens,
+          static_cast<double>(y.bytes_read - x.bytes_read) / tokens, (y.stall_seconds - x.stall_seconds) / tokens};
     };
     if (t.n_prompt > 0) {
       stage_rates(stages0, *stages_first, t.n_prompt);
@@ -271,6 +283,8 @@ struct StageProfileRow {
   double s_per_token;  // wall time per token of the whole test (1 / t/s)
   std::array<double, kStageCount> stage_s, stage_bytes, stage_regions;
   double regions;
+  ExpertCacheRates expert_cache;
+  bool has_expert_cache;
 };
 
 void print_stage_profile(const StageProfileRow& r) {
@@ -290,6 +304,14 @@ void print_stage_profile(const StageProfileRow& r) {
   for (int i = 0; i < kStageCount; ++i) row(kStageNames[i], r.stage_s[i], r.stage_bytes[i], r.stage_regions[i]);
   row("outside the stages (sampling, scheduling, hand-offs)", std::max(0.0, r.s_per_token - sum), 0, -1);
   row("all", r.s_per_token, bytes, r.regions);
+  if (!r.has_expert_cache) return;
+  const ExpertCacheRates& e = r.expert_cache;
+  const double lookups = e.hits + e.misses;
+  fmt::print(
+      "expert cache per token: {:.1f} hits, {:.1f} misses (hit rate {:.1f}%), {:.2f} MB read from the file, "
+      "{:.3f} ms stalled on misses ({:.1f}% of the token)\n",
+      e.hits, e.misses, lookups > 0 ? 100.0 * e.hits / lookups : 0.0, e.bytes_read / 1e6, 1e3 * e.stall_s,
+      r.s_per_token > 0 ? 100.0 * e.stall_s / r.s_per_token : 0.0);
 }
 
 // --speculative-config: each decode test alternates repetitions without and with the MTP layer on
@@ -386,6 +408,7 @@ struct BenchContext {
   int n_ranks = 1;
   double membw = 0;  // bytes per second (--membw probe); 0 without decode tests
   bool any_decode = false;
+  bool expert_cache = false;  // --weights-memory: routed experts streamed through the expert cache
 };
 
 // One test's timed repetitions: t/s of each, and the means of the rest.
@@ -396,7 +419,8 @@ struct TestResult {
   double gbps = 0;                          // decode tests: weight bytes read per second / 1e9
   std::array<double, kStageCount> stage_s{}, stage_bytes{}, stage_regions{};  // per token
   double regions = 0;
-  std::vector<RankStats> ranks;  // every rank's memory and communication after the test
+  ExpertCacheRates expert_cache;  // per token
+  std::vector<RankStats> ranks;   // every rank's memory and communication after the test
 };
 
 TestResult measure(Bencher& bencher, const Test& t, int reps) {
@@ -411,6 +435,10 @@ TestResult measure(Bencher& bencher, const Test& t, int reps) {
       r.stage_regions[k] += s.stage_regions[k] / reps;
     }
     r.regions += s.regions / reps;
+    r.expert_cache.hits += s.expert_cache.hits / reps;
+    r.expert_cache.misses += s.expert_cache.misses / reps;
+    r.expert_cache.bytes_read += s.expert_cache.bytes_read / reps;
+    r.expert_cache.stall_s += s.expert_cache.stall_s / reps;
     r.tps.push_back(s.tps);
     bpt.push_back(s.weight_bytes_per_token);
     cpt.push_back(s.comm_bytes_per_token);
@@ -461,6 +489,11 @@ nlohmann::json result_json(const BenchContext& ctx, const Test& t, const TestRes
                            {"bytes_per_token", r.stage_bytes[i]},
                            {"regions_per_token", r.stage_regions[i]}});
   j["pool_regions_per_token"] = r.regions;
+  if (ctx.expert_cache)
+    j["expert_cache"] = {{"hits_per_token", r.expert_cache.hits},
+                         {"misses_per_token", r.expert_cache.misses},
+                         {"bytes_read_per_token", r.expert_cache.bytes_read},
+                         {"stall_seconds_per_token", r.expert_cache.stall_s}};
   if (t.n_gen > 0) {
     j["weight_bytes_per_token"] = r.weight_bytes;
     j["gbps"] = r.gbps;
@@ -526,7 +559,8 @@ void run_tests(const BenchContext& ctx, Bencher& bencher, const std::vector<Test
     comm_notes.push_back(fmt::format("{} {:.1f} KB", t.name(), r.comm_bytes / 1e3));
     last_ranks = r.ranks;
     if (a.profile)
-      profiles.push_back({t.name(), 1.0 / r.mean_tps, r.stage_s, r.stage_bytes, r.stage_regions, r.regions});
+      profiles.push_back({t.name(), 1.0 / r.mean_tps, r.stage_s, r.stage_bytes, r.stage_regions, r.regions,
+                          r.expert_cache, ctx.expert_cache});
   }
   if (a.json) {
     fmt::print("{}\n", out.dump(1));
@@ -614,6 +648,7 @@ void bench(const BenchArgs& a) {
     fail("bench: the tests need {} tokens of context, the model allows {}", need_ctx, runner.max_context());
   log_engine_setup(setup);
   BenchContext ctx{a, describe(runner.file()), n_threads, world().size()};
+  ctx.expert_cache = runner.expert_cache_slots() > 0;
   for (const Test& t : tests) ctx.any_decode |= t.n_gen > 0;
   // The bandwidth probe before the engine starts, so that it has the machine to itself.
   ctx.membw = ctx.any_decode ? measure_read_bandwidth(n_threads, probe_bytes, 5) : 0.0;

@@ -40,6 +40,7 @@ void run_doctor_cmd(const DoctorArgs& a) {
   o.n_threads = setup.model.n_threads;
   o.kv_dtype = setup.kv.dtype;
   o.exact_attention = setup.model.exact_attention;
+  o.weights_memory = setup.model.weights_memory;
   o.max_num_batched_tokens = setup.engine.max_num_batched_tokens;
   o.layout_max_bytes = parse_byte_size(a.layout_max_bytes, "--layout-max-bytes");
   o.layout = !a.no_layout;

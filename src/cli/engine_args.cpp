@@ -85,6 +85,17 @@ bool prefault_enabled(const EngineArgs& a, std::string_view command) {
   return !a.no_prefault && env.value_or("1") != "0";
 }
 
+// --weights-memory and --expert-eviction into the model's options.
+void apply_weights_memory(const EngineArgs& a, std::string_view command, ModelOptions& mo) {
+  if (a.expert_eviction != "lfu" && a.expert_eviction != "lru")
+    fail("{}: --expert-eviction '{}': expected lfu or lru", command, a.expert_eviction);
+  mo.expert_eviction = a.expert_eviction == "lru" ? ExpertEviction::Lru : ExpertEviction::Lfu;
+  if (a.weights_memory.empty()) return;
+  mo.weights_memory = parse_byte_size(a.weights_memory, "--weights-memory");
+  if (world().size() > 1)
+    fail("{}: --weights-memory runs in a single process; this run has {} ranks", command, world().size());
+}
+
 // --simd and --no-repack, or the deprecated MLA_SIMD=avx2|scalar and MLA_REPACK=0 where the flag is
 // not given. A family above this CPU's is refused by name.
 KernelChoice kernel_choice_of(const EngineArgs& a, std::string_view command) {
@@ -119,12 +130,16 @@ std::string describe_engine_setup(const EngineSetup& s) {
                                                        : fmt::format("{} tokens", KvCacheOptions::kDefaultTokens);
   return fmt::format(
       "max_num_batched_tokens {}, max_num_seqs {}, max_model_len {}, prefix caching {}, kv cache {} ({}, block {}), "
-      "mla_path {}, attention {}, dsa {}, speculative tokens {}, threads {}, prefault {}, simd {}, repack {}{}",
+      "mla_path {}, attention {}, dsa {}, speculative tokens {}, threads {}, prefault {}, simd {}, repack {}{}{}",
       ec.max_num_batched_tokens, ec.max_num_seqs, ec.max_model_len > 0 ? std::to_string(ec.max_model_len) : "auto",
       ec.enable_prefix_caching ? "on" : "off", ggml_type_name(s.kv.dtype), capacity, s.kv.block_size,
       mla_path_policy_name(s.policy), s.model.exact_attention ? "exact" : "f32", s.model.dsa ? "on" : "off",
       ec.num_speculative_tokens, s.model.n_threads, s.model.prefault ? "on" : "off",
       simd_level_name(std::min(s.kernels.max_simd, cpu_simd_level())), s.kernels.repack ? "on" : "off",
+      s.model.weights_memory <= 0
+          ? std::string()
+          : fmt::format(", weights memory {} bytes (experts streamed, eviction {})", s.model.weights_memory,
+                        s.model.expert_eviction == ExpertEviction::Lru ? "lru" : "lfu"),
       !ec.kv_tiers.enabled() ? std::string()
                              : fmt::format(", kv tiers: host {} bytes, dir '{}' (cap {} bytes)", ec.kv_tiers.host_bytes,
                                            ec.kv_tiers.dir, ec.kv_tiers.disk_bytes));
@@ -162,6 +177,17 @@ void add_engine_args(CLI::App* cmd, EngineArgs& a, EngineFlagSet which) {
     cmd->add_flag("--no-prefault", a.no_prefault,
                   "Do not map every page of the model file at load: pages are read on first use (for files "
                   "larger than memory; replaces MLA_PREFAULT=0)");
+  if (which.weights_memory) {
+    cmd->add_option("--weights-memory", a.weights_memory,
+                    "Memory for the weights, e.g. 12G: the tensors every token reads stay resident and the routed "
+                    "experts are read from the file into a cache of the rest as they are used (for files larger "
+                    "than memory; default: every weight resident)");
+    cmd->add_option("--expert-eviction", a.expert_eviction,
+                    "With --weights-memory: which cached expert goes first, lfu (least used, counts halved as "
+                    "they age) | lru (least recently used, for comparison)")
+        ->check(CLI::IsMember({"lfu", "lru"}))
+        ->capture_default_str();
+  }
   if (which.kernels) {
     cmd->add_option("--simd", a.simd,
                     "The quant kernels' SIMD family (row dot products, packed GEMM; the attention kernels are the "
@@ -197,6 +223,7 @@ EngineSetup build_engine_setup(const EngineArgs& a, const CommonOptions& common,
   s.model.dsa = dsa_enabled(common);
   s.model.exact_attention = parse_attention_precision(a.attention_precision);
   s.model.prefault = prefault_enabled(a, command);
+  apply_weights_memory(a, command, s.model);
   s.kernels = kernel_choice_of(a, command);
   set_kernel_choice(s.kernels);  // before the model loads: its repacking looks the kernels up
   s.kv = kv_cache_options(a, command);

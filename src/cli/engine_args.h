@@ -35,12 +35,14 @@ struct EngineArgs {
   std::string kv_cache_memory;  // bytes, e.g. "2G"
   int block_size = KvCacheOptions{}.block_size;
   // The prefix cache's lower tiers (kv/tier_store.h): host RAM bytes, a directory and its cap.
-  std::string kv_cache_host_bytes;  // e.g. "8G"; "": no host tier
-  std::string kv_cache_dir;         // "": no disk tier
-  std::string kv_cache_disk_bytes;  // e.g. "100G"; "": no cap but the disk's
-  bool no_prefault = false;         // --no-prefault: ModelOptions::prefault off
-  std::string simd = "auto";        // --simd auto | avx512 | avx2 | scalar (KernelChoice::max_simd)
-  bool no_repack = false;           // --no-repack: KernelChoice::repack off
+  std::string kv_cache_host_bytes;      // e.g. "8G"; "": no host tier
+  std::string kv_cache_dir;             // "": no disk tier
+  std::string kv_cache_disk_bytes;      // e.g. "100G"; "": no cap but the disk's
+  bool no_prefault = false;             // --no-prefault: ModelOptions::prefault off
+  std::string weights_memory;           // --weights-memory bytes, e.g. "12G"; "": every weight resident
+  std::string expert_eviction = "lfu";  // --expert-eviction lfu | lru (for comparisons)
+  std::string simd = "auto";            // --simd auto | avx512 | avx2 | scalar (KernelChoice::max_simd)
+  bool no_repack = false;               // --no-repack: KernelChoice::repack off
   // One line per deprecated spelling on this command line ("OLD is deprecated, use NEW"),
   // logged as a warning by build_engine_setup.
   std::vector<std::string> deprecated_used;
@@ -58,6 +60,7 @@ struct EngineFlagSet {
   bool kv_cache_dtype = true;          // --kv-cache-dtype
   bool speculative_config = true;      // --speculative-config
   bool prefault = true;                // --no-prefault
+  bool weights_memory = true;          // --weights-memory, --expert-eviction
   bool kernels = true;                 // --simd, --no-repack
   bool capacity = true;
 };

@@ -335,9 +335,12 @@ void register_perplexity(CLI::App& app) {
   cmd->add_flag("--kl-divergence", a.kld,
                 "Compare this model with the base of --kl-divergence-base (KL divergence, top-token agreement, "
                 "PPL ratio) on the base's tokens");
-  add_engine_args(
-      cmd, a.engine,
-      {.max_num_batched_tokens = false, .kv_cache_dtype = false, .speculative_config = false, .capacity = false});
+  add_engine_args(cmd, a.engine,
+                  {.max_num_batched_tokens = false,
+                   .kv_cache_dtype = false,
+                   .speculative_config = false,
+                   .weights_memory = false,
+                   .capacity = false});
   add_common_options(cmd, a.common);
   cmd->add_flag("--json", a.json, "Print the result as one JSON object");
   cmd->callback([] {

@@ -461,6 +461,12 @@ void print_batch(const RunArgs& a, const RunReport& r) {
     j["forward_seconds"] = c.forward_seconds;
     j["grammar_masks"] = c.n_masks;
     j["mask_wait_seconds"] = c.mask_wait_seconds;
+    if (c.expert_cache_slots > 0)
+      j["expert_cache"] = {{"slots", c.expert_cache_slots},
+                           {"hits", c.n_expert_cache_hits},
+                           {"misses", c.n_expert_cache_misses},
+                           {"bytes_read", c.expert_cache_bytes_read},
+                           {"stall_seconds", c.expert_cache_stall_seconds}};
     fmt::print("{}\n", j.dump());
     return;
   }

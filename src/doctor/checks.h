@@ -28,9 +28,11 @@ void describe_file(const GgufFile& f, DoctorReport& r);
 // file meant something else. One "keys" check.
 void keys_check(const GgufFile& f, const DeepseekConfig& c, DoctorReport& r);
 // Opens the file (describe_file first, so a later failure keeps the file facts), loads config and
-// weights; tok stays null when the file has no usable tokenizer. Throws mla::Error.
+// weights; tok stays null when the file has no usable tokenizer. expert_cache.budget_bytes > 0:
+// the routed experts stream through an expert cache (--weights-memory). Throws mla::Error.
 std::unique_ptr<Deepseek2Bundle> load_for_doctor(const std::string& path, DoctorReport& r,
-                                                 std::unique_ptr<Tokenizer>& tok);
+                                                 std::unique_ptr<Tokenizer>& tok,
+                                                 const ExpertCacheOptions& expert_cache = {});
 
 // The canaries through the other MLA layout (a converted temporary copy), MHA and MQA, against
 // the reference runs refs; n/a when opt says so or the copy would be too large.

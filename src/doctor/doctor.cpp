@@ -119,7 +119,8 @@ DoctorReport run_doctor(const std::string& path, const DoctorOptions& opt) {
   std::unique_ptr<Tokenizer> tok;
   std::unique_ptr<Deepseek2Bundle> b;
   try {
-    b = doctor::load_for_doctor(path, r, tok);
+    b = doctor::load_for_doctor(path, r, tok,
+                                {.budget_bytes = opt.weights_memory, .max_batch_tokens = opt.max_num_batched_tokens});
   } catch (const Error& e) {
     add_check(r, "load", CheckStatus::Fail, e.what());
     finish_verdict(r);

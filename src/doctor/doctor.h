@@ -51,6 +51,7 @@ struct DoctorOptions {
   // The attention kernels the checks run (--attention-precision): exact by default, under which the
   // paths give the same bits, so any difference is a real one.
   bool exact_attention = true;
+  int64_t weights_memory = 0;  // --weights-memory: > 0 streams the routed experts through a cache of this budget
   // Tolerances of the path agreement (relative: max |a - b| / max |a|) with the exact attention
   // kernels; with the F32 kernels the doctor widens them to what their last-bit differences can
   // grow to (doctor.cpp, path_tolerances).

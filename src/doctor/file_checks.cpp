@@ -97,12 +97,15 @@ void keys_check(const GgufFile& f, const DeepseekConfig& c, DoctorReport& r) {
 }
 
 std::unique_ptr<Deepseek2Bundle> load_for_doctor(const std::string& path, DoctorReport& r,
-                                                 std::unique_ptr<Tokenizer>& tok) {
+                                                 std::unique_ptr<Tokenizer>& tok,
+                                                 const ExpertCacheOptions& expert_cache) {
   auto b = std::make_unique<Deepseek2Bundle>();
   b->file = GgufFile::open(path);
   describe_file(*b->file, r);
   b->config = load_deepseek_config(*b->file);
-  b->weights = bind_deepseek_weights(*b->file, b->config, weight_options_for(MlaPathPolicy::Auto, true));
+  WeightLoadOptions wo = weight_options_for(MlaPathPolicy::Auto, true);
+  wo.expert_cache = expert_cache;
+  b->weights = bind_deepseek_weights(*b->file, b->config, wo);
   try {
     tok = Tokenizer::from_gguf(*b->file);
   } catch (const Error& e) {

@@ -22,6 +22,13 @@ Deepseek2Runner::Deepseek2Runner(const std::string& path, MlaPathPolicy policy, 
   if (model.mtp && model.comm && model.comm->size() > 1)
     fail("speculative decoding (method mtp) runs in a single process; this run has {} ranks", model.comm->size());
   wo.load_mtp = model.mtp;
+  if (model.weights_memory > 0) {
+    if (several_ranks) fail("--weights-memory runs in a single process; this run has {} ranks", model.comm->size());
+    wo.expert_cache = {.budget_bytes = model.weights_memory,
+                       .max_batch_tokens = model.max_batch_tokens,
+                       .eviction = model.expert_eviction,
+                       .repack = wo.repack};
+  }
   loaded_path_policy_ = wo.need_mha && wo.need_mqa ? MlaPathPolicy::Auto
                         : wo.need_mha              ? MlaPathPolicy::Mha
                                                    : MlaPathPolicy::Mqa;

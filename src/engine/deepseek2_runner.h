@@ -37,6 +37,10 @@ class Deepseek2Runner : public ModelRunner {
   int64_t sparse_layer_tokens() const override {
     return model_->sparse_counters().layer_tokens.load(std::memory_order_relaxed);
   }
+  int64_t expert_cache_slots() const override {
+    return bundle_->weights.expert_cache ? bundle_->weights.expert_cache->n_slots() : 0;
+  }
+  ExpertCacheCounters expert_cache_counters() const override { return model_->expert_cache_counters(); }
   int64_t sparse_selected_rows() const override {
     return model_->sparse_counters().selected_rows.load(std::memory_order_relaxed);
   }

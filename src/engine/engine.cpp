@@ -370,6 +370,14 @@ void Engine::Impl::update_counters() {
   c.kv_usage = 1.0 - static_cast<double>(c.n_kv_blocks_free) / static_cast<double>(c.n_kv_blocks);
   c.n_sparse_layer_tokens = runner->sparse_layer_tokens();
   c.n_sparse_selected_rows = runner->sparse_selected_rows();
+  c.expert_cache_slots = runner->expert_cache_slots();
+  if (c.expert_cache_slots > 0) {
+    const ExpertCacheCounters e = runner->expert_cache_counters();
+    c.n_expert_cache_hits = e.hits;
+    c.n_expert_cache_misses = e.misses;
+    c.expert_cache_bytes_read = e.bytes_read;
+    c.expert_cache_stall_seconds = e.stall_seconds;
+  }
   if (tiers) {
     const kv::TierCounters t = tiers->counters();
     c.n_tier_host_hits = t.hits[0];

@@ -7,6 +7,7 @@
 
 #include "kv/latent_cache.h"
 #include "model/batch.h"
+#include "model/expert_cache.h"
 #include "util/error.h"
 
 namespace mla {
@@ -55,6 +56,9 @@ class ModelRunner {
   // indexer selected, cumulative; 0 for models without sparse attention.
   virtual int64_t sparse_layer_tokens() const { return 0; }
   virtual int64_t sparse_selected_rows() const { return 0; }
+  // The routed-expert cache's slots and counters since load (model/expert_cache.h); zeros without one.
+  virtual int64_t expert_cache_slots() const { return 0; }
+  virtual ExpertCacheCounters expert_cache_counters() const { return {}; }
   // The MLA paths: the model decides each sequence's path from the batch's policy and counts the
   // tokens it sent down each (every forward call's tokens once); the engine reads the counts.
   // auto_prefill_path: where the model's `auto` sends prefill chunks (for the start-up line).

@@ -178,31 +178,60 @@ struct EngineCounters {
   int64_t n_tier_files_rejected = 0;
   int64_t tier_host_bytes_used = 0;
   int64_t tier_disk_bytes_used = 0;
+  // The routed-expert cache (--weights-memory; all 0 without it): its slots, the (layer, expert)
+  // lookups found in it and read from the file, the file bytes read, the forward's wait for them.
+  int64_t expert_cache_slots = 0;
+  int64_t n_expert_cache_hits = 0;
+  int64_t n_expert_cache_misses = 0;
+  int64_t expert_cache_bytes_read = 0;
+  double expert_cache_stall_seconds = 0;
 };
 
 // Every field of EngineCounters, by kind: the gauges say how the engine stands now, the totals
 // count since it started. operator- walks these lists; tests/engine/engine_counters_test.cpp
 // fails unless together they name every field once.
-inline constexpr std::tuple kEngineCounterGauges{
-    &EngineCounters::n_running,           &EngineCounters::n_waiting,   &EngineCounters::kv_usage,
-    &EngineCounters::n_kv_blocks_free,    &EngineCounters::n_kv_blocks, &EngineCounters::tier_host_bytes_used,
-    &EngineCounters::tier_disk_bytes_used};
-inline constexpr std::tuple kEngineCounterTotals{
-    &EngineCounters::n_prompt_tokens,        &EngineCounters::n_generation_tokens,
-    &EngineCounters::n_preemptions,          &EngineCounters::n_prefix_queries,
-    &EngineCounters::n_prefix_hits,          &EngineCounters::n_tokens_mha,
-    &EngineCounters::n_tokens_mqa,           &EngineCounters::n_sparse_layer_tokens,
-    &EngineCounters::n_sparse_selected_rows, &EngineCounters::n_steps,
-    &EngineCounters::forward_seconds,        &EngineCounters::n_masks,
-    &EngineCounters::mask_wait_seconds,      &EngineCounters::n_requests_finished,
-    &EngineCounters::n_spec_drafts,          &EngineCounters::n_spec_draft_tokens,
-    &EngineCounters::n_spec_accepted_tokens, &EngineCounters::n_spec_accepted_per_pos,
-    &EngineCounters::n_spec_steps,           &EngineCounters::mtp_seconds,
-    &EngineCounters::n_tier_host_hits,       &EngineCounters::n_tier_host_misses,
-    &EngineCounters::n_tier_disk_hits,       &EngineCounters::n_tier_disk_misses,
-    &EngineCounters::tier_disk_bytes_read,   &EngineCounters::tier_disk_bytes_written,
-    &EngineCounters::n_tier_tokens_loaded,   &EngineCounters::n_tier_writes_dropped,
-    &EngineCounters::n_tier_write_errors,    &EngineCounters::n_tier_files_rejected};
+inline constexpr std::tuple kEngineCounterGauges{&EngineCounters::n_running,
+                                                 &EngineCounters::n_waiting,
+                                                 &EngineCounters::kv_usage,
+                                                 &EngineCounters::n_kv_blocks_free,
+                                                 &EngineCounters::n_kv_blocks,
+                                                 &EngineCounters::tier_host_bytes_used,
+                                                 &EngineCounters::tier_disk_bytes_used,
+                                                 &EngineCounters::expert_cache_slots};
+inline constexpr std::tuple kEngineCounterTotals{&EngineCounters::n_prompt_tokens,
+                                                 &EngineCounters::n_generation_tokens,
+                                                 &EngineCounters::n_preemptions,
+                                                 &EngineCounters::n_prefix_queries,
+                                                 &EngineCounters::n_prefix_hits,
+                                                 &EngineCounters::n_tokens_mha,
+                                                 &EngineCounters::n_tokens_mqa,
+                                                 &EngineCounters::n_sparse_layer_tokens,
+                                                 &EngineCounters::n_sparse_selected_rows,
+                                                 &EngineCounters::n_steps,
+                                                 &EngineCounters::forward_seconds,
+                                                 &EngineCounters::n_masks,
+                                                 &EngineCounters::mask_wait_seconds,
+                                                 &EngineCounters::n_requests_finished,
+                                                 &EngineCounters::n_spec_drafts,
+                                                 &EngineCounters::n_spec_draft_tokens,
+                                                 &EngineCounters::n_spec_accepted_tokens,
+                                                 &EngineCounters::n_spec_accepted_per_pos,
+                                                 &EngineCounters::n_spec_steps,
+                                                 &EngineCounters::mtp_seconds,
+                                                 &EngineCounters::n_tier_host_hits,
+                                                 &EngineCounters::n_tier_host_misses,
+                                                 &EngineCounters::n_tier_disk_hits,
+                                                 &EngineCounters::n_tier_disk_misses,
+                                                 &EngineCounters::tier_disk_bytes_read,
+                                                 &EngineCounters::tier_disk_bytes_written,
+                                                 &EngineCounters::n_tier_tokens_loaded,
+                                                 &EngineCounters::n_tier_writes_dropped,
+                                                 &EngineCounters::n_tier_write_errors,
+                                                 &EngineCounters::n_tier_files_rejected,
+                                                 &EngineCounters::n_expert_cache_hits,
+                                                 &EngineCounters::n_expert_cache_misses,
+                                                 &EngineCounters::expert_cache_bytes_read,
+                                                 &EngineCounters::expert_cache_stall_seconds};
 
 // What happened between two snapshots of Engine::counters(), e.g. a measured run without its
 // warm-up: every total of `later` less the same total of `earlier` (n_spec_accepted_per_pos

@@ -86,6 +86,7 @@ struct GgufTensorInfo {
   int64_t n_elements = 0;
   const uint8_t* data = nullptr;  // into its shard's mapping; valid while the GgufFile lives
   uint32_t shard = 0;             // index into GgufFile::shards() (0 for a single file)
+  bool converted = false;         // data holds rows converted at load, not the file's bytes
 
   int64_t n_rows() const { return ne.empty() ? 1 : n_elements / ne[0]; }
   std::string shape_string() const;  // "{7168, 1536}"

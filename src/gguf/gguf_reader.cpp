@@ -449,6 +449,7 @@ void GgufFile::parse_all() {
     std::vector<uint8_t>& buf = converted_.emplace_back(static_cast<size_t>(t.n_bytes));
     deinterleave_rows(*interleaved[i], t.data, t.n_rows(), t.ne[0], buf.data());
     t.data = buf.data();
+    t.converted = true;
   }
   n_own_tensors_ = tensors_.size();
 }

@@ -5,6 +5,9 @@
 #include <cstring>
 #include <tuple>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include "gguf/gguf.h"
 #include "kernels/ops.h"
 #include "kernels/path_cost.h"
@@ -12,11 +15,28 @@
 #include "model/model_comm.h"
 #include "quant/quant.h"
 #include "util/error.h"
+#include "util/log.h"
 
 namespace mla {
 namespace {
 
 MlaPath other_path(MlaPath p) { return p == MlaPath::Mha ? MlaPath::Mqa : MlaPath::Mha; }
+
+// With an expert cache the file is mapped without prefaulting; the tensors that stay resident
+// are prefaulted here instead (best effort, as GgufFile::open does), the routed experts never.
+void prefault_resident_tensors(const GgufFile& f) {
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22  // Linux 5.14
+#endif
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  for (const GgufTensorInfo& t : f.tensors()) {
+    if (t.converted || is_routed_expert_tensor(t.name) || t.n_bytes == 0) continue;
+    const auto a = reinterpret_cast<uintptr_t>(t.data) / page * page;
+    const size_t n = reinterpret_cast<uintptr_t>(t.data) + t.n_bytes - a;
+    void* p = reinterpret_cast<void*>(a);
+    if (madvise(p, n, MADV_POPULATE_READ) != 0) madvise(p, n, MADV_WILLNEED);
+  }
+}
 
 }  // namespace
 
@@ -31,8 +51,10 @@ WeightLoadOptions weight_options_for(MlaPathPolicy policy, bool verify_paths) {
 
 std::unique_ptr<Deepseek2Bundle> load_deepseek2(const std::string& path, const WeightLoadOptions& opt) {
   auto b = std::make_unique<Deepseek2Bundle>();
-  b->file = GgufFile::open(path, opt.prefault);
+  const bool stream_experts = opt.expert_cache.budget_bytes > 0;
+  b->file = GgufFile::open(path, opt.prefault && !stream_experts);
   b->config = load_deepseek_config(*b->file);
+  if (stream_experts && opt.prefault) prefault_resident_tensors(*b->file);
   b->weights = bind_deepseek_weights(*b->file, b->config, opt);
   return b;
 }
@@ -43,7 +65,7 @@ Deepseek2Model::Deepseek2Model(const DeepseekConfig& c, const DeepseekWeights& w
   const size_t T = static_cast<size_t>(opt_.max_batch_tokens);
   const int64_t shared_ff = c.n_ff_exp * c.n_expert_shared;
   // The MoE layer works on (token, expert) pairs, a chunk of tokens at a time, in these buffers.
-  pair_capacity_ = std::max<int64_t>(static_cast<int64_t>(T), c.n_expert_used);
+  pair_capacity_ = moe_pair_capacity(static_cast<int64_t>(T), c.n_expert_used);
   const size_t R = static_cast<size_t>(pair_capacity_);
   // gate_ / up_ hold what the MoE needs (R pairs of up to 2 * n_ff_exp values, every token's
   // shared experts); a wider dense FFN runs its tokens in chunks that fit (swiglu_ffn), at least
@@ -99,6 +121,7 @@ Deepseek2Model::Deepseek2Model(const DeepseekConfig& c, const DeepseekWeights& w
     route_scratch_.resize(2 * c.n_expert + c.n_expert_groups);
     expert_offsets_.resize(c.n_expert + 1);
     expert_cursor_.resize(c.n_expert);
+    expert_list_.reserve(c.n_expert);
     expert_rows_.resize(T * c.n_expert_used);
     pair_pos_.resize(T * c.n_expert_used);
     ex_out_.resize(R * c.n_embd);

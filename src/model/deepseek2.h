@@ -52,6 +52,10 @@ struct ModelOptions {
   // The runner maps every page of the file at load (--no-prefault: pages are read on first use,
   // for files larger than memory); several ranks map their shard instead (src/parallel/).
   bool prefault = true;
+  // --weights-memory: bytes for all weights; the routed experts beyond the resident tensors are
+  // streamed from the file through an expert cache (model/expert_cache.h). 0: every weight resident.
+  int64_t weights_memory = 0;
+  ExpertEviction expert_eviction = ExpertEviction::Lfu;
   // One more observer of every forward call (the doctor's probes; model/forward_observer.h),
   // after the model's own. Single process only. Must outlive the model.
   ForwardObserver* observer = nullptr;
@@ -95,6 +99,10 @@ class Deepseek2Model {
   // What the model's own observers (model/observers.h, path_verify.h) counted.
   const SparseCounters& sparse_counters() const { return path_counter_.sparse(); }
   const MoeCounters& moe_counters() const { return profiler_.moe(); }
+  // The routed-expert cache's counters (all zero without --weights-memory).
+  ExpertCacheCounters expert_cache_counters() const {
+    return w_.expert_cache ? w_.expert_cache->counters() : ExpertCacheCounters{};
+  }
   const StageCounters& stage_counters() const { return profiler_.stages(); }
   const PathCounters& path_counters() const { return path_counter_.paths(); }
   const PathVerifyLog& verify_log() const;  // empty unless ModelOptions::verify_paths
@@ -283,6 +291,8 @@ class Deepseek2Model {
     int32_t matrix, expert, row0;
   };
   std::vector<ExpertPiece> expert_pieces_;  // expert_matmuls' work list
+  std::vector<int32_t> expert_list_;        // a chunk's experts with pairs (expert cache)
+  ExpertLease expert_lease_;                // where the expert cache put them
   ShardRange experts_;                      // this rank's routed experts
   ShardRange heads_;                        // this rank's attention heads
   std::vector<float> gather_scratch_;       // all_gather_columns' buffers

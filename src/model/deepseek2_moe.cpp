@@ -74,6 +74,7 @@ void Deepseek2Model::expert_matmuls(std::initializer_list<const WeightMatrix*> w
     if (expert_offsets_[e + 1] > expert_offsets_[e])
       for (int32_t i = 0; i < n_mat; ++i)
         for (int32_t r0 = 0; r0 < out_rows; r0 += kRows) expert_pieces_.push_back({i, e, r0});
+  const ExpertCache* cache = w_.expert_cache.get();  // set: the experts' rows are in expert_lease_'s slots
   std::atomic<size_t> next{0};
   pool_.run([&](int) {
     for (size_t k; (k = next.fetch_add(1, std::memory_order_relaxed)) < expert_pieces_.size();) {
@@ -81,8 +82,10 @@ void Deepseek2Model::expert_matmuls(std::initializer_list<const WeightMatrix*> w
       const int32_t b0 = expert_offsets_[pc.expert], m = expert_offsets_[pc.expert + 1] - b0;
       const QuantizedActivations a{act[pc.matrix].data + (b0 - act_row0) * act[pc.matrix].row_bytes,
                                    act[pc.matrix].row_bytes};
-      matmul_rows(w[pc.matrix]->rows(pc.expert * out_rows, out_rows), a, m, y[pc.matrix] + b0 * out_rows, out_rows,
-                  pc.row0, std::min<int64_t>(out_rows, pc.row0 + kRows));
+      const WeightMatrix we = cache ? cache->matrix(expert_lease_, *w[pc.matrix], pc.expert)
+                                    : w[pc.matrix]->rows(pc.expert * out_rows, out_rows);
+      matmul_rows(we, a, m, y[pc.matrix] + b0 * out_rows, out_rows, pc.row0,
+                  std::min<int64_t>(out_rows, pc.row0 + kRows));
     }
   });
   const int64_t j0 = expert_offsets_[experts_.begin] * out_rows, j1 = expert_offsets_[experts_.end] * out_rows;
@@ -137,6 +140,21 @@ ShardRange Deepseek2Model::group_pairs(const LayerWeights& L, int64_t p0, int64_
 void Deepseek2Model::expert_ffns(const LayerWeights& L, int64_t c0, int64_t c1, int64_t n_pairs, ShardRange own) {
   const int64_t E = c_.n_embd, F = c_.n_ff_exp;
   const int64_t pa = own.begin, pb = own.end;
+  // Streamed experts: this chunk's are loaded (where missing) and pinned before the parallel
+  // work, and unpinned when it is done, whatever happens in between.
+  struct Unpin {
+    ExpertCache* cache;
+    ExpertLease& lease;
+    ~Unpin() {
+      if (cache) cache->release(lease);
+    }
+  } unpin{w_.expert_cache.get(), expert_lease_};
+  if (unpin.cache) {
+    expert_list_.clear();
+    for (auto e = static_cast<int32_t>(experts_.begin); e < static_cast<int32_t>(experts_.end); ++e)
+      if (expert_offsets_[e + 1] > expert_offsets_[e]) expert_list_.push_back(e);
+    unpin.cache->acquire(L, expert_list_.data(), static_cast<int64_t>(expert_list_.size()), pool_, expert_lease_);
+  }
   if (L.gate_up_merged) {
     // {n_embd, m} -> {2 * n_ff_exp, m} per expert: gate rows then up rows, into up_.
     expert_matmuls({&L.ffn_gate_up_exps}, 2 * F, expert_inputs({&L.ffn_gate_up_exps}, c0, c1, n_pairs), {up_.data()});

@@ -121,8 +121,9 @@ void bind_layer(Binder& b, const DeepseekConfig& c, int64_t il, const WeightLoad
 // only when it takes at most half the machine's RAM (a model larger than memory keeps relying on
 // the file mapping's paging); each source range is then dropped from the mapping (MADV_DONTNEED
 // on a read-only private file mapping: a later read faults the file back in), so resident memory
-// stays about what it was.
-void repack_matrices(DeepseekWeights& w, const DeepseekConfig& c) {
+// stays about what it was. stream_experts: the routed experts are left to the expert cache, which
+// packs each as it enters.
+void repack_matrices(DeepseekWeights& w, const DeepseekConfig& c, bool stream_experts) {
   std::vector<std::pair<WeightMatrix*, int64_t>> todo;  // matrix, rows per slice
   if (!w.output_tied) todo.emplace_back(&w.output, w.output.n_rows);
   std::vector<LayerWeights*> layers;
@@ -138,6 +139,7 @@ void repack_matrices(DeepseekWeights& w, const DeepseekConfig& c) {
          {&L.attn_q_a, &L.attn_q_b, &L.attn_q, &L.attn_kv_a_mqa, &L.attn_output, &L.idx_q_b, &L.idx_k, &L.idx_proj,
           &L.ffn_gate, &L.ffn_up, &L.ffn_down, &L.ffn_gate_inp, &L.ffn_gate_shexp, &L.ffn_up_shexp, &L.ffn_down_shexp})
       todo.emplace_back(m, m->n_rows);
+    if (stream_experts) continue;
     todo.emplace_back(&L.ffn_gate_exps, c.n_ff_exp);
     todo.emplace_back(&L.ffn_up_exps, c.n_ff_exp);
     todo.emplace_back(&L.ffn_gate_up_exps, 2 * c.n_ff_exp);
@@ -220,7 +222,12 @@ DeepseekWeights bind_deepseek_weights(const GgufFile& f, const DeepseekConfig& c
     bind_layer(b, c, il, opt, /*indexer=*/false, n.layer, layout);
   }
   b.report_unbound(c.n_layer);
-  if (opt.repack) repack_matrices(w, c);
+  // Before repacking: a budget it refuses is refused at once.
+  if (opt.expert_cache.budget_bytes > 0) {
+    w.expert_cache = std::make_shared<ExpertCache>(f, c, w, opt.expert_cache);
+    log().info("{}", w.expert_cache->describe());
+  }
+  if (opt.repack) repack_matrices(w, c, opt.expert_cache.budget_bytes > 0);
   // After repacking, so that the fallbacks share the trunk's packed copies.
   if (w.nextn.present && !w.nextn.head.data) w.nextn.head = w.output;
   if (w.nextn.present && !w.nextn.embed.data) w.nextn.embed = w.token_embd;

@@ -16,6 +16,7 @@
 #include "kernels/attention.h"
 #include "kernels/matmul.h"
 #include "model/config.h"
+#include "model/expert_cache.h"
 
 namespace mla {
 
@@ -84,6 +85,9 @@ struct DeepseekWeights {
   std::vector<LayerWeights> layers;
   NextnWeights nextn;                         // present only when loaded (WeightLoadOptions::load_mtp)
   std::shared_ptr<PackedWeightStore> packed;  // repacked copies of matrices (WeightMatrix::packed)
+  // With a weights-memory budget: the routed experts' cache (their matrices then point into the
+  // file but are read only through it, model/expert_cache.h); nullptr: every expert resident.
+  std::shared_ptr<ExpertCache> expert_cache;
 };
 
 struct WeightLoadOptions {
@@ -92,6 +96,9 @@ struct WeightLoadOptions {
   bool repack = true;     // repack matmul weights into 16-row groups where the CPU has the kernels
   bool load_mtp = false;  // bind the first MTP (nextn) block (speculative decoding); the file must have one
   bool prefault = true;   // map every page at open (--no-prefault turns it off); several ranks map their shard instead
+  // budget_bytes > 0 (--weights-memory): routed experts stream through an ExpertCache (bound here,
+  // DeepseekWeights::expert_cache); they are neither prefaulted (load_deepseek2) nor repacked.
+  ExpertCacheOptions expert_cache;
 };
 
 // Binds every tensor of the trunk layers and, with load_mtp, of the first MTP block (other MTP

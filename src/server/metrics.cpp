@@ -185,6 +185,18 @@ std::string ServerMetrics::render(const EngineCounters& c, std::string_view mode
   counter("mla:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", c.n_prefix_queries);
   counter("mla:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.", c.n_prefix_hits);
   write_tier_metrics(w, m, c);
+  if (c.expert_cache_slots > 0) {  // --weights-memory
+    one("mla:expert_cache_slots", "gauge", "Routed experts the expert cache holds at once (--weights-memory).",
+        static_cast<double>(c.expert_cache_slots));
+    counter("mla:expert_cache_hits_total", "Routed (layer, expert) lookups found in the expert cache.",
+            c.n_expert_cache_hits);
+    counter("mla:expert_cache_misses_total", "Routed (layer, expert) lookups read from the model file.",
+            c.n_expert_cache_misses);
+    counter("mla:expert_cache_read_bytes_total", "Model file bytes read into the expert cache.",
+            c.expert_cache_bytes_read);
+    one("mla:expert_cache_stall_seconds_total", "counter",
+        "Wall time the forward pass waited for expert cache misses (read and repack).", c.expert_cache_stall_seconds);
+  }
   w.family("mla:attention_path_tokens_total", "counter",
            "Tokens attended through each MLA path (mha: decompressed, mqa: absorbed).");
   w.sample("mla:attention_path_tokens_total", with("path", "mha"), static_cast<double>(c.n_tokens_mha));

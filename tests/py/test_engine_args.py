@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "models" / "tiny-q8_0.gguf"
 
 MODEL_FLAGS = ["--threads", "--mla-path", "--max-num-batched-tokens", "--kv-cache-dtype", "--speculative-config",
-               "--no-prefault", "--simd", "--no-repack"]
+               "--no-prefault", "--weights-memory", "--expert-eviction", "--simd", "--no-repack"]
 # The engine line's tail: the quant kernels' family this host runs (by default its best) and repacking.
 KERNELS = r", simd (avx512|avx2|scalar), repack (on|off)$"
 CAPACITY_FLAGS = ["--max-num-seqs", "--max-model-len", "--enable-prefix-caching", "--kv-cache-tokens",

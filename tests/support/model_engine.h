@@ -20,6 +20,8 @@ struct TestRunnerOptions {
   int64_t max_batch_tokens = 2048;
   bool mtp = false;
   bool exact_attention = true;  // ModelOptions::exact_attention (--attention-precision)
+  int64_t weights_memory = 0;   // ModelOptions::weights_memory (--weights-memory): 0 every weight resident
+  ExpertEviction expert_eviction = ExpertEviction::Lfu;
 };
 
 inline std::function<std::unique_ptr<ModelRunner>()> deepseek2_runner(const std::string& path, MlaPathPolicy policy,
@@ -30,6 +32,8 @@ inline std::function<std::unique_ptr<ModelRunner>()> deepseek2_runner(const std:
     mo.max_batch_tokens = o.max_batch_tokens;
     mo.mtp = o.mtp;
     mo.exact_attention = o.exact_attention;
+    mo.weights_memory = o.weights_memory;
+    mo.expert_eviction = o.expert_eviction;
     KvCacheOptions kv;
     kv.dtype = o.dtype;
     kv.block_size = o.block_size;

@@ -32,7 +32,7 @@
 
 namespace mla {
 
-inline constexpr int kPackedRows = 16;      // weight rows per group
+inline constexpr int kPackedRows = 16;       // weight rows per group
 inline constexpr int kPackedMaxTokens = 24;  // activation rows per kernel call
 
 // True when t has a packed layout (see packed_gemm_ref_fn), whatever the CPU.

@@ -12,9 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import requests
+from conftest import run_mla
 
 import gguf
-from conftest import run_mla
+
 from server_util import CHAT_TEMPLATE, MODEL_NAME, SYNTH_CONFIG, VOCAB, Server, metric
 
 BATCH_PROMPTS = ["1 2 3 4 5", "7 8 9", "10 11 12 13 14 15 16 17 18", "40", "21 22 23 24"]

@@ -31,9 +31,10 @@ void prefault_resident_tensors(const GgufFile& f) {
   const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   for (const GgufTensorInfo& t : f.tensors()) {
     if (t.converted || is_routed_expert_tensor(t.name) || t.n_bytes == 0) continue;
-    const auto a = reinterpret_cast<uintptr_t>(t.data) / page * page;
-    const size_t n = reinterpret_cast<uintptr_t>(t.data) + t.n_bytes - a;
-    void* p = reinterpret_cast<void*>(a);
+    const auto* data = static_cast<const uint8_t*>(t.data);
+    const size_t lead = reinterpret_cast<uintptr_t>(data) % page;  // back to the page start
+    void* p = const_cast<uint8_t*>(data - lead);
+    const size_t n = t.n_bytes + lead;
     if (madvise(p, n, MADV_POPULATE_READ) != 0) madvise(p, n, MADV_WILLNEED);
   }
 }

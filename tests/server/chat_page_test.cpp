@@ -7,42 +7,19 @@
 #include <iterator>
 #include <string>
 
+#include "../support/recording_responder.h"
 #include "server/chat_page.h"
 #include "server/router.h"
 
 namespace mla::server {
 namespace {
 
-class Recorder : public HttpResponder {
- public:
-  void send(int s, std::string type, std::string b, std::vector<std::pair<std::string, std::string>> h) override {
-    status = s;
-    content_type = std::move(type);
-    body = std::move(b);
-    headers = std::move(h);
-  }
-  void start_stream(std::string, std::vector<std::pair<std::string, std::string>>) override {}
-  void write(std::string) override {}
-  void end_stream() override {}
-  void on_disconnect(std::function<void()>) override {}
-  bool client_gone() const override { return false; }
-
-  std::string header(const std::string& name) const {
-    for (const auto& [k, v] : headers)
-      if (k == name) return v;
-    return "";
-  }
-  int status = 0;
-  std::string content_type, body;
-  std::vector<std::pair<std::string, std::string>> headers;
-};
-
-std::shared_ptr<Recorder> get(const Router& router, const std::string& path) {
+std::shared_ptr<RecordingResponder> get(const Router& router, const std::string& path) {
   HttpRequest req;
   req.method = "GET";
   req.path = path;
   req.target = path;
-  auto res = std::make_shared<Recorder>();
+  auto res = std::make_shared<RecordingResponder>();
   router.handle(std::move(req), res);
   return res;
 }

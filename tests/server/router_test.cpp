@@ -5,32 +5,12 @@
 
 #include <stdexcept>
 
+#include "../support/recording_responder.h"
 #include "server/router.h"
 #include "util/error.h"
 
 namespace mla::server {
 namespace {
-
-// What a handler or the router sent.
-class RecordingResponder : public HttpResponder {
- public:
-  void send(int s, std::string type, std::string b, std::vector<std::pair<std::string, std::string>> h) override {
-    status = s;
-    content_type = std::move(type);
-    body = std::move(b);
-    headers = std::move(h);
-  }
-  void start_stream(std::string, std::vector<std::pair<std::string, std::string>>) override {}
-  void write(std::string) override {}
-  void end_stream() override {}
-  void on_disconnect(std::function<void()>) override {}
-  bool client_gone() const override { return false; }
-
-  json j() const { return json::parse(body); }
-  int status = 0;
-  std::string content_type, body;
-  std::vector<std::pair<std::string, std::string>> headers;
-};
 
 std::shared_ptr<RecordingResponder> call(const Router& router, std::string method, std::string path,
                                          std::vector<std::pair<std::string, std::string>> headers = {}) {

@@ -49,6 +49,7 @@ struct Engine::Impl {
   void flush_finished();  // frees the sequences that finished this step
   void emit(std::vector<Request*>& touched);
   void update_counters();
+  void count_finish_reason(const Request& r);
   void store_new_blocks();                     // the prefix cache's lower tiers: blocks the arena cached this step
   void enqueue(std::unique_ptr<Request> req);  // any thread
   void run_loop();
@@ -342,6 +343,7 @@ void Engine::Impl::emit(std::vector<Request*>& touched) {
   for (auto& [r, out] : ready) {
     if (!out.finished) continue;
     ++totals.n_requests_finished;
+    count_finish_reason(*r);
     auto it = requests.find(r->id);
     done.push_back(std::move(it->second));
     requests.erase(it);
@@ -354,6 +356,26 @@ void Engine::Impl::emit(std::vector<Request*>& touched) {
       r->on_output(std::move(out));
     else if (r->stream)
       r->stream->push(std::move(out));
+  }
+}
+
+void Engine::Impl::count_finish_reason(const Request& r) {
+  std::optional<FinishReason> reason;
+  for (const auto& s : r.seqs)
+    if (s->index == 0) reason = s->output.finish_reason();
+  switch (reason.value_or(FinishReason::kAbort)) {
+    case FinishReason::kStop:
+      ++totals.n_finished_stop;
+      break;
+    case FinishReason::kLength:
+      ++totals.n_finished_length;
+      break;
+    case FinishReason::kAbort:
+      ++totals.n_finished_abort;
+      break;
+    case FinishReason::kError:
+      ++totals.n_finished_error;
+      break;
   }
 }
 

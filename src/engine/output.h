@@ -30,6 +30,7 @@ class SeqOutput {
   void finish_grammar_end();
 
   bool finished() const { return finish_.has_value(); }
+  std::optional<FinishReason> finish_reason() const { return finish_; }
   bool has_delta() const;
   // Moves the pending delta out; index: the sequence's index in its request.
   CompletionOutput take_delta(int index, int n_generated);

@@ -153,6 +153,13 @@ struct EngineCounters {
   // of the mask work the forward did not hide).
   double mask_wait_seconds = 0;
   int64_t n_requests_finished = 0;
+  // The finished requests by their first sequence's finish reason (stop, length, abort, error).
+  // Counted with the gauges above, before the request's last output is delivered: a reader that
+  // sees the request gone from n_running also sees it here.
+  int64_t n_finished_stop = 0;
+  int64_t n_finished_length = 0;
+  int64_t n_finished_abort = 0;
+  int64_t n_finished_error = 0;
   // Speculative decoding (vLLM's spec-decode counters): verify steps that carried drafts, the
   // drafts they carried, the drafts accepted, and the accepted ones by draft position (index 0:
   // the first draft of a step).
@@ -212,6 +219,10 @@ inline constexpr std::tuple kEngineCounterTotals{&EngineCounters::n_prompt_token
                                                  &EngineCounters::n_masks,
                                                  &EngineCounters::mask_wait_seconds,
                                                  &EngineCounters::n_requests_finished,
+                                                 &EngineCounters::n_finished_stop,
+                                                 &EngineCounters::n_finished_length,
+                                                 &EngineCounters::n_finished_abort,
+                                                 &EngineCounters::n_finished_error,
                                                  &EngineCounters::n_spec_drafts,
                                                  &EngineCounters::n_spec_draft_tokens,
                                                  &EngineCounters::n_spec_accepted_tokens,

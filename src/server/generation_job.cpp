@@ -151,10 +151,7 @@ void GenerationJob::observe(size_t p, const RequestOutput& out, Clock::time_poin
     }
     c.last_token = now;
   }
-  if (out.finished) {
-    metrics.observe_e2e(seconds(now - start_));
-    metrics.count_finished(choices_[p * n_].state.finish.value_or(FinishReason::kAbort));
-  }
+  if (out.finished) metrics.observe_e2e(seconds(now - start_));
 }
 
 void GenerationJob::on_output(size_t p, RequestOutput&& out) {

@@ -101,11 +101,6 @@ ServerMetrics::ServerMetrics()
       tpot_({0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5, 5, 10, 20}),
       e2e_({0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 20, 30, 60, 120, 240, 480, 960, 1920}) {}
 
-void ServerMetrics::count_finished(FinishReason r) {
-  std::lock_guard lk(mu_);
-  ++finished_[std::string(to_string(r))];
-}
-
 namespace {
 
 // The prefix cache's lower tiers (--kv-cache-host-bytes, --kv-cache-dir): block lookups by tier,
@@ -174,13 +169,9 @@ std::string ServerMetrics::render(const EngineCounters& c, std::string_view mode
   counter("mla:generation_tokens_total", "Generated tokens.", c.n_generation_tokens);
 
   w.family("mla:request_success_total", "counter", "Finished requests by finish reason.");
-  {
-    std::lock_guard lk(mu_);
-    std::map<std::string, int64_t> all = finished_;
-    for (const char* r : {"stop", "length", "abort"}) all.emplace(r, 0);
-    for (const auto& [reason, n] : all)
-      w.sample("mla:request_success_total", with("finished_reason", reason), static_cast<double>(n));
-  }
+  for (const auto& [reason, n] : {std::pair{"stop", c.n_finished_stop}, std::pair{"length", c.n_finished_length},
+                                  std::pair{"abort", c.n_finished_abort}, std::pair{"error", c.n_finished_error}})
+    w.sample("mla:request_success_total", with("finished_reason", reason), static_cast<double>(n));
   counter("mla:num_preemptions_total", "Sequences preempted (recomputed later).", c.n_preemptions);
   counter("mla:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", c.n_prefix_queries);
   counter("mla:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.", c.n_prefix_hits);

@@ -3,7 +3,6 @@
 // at scrape time, plus what only the server sees (latency histograms, finished requests by
 // reason). Every sample carries the label model_name.
 #include <cstdint>
-#include <map>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -64,14 +63,11 @@ class ServerMetrics {
   void observe_ttft(double seconds) { ttft_.observe(seconds); }
   void observe_tpot(double seconds) { tpot_.observe(seconds); }
   void observe_e2e(double seconds) { e2e_.observe(seconds); }
-  void count_finished(FinishReason r);
 
   std::string render(const EngineCounters& c, std::string_view model_name) const;
 
  private:
   Histogram ttft_, tpot_, e2e_;
-  mutable std::mutex mu_;
-  std::map<std::string, int64_t> finished_;  // by finish reason
 };
 
 }  // namespace mla::server

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -391,6 +393,39 @@ TEST(Engine, ThreadSafeAddAbortAndStreamsWithTheLoopOnItsOwnThread) {
   EXPECT_EQ(c.n_running, 0);
   EXPECT_EQ(c.n_waiting, 0);
   EXPECT_EQ(c.n_requests_finished, 9);
+  EXPECT_EQ(c.n_finished_abort, 1);
+  EXPECT_EQ(c.n_finished_stop + c.n_finished_length, 8);
+  EXPECT_EQ(c.n_finished_error, 0);
+}
+
+// The finish reasons are counted with the gauges, before the last output is delivered: whoever
+// sees a request's end (its callback, or a reader of the counters that sees it gone from the
+// running set) sees its reason counted.
+TEST(Engine, FinishReasonsAreCountedBeforeTheLastOutput) {
+  Engine engine(std::make_unique<FakeRunner>(kVocab, 16, 8), config(MlaPathPolicy::Auto, 64, true));
+  engine.start();
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<EngineCounters> at_end;
+  // "short" ends by length after 3 tokens; its callback aborts "long", which ends a step later.
+  auto on_output = [&](RequestOutput&& out) {
+    if (!out.finished) return;
+    if (out.request_id == "short") EXPECT_TRUE(engine.abort("long"));
+    std::lock_guard lk(mu);
+    at_end.push_back(engine.counters());
+    cv.notify_all();
+  };
+  engine.add_request("long", make_prompt(12, 3), greedy(100), on_output);
+  engine.add_request("short", make_prompt(12, 4), greedy(3), on_output);
+  std::unique_lock lk(mu);
+  cv.wait(lk, [&] { return at_end.size() == 2; });
+  EXPECT_EQ(at_end[0].n_finished_length, 1);
+  EXPECT_EQ(at_end[0].n_finished_abort, 0);
+  EXPECT_EQ(at_end[1].n_finished_length, 1);
+  EXPECT_EQ(at_end[1].n_finished_abort, 1);
+  EXPECT_EQ(at_end[1].n_running, 0);
+  lk.unlock();
+  engine.stop();
 }
 
 TEST(Engine, DestructorAbortsWhatIsStillActive) {

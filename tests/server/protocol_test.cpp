@@ -464,9 +464,6 @@ TEST(ServerMetricsText, HistogramBucketsAreCumulative) {
 
 TEST(ServerMetricsText, EveryMetricOfTheIssueIsExposed) {
   ServerMetrics m;
-  m.count_finished(FinishReason::kLength);
-  m.count_finished(FinishReason::kLength);
-  m.count_finished(FinishReason::kStop);
   m.observe_ttft(0.02);
   m.observe_tpot(0.002);
   m.observe_e2e(0.3);
@@ -481,6 +478,8 @@ TEST(ServerMetricsText, EveryMetricOfTheIssueIsExposed) {
   c.n_prefix_hits = 16;
   c.n_tokens_mha = 7;
   c.n_tokens_mqa = 9;
+  c.n_finished_length = 2;
+  c.n_finished_stop = 1;
   auto s = parse_prometheus(m.render(c, "my \"model\""));
   const std::string l = R"({model_name="my \"model\""})";
   EXPECT_EQ(s.at("mla:num_requests_running" + l), 2);

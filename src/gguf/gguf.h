@@ -5,6 +5,7 @@
 // against the bytes that exist, and each problem is reported as one mla::Error whose message
 // names the byte offset ("gguf: <file>: at byte 1234: string length 9e18 exceeds file size").
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -216,6 +217,10 @@ class GgufWriter {
   // Like add_tensor, without copying: the bytes are read when the file is written, so the caller
   // keeps them alive until then (e.g. a tensor of an open GgufFile).
   void add_tensor_ref(std::string name, GgmlType type, std::vector<int64_t> ne, const void* data, size_t n_bytes);
+  // A tensor of n_bytes whose bytes `make` produces when the file is written (and then drops), so
+  // that a file larger than memory is written one tensor at a time. make must return n_bytes bytes.
+  void add_tensor_lazy(std::string name, GgmlType type, std::vector<int64_t> ne, size_t n_bytes,
+                       std::function<std::vector<uint8_t>()> make);
   // Copies every key of an existing file except the split.* keys (the copy is one file).
   void copy_metadata_from(const GgufFile& f);
 
@@ -232,9 +237,12 @@ class GgufWriter {
     std::vector<uint8_t> owned;
     const uint8_t* ref = nullptr;  // the caller's bytes (add_tensor_ref), else null
     size_t n_bytes = 0;
+    std::function<std::vector<uint8_t>()> make;  // add_tensor_lazy
     const uint8_t* bytes() const { return ref ? ref : owned.data(); }
   };
   uint64_t alignment() const;
+  // Calls emit(bytes, n) with the tensor's bytes (a lazy tensor's made for the call).
+  static void with_bytes(const Tensor& t, const std::function<void(const uint8_t*, size_t)>& emit);
   std::vector<uint8_t> header_bytes() const;  // metadata, tensor infos, padding to the data section
   void check_tensor(const std::string& name, GgmlType type, const std::vector<int64_t>& ne, size_t n_bytes) const;
   std::vector<std::pair<std::string, GgufValue>> kv_;

@@ -118,6 +118,24 @@ void GgufWriter::add_tensor_ref(std::string name, GgmlType type, std::vector<int
   tensors_.push_back(Tensor{std::move(name), type, std::move(ne), {}, static_cast<const uint8_t*>(data), n_bytes});
 }
 
+void GgufWriter::add_tensor_lazy(std::string name, GgmlType type, std::vector<int64_t> ne, size_t n_bytes,
+                                 std::function<std::vector<uint8_t>()> make) {
+  check_tensor(name, type, ne, n_bytes);
+  Tensor t{std::move(name), type, std::move(ne), {}, nullptr, n_bytes, std::move(make)};
+  tensors_.push_back(std::move(t));
+}
+
+void GgufWriter::with_bytes(const Tensor& t, const std::function<void(const uint8_t*, size_t)>& emit) {
+  if (!t.make) {
+    emit(t.bytes(), t.n_bytes);
+    return;
+  }
+  const std::vector<uint8_t> made = t.make();
+  if (made.size() != t.n_bytes)
+    fail("gguf writer: tensor '{}' was made with {} bytes, declared {}", t.name, made.size(), t.n_bytes);
+  emit(made.data(), made.size());
+}
+
 void GgufWriter::copy_metadata_from(const GgufFile& f) {
   for (const auto& [k, v] : f.metadata())
     if (!is_gguf_split_key(k)) set(k, v);
@@ -163,7 +181,7 @@ std::vector<uint8_t> GgufWriter::to_bytes() const {
   Out o;
   o.bytes = header_bytes();
   for (const auto& t : tensors_) {
-    o.put_raw(t.bytes(), t.n_bytes);
+    with_bytes(t, [&](const uint8_t* b, size_t n) { o.put_raw(b, n); });
     o.pad_to(align);
   }
   return o.bytes;
@@ -179,7 +197,9 @@ void GgufWriter::write(const std::string& path) const {
     f.write(reinterpret_cast<const char*>(header.data()), static_cast<std::streamsize>(header.size()));
     static const char kZeros[256] = {};
     for (const auto& t : tensors_) {
-      f.write(reinterpret_cast<const char*>(t.bytes()), static_cast<std::streamsize>(t.n_bytes));
+      with_bytes(t, [&](const uint8_t* b, size_t n) {
+        f.write(reinterpret_cast<const char*>(b), static_cast<std::streamsize>(n));
+      });
       uint64_t pad = (align - t.n_bytes % align) % align;
       while (pad > 0) {
         uint64_t n = std::min<uint64_t>(pad, sizeof(kZeros));

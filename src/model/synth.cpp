@@ -104,6 +104,7 @@ const std::vector<SpecKey>& spec_table() {
       {"indexer_top_k", field(&SynthSpec::indexer_top_k)},
       {"indexer_types", field(&SynthSpec::indexer_types)},
       {"n_nextn", field(&SynthSpec::n_nextn)},
+      {"tiled_experts", field(&SynthSpec::tiled_experts)},
       {"seed", field(&SynthSpec::seed)},
       {"name", field(&SynthSpec::name)},
   };
@@ -192,6 +193,10 @@ class Builder {
     const GgmlType t = role.empty() ? GgmlType::F32 : fit_type(role_type(role), row);
     const int64_t rb = ggml_row_bytes(t, row);
     const double stddev = 1.0 / std::sqrt(static_cast<double>(row));
+    if (role == "ffn_exps" && s_.tiled_experts) {
+      tiled(name, t, std::move(ne), rows, stddev);
+      return;
+    }
     std::vector<uint8_t> out(static_cast<size_t>(rb * rows));
     const int64_t chunk = std::max<int64_t>(1, (int64_t{1} << 20) / row);
     const int64_t n_chunks = (rows + chunk - 1) / chunk;
@@ -217,6 +222,27 @@ class Builder {
   void norm(const std::string& name, int64_t n) { add(name, "", {n}, near_one(s_, name, n)); }
 
  private:
+  // tiled_experts: a pool of kTiledPool rows quantized from the tensor's stream now, and the
+  // tensor's rows copied from it (row r takes pool row hash(seed, name, r) % kTiledPool) when the
+  // writer reaches it, so that tens of GB of routed experts are written at the disk's rate.
+  static constexpr int64_t kTiledPool = 64;
+  void tiled(const std::string& name, GgmlType t, std::vector<int64_t> ne, int64_t rows, double stddev) {
+    const int64_t row = ne[0], rb = ggml_row_bytes(t, row);
+    auto pool = std::make_shared<std::vector<uint8_t>>(encode(t, normals(s_, name, kTiledPool * row, stddev), row));
+    uint64_t key = s_.seed;
+    for (unsigned char c : name) key = (key ^ c) * 0x100000001b3ull;
+    auto make = [pool, key, rows, rb] {
+      std::vector<uint8_t> out(static_cast<size_t>(rows * rb));
+      uint64_t st = key;
+      for (int64_t r = 0; r < rows; ++r) {
+        const auto src = static_cast<int64_t>(splitmix64(st) % kTiledPool);
+        std::memcpy(out.data() + r * rb, pool->data() + src * rb, static_cast<size_t>(rb));
+      }
+      return out;
+    };
+    w_.add_tensor_lazy(name, t, std::move(ne), static_cast<size_t>(rows * rb), make);
+  }
+
   const SynthSpec& s_;
   GgufWriter& w_;
 };
@@ -226,6 +252,7 @@ void check_spec(const SynthSpec& s) {
     if (v < 1) fail("synth: {} is {}, expected >= 1", k, v);
   };
   pos("n_layer", s.n_layer);
+  if (s.tiled_experts && s.merged_gate_up) fail("synth: tiled_experts does not apply to merged_gate_up");
   pos("n_embd", s.n_embd);
   pos("n_head", s.n_head);
   pos("kv_lora_rank", s.kv_lora_rank);

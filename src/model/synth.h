@@ -66,6 +66,10 @@ struct SynthSpec {
   int64_t indexer_top_k = 16;
   std::string indexer_types;  // one '1' (full) / '0' (shared) per layer, written as indexer.types; "": all full
   int64_t n_nextn = 0;        // MTP blocks appended after the trunk (a full block + blk.N.nextn.*)
+  // Routed expert tensors made of 64 quantized random rows repeated (each row a pick from them)
+  // and written as the file is: every block valid, the values not independent; for files of tens of
+  // GB (larger than memory) in minutes. Not with merged_gate_up.
+  bool tiled_experts = false;
   uint64_t seed = 1;
   std::string name = "synthetic deepseek2";
 };

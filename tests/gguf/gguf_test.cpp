@@ -113,6 +113,40 @@ TEST(Gguf, RoundTripTensorsOfEveryType) {
   }
 }
 
+// A lazy tensor's bytes are made when the file is written, in the file's order, once per write;
+// a maker that returns the wrong size fails the write naming the tensor.
+TEST(GgufWriter, LazyTensorsAreMadeAtWriteTime) {
+  GgufWriter w;
+  w.set("general.architecture", GgufValue::str("test"));
+  int made = 0;
+  const auto want = bytes_of_size(GgmlType::Q4_K, 256, 3, 7);
+  w.add_tensor("a", GgmlType::F32, {4}, bytes_of_size(GgmlType::F32, 4, 1, 1));
+  w.add_tensor_lazy("b", GgmlType::Q4_K, {256, 3}, want.size(), [&] {
+    ++made;
+    return want;
+  });
+  w.add_tensor("c", GgmlType::F32, {4}, bytes_of_size(GgmlType::F32, 4, 1, 2));
+  EXPECT_EQ(made, 0);
+  auto bytes = w.to_bytes();
+  EXPECT_EQ(made, 1);
+  auto f = GgufFile::parse(bytes.data(), bytes.size());
+  const auto& b = f->require_tensor("b");
+  ASSERT_EQ(b.n_bytes, want.size());
+  EXPECT_EQ(std::memcmp(b.data, want.data(), want.size()), 0);
+  const auto c_want = bytes_of_size(GgmlType::F32, 4, 1, 2);
+  EXPECT_EQ(std::memcmp(f->require_tensor("c").data, c_want.data(), c_want.size()), 0);
+
+  GgufWriter bad;
+  bad.set("general.architecture", GgufValue::str("test"));
+  bad.add_tensor_lazy("short", GgmlType::F32, {8}, 32, [] { return std::vector<uint8_t>(16); });
+  try {
+    bad.to_bytes();
+    FAIL() << "a short lazy tensor was written";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'short' was made with 16 bytes, declared 32"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Gguf, TypeTableNamesRoundTrip) {
   int n = 0;
   const GgmlType* types = ggml_all_types(&n);

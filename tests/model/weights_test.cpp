@@ -2,11 +2,15 @@
 // message; both MLA layouts give the same W_UK / W_UV values.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
+#include <set>
 
 #include "gguf/gguf.h"
+#include "model/expert_cache.h"
 #include "model/weights.h"
 #include "model_test_util.h"
+#include "quant/quant.h"
 #include "util/error.h"
 
 namespace mla {
@@ -27,6 +31,46 @@ std::string bind_error(const std::string& path) {
     return e.what();
   }
   return "(no error)";
+}
+
+// tiled_experts (files larger than memory, written in minutes): the routed expert tensors are
+// rows of a 64-row pool, each a valid quantized row; every other tensor is the same bytes as
+// without the option, and the file binds.
+TEST(SynthSpec, TiledExpertsAreValidRowsFromAPoolAndTouchNothingElse) {
+  SynthSpec plain = small_spec();
+  plain.type = GgmlType::Q8_0;
+  plain.n_expert = 8;
+  plain.n_ff_exp = 256;  // 8 experts x 256 rows: more rows than the pool
+  SynthSpec tiled = plain;
+  tiled.tiled_experts = true;
+  auto fp = GgufFile::open(synth_file("tiled_plain", plain));
+  auto ft = GgufFile::open(synth_file("tiled_on", tiled));
+  DeepseekConfig c = load_deepseek_config(*ft);
+  bind_deepseek_weights(*ft, c);
+  int n_routed = 0;
+  for (const auto& t : ft->tensors()) {
+    const auto& p = fp->require_tensor(t.name);
+    ASSERT_EQ(t.n_bytes, p.n_bytes) << t.name;
+    if (!is_routed_expert_tensor(t.name)) {
+      EXPECT_EQ(std::memcmp(t.data, p.data, t.n_bytes), 0) << t.name;
+      continue;
+    }
+    ++n_routed;
+    const size_t rb = ggml_row_bytes(t.type, t.ne[0]);
+    std::set<std::string> distinct;
+    for (size_t off = 0; off < t.n_bytes; off += rb) {
+      std::vector<float> row(static_cast<size_t>(t.ne[0]));
+      dequantize_row(t.type, t.data + off, row.data(), t.ne[0]);
+      for (float v : row) ASSERT_TRUE(std::isfinite(v)) << t.name;
+      distinct.emplace(reinterpret_cast<const char*>(t.data + off), rb);
+    }
+    EXPECT_LE(distinct.size(), 64u) << t.name;
+    EXPECT_GT(distinct.size(), 32u) << t.name;
+  }
+  EXPECT_EQ(n_routed, 3);  // layer 1's gate, up, down (layer 0 is dense)
+
+  tiled.merged_gate_up = true;
+  EXPECT_THROW(write_synth_deepseek2(tiled, temp_dir() + "/tiled_merged.gguf"), Error);
 }
 
 TEST(DeepseekWeights, BindsSynthModel) {

@@ -17,11 +17,29 @@ bool kwarg_true(const nlohmann::ordered_json& kw, const char* name) {
   auto it = kw.find(name);
   return it != kw.end() && it->is_boolean() && it->get<bool>();
 }
+// Python's bool() of a kwarg's value (absent: false).
+bool kwarg_truthy(const nlohmann::ordered_json& kw, const char* name) {
+  auto it = kw.find(name);
+  if (it == kw.end() || it->is_null()) return false;
+  if (it->is_boolean()) return it->get<bool>();
+  if (it->is_number()) return it->get<double>() != 0;
+  if (it->is_string() || it->is_array() || it->is_object()) return !it->empty();
+  return true;
+}
+
+// DeepSeek-V4 (as vLLM's deepseek_v4 parser and tokenizer): thinks unless thinking /
+// enable_thinking is given and neither is truthy, or reasoning_effort is "none".
+bool deepseek_v4_thinks(const nlohmann::ordered_json& kw) {
+  const bool given = kw.contains("thinking") || kw.contains("enable_thinking");
+  const bool on = !given || kwarg_truthy(kw, "thinking") || kwarg_truthy(kw, "enable_thinking");
+  auto effort = kw.find("reasoning_effort");
+  return on && !(effort != kw.end() && effort->is_string() && effort->get<std::string>() == "none");
+}
 
 }  // namespace
 
 std::vector<std::string> reasoning_parser_names() {
-  return {"deepseek_r1", "deepseek_v3", "glm45", "glm47", "kimi_k2", "qwen3"};
+  return {"deepseek_r1", "deepseek_v3", "deepseek_v4", "glm45", "glm47", "kimi_k2", "qwen3"};
 }
 
 bool is_reasoning_parser(std::string_view name) {
@@ -34,6 +52,11 @@ std::string detect_reasoning_parser(std::string_view src) {
   auto has = [&](std::string_view s) { return src.find(s) != std::string_view::npos; };
   if (!has(kThinkStart) && !has(kThinkEnd)) return "";
   if (has("<arg_key>")) return "glm45";
+  if (has("\xef\xbd\x9c"
+          "DSML"
+          "\xef\xbd\x9c") &&
+      !has("function_calls"))
+    return "deepseek_v4";  // ｜DSML｜ calls in tool_calls: V4's templates
   if (has("<\xef\xbd\x9c"
           "Assistant\xef\xbd\x9c>"))  // <｜Assistant｜>
     return has("thinking") ? "deepseek_v3" : "deepseek_r1";
@@ -44,6 +67,9 @@ std::string detect_reasoning_parser(std::string_view src) {
 
 std::optional<bool> reasoning_starts_open(std::string_view parser, const nlohmann::ordered_json& kw,
                                           std::string_view prompt) {
+  // DeepSeek-V4 reads <think> in its output even when the request does not think (vLLM's
+  // deepseek_v4 starts in the content then): the split starts closed instead of not at all.
+  if (parser == "deepseek_v4" && !deepseek_v4_thinks(kw)) return false;
   const bool off = kwarg_false(kw, "enable_thinking") || kwarg_false(kw, "thinking");
   bool on = true;  // whether this request thinks at all
   if (parser == "deepseek_v3")
@@ -59,7 +85,7 @@ std::optional<bool> reasoning_starts_open(std::string_view parser, const nlohman
 }
 
 bool reasoning_breaks_at_tool_calls(std::string_view parser) {
-  return parser == "glm45" || parser == "glm47" || parser == "kimi_k2" || parser == "qwen3";
+  return parser == "glm45" || parser == "glm47" || parser == "kimi_k2" || parser == "qwen3" || parser == "deepseek_v4";
 }
 
 ReasoningStream::ReasoningStream(bool starts_open, std::vector<std::string_view> breaks)

@@ -4,10 +4,13 @@
 //
 // Parsers (vLLM's names): deepseek_r1 (always thinks), deepseek_v3 (thinks when
 // chat_template_kwargs thinking / enable_thinking is true), glm45 / glm47 / kimi_k2 / qwen3
-// (think unless enable_thinking / thinking is false). A thinking request's output starts inside
+// (think unless enable_thinking / thinking is false), deepseek_v4 (thinks unless thinking /
+// enable_thinking is false or reasoning_effort is "none"; when it does not, a leading <think>
+// still opens reasoning). A thinking request's output starts inside
 // the reasoning (the template opened <think>, or the model writes <think> first, which is
 // skipped) unless the prompt ends in </think>; with no </think> at all, everything is reasoning.
-// A request that does not think is not split: any tags stay in the content. (All as vLLM.)
+// A request that does not think is not split (deepseek_v4 aside): any tags stay in the content.
+// (All as vLLM.)
 #include <nlohmann/json.hpp>
 
 #include <optional>
@@ -24,7 +27,8 @@ std::string detect_reasoning_parser(std::string_view template_source);
 
 // How one request's output starts; nullopt: no reasoning is split out for this request.
 // prompt: the rendered prompt (its end says whether the template opened <think>).
-// Whether a tool-call marker inside the reasoning ends it (vLLM's glm45/glm47, kimi_k2, qwen3).
+// Whether a tool-call marker inside the reasoning ends it (vLLM's glm45/glm47, kimi_k2, qwen3,
+// deepseek_v4).
 bool reasoning_breaks_at_tool_calls(std::string_view parser);
 
 std::optional<bool> reasoning_starts_open(std::string_view parser, const nlohmann::ordered_json& chat_template_kwargs,

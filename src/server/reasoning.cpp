@@ -74,7 +74,7 @@ std::optional<bool> reasoning_starts_open(std::string_view parser, const nlohman
   bool on = true;  // whether this request thinks at all
   if (parser == "deepseek_v3")
     on = kwarg_true(kw, "thinking") || kwarg_true(kw, "enable_thinking");
-  else if (parser == "deepseek_r1")
+  else if (parser == "deepseek_r1" || parser == "deepseek_v4")  // (V4 without thinking returned above)
     on = true;
   else
     on = !off;

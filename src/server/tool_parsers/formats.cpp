@@ -29,10 +29,12 @@ CallSyntax call_syntax(std::string_view section_begin, std::string_view section_
 }
 
 // Markers; section_begin empty: calls stand alone in the content. begin_variants: other
-// spellings that also open a section (closed by the same section_end).
+// spellings that also open a section (closed by the same section_end). end_of_turn: the first
+// closed section ends the output; text after it is not content (vLLM's deepseek_v4).
 struct Layout {
   std::string_view section_begin, section_end, call_begin, call_end;
   std::vector<std::string_view> begin_variants = {};
+  bool end_of_turn = false;
   std::vector<std::string_view> starts() const {
     std::vector<std::string_view> out{section_begin.empty() ? call_begin : section_begin};
     out.insert(out.end(), begin_variants.begin(), begin_variants.end());
@@ -96,6 +98,7 @@ Scan scan_calls(std::string_view text, const Layout& L, bool final) {
       const size_t call = text.find(L.call_begin, pos);
       const size_t end = text.find(L.section_end, pos);
       if (end != std::string_view::npos && (call == std::string_view::npos || end < call)) {
+        if (L.end_of_turn) break;
         in_section = false;
         pos = end + L.section_end.size();
         continue;
@@ -362,13 +365,15 @@ Unwrapped unwrap_wrapper_pair(const std::vector<ArgPair>& pairs, const json* pro
 
 // DSML (DeepSeek-V3.2 and V4): a wrapper section holding
 // <｜DSML｜invoke name="NAME">\n<｜DSML｜parameter name="K" string="true|false">V</｜DSML｜parameter>...
-// V3.2 wraps calls in <｜DSML｜function_calls>, V4 in <｜DSML｜tool_calls> (vLLM's V4 parser also
-// opens a section at the misspellings <｜DSML｜toolcalls> and <｜DSML｜tool>).
+// V3.2 wraps calls in <｜DSML｜function_calls>, V4 in <｜DSML｜tool_calls>. As vLLM's deepseek_v4
+// parser, V4's also opens a section at the misspellings <｜DSML｜toolcalls> and <｜DSML｜tool>,
+// and its section ends the turn.
 class DsmlFormat : public ScannedFormat {
  public:
   DsmlFormat(std::string_view name, std::string_view begin, std::string_view end,
-             std::vector<std::string_view> begin_variants)
-      : ScannedFormat(name, {begin, end, "<｜DSML｜invoke name=\"", "</｜DSML｜invoke>", std::move(begin_variants)}),
+             std::vector<std::string_view> begin_variants, bool end_of_turn)
+      : ScannedFormat(
+            name, {begin, end, "<｜DSML｜invoke name=\"", "</｜DSML｜invoke>", std::move(begin_variants), end_of_turn}),
         begin_(begin),
         end_(end) {}
   // As DeepSeek's encoders write calls: the section, each invoke, each parameter on its own line.
@@ -476,11 +481,12 @@ std::unique_ptr<ToolCallFormat> make_deepseek_v3_format() { return std::make_uni
 std::unique_ptr<ToolCallFormat> make_deepseek_v31_format() { return std::make_unique<DeepseekV31Format>(); }
 std::unique_ptr<ToolCallFormat> make_deepseek_v32_format() {
   return std::make_unique<DsmlFormat>("deepseek_v32", "<｜DSML｜function_calls>", "</｜DSML｜function_calls>",
-                                      std::vector<std::string_view>{});
+                                      std::vector<std::string_view>{}, /*end_of_turn=*/false);
 }
 std::unique_ptr<ToolCallFormat> make_deepseek_v4_format() {
   return std::make_unique<DsmlFormat>("deepseek_v4", "<｜DSML｜tool_calls>", "</｜DSML｜tool_calls>",
-                                      std::vector<std::string_view>{"<｜DSML｜toolcalls>", "<｜DSML｜tool>"});
+                                      std::vector<std::string_view>{"<｜DSML｜toolcalls>", "<｜DSML｜tool>"},
+                                      /*end_of_turn=*/true);
 }
 std::unique_ptr<ToolCallFormat> make_kimi_k2_format() { return std::make_unique<KimiK2Format>(); }
 std::unique_ptr<ToolCallFormat> make_hermes_format(std::string_view name) {

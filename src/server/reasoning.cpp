@@ -7,6 +7,11 @@ namespace mla::server {
 namespace {
 
 constexpr std::string_view kThinkStart = "<think>";
+// The length of s without its trailing whitespace.
+size_t trimmed_end(std::string_view s) {
+  const size_t last = s.find_last_not_of(" \t\n\r\f\v");
+  return last == std::string_view::npos ? 0 : last + 1;
+}
 constexpr std::string_view kThinkEnd = "</think>";
 
 bool kwarg_false(const nlohmann::ordered_json& kw, const char* name) {
@@ -84,14 +89,19 @@ std::optional<bool> reasoning_starts_open(std::string_view parser, const nlohman
   return !tool_format::trim(prompt).ends_with(kThinkEnd);
 }
 
+bool reasoning_trims_end(std::string_view parser) {
+  return parser == "glm45" || parser == "glm47" || parser == "kimi_k2" || parser == "deepseek_v4";
+}
+
 bool reasoning_breaks_at_tool_calls(std::string_view parser) {
   return parser == "glm45" || parser == "glm47" || parser == "kimi_k2" || parser == "qwen3" || parser == "deepseek_v4";
 }
 
-ReasoningStream::ReasoningStream(bool starts_open, std::vector<std::string_view> breaks)
+ReasoningStream::ReasoningStream(bool starts_open, std::vector<std::string_view> breaks, bool trim_end)
     : state_(starts_open ? State::kReasoning : State::kStart),
       saw_reasoning_(starts_open),
-      breaks_(std::move(breaks)) {}
+      breaks_(std::move(breaks)),
+      trim_end_(trim_end) {}
 
 void ReasoningStream::feed(std::string_view text, std::string* reasoning, std::string* content) {
   pending_ += text;
@@ -136,7 +146,7 @@ void ReasoningStream::run(bool final, std::string* reasoning, std::string* conte
       if (at < end) end = at, skip = 0;
     }
     if (end != std::string_view::npos) {
-      reasoning->append(p.substr(0, end));
+      reasoning->append(p.substr(0, trim_end_ ? trimmed_end(p.substr(0, end)) : end));
       pending_.erase(0, end + skip);
       state_ = State::kContent;
       continue;
@@ -144,15 +154,17 @@ void ReasoningStream::run(bool final, std::string* reasoning, std::string* conte
     std::vector<std::string_view> markers = breaks_;
     markers.push_back(kThinkEnd);
     const size_t hold = final ? 0 : tool_format::partial_marker_suffix(p, markers);
-    reasoning->append(p.substr(0, p.size() - hold));
-    pending_.erase(0, p.size() - hold);
+    // Trailing whitespace waits (trim_end: it is dropped if the reasoning ends after it).
+    const size_t emit = trim_end_ ? trimmed_end(p.substr(0, p.size() - hold)) : p.size() - hold;
+    reasoning->append(p.substr(0, emit));
+    pending_.erase(0, final ? p.size() : emit);
     return;
   }
 }
 
 ReasoningStream::Split ReasoningStream::split(std::string_view text, bool starts_open,
-                                              std::vector<std::string_view> breaks) {
-  ReasoningStream s(starts_open, std::move(breaks));
+                                              std::vector<std::string_view> breaks, bool trim_end) {
+  ReasoningStream s(starts_open, std::move(breaks), trim_end);
   std::string reasoning, content;
   s.feed(text, &reasoning, &content);
   s.finish(&reasoning, &content);

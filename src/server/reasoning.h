@@ -31,6 +31,10 @@ std::string detect_reasoning_parser(std::string_view template_source);
 // deepseek_v4).
 bool reasoning_breaks_at_tool_calls(std::string_view parser);
 
+// Whether the reasoning loses its trailing whitespace (vLLM's parser-engine parsers: glm45/glm47,
+// kimi_k2, deepseek_v4).
+bool reasoning_trims_end(std::string_view parser);
+
 std::optional<bool> reasoning_starts_open(std::string_view parser, const nlohmann::ordered_json& chat_template_kwargs,
                                           std::string_view prompt);
 
@@ -38,7 +42,8 @@ class ReasoningStream {
  public:
   // breaks: markers that end the reasoning without </think> and stay in the content (the
   // tool-call markers, for the parsers that allow a call straight out of the reasoning).
-  explicit ReasoningStream(bool starts_open, std::vector<std::string_view> breaks = {});
+  // trim_end: the reasoning's trailing whitespace is dropped (reasoning_trims_end).
+  explicit ReasoningStream(bool starts_open, std::vector<std::string_view> breaks = {}, bool trim_end = false);
   // Appends output text; the new reasoning and content are appended to the two strings.
   void feed(std::string_view text, std::string* reasoning, std::string* content);
   // The output is complete: flushes the held-back tail.
@@ -51,7 +56,8 @@ class ReasoningStream {
     std::optional<std::string> reasoning;  // nullopt: none
     std::string content;
   };
-  static Split split(std::string_view text, bool starts_open, std::vector<std::string_view> breaks = {});
+  static Split split(std::string_view text, bool starts_open, std::vector<std::string_view> breaks = {},
+                     bool trim_end = false);
 
  private:
   enum class State { kStart, kReasoning, kContent };
@@ -61,6 +67,7 @@ class ReasoningStream {
   bool started_text_ = false;  // the reasoning has begun (a leading <think> no longer skipped)
   std::string pending_;        // text not yet classified
   std::vector<std::string_view> breaks_;
+  bool trim_end_ = false;
 };
 
 }  // namespace mla::server

@@ -59,6 +59,7 @@ struct Parsing {
     p.tools = kTools;
     p.reasoning_open = reasoning_starts_open("deepseek_v4", kwargs, prompt);
     p.reasoning_breaks = reasoning_breaks_at_tool_calls("deepseek_v4");
+    p.reasoning_trim = reasoning_trims_end("deepseek_v4");
   }
 };
 
@@ -123,7 +124,7 @@ TEST(DeepseekV4Parser, ReasoningContentAndCalls) {
 TEST(DeepseekV4Parser, ACallSectionEndsTheReasoning) {
   Parsing ps(kThinking);
   const std::string text = "plan" + section({invoke("get_weather", {param("city", "Oslo", true)})});
-  expect_everywhere(ps.p, text, {"plan\n\n", "", {{"get_weather", R"({"city": "Oslo"})"}}, true});
+  expect_everywhere(ps.p, text, {"plan", "", {{"get_weather", R"({"city": "Oslo"})"}}, true});
 }
 
 TEST(DeepseekV4Parser, ChatModeHasNoReasoning) {

@@ -57,6 +57,7 @@ OutputParsing parsing_for(const json& c, const json& tools, std::unique_ptr<Tool
     const std::string name = c["reasoning_parser"].get<std::string>();
     p.reasoning_open = reasoning_starts_open(name, c["chat_template_kwargs"], "");
     p.reasoning_breaks = reasoning_breaks_at_tool_calls(name);
+    p.reasoning_trim = reasoning_trims_end(name);
   }
   return p;
 }
@@ -138,11 +139,6 @@ const Deviation kDeviations[] = {
      "string=\"true\">Par",
      "streamed", "as for glm45: complete parameters only",
      std::vector<std::pair<std::string, std::string>>{{"get_weather", "{}"}}, cut_off_in_call},
-    {"deepseek_v4", "need weather\n\n<｜DSML｜tool_calls>", "whole",
-     "the whitespace between reasoning and the call section that ends it stays in the reasoning (vLLM drops "
-     "it)",
-     std::nullopt},
-    {"deepseek_v4", "need weather\n\n<｜DSML｜tool_calls>", "streamed", "as in the whole message", std::nullopt},
     {"deepseek_v4",
      "\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"get_weather\">\n<｜DSML｜parameter name=\"input\"", "streamed",
      "a wrapper-shaped argument waits for the end of its call, so the stream unwraps it as the whole "

@@ -123,6 +123,7 @@ TOOL_CASES = {
              dsml_call("search", ("query", "q", "true"), ("filters", '{"a": [1, 2]}', "false"))),
         "Nothing to call.",
         f"\n\n<{DSML}function_calls>\n<{DSML}invoke name=\"get_weather\">\n<{DSML}parameter name=\"city\" string=\"true\">Par",
+        dsml(dsml_call("get_weather", ("arguments", '{"city": "Oslo"}', "false"))),
     ],
     "deepseek_v4": [
         "Let me look." + dsml4(dsml_call("get_weather", ("city", "Paris", "true"), ("days", "3", "false"))),
@@ -166,6 +167,8 @@ REASONING_TEXTS = [
     "<think>Unfinished thought",
     "<think></think>Answer",
     "<think>a</think>\n\nAnswer",
+    "<think>\n\nStep one. \n</think> Answer",
+    "Unfinished thought \n",
 ]
 REASONING_CASES = [
     ("deepseek_r1", {}), ("deepseek_v3", {"thinking": True}), ("deepseek_v3", {}),
@@ -187,6 +190,11 @@ COMBINED = [
     ("hermes", "qwen3", {}, ("<think>plan</think>\n\nOK.\n<tool_call>\n"
      '{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>')),
     ("hermes", "qwen3", {}, ("plan<tool_call>\n"
+     '{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>')),
+    # Whitespace between the reasoning and a call that ends it.
+    ("glm45", "glm45", {}, "need the weather \n\n" + glm_call("get_weather", ("city", "Paris"))),
+    ("kimi_k2", "kimi_k2", {}, "hmm\n\n" + K_SEC_B + kimi_call("search", 0, '{"query": "q"}') + K_SEC_E),
+    ("hermes", "qwen3", {}, ("plan\n\n<tool_call>\n"
      '{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>')),
     ("deepseek_v4", "deepseek_v4", {}, "need weather</think>Let me check." + dsml4(V4_CALL)),
     ("deepseek_v4", "deepseek_v4", {"thinking": True}, "need weather" + dsml4(V4_CALL)),

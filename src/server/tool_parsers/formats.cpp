@@ -337,10 +337,10 @@ class GlmFormat : public ScannedFormat {
   }
 };
 
-// A call's only argument "arguments" or "input", when the tool has no parameter of that name
-// but the value (an object, or JSON text of one) has only the tool's parameter names: the model
-// wrapped the real arguments, which are returned (as vLLM's DSML parsers repair it). nullopt
-// otherwise, or while `final_value` is false and the value could still be such a wrapper.
+// Models sometimes wrap a call's real arguments in one parameter "arguments" or "input"; vLLM's
+// DSML parsers repair that. candidate: the call's only pair has such a name and the tool has no
+// parameter of that name. inner: the real arguments, when the value (an object, or JSON text of
+// one) has only names of the tool's parameters.
 struct Unwrapped {
   bool candidate = false;      // a wrapper-shaped single pair (held back while streaming)
   std::optional<ojson> inner;  // the arguments inside, when it is a wrapper

@@ -7,7 +7,8 @@ ChatMessageOut parse_chat_output(const OutputParsing& p, std::string_view text) 
   ChatMessageOut m;
   std::string content(text);
   if (p.reasoning_open) {
-    ReasoningStream::Split s = ReasoningStream::split(text, *p.reasoning_open, p.reasoning_break_markers());
+    ReasoningStream::Split s =
+        ReasoningStream::split(text, *p.reasoning_open, p.reasoning_break_markers(), p.reasoning_trim);
     m.reasoning = std::move(s.reasoning);
     content = std::move(s.content);
   }
@@ -23,7 +24,7 @@ ChatMessageOut parse_chat_output(const OutputParsing& p, std::string_view text) 
 }
 
 ChatOutputStream::ChatOutputStream(const OutputParsing& p) {
-  if (p.reasoning_open) reasoning_.emplace(*p.reasoning_open, p.reasoning_break_markers());
+  if (p.reasoning_open) reasoning_.emplace(*p.reasoning_open, p.reasoning_break_markers(), p.reasoning_trim);
   if (p.tool_format) tools_.emplace(*p.tool_format, p.tools);
 }
 

@@ -20,6 +20,7 @@ struct OutputParsing {
   json tools;                                   // the request's tools, for argument types
   std::optional<bool> reasoning_open;           // nullopt: no reasoning split (see reasoning.h)
   bool reasoning_breaks = false;                // a tool-call marker ends the reasoning (reasoning.h)
+  bool reasoning_trim = false;                  // the reasoning loses its trailing whitespace
   std::vector<std::string_view> reasoning_break_markers() const {
     return reasoning_breaks && tool_format ? tool_format->start_markers() : std::vector<std::string_view>{};
   }

@@ -120,6 +120,7 @@ OutputParsing output_parsing(const ServerParsers& parsers, const json& tools, co
   if (!parsers.reasoning_parser.empty()) {
     p.reasoning_open = reasoning_starts_open(parsers.reasoning_parser, kwargs, prompt);
     p.reasoning_breaks = reasoning_breaks_at_tool_calls(parsers.reasoning_parser);
+    p.reasoning_trim = reasoning_trims_end(parsers.reasoning_parser);
   }
   return p;
 }

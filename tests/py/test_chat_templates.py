@@ -1,7 +1,7 @@
 """mla.cpp's Jinja engine against Python jinja2 configured as transformers configures it.
 
 Every real chat template in tests/fixtures/chat-templates (plus DeepSeek-V3's, from its
-tokenizer_config.json) is rendered with every conversation in tests/fixtures/chat/conversations.json
+tokenizer_config.json, and mla's own DeepSeek-V4 template in models/templates) is rendered with every conversation in tests/fixtures/chat/conversations.json
 by `mla template render --batch`, and by jinja2; outputs must be byte-identical, and a template
 that jinja2 rejects for a conversation (raises) must be rejected by mla.cpp too, and vice versa.
 A second set of small templates (tests/fixtures/chat/snippets.json) exercises the language
@@ -24,6 +24,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TEMPLATE_DIR = ROOT / "tests" / "fixtures" / "chat-templates"
 DSV3_CONFIG = ROOT / "tests" / "fixtures" / "tokenizers" / "deepseek-v3" / "tokenizer_config.json"
+DSV4_OURS = ROOT / "models" / "templates" / "deepseek-v4.jinja"  # mla's own (test_deepseek_v4_template.py)
 FIXTURES = ROOT / "tests" / "fixtures" / "chat"
 FIXED_NOW = datetime.datetime(2025, 1, 31, 12, 34, 56)  # noqa: DTZ001 - local time, as strftime_now renders it
 
@@ -128,16 +129,17 @@ def load_templates():
         pytest.fail(f"no *.jinja files in {TEMPLATE_DIR.resolve()}")
     config = json.loads(DSV3_CONFIG.read_text(encoding="utf-8"))
     templates["deepseek-v3/tokenizer_config.json"] = config["chat_template"]
+    templates["models/templates/deepseek-v4.jinja"] = DSV4_OURS.read_text(encoding="utf-8")
     return templates
 
 
 # Floors measured with today's fixtures, so that a test that agrees with jinja2 by rendering less
 # (templates or conversations dropped, or both engines rejecting what they used to render) fails:
-# 11 templates x 21 conversations, 206 pairs rendered identically, every template renders at
+# 13 templates x 21 conversations, 242 pairs rendered identically, every template renders at
 # least 15 of the conversations (Kimi-K2-Instruct; most render 17 to 21), 193 snippets.
-MIN_TEMPLATES = 11
+MIN_TEMPLATES = 13
 MIN_CONVERSATIONS = 21
-MIN_PAIRS_RENDERED = 206
+MIN_PAIRS_RENDERED = 242
 MIN_RENDERED_PER_TEMPLATE = 15
 MIN_SNIPPETS = 193
 

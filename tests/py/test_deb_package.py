@@ -76,7 +76,8 @@ def test_control_data_and_files(deb):
     files = {line.split()[-1] for line in run("dpkg-deb", "-c", deb).splitlines()}
     for want in ("./usr/bin/mla", "./usr/lib/systemd/system/mla-serve.service", "./etc/default/mla",
                  "./usr/share/doc/mla/README.md", "./usr/share/doc/mla/API.md", "./usr/share/doc/mla/copyright",
-                 "./usr/share/mla/models/tiny-q8_0.gguf", "./usr/share/mla/grafana/mla-dashboard.json"):
+                 "./usr/share/mla/models/tiny-q8_0.gguf", "./usr/share/mla/grafana/mla-dashboard.json",
+                 "./usr/share/mla/templates/deepseek-v4.jinja"):
         assert want in files, f"{want} not in the package: {sorted(files)}"
 
 

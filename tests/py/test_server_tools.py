@@ -7,6 +7,7 @@ tool_choice "required" / a named function the output is constrained by a grammar
 syntax: the template's own calls pass it unchanged (a grammar that refused any of their tokens
 would turn the scripted output into something else)."""
 import json
+import pathlib
 
 import openai
 import pytest
@@ -31,6 +32,9 @@ FORMATS = {
     "glm45": ("GLM-5.2.jinja", {}, True),
     "deepseek_v31": ("deepseek-ai-DeepSeek-V3.1.jinja", {"thinking": True}, False),
     "deepseek_v32": ("deepseek-ai-DeepSeek-V3.2.jinja", {"thinking": True}, True),
+    # mla's own (DeepSeek ships V4's format as Python only); V4 thinks unless told not to.
+    "deepseek_v4": (str(pathlib.Path(__file__).resolve().parents[2] / "models" / "templates" / "deepseek-v4.jinja"),
+                    {}, True),
     "kimi_k2": ("moonshotai-Kimi-K2.jinja", {}, False),
     "hermes": ("Qwen-Qwen3-0.6B.jinja", {}, True),
 }

@@ -24,7 +24,7 @@ std::string read_template(const std::string& name) {
 }
 
 // vLLM's tool-calling docs: GLM-4.5+ glm45, DeepSeek-V3.1 deepseek_v31 and V3.2 deepseek_v32
-// (reasoning deepseek_v3),
+// (reasoning deepseek_v3), DeepSeek-V4 deepseek_v4 (llama.cpp's template and mla's own),
 // Kimi-K2 kimi_k2, Qwen3 hermes (reasoning qwen3).
 TEST(AgentApi, ParsersChosenFromRealTemplates) {
   struct Case {
@@ -35,6 +35,8 @@ TEST(AgentApi, ParsersChosenFromRealTemplates) {
       {"GLM-5.2.jinja", "glm45", "glm45"},
       {"deepseek-ai-DeepSeek-V3.1.jinja", "deepseek_v31", "deepseek_v3"},
       {"deepseek-ai-DeepSeek-V3.2.jinja", "deepseek_v32", "deepseek_v3"},
+      {"deepseek-ai-DeepSeek-V4.jinja", "deepseek_v4", "deepseek_v4"},
+      {"../../../models/templates/deepseek-v4.jinja", "deepseek_v4", "deepseek_v4"},
       {"moonshotai-Kimi-K2.jinja", "kimi_k2", ""},
       {"Qwen-Qwen3-0.6B.jinja", "hermes", "qwen3"},
   };

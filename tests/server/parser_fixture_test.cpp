@@ -57,6 +57,7 @@ OutputParsing parsing_for(const json& c, const json& tools, std::unique_ptr<Tool
     const std::string name = c["reasoning_parser"].get<std::string>();
     p.reasoning_open = reasoning_starts_open(name, c["chat_template_kwargs"], "");
     p.reasoning_breaks = reasoning_breaks_at_tool_calls(name);
+    p.reasoning_trim = reasoning_trims_end(name);
   }
   return p;
 }
@@ -88,13 +89,26 @@ Result run_streamed(const OutputParsing& p, const std::string& text) {
   return r;
 }
 
+// A DeepSeek-V4 request that does not think (chat_template_kwargs thinking / enable_thinking
+// false, or reasoning_effort "none").
+bool v4_not_thinking(const json& c) {
+  return c["reasoning_parser"] == "deepseek_v4" &&
+         !reasoning_starts_open("deepseek_v4", c["chat_template_kwargs"], "").value_or(true);
+}
+
+// The output ends inside a call (no </｜DSML｜invoke>).
+bool cut_off_in_call(const json& c) {
+  return c["output"].get<std::string>().find("</｜DSML｜invoke>") == std::string::npos;
+}
+
 struct Deviation {
-  const char* tool_parser;
+  const char* parser;         // the case's tool parser, or its reasoning parser when it has none
   const char* output_starts;  // the case's output starts with this
   const char* path;           // "whole" or "streamed"
   const char* reason;
   // What mla gives instead (null: same as vLLM's for the other path).
   std::optional<std::vector<std::pair<std::string, std::string>>> calls;
+  bool (*when)(const json& c) = nullptr;  // a further condition on the case, null: none
 };
 
 const Deviation kDeviations[] = {
@@ -120,6 +134,35 @@ const Deviation kDeviations[] = {
      "a call streams only once it is complete (its JSON parsed), so a cut-off call ends as content "
      "as in the whole message",
      std::nullopt},
+    {"deepseek_v4",
+     "\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"get_weather\">\n<｜DSML｜parameter name=\"city\" "
+     "string=\"true\">Par",
+     "streamed", "as for glm45: complete parameters only",
+     std::vector<std::pair<std::string, std::string>>{{"get_weather", "{}"}}, cut_off_in_call},
+    {"deepseek_v4",
+     "\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"get_weather\">\n<｜DSML｜parameter name=\"input\"", "streamed",
+     "a wrapper-shaped argument waits for the end of its call, so the stream unwraps it as the whole "
+     "message does (vLLM's stream sends the wrapper's key)",
+     std::nullopt},
+    {"deepseek_v4", "\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"launch_rocket\"", "whole",
+     "a function the request did not offer is no call, as in every other format (vLLM's deepseek_v4 "
+     "returns it)",
+     std::vector<std::pair<std::string, std::string>>{}},
+    {"deepseek_v4", "\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"launch_rocket\"", "streamed",
+     "as in the whole message", std::vector<std::pair<std::string, std::string>>{}},
+    {"deepseek_v4", "<｜DSML｜invoke name=", "whole",
+     "an invoke outside a <｜DSML｜tool_calls> section is text (vLLM's deepseek_v4 takes it as a call)",
+     std::vector<std::pair<std::string, std::string>>{}},
+    {"deepseek_v4", "<｜DSML｜invoke name=", "streamed", "as in the whole message",
+     std::vector<std::pair<std::string, std::string>>{}},
+    {"deepseek_v4", "<think>", "streamed",
+     "without thinking, a leading <think> still opens the reasoning, as in vLLM's whole message (its "
+     "stream leaves the tags in the content)",
+     std::nullopt, v4_not_thinking},
+    {"deepseek_v4", "I should greet.</think>", "whole",
+     "without thinking, a </think> that closes nothing stays in the content, as in vLLM's stream (its "
+     "whole message drops the tag)",
+     std::nullopt, v4_not_thinking},
     {"hermes", "<tool_call>\n{\"name\": get_weather}", "streamed",
      "a call whose JSON does not parse ends as content, as in the whole message (vLLM's stream "
      "drops it)",
@@ -127,9 +170,10 @@ const Deviation kDeviations[] = {
 };
 
 const Deviation* deviation(const json& c, const char* path) {
+  const json& parser = c["tool_parser"].is_string() ? c["tool_parser"] : c["reasoning_parser"];
   for (const auto& d : kDeviations)
-    if (c["tool_parser"].is_string() && c["tool_parser"] == d.tool_parser &&
-        c["output"].get<std::string>().starts_with(d.output_starts) && std::string(path) == d.path)
+    if (parser.is_string() && parser == d.parser && c["output"].get<std::string>().starts_with(d.output_starts) &&
+        std::string(path) == d.path && (!d.when || d.when(c)))
       return &d;
   return nullptr;
 }

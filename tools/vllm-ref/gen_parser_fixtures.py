@@ -81,6 +81,14 @@ def dsml(*calls):
     return f"\n\n<{DSML}function_calls>\n" + "".join(calls) + f"</{DSML}function_calls>"
 
 
+def dsml4(*calls, opener=f"<{DSML}tool_calls>"):
+    """DeepSeek-V4's section as its encoder writes it (V3.2's calls inside <｜DSML｜tool_calls>)."""
+    return f"\n\n{opener}\n" + "".join(calls) + f"</{DSML}tool_calls>"
+
+
+V4_CALL = dsml_call("get_weather", ("city", "Paris", "true"))
+
+
 TOOL_CASES = {
     "glm45": [
         "Let me check." + glm_call("get_weather", ("city", "Paris"), ("days", "3")),
@@ -115,6 +123,25 @@ TOOL_CASES = {
              dsml_call("search", ("query", "q", "true"), ("filters", '{"a": [1, 2]}', "false"))),
         "Nothing to call.",
         f"\n\n<{DSML}function_calls>\n<{DSML}invoke name=\"get_weather\">\n<{DSML}parameter name=\"city\" string=\"true\">Par",
+        dsml(dsml_call("get_weather", ("arguments", '{"city": "Oslo"}', "false"))),
+    ],
+    "deepseek_v4": [
+        "Let me look." + dsml4(dsml_call("get_weather", ("city", "Paris", "true"), ("days", "3", "false"))),
+        dsml4(dsml_call("get_weather", ("city", "Tokyo", "true")),
+              dsml_call("search", ("query", "q", "true"), ("filters", '{"a": [1, 2]}', "false"))),
+        "Nothing to call.",
+        f"\n\n<{DSML}tool_calls>\n<{DSML}invoke name=\"get_weather\">\n<{DSML}parameter name=\"city\" string=\"true\">Par",
+        dsml4(V4_CALL, opener=f"<{DSML}toolcalls>"),
+        dsml4(V4_CALL, opener=f"<{DSML}tool>"),
+        dsml4(dsml_call("get_weather", ("arguments", '{"city": "Oslo", "days": 2}', "false"))),
+        dsml4(dsml_call("get_weather", ("input", '{"city": "Oslo"}', "true"))),
+        dsml4(dsml_call("search", ("arguments", '{"query": "x", "other": 1}', "false"))),
+        dsml4(dsml_call("launch_rocket", ("x", "1", "false"))),
+        dsml4(f'<{DSML}invoke name="set_flag">\n<{DSML}parameter name="ratio">0.5</{DSML}parameter>\n</{DSML}invoke>\n'),
+        dsml4(dsml_call("search", ("query", "line1\nline2 <b>", "true"))),
+        "Answer: 2 < 3 and 4 > 1.",
+        dsml4(V4_CALL) + "\nDone.",
+        f'<{DSML}invoke name="get_weather">\n<{DSML}parameter name="city" string="true">Rome</{DSML}parameter>\n</{DSML}invoke>',
     ],
     "kimi_k2": [
         "Checking." + K_SEC_B + kimi_call("get_weather", 0, '{"city": "Paris", "days": 3}') + K_SEC_E,
@@ -140,11 +167,15 @@ REASONING_TEXTS = [
     "<think>Unfinished thought",
     "<think></think>Answer",
     "<think>a</think>\n\nAnswer",
+    "<think>\n\nStep one. \n</think> Answer",
+    "Unfinished thought \n",
 ]
 REASONING_CASES = [
     ("deepseek_r1", {}), ("deepseek_v3", {"thinking": True}), ("deepseek_v3", {}),
     ("glm45", {}), ("glm45", {"enable_thinking": False}), ("kimi_k2", {}), ("qwen3", {}),
     ("qwen3", {"enable_thinking": False}),
+    ("deepseek_v4", {}), ("deepseek_v4", {"thinking": True}), ("deepseek_v4", {"thinking": False}),
+    ("deepseek_v4", {"enable_thinking": False}), ("deepseek_v4", {"reasoning_effort": "none"}),
 ]
 COMBINED = [
     ("glm45", "glm45", {}, "<think>need the weather</think>" + glm_call("get_weather", ("city", "Paris"))),
@@ -160,6 +191,16 @@ COMBINED = [
      '{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>')),
     ("hermes", "qwen3", {}, ("plan<tool_call>\n"
      '{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>')),
+    # Whitespace between the reasoning and a call that ends it.
+    ("glm45", "glm45", {}, "need the weather \n\n" + glm_call("get_weather", ("city", "Paris"))),
+    ("kimi_k2", "kimi_k2", {}, "hmm\n\n" + K_SEC_B + kimi_call("search", 0, '{"query": "q"}') + K_SEC_E),
+    ("hermes", "qwen3", {}, ("plan\n\n<tool_call>\n"
+     '{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>')),
+    ("deepseek_v4", "deepseek_v4", {}, "need weather</think>Let me check." + dsml4(V4_CALL)),
+    ("deepseek_v4", "deepseek_v4", {"thinking": True}, "need weather" + dsml4(V4_CALL)),
+    ("deepseek_v4", "deepseek_v4", {}, "<think>plan</think>\n\n" + dsml4(V4_CALL)),
+    ("deepseek_v4", "deepseek_v4", {"thinking": False}, "Sure." + dsml4(V4_CALL)),
+    ("deepseek_v4", "deepseek_v4", {"reasoning_effort": "none"}, dsml4(V4_CALL)),
 ]
 
 

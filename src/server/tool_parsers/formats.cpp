@@ -2,7 +2,10 @@
 // call) read by one scanner, plus a reader for the body of one call.
 #include "server/tool_parsers/formats.h"
 
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "server/json_limits.h"
 
@@ -25,10 +28,31 @@ CallSyntax call_syntax(std::string_view section_begin, std::string_view section_
   return s;
 }
 
-// Markers; section_begin empty: calls stand alone in the content.
+// Markers; section_begin empty: calls stand alone in the content. begin_variants: other
+// spellings that also open a section (closed by the same section_end). end_of_turn: the first
+// closed section ends the output; text after it is not content (vLLM's deepseek_v4).
 struct Layout {
   std::string_view section_begin, section_end, call_begin, call_end;
+  std::vector<std::string_view> begin_variants = {};
+  bool end_of_turn = false;
+  std::vector<std::string_view> starts() const {
+    std::vector<std::string_view> out{section_begin.empty() ? call_begin : section_begin};
+    out.insert(out.end(), begin_variants.begin(), begin_variants.end());
+    return out;
+  }
 };
+
+// The first of the markers in text from pos: its position (npos if none) and length.
+std::pair<size_t, size_t> find_first_of_markers(std::string_view text, size_t pos,
+                                                const std::vector<std::string_view>& markers) {
+  std::pair<size_t, size_t> best{std::string_view::npos, 0};
+  for (auto m : markers) {
+    const size_t at = text.find(m, pos);
+    if (at < best.first || (at == best.first && at != std::string_view::npos && m.size() > best.second))
+      best = {at, m.size()};
+  }
+  return best;
+}
 
 struct CallSpan {
   std::string_view body;
@@ -51,20 +75,20 @@ void append_content(Scan& out, std::string_view text) {
 // is held back (neither content nor body).
 Scan scan_calls(std::string_view text, const Layout& L, bool final) {
   Scan out;
-  const std::string_view start = L.section_begin.empty() ? L.call_begin : L.section_begin;
+  const std::vector<std::string_view> starts = L.starts();
   size_t pos = 0;
   bool in_section = false;
   while (pos <= text.size()) {
     if (!in_section) {
-      const size_t at = text.find(start, pos);
+      const auto [at, len] = find_first_of_markers(text, pos, starts);
       if (at == std::string_view::npos) {
         std::string_view rest = text.substr(pos);
-        const size_t hold = final ? 0 : partial_marker_suffix(rest, {start});
+        const size_t hold = final ? 0 : partial_marker_suffix(rest, starts);
         append_content(out, rest.substr(0, rest.size() - hold));
         break;
       }
       append_content(out, text.substr(pos, at - pos));
-      pos = at + start.size();
+      pos = at + len;
       if (!L.section_begin.empty()) {
         in_section = true;
         continue;
@@ -74,6 +98,7 @@ Scan scan_calls(std::string_view text, const Layout& L, bool final) {
       const size_t call = text.find(L.call_begin, pos);
       const size_t end = text.find(L.section_end, pos);
       if (end != std::string_view::npos && (call == std::string_view::npos || end < call)) {
+        if (L.end_of_turn) break;
         in_section = false;
         pos = end + L.section_end.size();
         continue;
@@ -101,9 +126,7 @@ class ScannedFormat : public ToolCallFormat {
  public:
   ScannedFormat(std::string_view name, Layout layout) : name_(name), layout_(layout) {}
   std::string_view name() const override { return name_; }
-  std::vector<std::string_view> start_markers() const override {
-    return {layout_.section_begin.empty() ? layout_.call_begin : layout_.section_begin};
-  }
+  std::vector<std::string_view> start_markers() const override { return layout_.starts(); }
   ParsedText parse(std::string_view text, bool final, const json& tools) const override {
     Scan s = scan_calls(text, layout_, final);
     ParsedText out;
@@ -314,40 +337,88 @@ class GlmFormat : public ScannedFormat {
   }
 };
 
-// <｜DSML｜invoke name="NAME">\n<｜DSML｜parameter name="K" string="true">V</｜DSML｜parameter>...
-class DeepseekV32Format : public ScannedFormat {
+// Models sometimes wrap a call's real arguments in one parameter "arguments" or "input"; vLLM's
+// DSML parsers repair that. candidate: the call's only pair has such a name and the tool has no
+// parameter of that name. inner: the real arguments, when the value (an object, or JSON text of
+// one) has only names of the tool's parameters.
+struct Unwrapped {
+  bool candidate = false;      // a wrapper-shaped single pair (held back while streaming)
+  std::optional<ojson> inner;  // the arguments inside, when it is a wrapper
+};
+Unwrapped unwrap_wrapper_pair(const std::vector<ArgPair>& pairs, const json* props) {
+  Unwrapped u;
+  if (pairs.size() != 1 || !props || !props->is_object() || props->empty()) return u;
+  const ArgPair& p = pairs[0];
+  if ((p.key != "arguments" && p.key != "input") || props->contains(p.key)) return u;
+  u.candidate = true;
+  ojson inner = p.value;
+  if (inner.is_string()) {
+    const std::string& text = inner.get_ref<const std::string&>();
+    inner = json_depth_ok(text) ? ojson::parse(text, nullptr, false) : ojson(ojson::value_t::discarded);
+  }
+  if (!inner.is_object()) return u;
+  for (auto it = inner.begin(); it != inner.end(); ++it)
+    if (!props->contains(it.key())) return u;
+  u.inner = std::move(inner);
+  return u;
+}
+
+// DSML (DeepSeek-V3.2 and V4): a wrapper section holding
+// <｜DSML｜invoke name="NAME">\n<｜DSML｜parameter name="K" string="true|false">V</｜DSML｜parameter>...
+// V3.2 wraps calls in <｜DSML｜function_calls>, V4 in <｜DSML｜tool_calls>. As vLLM's deepseek_v4
+// parser, V4's also opens a section at the misspellings <｜DSML｜toolcalls> and <｜DSML｜tool>,
+// and its section ends the turn.
+class DsmlFormat : public ScannedFormat {
  public:
-  DeepseekV32Format()
-      : ScannedFormat("deepseek_v32", {"<｜DSML｜function_calls>", "</｜DSML｜function_calls>",
-                                       "<｜DSML｜invoke name=\"", "</｜DSML｜invoke>"}) {}
+  DsmlFormat(std::string_view name, std::string_view begin, std::string_view end,
+             std::vector<std::string_view> begin_variants, bool end_of_turn)
+      : ScannedFormat(
+            name, {begin, end, "<｜DSML｜invoke name=\"", "</｜DSML｜invoke>", std::move(begin_variants), end_of_turn}),
+        begin_(begin),
+        end_(end) {}
+  // As DeepSeek's encoders write calls: the section, each invoke, each parameter on its own line.
   CallSyntax syntax() const override {
-    CallSyntax s = call_syntax("<｜DSML｜function_calls>\n", "</｜DSML｜function_calls>", "<｜DSML｜invoke name=\"",
-                               "\">\n", "</｜DSML｜invoke>\n");
+    CallSyntax s =
+        call_syntax(std::string(begin_) + "\n", end_, "<｜DSML｜invoke name=\"", "\">\n", "</｜DSML｜invoke>\n");
     s.args_style = "deepseek_xml";
     return s;
   }
 
  protected:
   void read_body(std::string_view body, bool closed, bool final, const json& tools, ParsedCall& c) const override {
-    const std::string_view kParam = "<｜DSML｜parameter name=\"", kParamEnd = "</｜DSML｜parameter>";
     const size_t q = body.find("\">");
     if (q == std::string_view::npos) return;
     c.name = std::string(body.substr(0, q));
     c.name_done = !c.name.empty();
     const json* props = tool_format::tool_properties(tools, c.name);
+    std::vector<ArgPair> pairs = read_parameters(body.substr(q), props);
+    c.done = closed || final;
+    const Unwrapped u = unwrap_wrapper_pair(pairs, props);
+    if (u.inner && c.done)
+      c.arguments = tool_format::py_json_dumps(*u.inner);
+    else if (u.candidate && !c.done)
+      c.arguments.clear();  // may turn out to be a wrapper: nothing is certain yet
+    else
+      c.arguments = args_prefix(pairs, c.done);
+  }
+
+ private:
+  // The complete <｜DSML｜parameter ...>V</｜DSML｜parameter> pairs in text. string="true": V as
+  // is; otherwise V as JSON, else converted by the tool's schema.
+  static std::vector<ArgPair> read_parameters(std::string_view text, const json* props) {
+    const std::string_view kParam = "<｜DSML｜parameter name=\"", kParamEnd = "</｜DSML｜parameter>";
     std::vector<ArgPair> pairs;
-    size_t pos = body.find(kParam, q);
+    size_t pos = text.find(kParam);
     while (pos != std::string_view::npos) {
-      const size_t head_end = body.find('>', pos + kParam.size());
+      const size_t head_end = text.find('>', pos + kParam.size());
       if (head_end == std::string_view::npos) break;
-      const size_t ve = body.find(kParamEnd, head_end);
+      const size_t ve = text.find(kParamEnd, head_end);
       if (ve == std::string_view::npos) break;
-      // name="K" string="true|false"
-      std::string_view head = body.substr(pos + kParam.size(), head_end - pos - kParam.size());
-      const size_t kq = head.find('"');
-      std::string key(head.substr(0, kq));
+      // K" string="true|false"
+      std::string_view head = text.substr(pos + kParam.size(), head_end - pos - kParam.size());
+      std::string key(head.substr(0, head.find('"')));
       const bool is_string = head.find("string=\"true\"") != std::string_view::npos;
-      std::string value(body.substr(head_end + 1, ve - head_end - 1));
+      std::string value(text.substr(head_end + 1, ve - head_end - 1));
       ojson v;
       if (is_string) {
         v = value;
@@ -357,11 +428,11 @@ class DeepseekV32Format : public ScannedFormat {
         v = parsed.is_discarded() ? tool_format::coerce_to_schema(value, schema) : parsed;
       }
       pairs.push_back({std::move(key), std::move(v)});
-      pos = body.find(kParam, ve);
+      pos = text.find(kParam, ve);
     }
-    c.done = closed || final;
-    c.arguments = args_prefix(pairs, c.done);
+    return pairs;
   }
+  std::string_view begin_, end_;
 };
 
 // <tool_call>{"name": N, "arguments": {...}}</tool_call>: the call is known once it closes.
@@ -408,7 +479,15 @@ std::unique_ptr<ToolCallFormat> make_glm_format(std::string_view name) {
 }
 std::unique_ptr<ToolCallFormat> make_deepseek_v3_format() { return std::make_unique<DeepseekV3Format>(); }
 std::unique_ptr<ToolCallFormat> make_deepseek_v31_format() { return std::make_unique<DeepseekV31Format>(); }
-std::unique_ptr<ToolCallFormat> make_deepseek_v32_format() { return std::make_unique<DeepseekV32Format>(); }
+std::unique_ptr<ToolCallFormat> make_deepseek_v32_format() {
+  return std::make_unique<DsmlFormat>("deepseek_v32", "<｜DSML｜function_calls>", "</｜DSML｜function_calls>",
+                                      std::vector<std::string_view>{}, /*end_of_turn=*/false);
+}
+std::unique_ptr<ToolCallFormat> make_deepseek_v4_format() {
+  return std::make_unique<DsmlFormat>("deepseek_v4", "<｜DSML｜tool_calls>", "</｜DSML｜tool_calls>",
+                                      std::vector<std::string_view>{"<｜DSML｜toolcalls>", "<｜DSML｜tool>"},
+                                      /*end_of_turn=*/true);
+}
 std::unique_ptr<ToolCallFormat> make_kimi_k2_format() { return std::make_unique<KimiK2Format>(); }
 std::unique_ptr<ToolCallFormat> make_hermes_format(std::string_view name) {
   return std::make_unique<HermesFormat>(name == "qwen3_xml_json" ? "qwen3_xml_json" : "hermes");

@@ -16,7 +16,8 @@
 namespace mla::server {
 
 std::vector<std::string> tool_call_format_names() {
-  return {"deepseek_v3", "deepseek_v31", "deepseek_v32", "glm45", "glm47", "hermes", "kimi_k2", "qwen3_xml_json"};
+  return {"deepseek_v3", "deepseek_v31", "deepseek_v32", "deepseek_v4",   "glm45",
+          "glm47",       "hermes",       "kimi_k2",      "qwen3_xml_json"};
 }
 
 std::unique_ptr<ToolCallFormat> make_tool_call_format(std::string_view name) {
@@ -24,6 +25,7 @@ std::unique_ptr<ToolCallFormat> make_tool_call_format(std::string_view name) {
   if (name == "deepseek_v3") return make_deepseek_v3_format();
   if (name == "deepseek_v31") return make_deepseek_v31_format();
   if (name == "deepseek_v32") return make_deepseek_v32_format();
+  if (name == "deepseek_v4") return make_deepseek_v4_format();
   if (name == "kimi_k2") return make_kimi_k2_format();
   if (name == "hermes" || name == "qwen3_xml_json") return make_hermes_format(name);
   return nullptr;
@@ -32,10 +34,11 @@ std::unique_ptr<ToolCallFormat> make_tool_call_format(std::string_view name) {
 std::string detect_tool_call_format(std::string_view src) {
   auto has = [&](std::string_view s) { return src.find(s) != std::string_view::npos; };
   if (has("<arg_key>") && has("<tool_call>")) return "glm45";
+  // ｜DSML｜: V3.2 wraps calls in function_calls, V4 in tool_calls.
   if (has("\xef\xbd\x9c"
           "DSML"
           "\xef\xbd\x9c"))
-    return "deepseek_v32";  // ｜DSML｜
+    return has("function_calls") ? "deepseek_v32" : "deepseek_v4";
   if (has("<\xef\xbd\x9ctool\xe2\x96\x81"
           "calls\xe2\x96\x81"
           "begin\xef\xbd\x9c>"))

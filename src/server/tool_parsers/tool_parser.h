@@ -14,6 +14,7 @@
 //   deepseek_v31    <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>NAME<｜tool▁sep｜>ARGS<｜tool▁call▁end｜>...
 //   deepseek_v32    <｜DSML｜function_calls><｜DSML｜invoke name="N"><｜DSML｜parameter name="K"
 //                   string="true|false">V</｜DSML｜parameter></｜DSML｜invoke></｜DSML｜function_calls>
+//   deepseek_v4     the same inside <｜DSML｜tool_calls>...</｜DSML｜tool_calls>
 //   kimi_k2         <|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:I
 //                   <|tool_call_argument_begin|>ARGS<|tool_call_end|>...<|tool_calls_section_end|>
 //   hermes          <tool_call>{"name": N, "arguments": {...}}</tool_call>   (Qwen3, Hermes)

@@ -466,7 +466,12 @@ void print_batch(const RunArgs& a, const RunReport& r) {
                            {"hits", c.n_expert_cache_hits},
                            {"misses", c.n_expert_cache_misses},
                            {"bytes_read", c.expert_cache_bytes_read},
-                           {"stall_seconds", c.expert_cache_stall_seconds}};
+                           {"stall_seconds", c.expert_cache_stall_seconds},
+                           {"read_ahead", c.n_expert_cache_read_ahead},
+                           {"read_ahead_bytes", c.expert_cache_read_ahead_bytes},
+                           {"predictions", c.n_expert_cache_predictions},
+                           {"predictions_used", c.n_expert_cache_predictions_used},
+                           {"predictable_uses", c.n_expert_cache_predictable_uses}};
     fmt::print("{}\n", j.dump());
     return;
   }

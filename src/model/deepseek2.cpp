@@ -123,6 +123,7 @@ Deepseek2Model::Deepseek2Model(const DeepseekConfig& c, const DeepseekWeights& w
     expert_offsets_.resize(c.n_expert + 1);
     expert_cursor_.resize(c.n_expert);
     expert_list_.reserve(c.n_expert);
+    expert_votes_.resize(c.n_expert);
     expert_rows_.resize(T * c.n_expert_used);
     pair_pos_.resize(T * c.n_expert_used);
     ex_out_.resize(R * c.n_embd);
@@ -289,6 +290,7 @@ void Deepseek2Model::embed(const WeightMatrix& table, const BatchMeta& b, float*
 int64_t Deepseek2Model::block(const LayerWeights& L, int64_t il, bool sparse, const BatchMeta& b, LatentCache& cache,
                               int64_t n_rows, bool keep_rows) {
   const int64_t T = b.n_tokens(), E = c_.n_embd;
+  read_ahead_experts(il, b, n_rows, keep_rows);
   {
     const StageScope stage(*this, Stage::AttnIn);
     for (int64_t t = 0; t < T; ++t) rmsnorm(x_.data() + t * E, L.attn_norm.data(), h_.data() + t * E, E, c_.rms_eps);

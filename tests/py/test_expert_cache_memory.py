@@ -6,8 +6,9 @@ ru_maxrss of the finished child, i.e. its VmHWM) stays under
 
 The resident tensors count twice because the budget holds them once (their pages of the file
 mapping) and repacking copies them once more; OVERHEAD covers the binary and its libraries, the
-forward's activation buffers, the tokenizer and the allocator: measured at 6-7 MiB for this file
-(peak 47 MiB against 41 MiB of budget, resident copies and KV cache), stated as 32 MiB. The unlimited run over the same file is measured too: its peak must exceed the file's
+forward's activation buffers, the tokenizer and the allocator: measured at 6 to 17 MiB for this
+file (peaks of 47 to 58 MiB against 41 MiB of budget, resident copies and KV cache), stated as
+48 MiB. The unlimited run over the same file is measured too: its peak must exceed the file's
 size, or the measurement would not tell the two apart.
 
 Where a cgroup v2 with the memory controller can be created below this process's own cgroup, the
@@ -26,7 +27,7 @@ import pytest
 from conftest import run_mla
 
 MIB = 1 << 20
-OVERHEAD = 32 * MIB
+OVERHEAD = 48 * MIB
 KV_TOKENS = 256
 # Widths of the synthetic file: 7 layers (6 MoE) x 64 experts of 3 x 512 x 512 Q8_0 weights
 # (0.8 MiB each): 300+ MiB of routed experts, a few MiB of everything else.

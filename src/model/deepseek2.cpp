@@ -290,7 +290,6 @@ void Deepseek2Model::embed(const WeightMatrix& table, const BatchMeta& b, float*
 int64_t Deepseek2Model::block(const LayerWeights& L, int64_t il, bool sparse, const BatchMeta& b, LatentCache& cache,
                               int64_t n_rows, bool keep_rows) {
   const int64_t T = b.n_tokens(), E = c_.n_embd;
-  read_ahead_experts(il, b, n_rows, keep_rows);
   {
     const StageScope stage(*this, Stage::AttnIn);
     for (int64_t t = 0; t < T; ++t) rmsnorm(x_.data() + t * E, L.attn_norm.data(), h_.data() + t * E, E, c_.rms_eps);
@@ -302,6 +301,7 @@ int64_t Deepseek2Model::block(const LayerWeights& L, int64_t il, bool sparse, co
     mm_split(L.attn_output, attn_.data(), c_.n_head * c_.v_head, T, proj_.data(), E);
     for (int64_t t = 0; t < T; ++t) add_inplace(x_.data() + t * E, proj_.data() + t * E, E);
   }
+  read_ahead_experts(il, b, n_rows, keep_rows);
   if (il == c_.n_layer - 1 && !keep_rows) {
     // Only the rows whose logits are wanted go on; the caches are already written.
     n_rows = static_cast<int64_t>(b.logits_rows.size());

@@ -216,10 +216,11 @@ class Deepseek2Model {
   void moe_ffn(const LayerWeights& L, int64_t n_rows);
   // The router's top-k experts and weights of each token into sel_experts_ / sel_weights_.
   void route_tokens(const LayerWeights& L, int64_t n_rows);
-  // Expert read-ahead (ExpertCache::read_ahead), at the start of block il: layer il + 1's router
-  // (its ffn_norm, gate matmul and selection, exactly as route_tokens) run on the residual entering
-  // block il, for the rows layer il + 1's FFN will see; its experts, most selected first, are read
-  // ahead while block il computes. Uses h_ and the routing buffers, which block il refills.
+  // Expert read-ahead (ExpertCache::read_ahead), in block il after its attention: layer il + 1's
+  // router (its ffn_norm, gate matmul and selection, exactly as route_tokens) run on the residual
+  // block il's FFN is about to read, for the rows layer il + 1's FFN will see; its experts, most
+  // selected first, are read while block il's FFN and block il + 1's attention compute. Uses h_
+  // and the routing buffers, which the FFN refills.
   void read_ahead_experts(int64_t il, const BatchMeta& b, int64_t n_rows, bool keep_rows);
   // The (token, expert) pairs p0 .. p0 + n_pairs - 1 grouped by expert (expert_offsets_,
   // expert_rows_, pair_pos_), and the expert bytes counted. Returns this rank's pairs [begin, end)

@@ -105,7 +105,7 @@ ExpertCache::ExpertCache(const GgufFile& f, const DeepseekConfig& c, const Deeps
   if (opt.io_threads < 0 || opt.io_threads > kMaxIoThreads)
     fail("--expert-io-threads {}: expected 0 to {}", opt.io_threads, kMaxIoThreads);
   if (n_slots_ > 0)
-    for (int i = 0; i < opt.io_threads; ++i) io_threads_.emplace_back([this, i] { io_thread(i); });
+    for (int i = 0; i < opt.io_threads; ++i) io_threads_.emplace_back([this] { io_thread(); });
 }
 
 ExpertCache::~ExpertCache() {
@@ -485,8 +485,7 @@ void ExpertCache::read_ahead(const LayerWeights& L, const int32_t* experts, int6
   if (queued) jobs_ready_.notify_all();
 }
 
-void ExpertCache::io_thread(int index) {
-  (void)index;
+void ExpertCache::io_thread() {
   std::vector<uint8_t> staging(static_cast<size_t>(max_raw_bytes_ + 3 * kDirectAlign));
   std::unique_lock lk(mu_);
   for (;;) {

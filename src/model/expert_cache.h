@@ -93,6 +93,8 @@ class ExpertCache {
   // Pins experts[0..n) of layer L (a routed layer of the weights given at construction: trunk or
   // MTP), reading the missing ones on pool's threads; lease.slot_of says where each is. Throws
   // mla::Error naming the tensor on a read error; then nothing stays pinned or half-loaded.
+  // One thread (the forward's) calls acquire, release and read_ahead; the I/O threads are the
+  // cache's own.
   void acquire(const LayerWeights& L, const int32_t* experts, int64_t n, ThreadPool& pool, ExpertLease& lease);
   void release(ExpertLease& lease);
   // The experts[0..n) that layer L (a routed layer) is predicted to select, most wanted first: the
@@ -166,7 +168,8 @@ class ExpertCache {
   std::string read_on_pool(int32_t li, ThreadPool& pool, std::unique_lock<std::mutex>& lk);
   // An error inside acquire, mu_ held: the misses it was filling emptied, its pins released.
   void unwind(ExpertLease& lease);
-  void io_thread(int index);
+  // An I/O thread: takes queued reads ahead until stop_.
+  void io_thread();
   void load(const Tensor& t, int32_t expert, uint8_t* slot, std::vector<uint8_t>& staging, int64_t& bytes_read) const;
   const Layer& layer_of(const ExpertLease& lease) const { return layers_[static_cast<size_t>(lease.layer)]; }
   void add_stall(std::chrono::steady_clock::time_point t0);

@@ -159,6 +159,14 @@ struct Test {
 // --weights-memory: the expert cache per token of a test's timed part.
 struct ExpertCacheRates {
   double hits = 0, misses = 0, bytes_read = 0, stall_s = 0;
+  // Read-ahead (--expert-io-threads): bytes read ahead (part of bytes_read), (layer, expert) pairs
+  // predicted, predicted and used, used in a layer that had a prediction.
+  double read_ahead_bytes = 0, predictions = 0, predictions_used = 0, predictable_uses = 0;
+  void add(const ExpertCacheRates& o, double w) {
+    hits += o.hits * w, misses += o.misses * w, bytes_read += o.bytes_read * w, stall_s += o.stall_s * w;
+    read_ahead_bytes += o.read_ahead_bytes * w, predictions += o.predictions * w;
+    predictions_used += o.predictions_used * w, predictable_uses += o.predictable_uses * w;
+  }
 };
 
 struct Sample {
@@ -245,9 +253,15 @@ class Bencher {
       }
       s.regions = static_cast<double>(b.regions - a.regions) / tokens;
       const ExpertCacheCounters &x = a.expert_cache, &y = b.expert_cache;
-      s.expert_cache = {
-          static_cast<double>(y.hits - x.hits) / tokens, static_cast<double>(y.misses - x.misses) / tokens,
-          static_cast<double>(y.bytes_read - x.bytes_read) / tokens, (y.stall_seconds - x.stall_seconds) / tokens};
+      auto per = [tokens](int64_t later, int64_t earlier) { return static_cast<double>(later - earlier) / tokens; };
+      s.expert_cache = {per(y.hits, x.hits),
+                        per(y.misses, x.misses),
+                        per(y.bytes_read, x.bytes_read),
+                        (y.stall_seconds - x.stall_seconds) / tokens,
+                        per(y.read_ahead_bytes, x.read_ahead_bytes),
+                        per(y.predictions, x.predictions),
+                        per(y.predictions_used, x.predictions_used),
+                        per(y.predictable_uses, x.predictable_uses)};
     };
     if (t.n_prompt > 0) {
       stage_rates(stages0, *stages_first, t.n_prompt);
@@ -309,9 +323,16 @@ void print_stage_profile(const StageProfileRow& r) {
   const double lookups = e.hits + e.misses;
   fmt::print(
       "expert cache per token: {:.1f} hits, {:.1f} misses (hit rate {:.1f}%), {:.2f} MB read from the file, "
-      "{:.3f} ms stalled on misses ({:.1f}% of the token)\n",
+      "{:.3f} ms stalled waiting for experts ({:.1f}% of the token)\n",
       e.hits, e.misses, lookups > 0 ? 100.0 * e.hits / lookups : 0.0, e.bytes_read / 1e6, 1e3 * e.stall_s,
       r.s_per_token > 0 ? 100.0 * e.stall_s / r.s_per_token : 0.0);
+  if (e.predictions > 0)
+    fmt::print(
+        "read-ahead per token: {:.2f} MB read ahead, {:.2f} MB on demand; {:.1f} experts predicted, precision "
+        "{:.1f}% (predicted and used), recall {:.1f}% (used and predicted)\n",
+        e.read_ahead_bytes / 1e6, (e.bytes_read - e.read_ahead_bytes) / 1e6, e.predictions,
+        100.0 * e.predictions_used / e.predictions,
+        e.predictable_uses > 0 ? 100.0 * e.predictions_used / e.predictable_uses : 0.0);
 }
 
 // --speculative-config: each decode test alternates repetitions without and with the MTP layer on
@@ -435,10 +456,7 @@ TestResult measure(Bencher& bencher, const Test& t, int reps) {
       r.stage_regions[k] += s.stage_regions[k] / reps;
     }
     r.regions += s.regions / reps;
-    r.expert_cache.hits += s.expert_cache.hits / reps;
-    r.expert_cache.misses += s.expert_cache.misses / reps;
-    r.expert_cache.bytes_read += s.expert_cache.bytes_read / reps;
-    r.expert_cache.stall_s += s.expert_cache.stall_s / reps;
+    r.expert_cache.add(s.expert_cache, 1.0 / reps);
     r.tps.push_back(s.tps);
     bpt.push_back(s.weight_bytes_per_token);
     cpt.push_back(s.comm_bytes_per_token);
@@ -493,7 +511,11 @@ nlohmann::json result_json(const BenchContext& ctx, const Test& t, const TestRes
     j["expert_cache"] = {{"hits_per_token", r.expert_cache.hits},
                          {"misses_per_token", r.expert_cache.misses},
                          {"bytes_read_per_token", r.expert_cache.bytes_read},
-                         {"stall_seconds_per_token", r.expert_cache.stall_s}};
+                         {"stall_seconds_per_token", r.expert_cache.stall_s},
+                         {"read_ahead_bytes_per_token", r.expert_cache.read_ahead_bytes},
+                         {"predictions_per_token", r.expert_cache.predictions},
+                         {"predictions_used_per_token", r.expert_cache.predictions_used},
+                         {"predictable_uses_per_token", r.expert_cache.predictable_uses}};
   if (t.n_gen > 0) {
     j["weight_bytes_per_token"] = r.weight_bytes;
     j["gbps"] = r.gbps;

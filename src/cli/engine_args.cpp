@@ -90,6 +90,9 @@ void apply_weights_memory(const EngineArgs& a, std::string_view command, ModelOp
   if (a.expert_eviction != "lfu" && a.expert_eviction != "lru")
     fail("{}: --expert-eviction '{}': expected lfu or lru", command, a.expert_eviction);
   mo.expert_eviction = a.expert_eviction == "lru" ? ExpertEviction::Lru : ExpertEviction::Lfu;
+  if (a.expert_io_threads < 0 || a.expert_io_threads > 64)
+    fail("{}: --expert-io-threads {}: expected 0 (read on demand only) to 64", command, a.expert_io_threads);
+  mo.expert_io_threads = a.expert_io_threads;
   if (a.weights_memory.empty()) return;
   mo.weights_memory = parse_byte_size(a.weights_memory, "--weights-memory");
   if (world().size() > 1)
@@ -138,8 +141,9 @@ std::string describe_engine_setup(const EngineSetup& s) {
       simd_level_name(std::min(s.kernels.max_simd, cpu_simd_level())), s.kernels.repack ? "on" : "off",
       s.model.weights_memory <= 0
           ? std::string()
-          : fmt::format(", weights memory {} bytes (experts streamed, eviction {})", s.model.weights_memory,
-                        s.model.expert_eviction == ExpertEviction::Lru ? "lru" : "lfu"),
+          : fmt::format(", weights memory {} bytes (experts streamed, eviction {}, {} read-ahead I/O threads)",
+                        s.model.weights_memory, s.model.expert_eviction == ExpertEviction::Lru ? "lru" : "lfu",
+                        s.model.expert_io_threads),
       !ec.kv_tiers.enabled() ? std::string()
                              : fmt::format(", kv tiers: host {} bytes, dir '{}' (cap {} bytes)", ec.kv_tiers.host_bytes,
                                            ec.kv_tiers.dir, ec.kv_tiers.disk_bytes));
@@ -186,6 +190,10 @@ void add_engine_args(CLI::App* cmd, EngineArgs& a, EngineFlagSet which) {
                     "With --weights-memory: which cached expert goes first, lfu (least used, counts halved as "
                     "they age) | lru (least recently used, for comparison)")
         ->check(CLI::IsMember({"lfu", "lru"}))
+        ->capture_default_str();
+    cmd->add_option("--expert-io-threads", a.expert_io_threads,
+                    "With --weights-memory: threads reading ahead, while a layer computes, the experts the next "
+                    "layer's router is predicted to pick (0: read each expert when a layer needs it)")
         ->capture_default_str();
   }
   if (which.kernels) {

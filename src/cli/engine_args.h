@@ -41,6 +41,7 @@ struct EngineArgs {
   bool no_prefault = false;             // --no-prefault: ModelOptions::prefault off
   std::string weights_memory;           // --weights-memory bytes, e.g. "12G"; "": every weight resident
   std::string expert_eviction = "lfu";  // --expert-eviction lfu | lru (for comparisons)
+  int expert_io_threads = 2;            // --expert-io-threads: read-ahead I/O threads, 0 off
   std::string simd = "auto";            // --simd auto | avx512 | avx2 | scalar (KernelChoice::max_simd)
   bool no_repack = false;               // --no-repack: KernelChoice::repack off
   // One line per deprecated spelling on this command line ("OLD is deprecated, use NEW"),
@@ -60,7 +61,7 @@ struct EngineFlagSet {
   bool kv_cache_dtype = true;          // --kv-cache-dtype
   bool speculative_config = true;      // --speculative-config
   bool prefault = true;                // --no-prefault
-  bool weights_memory = true;          // --weights-memory, --expert-eviction
+  bool weights_memory = true;          // --weights-memory, --expert-eviction, --expert-io-threads
   bool kernels = true;                 // --simd, --no-repack
   bool capacity = true;
 };

@@ -415,6 +415,21 @@ void print_speed_lines(const RunReport& r, const std::string& decode_extra) {
   if (r.verify) fmt::print("verify-paths: {}\n", r.verify->line);
 }
 
+// --weights-memory: the expert cache's counters (docs/WEIGHTS_MEMORY.md).
+void add_expert_cache(const EngineCounters& c, nlohmann::json& j) {
+  if (c.expert_cache_slots == 0) return;
+  j["expert_cache"] = {{"slots", c.expert_cache_slots},
+                       {"hits", c.n_expert_cache_hits},
+                       {"misses", c.n_expert_cache_misses},
+                       {"bytes_read", c.expert_cache_bytes_read},
+                       {"stall_seconds", c.expert_cache_stall_seconds},
+                       {"read_ahead", c.n_expert_cache_read_ahead},
+                       {"read_ahead_bytes", c.expert_cache_read_ahead_bytes},
+                       {"predictions", c.n_expert_cache_predictions},
+                       {"predictions_used", c.n_expert_cache_predictions_used},
+                       {"predictable_uses", c.n_expert_cache_predictable_uses}};
+}
+
 void print_single(const RunArgs& a, const RunReport& r) {
   const Collected& col = r.outcome.results.at("run");
   if (a.json) {
@@ -424,6 +439,7 @@ void print_single(const RunArgs& a, const RunReport& r) {
     if (r.has_text) j["text"] = col.text[0];
     j["finish_reason"] = col.finish[0];
     add_timing(a, r, j);
+    add_expert_cache(r.counters, j);
     fmt::print("{}\n", j.dump());
     return;
   }
@@ -461,12 +477,7 @@ void print_batch(const RunArgs& a, const RunReport& r) {
     j["forward_seconds"] = c.forward_seconds;
     j["grammar_masks"] = c.n_masks;
     j["mask_wait_seconds"] = c.mask_wait_seconds;
-    if (c.expert_cache_slots > 0)
-      j["expert_cache"] = {{"slots", c.expert_cache_slots},
-                           {"hits", c.n_expert_cache_hits},
-                           {"misses", c.n_expert_cache_misses},
-                           {"bytes_read", c.expert_cache_bytes_read},
-                           {"stall_seconds", c.expert_cache_stall_seconds}};
+    add_expert_cache(c, j);
     fmt::print("{}\n", j.dump());
     return;
   }

@@ -27,7 +27,8 @@ Deepseek2Runner::Deepseek2Runner(const std::string& path, MlaPathPolicy policy, 
     wo.expert_cache = {.budget_bytes = model.weights_memory,
                        .max_batch_tokens = model.max_batch_tokens,
                        .eviction = model.expert_eviction,
-                       .repack = wo.repack};
+                       .repack = wo.repack,
+                       .io_threads = model.expert_io_threads};
   }
   loaded_path_policy_ = wo.need_mha && wo.need_mqa ? MlaPathPolicy::Auto
                         : wo.need_mha              ? MlaPathPolicy::Mha

@@ -399,6 +399,11 @@ void Engine::Impl::update_counters() {
     c.n_expert_cache_misses = e.misses;
     c.expert_cache_bytes_read = e.bytes_read;
     c.expert_cache_stall_seconds = e.stall_seconds;
+    c.n_expert_cache_read_ahead = e.read_ahead;
+    c.expert_cache_read_ahead_bytes = e.read_ahead_bytes;
+    c.n_expert_cache_predictions = e.predictions;
+    c.n_expert_cache_predictions_used = e.predictions_used;
+    c.n_expert_cache_predictable_uses = e.predictable_uses;
   }
   if (tiers) {
     const kv::TierCounters t = tiers->counters();

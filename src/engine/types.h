@@ -186,12 +186,19 @@ struct EngineCounters {
   int64_t tier_host_bytes_used = 0;
   int64_t tier_disk_bytes_used = 0;
   // The routed-expert cache (--weights-memory; all 0 without it): its slots, the (layer, expert)
-  // lookups found in it and read from the file, the file bytes read, the forward's wait for them.
+  // lookups found in it and read from the file, the file bytes read, the forward's wait for them;
+  // read-ahead (--expert-io-threads): experts and bytes read ahead, (layer, expert) pairs
+  // predicted, predicted and used, used in a layer that had a prediction (ExpertCacheCounters).
   int64_t expert_cache_slots = 0;
   int64_t n_expert_cache_hits = 0;
   int64_t n_expert_cache_misses = 0;
   int64_t expert_cache_bytes_read = 0;
   double expert_cache_stall_seconds = 0;
+  int64_t n_expert_cache_read_ahead = 0;
+  int64_t expert_cache_read_ahead_bytes = 0;
+  int64_t n_expert_cache_predictions = 0;
+  int64_t n_expert_cache_predictions_used = 0;
+  int64_t n_expert_cache_predictable_uses = 0;
 };
 
 // Every field of EngineCounters, by kind: the gauges say how the engine stands now, the totals
@@ -242,7 +249,12 @@ inline constexpr std::tuple kEngineCounterTotals{&EngineCounters::n_prompt_token
                                                  &EngineCounters::n_expert_cache_hits,
                                                  &EngineCounters::n_expert_cache_misses,
                                                  &EngineCounters::expert_cache_bytes_read,
-                                                 &EngineCounters::expert_cache_stall_seconds};
+                                                 &EngineCounters::expert_cache_stall_seconds,
+                                                 &EngineCounters::n_expert_cache_read_ahead,
+                                                 &EngineCounters::expert_cache_read_ahead_bytes,
+                                                 &EngineCounters::n_expert_cache_predictions,
+                                                 &EngineCounters::n_expert_cache_predictions_used,
+                                                 &EngineCounters::n_expert_cache_predictable_uses};
 
 // What happened between two snapshots of Engine::counters(), e.g. a measured run without its
 // warm-up: every total of `later` less the same total of `earlier` (n_spec_accepted_per_pos

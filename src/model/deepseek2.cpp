@@ -123,6 +123,7 @@ Deepseek2Model::Deepseek2Model(const DeepseekConfig& c, const DeepseekWeights& w
     expert_offsets_.resize(c.n_expert + 1);
     expert_cursor_.resize(c.n_expert);
     expert_list_.reserve(c.n_expert);
+    expert_votes_.resize(c.n_expert);
     expert_rows_.resize(T * c.n_expert_used);
     pair_pos_.resize(T * c.n_expert_used);
     ex_out_.resize(R * c.n_embd);
@@ -300,6 +301,7 @@ int64_t Deepseek2Model::block(const LayerWeights& L, int64_t il, bool sparse, co
     mm_split(L.attn_output, attn_.data(), c_.n_head * c_.v_head, T, proj_.data(), E);
     for (int64_t t = 0; t < T; ++t) add_inplace(x_.data() + t * E, proj_.data() + t * E, E);
   }
+  read_ahead_experts(il, b, n_rows, keep_rows);
   if (il == c_.n_layer - 1 && !keep_rows) {
     // Only the rows whose logits are wanted go on; the caches are already written.
     n_rows = static_cast<int64_t>(b.logits_rows.size());

@@ -56,6 +56,9 @@ struct ModelOptions {
   // streamed from the file through an expert cache (model/expert_cache.h). 0: every weight resident.
   int64_t weights_memory = 0;
   ExpertEviction expert_eviction = ExpertEviction::Lfu;
+  // With weights_memory: I/O threads reading ahead the experts predicted for the next layer
+  // (ExpertCacheOptions::io_threads; the CLI's --expert-io-threads, default 2). 0: on demand only.
+  int expert_io_threads = 0;
   // One more observer of every forward call (the doctor's probes; model/forward_observer.h),
   // after the model's own. Single process only. Must outlive the model.
   ForwardObserver* observer = nullptr;
@@ -213,6 +216,12 @@ class Deepseek2Model {
   void moe_ffn(const LayerWeights& L, int64_t n_rows);
   // The router's top-k experts and weights of each token into sel_experts_ / sel_weights_.
   void route_tokens(const LayerWeights& L, int64_t n_rows);
+  // Expert read-ahead (ExpertCache::read_ahead), in block il after its attention: layer il + 1's
+  // router (its ffn_norm, gate matmul and selection, exactly as route_tokens) run on the residual
+  // block il's FFN is about to read, for the rows layer il + 1's FFN will see; its experts, most
+  // selected first, are read while block il's FFN and block il + 1's attention compute. Uses h_
+  // and the routing buffers, which the FFN refills.
+  void read_ahead_experts(int64_t il, const BatchMeta& b, int64_t n_rows, bool keep_rows);
   // The (token, expert) pairs p0 .. p0 + n_pairs - 1 grouped by expert (expert_offsets_,
   // expert_rows_, pair_pos_), and the expert bytes counted. Returns this rank's pairs [begin, end)
   // of the grouped order.
@@ -292,6 +301,7 @@ class Deepseek2Model {
   };
   std::vector<ExpertPiece> expert_pieces_;  // expert_matmuls' work list
   std::vector<int32_t> expert_list_;        // a chunk's experts with pairs (expert cache)
+  std::vector<int32_t> expert_votes_;       // read_ahead_experts: tokens per predicted expert
   ExpertLease expert_lease_;                // where the expert cache put them
   ShardRange experts_;                      // this rank's routed experts
   ShardRange heads_;                        // this rank's attention heads

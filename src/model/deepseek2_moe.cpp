@@ -112,6 +112,33 @@ void Deepseek2Model::route_tokens(const LayerWeights& L, int64_t n) {
               route_scratch_.data());
 }
 
+void Deepseek2Model::read_ahead_experts(int64_t il, const BatchMeta& b, int64_t n_rows, bool keep_rows) {
+  ExpertCache* cache = w_.expert_cache.get();
+  const int64_t next = il + 1;  // the MTP block (il = n_layer) predicts nothing
+  if (!cache || !cache->reads_ahead() || other_run_ || next >= c_.n_layer || !w_.layers[next].is_moe) return;
+  const LayerWeights& L = w_.layers[next];
+  const int64_t E = c_.n_embd, X = c_.n_expert, K = c_.n_expert_used;
+  const StageScope stage(*this, Stage::Router);
+  // The last layer's FFN sees only the logits rows (block), unless every row is kept.
+  const bool logits_only = next == c_.n_layer - 1 && !keep_rows;
+  const int64_t n = logits_only ? static_cast<int64_t>(b.logits_rows.size()) : n_rows;
+  if (n == 0) return;
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t row = logits_only ? b.logits_rows[t] : t;
+    rmsnorm(x_.data() + row * E, L.ffn_norm.data(), h_.data() + t * E, E, c_.rms_eps);
+  }
+  route_tokens(L, n);
+  std::fill(expert_votes_.begin(), expert_votes_.end(), 0);
+  for (int64_t p = 0; p < n * K; ++p) ++expert_votes_[sel_experts_[p]];
+  expert_list_.clear();
+  for (int32_t e = 0; e < static_cast<int32_t>(X); ++e)
+    if (expert_votes_[e] > 0) expert_list_.push_back(e);
+  // Most selected first: where the cache has fewer free slots than predictions, those are read.
+  std::stable_sort(expert_list_.begin(), expert_list_.end(),
+                   [&](int32_t a, int32_t c) { return expert_votes_[a] > expert_votes_[c]; });
+  cache->read_ahead(L, expert_list_.data(), static_cast<int64_t>(expert_list_.size()));
+}
+
 ShardRange Deepseek2Model::group_pairs(const LayerWeights& L, int64_t p0, int64_t n_pairs) {
   const int64_t E = c_.n_embd, F = c_.n_ff_exp, X = c_.n_expert;
   // Group the chunk's pairs by expert, tokens ascending within an expert.

@@ -21,7 +21,8 @@ namespace {
 // O_DIRECT needs the file offset, the length and the buffer aligned to the device's logical
 // block: 4 KiB covers every block size Linux file systems use.
 constexpr uint64_t kDirectAlign = 4096;
-constexpr int64_t kSlotAlign = 64;  // each tensor's rows in a slot: the packed kernels' loads
+constexpr int64_t kSlotAlign = 64;
+constexpr int kMaxIoThreads = 64;  // each tensor's rows in a slot: the packed kernels' loads
 
 int64_t round_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 
@@ -95,9 +96,26 @@ ExpertCache::ExpertCache(const GgufFile& f, const DeepseekConfig& c, const Deeps
   key_slot_.assign(layers_.size() * static_cast<size_t>(n_expert_), -1);
   key_uses_.assign(key_slot_.size(), 0);
   aging_period_ = std::max<int64_t>(64, 8 * n_slots_);
+  slot_state_.assign(static_cast<size_t>(n_slots_), SlotState::Empty);
+  slot_reserved_.assign(static_cast<size_t>(n_slots_), 0);
+  reserved_.resize(layers_.size());
+  has_prediction_.assign(layers_.size(), 0);
+  predicted_.assign(key_slot_.size(), 0);
+  used_.assign(key_slot_.size(), 0);
+  if (opt.io_threads < 0 || opt.io_threads > kMaxIoThreads)
+    fail("--expert-io-threads {}: expected 0 to {}", opt.io_threads, kMaxIoThreads);
+  if (n_slots_ > 0)
+    for (int i = 0; i < opt.io_threads; ++i) io_threads_.emplace_back([this] { io_thread(); });
 }
 
 ExpertCache::~ExpertCache() {
+  {
+    std::lock_guard lk(mu_);
+    stop_ = true;
+  }
+  jobs_ready_.notify_all();
+  read_done_.notify_all();
+  for (std::thread& t : io_threads_) t.join();
   for (int fd : fds_)
     if (fd >= 0) close(fd);
 }
@@ -167,12 +185,17 @@ int64_t ExpertCache::slot_span(const Tensor& t) {
   return t.group_bytes > 0 ? t.slice_rows / kPackedRows * t.group_bytes : t.raw_bytes;
 }
 
-int32_t ExpertCache::pick_victim() {
-  if (n_filled_ < n_slots_) return static_cast<int32_t>(n_filled_++);
+int32_t ExpertCache::layer_index(const LayerWeights& L) const {
+  const auto found = layer_index_.find(L.ffn_down_exps.data);
+  if (found == layer_index_.end()) fail("expert cache: a MoE layer the cache was not built for");
+  return found->second;
+}
+
+int32_t ExpertCache::policy_victim(bool reserved) const {
   int32_t best = -1;
   for (int32_t s = 0; s < static_cast<int32_t>(n_slots_); ++s) {
-    if (slot_pins_[s] > 0) continue;
-    if (slot_key_[s] < 0) return s;  // emptied by a failed read
+    if (slot_pins_[s] > 0 || slot_state_[s] == SlotState::Reading || (slot_reserved_[s] != 0) != reserved) continue;
+    if (slot_key_[s] < 0 || slot_state_[s] == SlotState::Failed) return s;  // emptied by a failed read
     if (best < 0) {
       best = s;
       continue;
@@ -184,8 +207,55 @@ int32_t ExpertCache::pick_victim() {
   return best;
 }
 
+int32_t ExpertCache::pick_victim(std::unique_lock<std::mutex>& lk, bool steal) {
+  if (n_filled_ < n_slots_) return static_cast<int32_t>(n_filled_++);
+  for (;;) {
+    int32_t s = policy_victim(false);
+    if (s >= 0 || !steal) return s;
+    // Every free slot is reserved by a prediction or being read ahead: the forward's need comes
+    // first, so a reserved one is taken, else the next read ahead to finish.
+    if ((s = policy_victim(true)) >= 0) {
+      slot_reserved_[s] = 0;
+      return s;
+    }
+    bool reading = false;
+    for (int32_t i = 0; i < static_cast<int32_t>(n_slots_) && !reading; ++i)
+      reading = slot_pins_[i] == 0 && slot_state_[i] == SlotState::Reading;
+    if (!reading) return -1;
+    read_done_.wait(lk);
+  }
+}
+
+void ExpertCache::assign(int32_t slot, int64_t key) {
+  const int64_t old = slot_key_[slot];
+  if (old >= 0 && key_slot_[old] == slot) key_slot_[old] = -1;
+  slot_key_[slot] = key;
+  key_slot_[key] = slot;
+  slot_reserved_[slot] = 0;
+}
+
 void ExpertCache::age() {
   for (uint32_t& u : key_uses_) u >>= 1;
+}
+
+void ExpertCache::count_use(int32_t layer, int32_t expert) {
+  const int64_t key = static_cast<int64_t>(layer) * n_expert_ + expert;
+  ++key_uses_[key];
+  if (++uses_since_aging_ >= aging_period_) {
+    age();
+    uses_since_aging_ = 0;
+  }
+  if (has_prediction_[layer] && !used_[key]) {
+    used_[key] = 1;
+    predictable_uses_.fetch_add(1, std::memory_order_relaxed);
+    if (predicted_[key]) predictions_used_.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+void ExpertCache::drop_reservations(int32_t layer) {
+  for (int32_t s : reserved_[layer])
+    if (slot_reserved_[s] == layer + 1) slot_reserved_[s] = 0;
+  reserved_[layer].clear();
 }
 
 void ExpertCache::load(const Tensor& t, int32_t expert, uint8_t* slot, std::vector<uint8_t>& staging,
@@ -222,54 +292,72 @@ void ExpertCache::load(const Tensor& t, int32_t expert, uint8_t* slot, std::vect
 
 void ExpertCache::acquire(const LayerWeights& L, const int32_t* experts, int64_t n, ThreadPool& pool,
                           ExpertLease& lease) {
-  const auto found = layer_index_.find(L.ffn_down_exps.data);
-  if (found == layer_index_.end()) fail("expert cache: a MoE layer the cache was not built for");
-  std::lock_guard lk(mu_);
-  const int32_t li = found->second;
+  const auto t0 = std::chrono::steady_clock::now();
+  const int32_t li = layer_index(L);
+  std::unique_lock lk(mu_);
   lease.layer = li;
   lease.slot_of.assign(static_cast<size_t>(n_expert_), -1);
   lease.pinned.clear();
   miss_keys_.clear();
   miss_slots_.clear();
+  wait_slots_.clear();
   ++tick_;
-  auto unwind = [&] {
-    for (int32_t s : lease.pinned) --slot_pins_[s];
-    lease.pinned.clear();
-    lease.layer = -1;
-  };
-  for (int64_t i = 0; i < n; ++i) {
-    const int32_t e = experts[i];
-    if (lease.slot_of[e] >= 0) continue;
-    const int64_t key = static_cast<int64_t>(li) * n_expert_ + e;
-    ++key_uses_[key];
-    if (++uses_since_aging_ >= aging_period_) {
-      age();
-      uses_since_aging_ = 0;
-    }
-    int32_t s = key_slot_[key];
-    if (s < 0) {
-      s = pick_victim();
-      if (s < 0) {
-        unwind();
-        fail("expert cache: every one of its {} slots is in use (the budget holds too few experts)", n_slots_);
-      }
-      if (slot_key_[s] >= 0) key_slot_[slot_key_[s]] = -1;
-      slot_key_[s] = key;
-      key_slot_[key] = s;
-      miss_keys_.push_back(static_cast<int32_t>(key));
-      miss_slots_.push_back(s);
-    }
+  pin_experts(li, experts, n, lk, lease);
+  int64_t n_read = 0;
+  if (!miss_keys_.empty() || !wait_slots_.empty()) {
+    n_read = load_misses(li, pool, lk, lease);
+    add_stall(t0);
+  }
+  hits_.fetch_add(static_cast<int64_t>(lease.pinned.size()) - n_read, std::memory_order_relaxed);
+}
+
+void ExpertCache::pin_experts(int32_t li, const int32_t* experts, int64_t n, std::unique_lock<std::mutex>& lk,
+                              ExpertLease& lease) {
+  constexpr int32_t kPending = -2;  // listed, its slot chosen below
+  auto pin = [&](int32_t s, int32_t e) {
     ++slot_pins_[s];
     slot_last_use_[s] = tick_;
     lease.pinned.push_back(s);
     lease.slot_of[e] = s;
+  };
+  new_keys_.clear();
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t e = experts[i];
+    if (lease.slot_of[e] != -1) continue;
+    count_use(li, e);
+    const int64_t key = static_cast<int64_t>(li) * n_expert_ + e;
+    const int32_t s = key_slot_[key];
+    if (s < 0) {
+      lease.slot_of[e] = kPending;
+      new_keys_.push_back(static_cast<int32_t>(key));
+      continue;
+    }
+    if (slot_state_[s] == SlotState::Reading) {
+      wait_slots_.push_back(s);  // an I/O thread is reading it
+    } else if (slot_state_[s] != SlotState::Ready) {
+      slot_state_[s] = SlotState::Reading;  // a queued or failed read ahead: read here, now
+      miss_keys_.push_back(static_cast<int32_t>(key));
+      miss_slots_.push_back(s);
+    }
+    pin(s, e);
   }
-  hits_.fetch_add(static_cast<int64_t>(lease.pinned.size() - miss_keys_.size()), std::memory_order_relaxed);
-  if (!miss_keys_.empty()) load_misses(li, pool, lease);
+  // The prediction's experts this call did not ask for become ordinary entries.
+  drop_reservations(li);
+  for (int32_t key : new_keys_) {
+    const int32_t s = pick_victim(lk, /*steal=*/true);
+    if (s < 0) {
+      unwind(lease);
+      fail("expert cache: every one of its {} slots is in use (the budget holds too few experts)", n_slots_);
+    }
+    assign(s, key);
+    slot_state_[s] = SlotState::Reading;
+    miss_keys_.push_back(key);
+    miss_slots_.push_back(s);
+    pin(s, static_cast<int32_t>(key % n_expert_));
+  }
 }
 
-void ExpertCache::load_misses(int32_t li, ThreadPool& pool, ExpertLease& lease) {
-  const auto t0 = std::chrono::steady_clock::now();
+std::string ExpertCache::read_on_pool(int32_t li, ThreadPool& pool, std::unique_lock<std::mutex>& lk) {
   const int n_threads = pool.n_threads();
   if (staging_.size() < static_cast<size_t>(n_threads)) {
     staging_.resize(n_threads, std::vector<uint8_t>(static_cast<size_t>(max_raw_bytes_ + 3 * kDirectAlign)));
@@ -280,6 +368,8 @@ void ExpertCache::load_misses(int32_t li, ThreadPool& pool, ExpertLease& lease) 
   std::vector<int64_t>& bytes = thread_bytes_;
   for (int t = 0; t < n_threads; ++t) errors[t].clear(), bytes[t] = 0;
   const Layer& layer = layers_[li];
+  // The slots are pinned and Reading: no other thread touches them or these lists meanwhile.
+  lk.unlock();
   pool.parallel_for(static_cast<int64_t>(miss_keys_.size()), [&](int64_t b0, int64_t b1, int t) {
     for (int64_t i = b0; i < b1 && errors[t].empty(); ++i) {
       try {
@@ -290,25 +380,63 @@ void ExpertCache::load_misses(int32_t li, ThreadPool& pool, ExpertLease& lease) 
       }
     }
   });
+  lk.lock();
   int64_t total = 0;
   for (int64_t b : bytes) total += b;
   bytes_read_.fetch_add(total, std::memory_order_relaxed);
-  misses_.fetch_add(static_cast<int64_t>(miss_keys_.size()), std::memory_order_relaxed);
+  for (const std::string& err : errors)
+    if (!err.empty()) return err;
+  return {};
+}
+
+int64_t ExpertCache::load_misses(int32_t li, ThreadPool& pool, std::unique_lock<std::mutex>& lk, ExpertLease& lease) {
+  int64_t n_read = 0;
+  for (;;) {
+    if (!miss_keys_.empty()) {
+      const std::string err = read_on_pool(li, pool, lk);
+      if (!err.empty()) {
+        unwind(lease);
+        fail("{}", err);
+      }
+      for (int32_t s : miss_slots_) slot_state_[s] = SlotState::Ready;
+      misses_.fetch_add(static_cast<int64_t>(miss_keys_.size()), std::memory_order_relaxed);
+      n_read += static_cast<int64_t>(miss_keys_.size());
+      miss_keys_.clear();
+      miss_slots_.clear();
+    }
+    if (wait_slots_.empty()) return n_read;
+    // The reads ahead this call needs, in flight meanwhile; one that failed is read here.
+    for (int32_t s : wait_slots_) {
+      read_done_.wait(lk, [&] { return slot_state_[s] != SlotState::Reading; });
+      if (slot_state_[s] == SlotState::Failed) {
+        slot_state_[s] = SlotState::Reading;
+        miss_keys_.push_back(static_cast<int32_t>(slot_key_[s]));
+        miss_slots_.push_back(s);
+      }
+    }
+    wait_slots_.clear();
+  }
+}
+
+void ExpertCache::unwind(ExpertLease& lease) {
+  // Nothing half-read stays findable: every slot this call was filling is emptied.
+  for (size_t i = 0; i < miss_keys_.size(); ++i) {
+    if (key_slot_[miss_keys_[i]] == miss_slots_[i]) key_slot_[miss_keys_[i]] = -1;
+    slot_key_[miss_slots_[i]] = -1;
+    slot_state_[miss_slots_[i]] = SlotState::Empty;
+  }
+  miss_keys_.clear();
+  miss_slots_.clear();
+  wait_slots_.clear();
+  for (int32_t s : lease.pinned) --slot_pins_[s];
+  lease.pinned.clear();
+  lease.layer = -1;
+}
+
+void ExpertCache::add_stall(std::chrono::steady_clock::time_point t0) {
   stall_ns_.fetch_add(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count(),
       std::memory_order_relaxed);
-  for (const std::string& err : errors) {
-    if (err.empty()) continue;
-    // Nothing half-read stays findable: every slot this call was filling is emptied.
-    for (size_t i = 0; i < miss_keys_.size(); ++i) {
-      key_slot_[miss_keys_[i]] = -1;
-      slot_key_[miss_slots_[i]] = -1;
-    }
-    for (int32_t s : lease.pinned) --slot_pins_[s];
-    lease.pinned.clear();
-    lease.layer = -1;
-    fail("{}", err);
-  }
 }
 
 void ExpertCache::release(ExpertLease& lease) {
@@ -316,6 +444,85 @@ void ExpertCache::release(ExpertLease& lease) {
   for (int32_t s : lease.pinned) --slot_pins_[s];
   lease.pinned.clear();
   lease.layer = -1;
+}
+
+void ExpertCache::read_ahead(const LayerWeights& L, const int32_t* experts, int64_t n) {
+  if (io_threads_.empty()) return;
+  const int32_t li = layer_index(L);
+  std::unique_lock lk(mu_);
+  drop_reservations(li);
+  uint8_t* predicted = predicted_.data() + static_cast<int64_t>(li) * n_expert_;
+  std::fill(predicted, predicted + n_expert_, 0);
+  std::fill(used_.begin() + static_cast<int64_t>(li) * n_expert_, used_.begin() + (li + 1) * n_expert_, 0);
+  has_prediction_[li] = 1;
+  predictions_.fetch_add(n, std::memory_order_relaxed);
+  bool queued = false, full = false;
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t e = experts[i];
+    predicted[e] = 1;
+    const int64_t key = static_cast<int64_t>(li) * n_expert_ + e;
+    int32_t s = key_slot_[key];
+    if (s < 0) {
+      if (full || (s = pick_victim(lk, /*steal=*/false)) < 0) {
+        full = true;  // the rest is read on demand if used
+        continue;
+      }
+      assign(s, key);
+      slot_last_use_[s] = tick_;
+      slot_state_[s] = SlotState::Empty;  // queued below
+    }
+    if (slot_state_[s] == SlotState::Failed || slot_state_[s] == SlotState::Empty) {
+      slot_state_[s] = SlotState::Queued;
+      jobs_.push_back({s, key});
+      queued = true;
+    }
+    if (slot_reserved_[s] == 0) {
+      slot_reserved_[s] = li + 1;
+      reserved_[li].push_back(s);
+    }
+  }
+  lk.unlock();
+  if (queued) jobs_ready_.notify_all();
+}
+
+void ExpertCache::io_thread() {
+  std::vector<uint8_t> staging(static_cast<size_t>(max_raw_bytes_ + 3 * kDirectAlign));
+  std::unique_lock lk(mu_);
+  for (;;) {
+    jobs_ready_.wait(lk, [&] { return stop_ || !jobs_.empty(); });
+    if (stop_) return;
+    const ReadJob job = jobs_.front();
+    jobs_.pop_front();
+    // Taken over by an acquire, or its slot given to another expert since.
+    if (slot_key_[job.slot] != job.key || slot_state_[job.slot] != SlotState::Queued) {
+      if (jobs_.empty()) read_done_.notify_all();  // wait_read_ahead_idle
+      continue;
+    }
+    slot_state_[job.slot] = SlotState::Reading;
+    ++reads_in_flight_;
+    lk.unlock();
+    int64_t bytes = 0;
+    bool ok = true;
+    try {
+      const auto e = static_cast<int32_t>(job.key % n_expert_);
+      for (const Tensor& x : layers_[job.key / n_expert_].tensors)
+        load(x, e, slots_ + job.slot * slot_bytes_, staging, bytes);
+    } catch (const std::exception&) {
+      ok = false;  // the acquire that needs it reads it again and reports the error
+    }
+    lk.lock();
+    --reads_in_flight_;
+    slot_state_[job.slot] = ok ? SlotState::Ready : SlotState::Failed;
+    bytes_read_.fetch_add(bytes, std::memory_order_relaxed);
+    read_ahead_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+    if (ok) read_ahead_.fetch_add(1, std::memory_order_relaxed);
+    read_done_.notify_all();
+  }
+}
+
+void ExpertCache::wait_read_ahead_idle() {
+  std::unique_lock lk(mu_);
+  read_done_.wait(lk, [&] { return stop_ || (reads_in_flight_ == 0 && jobs_.empty()); });
 }
 
 WeightMatrix ExpertCache::matrix(const ExpertLease& lease, const WeightMatrix& w, int32_t e) const {
@@ -337,19 +544,28 @@ WeightMatrix ExpertCache::matrix(const ExpertLease& lease, const WeightMatrix& w
 }
 
 ExpertCacheCounters ExpertCache::counters() const {
-  return {hits_.load(std::memory_order_relaxed), misses_.load(std::memory_order_relaxed),
-          bytes_read_.load(std::memory_order_relaxed),
-          static_cast<double>(stall_ns_.load(std::memory_order_relaxed)) * 1e-9};
+  constexpr auto r = std::memory_order_relaxed;
+  return {.hits = hits_.load(r),
+          .misses = misses_.load(r),
+          .bytes_read = bytes_read_.load(r),
+          .stall_seconds = static_cast<double>(stall_ns_.load(r)) * 1e-9,
+          .read_ahead = read_ahead_.load(r),
+          .read_ahead_bytes = read_ahead_bytes_.load(r),
+          .predictions = predictions_.load(r),
+          .predictions_used = predictions_used_.load(r),
+          .predictable_uses = predictable_uses_.load(r)};
 }
 
 std::string ExpertCache::describe() const {
   return fmt::format(
       "expert cache: {} slots of {} ({} of the {} budget; resident tensors {}), reads {}, {} experts packed, "
-      "eviction {}",
+      "eviction {}, {}",
       n_slots_, mib(slot_bytes_), mib(n_slots_ * slot_bytes_), mib(opt_.budget_bytes), mib(resident_bytes_),
       direct_io_ ? "O_DIRECT" : fmt::format("buffered pread ({})", io_note_),
       !layers_.empty() && layers_[0].tensors[0].group_bytes > 0 ? "16-row" : "not",
-      opt_.eviction == ExpertEviction::Lru ? "lru" : "lfu with aging");
+      opt_.eviction == ExpertEviction::Lru ? "lru" : "lfu with aging",
+      io_threads_.empty() ? std::string("read-ahead off")
+                          : fmt::format("read-ahead on {} I/O threads", io_threads_.size()));
 }
 
 }  // namespace mla

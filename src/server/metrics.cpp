@@ -181,12 +181,24 @@ std::string ServerMetrics::render(const EngineCounters& c, std::string_view mode
         static_cast<double>(c.expert_cache_slots));
     counter("mla:expert_cache_hits_total", "Routed (layer, expert) lookups found in the expert cache.",
             c.n_expert_cache_hits);
-    counter("mla:expert_cache_misses_total", "Routed (layer, expert) lookups read from the model file.",
-            c.n_expert_cache_misses);
-    counter("mla:expert_cache_read_bytes_total", "Model file bytes read into the expert cache.",
+    counter("mla:expert_cache_misses_total",
+            "Routed (layer, expert) lookups the forward pass read from the model file.", c.n_expert_cache_misses);
+    counter("mla:expert_cache_read_bytes_total", "Model file bytes read into the expert cache (on demand and ahead).",
             c.expert_cache_bytes_read);
     one("mla:expert_cache_stall_seconds_total", "counter",
-        "Wall time the forward pass waited for expert cache misses (read and repack).", c.expert_cache_stall_seconds);
+        "Wall time the forward pass waited for routed experts (on-demand reads, reads ahead in flight).",
+        c.expert_cache_stall_seconds);
+    counter("mla:expert_cache_read_ahead_total", "Routed experts the read-ahead I/O threads read.",
+            c.n_expert_cache_read_ahead);
+    counter("mla:expert_cache_read_ahead_bytes_total", "Model file bytes read ahead (part of read_bytes_total).",
+            c.expert_cache_read_ahead_bytes);
+    counter("mla:expert_cache_predictions_total", "(layer, expert) pairs the read-ahead predicted.",
+            c.n_expert_cache_predictions);
+    counter("mla:expert_cache_predictions_used_total", "Predicted (layer, expert) pairs the layer then used.",
+            c.n_expert_cache_predictions_used);
+    counter("mla:expert_cache_predictable_uses_total",
+            "(layer, expert) pairs used by a layer that had a prediction (recall: predictions_used / this).",
+            c.n_expert_cache_predictable_uses);
   }
   w.family("mla:attention_path_tokens_total", "counter",
            "Tokens attended through each MLA path (mha: decompressed, mqa: absorbed).");

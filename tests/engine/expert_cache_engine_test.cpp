@@ -1,7 +1,9 @@
 // The engine with routed experts streamed through the expert cache (--weights-memory): a batch of
 // sequences arriving at different steps, chunked prefill and decode, under a budget that holds one
 // MoE call's experts and no more, gives the resident run's tokens and logits bit for bit (MHA,
-// MQA, auto with the F32 kernels; LFU and LRU), and the engine's counters report the cache.
+// MQA, auto with the F32 kernels; LFU and LRU), and the engine's counters report the cache. The
+// same with read-ahead on: I/O threads reading the experts predicted for the next layer while the
+// engine's steps compute, some predictions wrong.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -46,7 +48,7 @@ std::vector<Arrival> arrivals() {
   return a;
 }
 
-void run_case(MlaPathPolicy policy, bool exact, ExpertEviction ev) {
+void run_case(MlaPathPolicy policy, bool exact, ExpertEviction ev, int io_threads = 0) {
   const std::string path = moe_model();
   TestRunnerOptions o{.block_size = 16, .tokens = 256, .max_batch_tokens = kBudgetTokens, .exact_attention = exact};
   EngineConfig cfg = config(policy, kBudgetTokens, false);
@@ -54,6 +56,7 @@ void run_case(MlaPathPolicy policy, bool exact, ExpertEviction ev) {
   const RunResult resident = run_engine(deepseek2_runner(path, policy, o), cfg, arrivals());
   o.weights_memory = tight_budget(path);
   o.expert_eviction = ev;
+  o.expert_io_threads = io_threads;
   const RunResult cached = run_engine(deepseek2_runner(path, policy, o), cfg, arrivals());
   for (const auto& [id, seqs] : resident.seqs) {
     ASSERT_TRUE(cached.seqs.count(id)) << id;
@@ -67,15 +70,30 @@ void run_case(MlaPathPolicy policy, bool exact, ExpertEviction ev) {
   EXPECT_EQ(resident.counters.n_expert_cache_misses, 0);
   EXPECT_EQ(cached.counters.expert_cache_slots, kBudgetTokens);
   // 48 (layer, expert) keys through 8 slots: most lookups miss after the first layer's.
-  EXPECT_GT(cached.counters.n_expert_cache_misses, 48);
-  EXPECT_GT(cached.counters.n_expert_cache_hits, 0);
-  EXPECT_GT(cached.counters.expert_cache_bytes_read, 0);
-  EXPECT_GT(cached.counters.expert_cache_stall_seconds, 0.0);
+  const EngineCounters& c = cached.counters;
+  EXPECT_GT(c.n_expert_cache_misses + c.n_expert_cache_read_ahead, 48);
+  EXPECT_GT(c.n_expert_cache_hits, 0);
+  EXPECT_GT(c.expert_cache_bytes_read, 0);
+  EXPECT_GT(c.expert_cache_stall_seconds, 0.0);
+  if (io_threads == 0) {
+    EXPECT_EQ(c.n_expert_cache_predictions, 0);
+    EXPECT_EQ(c.expert_cache_read_ahead_bytes, 0);
+    return;
+  }
+  EXPECT_GT(c.n_expert_cache_read_ahead, 0);
+  EXPECT_GT(c.expert_cache_read_ahead_bytes, 0);
+  EXPECT_GT(c.n_expert_cache_predictions_used, 0);
+  EXPECT_LT(c.n_expert_cache_predictions_used, c.n_expert_cache_predictions);
+  EXPECT_LE(c.n_expert_cache_predictions_used, c.n_expert_cache_predictable_uses);
 }
 
 TEST(ExpertCacheEngine, BatchBitIdenticalMha) { run_case(MlaPathPolicy::Mha, true, ExpertEviction::Lfu); }
 TEST(ExpertCacheEngine, BatchBitIdenticalMqaLru) { run_case(MlaPathPolicy::Mqa, true, ExpertEviction::Lru); }
 TEST(ExpertCacheEngine, BatchBitIdenticalAutoF32) { run_case(MlaPathPolicy::Auto, false, ExpertEviction::Lfu); }
+TEST(ExpertCacheEngine, ReadAheadBatchBitIdenticalMha) { run_case(MlaPathPolicy::Mha, true, ExpertEviction::Lfu, 2); }
+TEST(ExpertCacheEngine, ReadAheadBatchBitIdenticalAutoF32Lru) {
+  run_case(MlaPathPolicy::Auto, false, ExpertEviction::Lru, 2);
+}
 
 }  // namespace
 }  // namespace mla::testing

@@ -3,7 +3,8 @@
 forces eviction gives the resident run's greedy tokens for a batch; budgets too small or above
 physical memory are refused with one line; /metrics and `bench --profile` report the cache; a
 read error (the file cut after load) fails that request with a 500 naming the tensor while the
-server keeps serving."""
+server keeps serving. Read-ahead (`--expert-io-threads`, on by default) gives the same tokens and
+reports its predictions and bytes."""
 import json
 import os
 import re
@@ -52,15 +53,23 @@ def needed_bytes(mla_bin, model, *extra):
 def test_batch_tokens_equal_the_resident_run(mla_bin, model, tmp_path):
     resident, _ = run_batch(mla_bin, model, tmp_path)
     budget = needed_bytes(mla_bin, model, "--max-num-batched-tokens", "16")
-    for eviction in ("lfu", "lru"):
+    for eviction, io_threads in (("lfu", 0), ("lru", 0), ("lfu", 2), ("lru", 1)):
         cached, log = run_batch(mla_bin, model, tmp_path, "--weights-memory", str(budget), "--expert-eviction",
-                                eviction)
+                                eviction, "--expert-io-threads", str(io_threads))
         assert [r["continuation"] for r in cached["requests"]] == [r["continuation"] for r in resident["requests"]]
-        assert f"weights memory {budget} bytes (experts streamed, eviction {eviction})" in log
+        assert (f"weights memory {budget} bytes (experts streamed, eviction {eviction}, {io_threads} read-ahead I/O "
+                "threads)") in log
         assert re.search(r"expert cache: 16 slots of .*, reads (O_DIRECT|buffered pread \(.*\))", log), log
+        assert ("read-ahead off" if io_threads == 0 else f"read-ahead on {io_threads} I/O threads") in log
         ec = cached["expert_cache"]
         assert ec["slots"] == 16
-        assert ec["misses"] > 48 and ec["hits"] > 0 and ec["bytes_read"] > 0  # 48 experts through 16 slots
+        # 48 experts through 16 slots
+        assert ec["misses"] + ec["read_ahead"] > 48 and ec["hits"] > 0 and ec["bytes_read"] > 0
+        if io_threads == 0:
+            assert ec["predictions"] == 0 and ec["read_ahead_bytes"] == 0
+        else:
+            assert 0 < ec["read_ahead_bytes"] < ec["bytes_read"]
+            assert 0 < ec["predictions_used"] <= min(ec["predictions"], ec["predictable_uses"])
     assert "expert_cache" not in resident
 
 
@@ -78,6 +87,11 @@ def test_refusals_are_one_line(mla_bin, model):
     assert f"is more than this machine's memory ({phys} bytes)" in big.stderr.strip().splitlines()[-1]
     bad = run_mla(mla_bin, "run", "-m", str(model), "--tokens", "1", "--weights-memory", "12X", check=False)
     assert bad.returncode != 0 and "--weights-memory: unknown unit in '12X'" in bad.stderr
+    threads = run_mla(mla_bin, "run", "-m", str(model), "--tokens", "1", "--weights-memory", str(n),
+                      "--expert-io-threads", "65", check=False)
+    assert threads.returncode != 0
+    assert threads.stderr.strip().splitlines()[-1].endswith(
+        "--expert-io-threads 65: expected 0 (read on demand only) to 64"), threads.stderr
 
 
 def test_bench_profile_and_doctor_take_the_budget(mla_bin, model):
@@ -86,6 +100,8 @@ def test_bench_profile_and_doctor_take_the_budget(mla_bin, model):
                 "--max-num-batched-tokens", "64", "--weights-memory", str(n))
     assert re.search(r"expert cache per token: [\d.]+ hits, [\d.]+ misses \(hit rate [\d.]+%\), [\d.]+ MB read",
                      p.stdout), p.stdout
+    assert re.search(r"read-ahead per token: [\d.]+ MB read ahead, [\d.]+ MB on demand; [\d.]+ experts predicted, "
+                     r"precision [\d.]+% \(predicted and used\), recall [\d.]+%", p.stdout), p.stdout
     assert f"weights memory {n} bytes" in p.stderr
     d = run_mla(mla_bin, "doctor", str(model), "--weights-memory", "1G", "--no-layout", check=False)
     assert "expert cache: " in d.stderr and "error" not in d.stderr, d.stderr
@@ -132,6 +148,13 @@ def test_serve_metrics_and_a_read_error(mla_bin, tmp_path):
         assert misses > 0
         assert metric(m, "mla:expert_cache_read_bytes_total", model_name=MODEL_NAME) > 0
         assert metric(m, "mla:expert_cache_stall_seconds_total", model_name=MODEL_NAME) > 0
+        # Read-ahead is on by default: the MoE layers after the first are predicted.
+        predictions = metric(m, "mla:expert_cache_predictions_total", model_name=MODEL_NAME)
+        used = metric(m, "mla:expert_cache_predictions_used_total", model_name=MODEL_NAME)
+        assert predictions > 0 and 0 <= used <= predictions
+        assert used <= metric(m, "mla:expert_cache_predictable_uses_total", model_name=MODEL_NAME)
+        assert metric(m, "mla:expert_cache_read_ahead_total", model_name=MODEL_NAME) >= 0
+        assert metric(m, "mla:expert_cache_read_ahead_bytes_total", model_name=MODEL_NAME) >= 0
         # Cut the file inside the routed tensor: experts not cached yet cannot be read.
         with open(path, "r+b") as f:
             f.truncate(int(t.data_offset) + 1)

@@ -22,6 +22,7 @@ struct TestRunnerOptions {
   bool exact_attention = true;  // ModelOptions::exact_attention (--attention-precision)
   int64_t weights_memory = 0;   // ModelOptions::weights_memory (--weights-memory): 0 every weight resident
   ExpertEviction expert_eviction = ExpertEviction::Lfu;
+  int expert_io_threads = 0;  // ModelOptions::expert_io_threads (--expert-io-threads)
 };
 
 inline std::function<std::unique_ptr<ModelRunner>()> deepseek2_runner(const std::string& path, MlaPathPolicy policy,
@@ -34,6 +35,7 @@ inline std::function<std::unique_ptr<ModelRunner>()> deepseek2_runner(const std:
     mo.exact_attention = o.exact_attention;
     mo.weights_memory = o.weights_memory;
     mo.expert_eviction = o.expert_eviction;
+    mo.expert_io_threads = o.expert_io_threads;
     KvCacheOptions kv;
     kv.dtype = o.dtype;
     kv.block_size = o.block_size;

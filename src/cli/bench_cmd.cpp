@@ -580,7 +580,7 @@ void bench(const BenchArgs& a) {
   const int64_t need_ctx = context_needed(tests);
   EngineSetup setup = bench_engine_setup(a, need_ctx);
   OpenedModel m = open_model(a.model, setup, a.engine, "bench");
-  if (!m.runner) return;  // a worker rank under mpirun: rank 0 has finished
+  if (!m.runner) return;                  // a worker rank under mpirun: rank 0 has finished
   const ModelRunner& runner = *m.runner;  // lives inside the engine below
   auto* dist = dynamic_cast<DistributedRunner*>(m.deepseek2);
   // Every rank's resident memory and communication so far (one process: this one), between tests.

@@ -69,8 +69,8 @@ OpenedModel open_deepseek4(const std::string& path, const EngineSetup& setup) {
   m.summary = fmt::format(
       "deepseek4: {} layers ({} CSA, {} HCA, {} sliding; {} hash-routed), {} heads of {}, window {}, {} experts (top "
       "{}), vocab {}",
-      c.n_layer, n_csa, n_hca, c.n_layer - n_csa - n_hca, c.n_hash_layers, c.n_head, c.head_dim, c.n_window,
-      c.n_expert, c.n_expert_used, c.n_vocab);
+      c.n_layer, n_csa, n_hca, c.n_layer - n_csa - n_hca, c.n_hash_layers, c.n_head, c.head_dim, c.n_window, c.n_expert,
+      c.n_expert_used, c.n_vocab);
   m.runner = std::move(rn);
   return m;
 }

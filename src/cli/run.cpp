@@ -494,7 +494,8 @@ void run(const RunArgs& a) {
 
   // The tokenizer, when the file carries a byte-level BPE vocabulary: text prompts and text output.
   std::shared_ptr<const Tokenizer> tok;
-  if (m.file->opt_string("tokenizer.ggml.model") == std::optional<std::string>("gpt2")) tok = Tokenizer::from_gguf(*m.file);
+  if (m.file->opt_string("tokenizer.ggml.model") == std::optional<std::string>("gpt2"))
+    tok = Tokenizer::from_gguf(*m.file);
   RunReport r;
   r.jobs = make_jobs(a, tok.get());
   r.has_text = tok != nullptr;

@@ -244,7 +244,7 @@ Ds4StateBound deepseek4_state_bound(const Deepseek4Config& c) {
     if (m == 0) continue;
     const bool csa = c.attn_kind(il) == Ds4Attn::Csa;
     const int64_t n_series = csa ? 2 : 1;
-    fixed += 2 * m * n_series * d;          // open window: kv and gate
+    fixed += 2 * m * n_series * d;  // open window: kv and gate
     per_token += 2.0 * static_cast<double>(d) / static_cast<double>(m);
     if (!csa) continue;
     fixed += 2 * m * d + 2 * m * 2 * ci + 2 * m * ci;  // series A; the indexer's open window and series A

@@ -48,8 +48,7 @@ class Deepseek4Model {
   // The same with logits only for the tokens at indices rows (ascending, into tokens):
   // logits[i * n_vocab ...] for rows[i], each bit for bit what forward() gives that token (the
   // head is per token); logits may be null when rows is empty.
-  void forward(const std::vector<int32_t>& tokens, Deepseek4Cache& cache, float* logits,
-               std::span<const int32_t> rows);
+  void forward(const std::vector<int32_t>& tokens, Deepseek4Cache& cache, float* logits, std::span<const int32_t> rows);
 
   // forward() on a fresh cache: the full-sequence pass from position 0.
   void prefill(const std::vector<int32_t>& tokens, float* logits);

@@ -37,8 +37,8 @@ MlaLayout layout_named(const std::string& s) {
   fail("synth: layout '{}' is not split or fused", s);
 }
 
-const char* const kRoles[] = {"embd",     "output",    "attn_q", "attn_kv_a", "attn_mla",  "attn_output",
-                              "ffn",      "ffn_exps",  "ffn_shexp", "router", "indexer", "compressor"};
+const char* const kRoles[] = {"embd", "output",   "attn_q",    "attn_kv_a", "attn_mla", "attn_output",
+                              "ffn",  "ffn_exps", "ffn_shexp", "router",    "indexer",  "compressor"};
 
 struct SpecKey {
   const char* name;

@@ -22,7 +22,7 @@ struct SynthSpec {
   // rotated dims of a head), the expert counts and widths, weights_scale, the indexer widths,
   // rope_freq_base, rope_scaling none|yarn, n_vocab or vocab, chat_template, type and types)
   std::string arch = "deepseek2";
-  int64_t n_layer = 2;             // trunk layers
+  int64_t n_layer = 2;  // trunk layers
   int64_t n_layer_dense_lead = 1;
   int64_t n_embd = 256;
   int64_t n_ff = 512;

@@ -25,8 +25,7 @@ std::vector<int64_t> layer_ratios(const SynthSpec& s) {
   }
   std::stringstream in(s.compress_ratios);
   for (std::string item; std::getline(in, item, ',');) {
-    if (item != "0" && item != "4" && item != "128")
-      fail("synth: compress_ratios entry '{}' is not 0, 4 or 128", item);
+    if (item != "0" && item != "4" && item != "128") fail("synth: compress_ratios entry '{}' is not 0, 4 or 128", item);
     r.push_back(std::stoll(item));
   }
   if (static_cast<int64_t>(r.size()) != s.n_layer)
@@ -39,11 +38,21 @@ void check_spec4(const SynthSpec& s, const std::vector<int64_t>& ratios) {
   auto pos = [](const char* k, int64_t v) {
     if (v < 1) fail("synth: {} is {}, expected >= 1", k, v);
   };
-  for (auto [k, v] : {std::pair{"n_layer", s.n_layer}, {"n_embd", s.n_embd}, {"n_head", s.n_head},
-                      {"head_dim", s.head_dim}, {"q_lora_rank", s.q_lora_rank}, {"n_window", s.n_window},
-                      {"o_groups", s.o_groups}, {"o_lora_rank", s.o_lora_rank}, {"n_expert", s.n_expert},
-                      {"n_expert_used", s.n_expert_used}, {"n_ff_exp", s.n_ff_exp}, {"hc_mult", s.hc_mult},
-                      {"hc_sinkhorn_iters", s.hc_sinkhorn_iters}, {"n_vocab", s.n_vocab}, {"n_ctx_train", s.n_ctx_train}})
+  for (auto [k, v] : {std::pair{"n_layer", s.n_layer},
+                      {"n_embd", s.n_embd},
+                      {"n_head", s.n_head},
+                      {"head_dim", s.head_dim},
+                      {"q_lora_rank", s.q_lora_rank},
+                      {"n_window", s.n_window},
+                      {"o_groups", s.o_groups},
+                      {"o_lora_rank", s.o_lora_rank},
+                      {"n_expert", s.n_expert},
+                      {"n_expert_used", s.n_expert_used},
+                      {"n_ff_exp", s.n_ff_exp},
+                      {"hc_mult", s.hc_mult},
+                      {"hc_sinkhorn_iters", s.hc_sinkhorn_iters},
+                      {"n_vocab", s.n_vocab},
+                      {"n_ctx_train", s.n_ctx_train}})
     pos(k, v);
   if (s.qk_rope < 2 || s.qk_rope % 2 || s.qk_rope > s.head_dim)
     fail("synth: qk_rope is {}, expected an even value in 2..head_dim {}", s.qk_rope, s.head_dim);

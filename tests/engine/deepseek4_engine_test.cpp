@@ -171,7 +171,8 @@ TEST(Deepseek4Engine, PreemptionRecomputesToTheSameTokens) {
   const int lens[] = {30, 31, 29};
   for (int i = 0; i < 3; ++i) a.push_back({"p" + std::to_string(i), prompt_slice(17 * i, lens[i]), greedy(8), 0});
   int64_t peak = 0;
-  const RunResult got = run_engine(ds4_runner(16, 96, 4), ds4_config(64, 4), a, nullptr, nullptr, check_states(4, &peak));
+  const RunResult got =
+      run_engine(ds4_runner(16, 96, 4), ds4_config(64, 4), a, nullptr, nullptr, check_states(4, &peak));
   EXPECT_GT(got.counters.n_preemptions, 0);
   expect_as_alone(got, a, "preemption");
 }

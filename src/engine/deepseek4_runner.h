@@ -61,6 +61,7 @@ class Deepseek4Runner : public ModelRunner {
   size_t n_states() const { return states_.size(); }
   int64_t state_bytes() const;
   const Ds4StateBound& state_bound() const { return bound_; }
+  int64_t block_bytes() const { return block_bytes_; }  // the growing part one block stands for
   // The most bytes the states may take together (see the header comment).
   int64_t memory_bound() const;
   // One line: what a block stands for and the bound ("deepseek4 cache: ...").

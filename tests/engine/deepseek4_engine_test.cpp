@@ -101,12 +101,18 @@ void expect_as_alone(const RunResult& got, const std::vector<Arrival>& arrivals,
   }
 }
 
-// After each step: the states alive belong to running sequences, within the runner's bound; none
-// is left once every request has finished.
+// After each step: the states alive belong to running sequences and take no more than their fixed
+// parts plus what the blocks in use stand for (so no more than the runner's bound); none is left
+// once every request has finished.
 std::function<void(Engine&)> check_states(int max_num_seqs, int64_t* peak) {
   return [=](Engine& e) {
     auto& r = dynamic_cast<Deepseek4Runner&>(e.runner());
-    EXPECT_LE(r.n_states(), static_cast<size_t>(max_num_seqs));
+    EXPECT_LE(r.n_states(), static_cast<size_t>(std::min(max_num_seqs, e.counters().n_running)))
+        << "a state outlives its sequence's place in the running set (finished or preempted)";
+    const auto& pool = e.kv().pool();
+    const int64_t used_blocks = pool.n_blocks() - pool.n_free();
+    EXPECT_LE(r.state_bytes(),
+              static_cast<int64_t>(r.n_states()) * r.state_bound().fixed_bytes + used_blocks * r.block_bytes());
     EXPECT_LE(r.state_bytes(), r.memory_bound());
     *peak = std::max(*peak, r.state_bytes());
     if (!e.has_unfinished()) {

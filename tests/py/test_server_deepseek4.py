@@ -5,6 +5,7 @@ DeepSeek-LLM vocabulary and the test chat template. Greedy answers through /v1/c
 streams give what the same requests give one at a time (the engine runs each sequence alone over
 its own state); /metrics counts the requests and tokens; prefix caching is off with the reason
 logged, and what deepseek4 cannot do is refused at start with the option named."""
+import json
 import subprocess
 import threading
 
@@ -148,3 +149,25 @@ def test_refused_options_are_named(flags, message):
                         *flags], capture_output=True, text=True, timeout=60, check=False)
     assert p.returncode != 0
     assert message in p.stderr and "deepseek4" in p.stderr, p.stderr
+
+
+def test_run_and_bench_open_the_file(server):
+    """`mla run` gives the server's greedy tokens for the same prompt ids; `mla bench` measures."""
+    model = str(synth_model(DS4_CONFIG, "server-deepseek4"))
+    prompt = [100000, 791, 3783, 8551, 33143, 10029, 11, 20]
+    r = requests.post(server.url + "/v1/completions",
+                      json={"model": MODEL_NAME, "prompt": prompt, "max_tokens": 6, "temperature": 0,
+                            "ignore_eos": True}, timeout=60).json()
+    p = subprocess.run([mla_bin(), "run", "-m", model, "--tokens", ",".join(map(str, prompt)), "-n", "6",
+                        "--ignore-eos", "--json", "-t", "1"], capture_output=True, text=True, timeout=120,
+                       check=False)
+    assert p.returncode == 0, p.stderr
+    got = json.loads(p.stdout)
+    assert requests.post(server.url + "/detokenize", json={"tokens": got["continuation"]},
+                         timeout=60).json()["prompt"] == r["choices"][0]["text"], got
+    b = subprocess.run([mla_bin(), "bench", "-m", model, "-p", "16", "-n", "4", "-r", "1", "--json", "-t", "1"],
+                       capture_output=True, text=True, timeout=300, check=False)
+    assert b.returncode == 0, b.stderr
+    rows = json.loads(b.stdout)
+    assert [x["test"] for x in rows] == ["pp16", "tg4"]
+    assert all(x["avg_ts"] > 0 for x in rows) and rows[0]["model_type"].startswith("deepseek4")

@@ -92,6 +92,7 @@ void write_keys4(const SynthSpec& s, const std::vector<int64_t>& ratios, GgufWri
   w.set(a + "attention.output_group_count", u32(s.o_groups));
   w.set(a + "attention.output_lora_rank", u32(s.o_lora_rank));
   std::vector<GgufValue> rs;
+  rs.reserve(ratios.size());
   for (int64_t r : ratios) rs.push_back(u32(r));
   w.set(a + "attention.compress_ratios", GgufValue::array(GgufValueType::UINT32, std::move(rs)));
   w.set(a + "attention.compress_rope_freq_base", f32(s.compress_rope_base));

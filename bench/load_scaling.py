@@ -14,6 +14,7 @@ import os
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.request
 
@@ -48,12 +49,15 @@ def measure(mla: str, path: str, serve_args: list, timeout: float) -> dict:
     cold = drop_caches()
     port = free_port()
     cmd = [mla, "serve", "-m", path, "--host", "127.0.0.1", "--port", str(port), *serve_args]
+    # The server's log goes to a file: a pipe nobody reads would fill and stop it.
+    log = tempfile.TemporaryFile(mode="w+")
     t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # noqa: S603
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, text=True)  # noqa: S603
     try:
         while True:
             if proc.poll() is not None:
-                raise SystemExit(f"mla serve exited with {proc.returncode} on {path}:\n{proc.stderr.read()[-2000:]}")
+                log.seek(0)
+                raise SystemExit(f"mla serve exited with {proc.returncode} on {path}:\n{log.read()[-2000:]}")
             if time.monotonic() - t0 > timeout:
                 raise SystemExit(f"{path}: /health did not answer 200 within {timeout} s")
             try:
@@ -72,6 +76,7 @@ def measure(mla: str, path: str, serve_args: list, timeout: float) -> dict:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        log.close()
     return {"seconds": seconds, "cold": cold, **mem}
 
 

@@ -74,7 +74,7 @@ echo "test-$KIND: live-server tests"
 # with its own files and temporary directory: one alone kept about one core busy (under TSan,
 # 745 s of wall for 165 tests and 15 CPU-minutes), the other core waiting. The groups are
 # balanced by the durations pytest prints at the end of each.
-groups=("tests/py/test_server_fuzz.py tests/py/test_server_faults.py tests/py/test_anthropic_api.py tests/py/test_engine_run.py tests/py/test_prompt_logprobs.py"
+groups=("tests/py/test_server_fuzz.py tests/py/test_server_faults.py tests/py/test_anthropic_api.py tests/py/test_engine_run.py tests/py/test_prompt_logprobs.py tests/py/test_server_deepseek4.py"
   "tests/py/test_server_lifecycle.py tests/py/test_server_errors.py tests/py/test_server_openai.py tests/py/test_server_basic.py tests/py/test_server_tools.py tests/py/test_responses_api.py tests/py/test_kv_tiers.py")
 listed=$(printf '%s\n' ${groups[*]} | sort)
 present=$( (ls tests/py/test_server_*.py; echo tests/py/test_anthropic_api.py tests/py/test_responses_api.py tests/py/test_engine_run.py tests/py/test_prompt_logprobs.py tests/py/test_kv_tiers.py | tr ' ' '\n') | sort)

@@ -27,15 +27,17 @@
 #include <string>
 #include <vector>
 
+#include "cli/bench_facts.h"
 #include "cli/bench_prefix.h"
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/engine_args.h"
+#include "cli/model_open.h"
 #include "engine/deepseek2_runner.h"
+#include "engine/deepseek4_runner.h"
 #include "engine/engine.h"
 #include "engine/speculative.h"
 #include "gguf/gguf.h"
-#include "kernels/thread_pool.h"
 #include "parallel/dist_runner.h"
 #include "parallel/world.h"
 #include "util/error.h"
@@ -64,84 +66,6 @@ struct BenchArgs {
 };
 
 double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
-
-// ---------------------------------------------------------------- read bandwidth probe
-
-// Bytes per second read by all threads summing disjoint slices of one buffer (first touched by
-// the thread that reads it), the best of `passes` passes.
-double measure_read_bandwidth(int n_threads, int64_t bytes, int passes) {
-  const int64_t n = std::max<int64_t>(bytes / 8, 1024);
-  std::unique_ptr<uint64_t[]> buf(new uint64_t[n]);
-  ThreadPool pool(n_threads);
-  pool.parallel_for(n, [&](int64_t b, int64_t e, int) {
-    for (int64_t i = b; i < e; ++i) buf[i] = static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ull;
-  });
-  std::vector<uint64_t> sink(n_threads, 0);
-  double best = 0;
-  for (int p = 0; p < passes; ++p) {
-    const auto t0 = Clock::now();
-    pool.parallel_for(n, [&](int64_t b, int64_t e, int t) {
-      uint64_t acc[8] = {};
-      int64_t i = b;
-      for (; i + 8 <= e; i += 8)
-        for (int k = 0; k < 8; ++k) acc[k] += buf[i + k];
-      for (; i < e; ++i) acc[0] += buf[i];
-      uint64_t s = 0;
-      for (uint64_t a : acc) s += a;
-      sink[t] += s;
-    });
-    const double s = seconds(t0, Clock::now());
-    best = std::max(best, static_cast<double>(n * 8) / std::max(s, 1e-9));
-  }
-  uint64_t keep = 0;
-  for (uint64_t s : sink) keep ^= s;
-  if (keep == 0x5a5a5a5a5a5a5a5aull) log().debug("membw: checksum {}", keep);  // keeps the reads alive
-  return best;
-}
-
-// ---------------------------------------------------------------- model description
-
-// llama.cpp's llama_ftype names (general.file_type), as llama-bench shows them.
-std::string file_type_name(uint64_t id) {
-  static const char* const names[] = {
-      "all F32", "F16",     "Q4_0",   "Q4_1",   nullptr,  nullptr,  nullptr,  "Q8_0",  "Q5_0",    "Q5_1",   "Q2_K",
-      "Q3_K_S",  "Q3_K_M",  "Q3_K_L", "Q4_K_S", "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K",  "IQ2_XXS", "IQ2_XS", "Q2_K_S",
-      "IQ3_XS",  "IQ3_XXS", "IQ1_S",  "IQ4_NL", "IQ3_S",  "IQ3_M",  "IQ2_S",  "IQ2_M", "IQ4_XS",  "IQ1_M",  "BF16"};
-  if (id < std::size(names) && names[id]) return names[id];
-  return fmt::format("ftype {}", id);
-}
-
-bool is_routed_expert(const std::string& name) { return name.find("_exps.") != std::string::npos; }
-
-struct ModelFacts {
-  std::string description;  // "deepseek2 Q4_K_M"
-  uint64_t size_bytes = 0;  // tensor data
-  int64_t n_params = 0;
-  int64_t dense_bytes = 0;  // read by every decode token: all but token_embd and the routed experts
-};
-
-ModelFacts describe(const GgufFile& f) {
-  ModelFacts m;
-  const std::string arch = f.opt_string("general.architecture").value_or("?");
-  const auto ft = f.opt_uint("general.file_type");
-  m.description = ft ? fmt::format("{} {}", arch, file_type_name(*ft)) : arch;
-  for (const auto& t : f.tensors()) {
-    m.size_bytes += t.n_bytes;
-    m.n_params += t.n_elements;
-    if (t.name != "token_embd.weight" && !is_routed_expert(t.name)) m.dense_bytes += static_cast<int64_t>(t.n_bytes);
-  }
-  return m;
-}
-
-std::string human_bytes(double b) {
-  if (b >= 1024.0 * 1024 * 1024) return fmt::format("{:.2f} GiB", b / (1024.0 * 1024 * 1024));
-  return fmt::format("{:.2f} MiB", b / (1024.0 * 1024));
-}
-
-std::string human_params(double n) {
-  if (n >= 1e9) return fmt::format("{:.2f} B", n / 1e9);
-  return fmt::format("{:.2f} M", n / 1e6);
-}
 
 // ---------------------------------------------------------------- one test
 
@@ -188,9 +112,12 @@ struct StageSnapshot {
   std::array<int64_t, kStageCount> ns{}, bytes{}, stage_regions{};
   int64_t regions = 0;
   ExpertCacheCounters expert_cache;
-  explicit StageSnapshot(const Deepseek2Runner& r)
-      : regions(r.parallel_regions()), expert_cache(r.expert_cache_counters()) {
-    const StageCounters& c = r.stage_counters();
+  // r: the deepseek2 family's runner; null (deepseek4, which has no stage counters): zeros.
+  explicit StageSnapshot(const Deepseek2Runner* r) {
+    if (!r) return;
+    regions = r->parallel_regions();
+    expert_cache = r->expert_cache_counters();
+    const StageCounters& c = r->stage_counters();
     for (int i = 0; i < kStageCount; ++i)
       ns[i] = c.ns[i].load(), bytes[i] = c.bytes[i].load(), stage_regions[i] = c.regions[i].load();
   }
@@ -198,8 +125,17 @@ struct StageSnapshot {
 
 class Bencher {
  public:
-  Bencher(Engine& engine, const Deepseek2Runner& runner, int n_vocab, int64_t dense_bytes, uint64_t seed)
-      : engine_(engine), runner_(runner), n_vocab_(n_vocab), dense_bytes_(dense_bytes), rng_(seed) {}
+  // runner: the deepseek2 family's (it counts the routed experts' bytes read), or null with
+  // routed_bytes the bytes of n_expert_used experts per layer that every decode token reads
+  // (deepseek4).
+  Bencher(Engine& engine, const Deepseek2Runner* runner, int n_vocab, int64_t dense_bytes, uint64_t seed,
+          int64_t routed_bytes = 0)
+      : engine_(engine),
+        runner_(runner),
+        n_vocab_(n_vocab),
+        dense_bytes_(dense_bytes),
+        routed_bytes_(routed_bytes),
+        rng_(seed) {}
 
   // greedy: temperature 0 (speculation on and off then give the same tokens).
   Sample run(const Test& t, bool greedy = false) {
@@ -234,7 +170,7 @@ class Bencher {
       const bool had_first = first.has_value();
       engine_.step();
       if (!had_first && first) {
-        bytes0 = runner_.moe_counters().expert_bytes.load();
+        bytes0 = routed_counted();
         comm_first = comm_bytes();
         c_first = engine_.counters();
         stages_first.emplace(runner_);
@@ -272,7 +208,7 @@ class Bencher {
       if (decoded != t.n_gen) fail("bench: {}: decoded {} tokens, expected {}", t.name(), decoded, t.n_gen);
       s.tps = decoded / std::max(seconds(*first, t_end), 1e-9);
       stage_rates(*stages_first, StageSnapshot(runner_), static_cast<double>(decoded));
-      const int64_t routed = runner_.moe_counters().expert_bytes.load() - bytes0;
+      const int64_t routed = runner_ ? routed_counted() - bytes0 : routed_bytes_ * decoded;
       s.weight_bytes_per_token = static_cast<double>(dense_bytes_) + static_cast<double>(routed) / decoded;
       s.comm_bytes_per_token = static_cast<double>(comm_bytes() - comm_first) / decoded;
       s.decode = engine_.counters() - c_first;
@@ -281,10 +217,13 @@ class Bencher {
   }
 
  private:
+  int64_t routed_counted() const { return runner_ ? runner_->moe_counters().expert_bytes.load() : 0; }
+
   Engine& engine_;
-  const Deepseek2Runner& runner_;
+  const Deepseek2Runner* runner_;
   int n_vocab_;
   int64_t dense_bytes_;
+  int64_t routed_bytes_;
   std::mt19937_64 rng_;
   int n_req_ = 0;
 };
@@ -341,7 +280,7 @@ void print_stage_profile(const StageProfileRow& r) {
 // without speculation, a verify of 1 + k rows with it) and the MTP layer's calls.
 void spec_bench(Engine& engine, const Deepseek2Runner& runner, int n_vocab, const ModelFacts& facts,
                 const std::vector<Test>& tests, const BenchArgs& a, int n_spec) {
-  Bencher bencher(engine, runner, n_vocab, facts.dense_bytes, a.seed);
+  Bencher bencher(engine, &runner, n_vocab, facts.dense_bytes, a.seed);
   nlohmann::json out = nlohmann::json::array();
   if (!a.json) {
     fmt::print(
@@ -589,7 +528,7 @@ void run_tests(const BenchContext& ctx, Bencher& bencher, const std::vector<Test
     return;
   }
   for (const StageProfileRow& pr : profiles) print_stage_profile(pr);
-  print_rank_table(ctx.n_ranks, comm_notes, last_ranks);
+  if (!last_ranks.empty()) print_rank_table(ctx.n_ranks, comm_notes, last_ranks);  // none for deepseek4
 }
 
 // --membw without -m: the read bandwidth probe alone.
@@ -649,6 +588,8 @@ void bench(const BenchArgs& a) {
   }
   if (a.model.empty()) fail("bench: give -m FILE (or --membw alone for the bandwidth probe)");
   if (!a.prefix_reuse.empty()) {
+    if (is_deepseek4_file(a.model))
+      fail("bench: --prefix-reuse: deepseek4 has no prefix cache (its cache state is per sequence)");
     if (a.prefix_reuse.size() != 2) fail("bench: --prefix-reuse takes P,S (prefix and suffix tokens)");
     EngineArgs e = a.engine;
     e.max_num_seqs = 1;
@@ -659,27 +600,32 @@ void bench(const BenchArgs& a) {
   if (!a.kv_cache_dir.empty()) fail("bench: --kv-cache-dir is for --prefix-reuse");
   const std::vector<Test> tests = make_tests(a);
   const int64_t need_ctx = context_needed(tests);
-  const EngineSetup setup = bench_engine_setup(a, need_ctx);
-  auto runner_owned = open_runner(a.model, setup.policy, setup.model, setup.kv);
-  if (!runner_owned) return;                      // a worker rank under mpirun: rank 0 has finished
-  const Deepseek2Runner& runner = *runner_owned;  // lives inside the engine below
-  auto* dist = dynamic_cast<DistributedRunner*>(runner_owned.get());
+  EngineSetup setup = bench_engine_setup(a, need_ctx);
+  OpenedModel m = open_model(a.model, setup, a.engine, "bench");
+  if (!m.runner) return;                  // a worker rank under mpirun: rank 0 has finished
+  const ModelRunner& runner = *m.runner;  // lives inside the engine below
+  auto* dist = dynamic_cast<DistributedRunner*>(m.deepseek2);
   // Every rank's resident memory and communication so far (one process: this one), between tests.
-  auto rank_stats = [&] { return dist ? dist->rank_stats() : std::vector<RankStats>{own_rank_stats(runner, world())}; };
+  auto rank_stats = [&] {
+    if (dist) return dist->rank_stats();
+    return m.deepseek2 ? std::vector<RankStats>{own_rank_stats(*m.deepseek2, world())} : std::vector<RankStats>{};
+  };
   if (runner.max_context() < need_ctx)
     fail("bench: the tests need {} tokens of context, the model allows {}", need_ctx, runner.max_context());
   log_engine_setup(setup);
-  BenchContext ctx{a, describe(runner.file()), n_threads, world().size()};
+  BenchContext ctx{a, describe(*m.file), n_threads, world().size()};
   ctx.expert_cache = runner.expert_cache_slots() > 0;
   for (const Test& t : tests) ctx.any_decode |= t.n_gen > 0;
   // The bandwidth probe before the engine starts, so that it has the machine to itself.
   ctx.membw = ctx.any_decode ? measure_read_bandwidth(n_threads, probe_bytes, 5) : 0.0;
-  Engine engine(std::move(runner_owned), setup.engine, nullptr);
-  if (setup.engine.num_speculative_tokens > 0) {
-    spec_bench(engine, runner, runner.n_vocab(), ctx.facts, tests, a, setup.engine.num_speculative_tokens);
+  const int n_vocab = runner.n_vocab();
+  Engine engine(std::move(m.runner), setup.engine, nullptr);
+  if (setup.engine.num_speculative_tokens > 0) {  // (refused for deepseek4)
+    spec_bench(engine, *m.deepseek2, n_vocab, ctx.facts, tests, a, setup.engine.num_speculative_tokens);
     return;
   }
-  Bencher bencher(engine, runner, runner.n_vocab(), ctx.facts.dense_bytes, a.seed);
+  const int64_t routed = m.deepseek4 ? deepseek4_routed_bytes(*m.file, m.deepseek4->config()) : 0;
+  Bencher bencher(engine, m.deepseek2, n_vocab, ctx.facts.dense_bytes, a.seed, routed);
   run_tests(ctx, bencher, tests, rank_stats);
 }
 
@@ -689,7 +635,7 @@ void register_bench(CLI::App& app) {
   auto* cmd =
       app.add_subcommand("bench", "Prompt-processing and decode speed through the serving engine (llama-bench style)");
   static BenchArgs a;
-  cmd->add_option("-m,--model", a.model, "deepseek2 GGUF file");
+  cmd->add_option("-m,--model", a.model, "GGUF file (deepseek2, deepseek32, glm-dsa or deepseek4)");
   cmd->add_option("-p,--n-prompt", a.n_prompt, "Prompt lengths for pp tests (0: none)")
       ->delimiter(',')
       ->capture_default_str();

@@ -1,4 +1,4 @@
-// mla gguf synth: writes a random-weight deepseek2 GGUF from flags or a JSON config.
+// mla gguf synth: writes a random-weight deepseek2-family or deepseek4 GGUF from flags or a JSON config.
 // mla gguf convert-mla-layout: copies a deepseek2 file with its MLA projections re-laid out.
 #include <fmt/format.h>
 
@@ -62,10 +62,10 @@ void apply_flag(SynthSpec& s, const std::string& key, const std::string& value) 
 }  // namespace
 
 void register_gguf_synth(CLI::App& gguf) {
-  auto* cmd =
-      gguf.add_subcommand("synth",
-                          "Write a random-weight MLA-MoE GGUF (deepseek2, deepseek32, glm-dsa; --preset "
-                          "glm5|deepseek32|v2lite) (flags override --config; see src/model/synth.h for the keys)");
+  auto* cmd = gguf.add_subcommand(
+      "synth",
+      "Write a random-weight MoE GGUF (--arch deepseek2, deepseek32, glm-dsa or deepseek4; --preset "
+      "glm5|deepseek32|v2lite|v4flash) (flags override --config; see src/model/synth.h for the keys)");
   static std::string out, config;
   static std::map<std::string, std::string> values;
   cmd->add_option("-o,--output", out, "Output GGUF path")->required();
@@ -73,7 +73,7 @@ void register_gguf_synth(CLI::App& gguf) {
   for (const auto& key : synth_spec_keys()) {
     std::string help = key == "types"
                            ? "Per-role tensor types: ROLE=TYPE,... (roles: embd output attn_q attn_kv_a indexer "
-                             "attn_mla attn_output ffn ffn_exps ffn_shexp router)"
+                             "attn_mla attn_output ffn ffn_exps ffn_shexp router; deepseek4 also compressor)"
                        : key == "vocab" ? "Take the vocabulary (tokenizer.* keys) from this GGUF"
                                         : fmt::format("spec key '{}'", key);
     cmd->add_option(flag_of(key), values[key], help);

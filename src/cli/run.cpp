@@ -1,5 +1,5 @@
-// mla run -m FILE (-p TEXT | --tokens 1,2,3 | --batch FILE) -n N: generation from a deepseek2 GGUF
-// on the CPU through the serving engine (scheduler, paged latent cache, sampler), printing the
+// mla run -m FILE (-p TEXT | --tokens 1,2,3 | --batch FILE) -n N: generation from a deepseek2-family
+// or deepseek4 GGUF on the CPU through the serving engine (scheduler, KV blocks, sampler), printing the
 // continuations and prefill / decode tokens per second. --batch runs a file of prompts
 // concurrently, one request per line.
 #include <fmt/format.h>
@@ -15,6 +15,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/engine_args.h"
+#include "cli/model_open.h"
 #include "doctor/doctor.h"
 #include "engine/deepseek2_runner.h"
 #include "engine/engine.h"
@@ -23,7 +24,6 @@
 #include "gguf/gguf.h"
 #include "grammar/grammar.h"
 #include "kv/kv_manager.h"
-#include "parallel/dist_runner.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -211,7 +211,7 @@ std::vector<Job> make_jobs(const RunArgs& a, const Tokenizer* tok) {
 }
 
 // Structured outputs: every request constrained by one grammar (for measuring its cost).
-void constrain_jobs(const RunArgs& a, const Tokenizer* tok, const Deepseek2Runner& runner, int n_threads,
+void constrain_jobs(const RunArgs& a, const Tokenizer* tok, const OpenedModel& model, int n_threads,
                     std::vector<Job>& jobs) {
   const int n_constraints = !a.json_schema_file.empty() + !a.regex.empty() + !a.grammar_file.empty();
   if (n_constraints > 1) fail("run: give at most one of --json-schema, --regex, --grammar");
@@ -221,8 +221,7 @@ void constrain_jobs(const RunArgs& a, const Tokenizer* tok, const Deepseek2Runne
                      : !a.grammar_file.empty()
                          ? GrammarSpec::ebnf(read_text_file(a.grammar_file, "--grammar"))
                          : GrammarSpec::json_schema(read_text_file(a.json_schema_file, "--json-schema"));
-  GrammarCompiler compiler(grammar_vocab(*tok), static_cast<int>(runner.config().n_vocab), runner.eos_token_ids(),
-                           n_threads);
+  GrammarCompiler compiler(grammar_vocab(*tok), model.runner->n_vocab(), model.eos_ids, n_threads);
   auto grammar = compiler.compile(spec);
   for (Job& job : jobs) job.params.grammar = grammar;
 }
@@ -498,35 +497,33 @@ void run(const RunArgs& a) {
   EngineSetup setup = build_engine_setup(a.engine, a.common, "run", !a.mtp_logits.empty());
   setup.model.verify_paths = a.verify_paths;
   const auto t_load = Clock::now();
-  auto runner = open_runner(a.model, setup.policy, setup.model, setup.kv);
-  if (!runner) return;  // a worker rank under mpirun: rank 0 has finished
+  OpenedModel m = open_model(a.model, setup, a.engine, "run");
+  if (!m.runner) return;  // a worker rank under mpirun: rank 0 has finished
   log_engine_setup(setup);
-  const DeepseekConfig& c = runner->config();
-  log().info("loaded {} in {:.2f} s: {} layers, {} heads, kv_lora_rank {}, {} experts (top {}), vocab {}, {} threads",
-             a.model, seconds(t_load, Clock::now()), c.n_layer, c.n_head, c.kv_lora_rank, c.n_expert, c.n_expert_used,
-             c.n_vocab, setup.model.n_threads);
+  log().info("loaded {} in {:.2f} s: {}, {} threads", a.model, seconds(t_load, Clock::now()), m.summary,
+             setup.model.n_threads);
 
   // The tokenizer, when the file carries a byte-level BPE vocabulary: text prompts and text output.
   std::shared_ptr<const Tokenizer> tok;
-  if (runner->file().opt_string("tokenizer.ggml.model") == std::optional<std::string>("gpt2"))
-    tok = Tokenizer::from_gguf(runner->file());
+  if (m.file->opt_string("tokenizer.ggml.model") == std::optional<std::string>("gpt2"))
+    tok = Tokenizer::from_gguf(*m.file);
   RunReport r;
   r.jobs = make_jobs(a, tok.get());
   r.has_text = tok != nullptr;
-  constrain_jobs(a, tok.get(), *runner, setup.model.n_threads, r.jobs);
-  if (!a.mtp_logits.empty()) write_mtp_logits(a.mtp_logits, *runner, r.jobs.front().prompt, setup.policy);
+  constrain_jobs(a, tok.get(), m, setup.model.n_threads, r.jobs);
+  // (open_model refused --mtp-logits for deepseek4.)
+  if (!a.mtp_logits.empty()) write_mtp_logits(a.mtp_logits, *m.deepseek2, r.jobs.front().prompt, setup.policy);
 
-  setup.engine.eos_token_ids = runner->eos_token_ids();
+  setup.engine.eos_token_ids = m.eos_ids;
   const FilePtr dump = dump_logits_to(a.dump_logits, setup.engine);
-  const auto n_vocab = static_cast<int32_t>(c.n_vocab);
-  const Deepseek2Runner& model_runner = *runner;  // owned by the engine from here on
-  Engine engine(std::move(runner), setup.engine, tok ? std::make_shared<TokenizerDecoder>(tok) : nullptr);
+  const auto n_vocab = static_cast<int32_t>(m.runner->n_vocab());
+  Engine engine(std::move(m.runner), setup.engine, tok ? std::make_shared<TokenizerDecoder>(tok) : nullptr);
   const EngineCounters base = a.warmup ? warm_up(engine, r.jobs.front(), n_vocab) : EngineCounters{};
   generate(engine, r.jobs, r.outcome);
   r.counters = engine.counters() - base;
   r.n_spec = setup.engine.num_speculative_tokens;
-  if (a.verify_paths) {
-    r.verify = judge_verify_paths(model_runner, setup.kv.dtype);
+  if (a.verify_paths) {  // (refused for deepseek4)
+    r.verify = judge_verify_paths(*m.deepseek2, setup.kv.dtype);
     log().info("verify-paths: {}", r.verify->line);
     if (!r.verify->ok) exit_code() = 1;  // a FAIL makes the exit status 1
   }
@@ -539,9 +536,9 @@ void run(const RunArgs& a) {
 }  // namespace
 
 void register_run(CLI::App& app) {
-  auto* cmd = app.add_subcommand("run", "Generate from a deepseek2 GGUF on the CPU through the serving engine");
+  auto* cmd = app.add_subcommand("run", "Generate from a GGUF on the CPU through the serving engine");
   static RunArgs a;
-  cmd->add_option("-m,--model", a.model, "deepseek2 GGUF file")->required();
+  cmd->add_option("-m,--model", a.model, "GGUF file (deepseek2, deepseek32, glm-dsa or deepseek4)")->required();
   cmd->add_option("-p,--prompt", a.prompt, "Prompt text (the model file's tokenizer; BOS added as it says)");
   cmd->add_option("--tokens", a.tokens, "Prompt as comma-separated token ids");
   cmd->add_option("--batch", a.batch_file,

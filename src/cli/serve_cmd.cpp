@@ -20,6 +20,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/engine_args.h"
+#include "cli/model_open.h"
 #include "doctor/doctor.h"
 #include "engine/deepseek2_runner.h"
 #include "engine/engine.h"
@@ -225,7 +226,7 @@ struct ServedRunner {
   std::unique_ptr<GgufFile> vocab_file;  // scripted: the file is read for its vocabulary only
 };
 
-ServedRunner load_runner(const ServeArgs& a, const EngineSetup& setup, bool distributed) {
+ServedRunner load_runner(const ServeArgs& a, EngineSetup& setup, bool distributed) {
   // Several ranks: each one pages in its own shard only, so nothing reads the whole file here.
   if (!distributed)
     prefetch_file(a.model, fmt::format("loading {}", std::filesystem::path(a.model).filename().string()));
@@ -238,15 +239,20 @@ ServedRunner load_runner(const ServeArgs& a, const EngineSetup& setup, bool dist
     log().warn("--scripted-output: the model's forward pass is replaced by the outputs in '{}'", a.scripted_output);
     return s;
   }
-  auto rn = open_runner(a.model, setup.policy, setup.model, setup.kv);
-  s.tokenizer = Tokenizer::from_gguf(rn->file());
+  OpenedModel m = open_model(a.model, setup, a.engine, "serve");
+  log().info("loaded {}", m.summary);
+  s.tokenizer = Tokenizer::from_gguf(*m.file);
   // The self-check runs the whole model in this process: not under mpirun, where no rank holds it all.
-  if (!distributed)
-    self_check(a.self_check, *rn, *s.tokenizer, setup.model.n_threads, setup.kv.dtype);
-  else if (a.self_check != "off")
+  if (m.deepseek4) {
+    if (a.self_check != "off")
+      log().info("--self-check: skipped for deepseek4 (it compares the MLA paths, which deepseek4 does not have)");
+  } else if (!distributed) {
+    self_check(a.self_check, *m.deepseek2, *s.tokenizer, setup.model.n_threads, setup.kv.dtype);
+  } else if (a.self_check != "off") {
     log().info("--self-check: skipped under mpirun (it runs the whole model in one process; use mla doctor)");
-  s.eos_ids = rn->eos_token_ids();
-  s.runner = std::move(rn);
+  }
+  s.eos_ids = m.eos_ids;
+  s.runner = std::move(m.runner);
   return s;
 }
 
@@ -306,6 +312,8 @@ void serve(ServeArgs& a) {
   apply_common_options(a.common);
   EngineSetup setup = build_engine_setup(a.engine, a.common, "serve");
   check_serve_args(a, setup);
+  // Before the workers part ways: deepseek4's refusals (mpirun among them) reach every rank.
+  if (a.scripted_output.empty() && is_deepseek4_file(a.model)) adapt_setup_for_deepseek4(setup, a.engine, "serve");
   const std::string name =
       a.served_model_name.empty() ? std::filesystem::path(a.model).filename().string() : a.served_model_name;
   // Under mpirun: rank 0 serves HTTP; a worker computes its share of rank 0's steps until rank 0
@@ -378,7 +386,7 @@ void serve(ServeArgs& a) {
 void register_serve(CLI::App& app) {
   auto* cmd = app.add_subcommand("serve", "Serve a model over the OpenAI-compatible HTTP API");
   static ServeArgs a;
-  cmd->add_option("-m,--model", a.model, "deepseek2 GGUF file")->required();
+  cmd->add_option("-m,--model", a.model, "GGUF file (deepseek2, deepseek32, glm-dsa or deepseek4)")->required();
   cmd->add_option("--host", a.host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", a.port, "Port (0: any free port)")->capture_default_str();
   cmd->add_option("--served-model-name", a.served_model_name, "Model name in the API (default: the model's file name)");

@@ -29,6 +29,7 @@ void build_batch_meta(std::span<const ScheduledSeq> seqs, int block_size, MlaPat
     m.slots_start = static_cast<int32_t>(meta.context_slots.size());
     m.verify = s.verify;
     m.n_prompt = s.n_prompt;
+    m.seq_id = s.seq_id;
     for (int j = 0; j < n_ctx; ++j)
       meta.context_slots.push_back(s.blocks[j / block_size] * block_size + j % block_size);
     for (int p = s.n_computed; p < n_ctx; ++p) {

@@ -22,7 +22,8 @@ struct ScheduledSeq {
   bool verify = false;
   // Prompt logprobs: every new row's logits (each predicts the prompt token after it).
   bool prompt_logits = false;
-  int n_prompt = -1;  // positions < n_prompt hold prompt tokens (SeqMeta::n_prompt); -1: not said
+  int n_prompt = -1;    // positions < n_prompt hold prompt tokens (SeqMeta::n_prompt); -1: not said
+  uint64_t seq_id = 0;  // SeqMeta::seq_id
 };
 
 // Empties meta (keeping its buffers) for a new batch under the given path policy (the MTP

@@ -86,18 +86,20 @@ std::vector<float> Deepseek2Runner::mtp_prompt_logits(const std::vector<int32_t>
   return logits;
 }
 
-std::vector<int32_t> Deepseek2Runner::eos_token_ids() const {
+std::vector<int32_t> gguf_eos_token_ids(const GgufFile& f, int64_t n_vocab) {
   std::vector<int32_t> ids;
   // End of message too: llama.cpp counts eom among its end-of-generation tokens (a turn that
   // ends in tool calls, for the vocabularies that have one).
   for (const char* key :
        {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
-    auto v = bundle_->file->opt_uint(key);
-    if (!v || *v >= static_cast<uint64_t>(n_vocab())) continue;
+    auto v = f.opt_uint(key);
+    if (!v || *v >= static_cast<uint64_t>(n_vocab)) continue;
     const auto id = static_cast<int32_t>(*v);
     if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
   }
   return ids;
 }
+
+std::vector<int32_t> Deepseek2Runner::eos_token_ids() const { return gguf_eos_token_ids(*bundle_->file, n_vocab()); }
 
 }  // namespace mla

@@ -5,95 +5,20 @@
 #include <algorithm>
 #include <cassert>
 #include <random>
-#include <thread>
-#include <unordered_map>
-#include <unordered_set>
 
-#include "engine/batch_meta.h"
-#include "engine/mask_worker.h"
-#include "engine/model_runner.h"
-#include "engine/scheduler.h"
-#include "engine/sequence.h"
-#include "engine/speculative.h"
+#include "engine/engine_impl.h"
 #include "grammar/token_mask.h"
 #include "util/error.h"
 #include "util/log.h"
 
 namespace mla {
 
-struct Engine::Impl {
-  Impl(std::unique_ptr<ModelRunner> r, EngineConfig c, std::shared_ptr<const TextDecoder> d);
-
-  // Engine thread only. A step: schedule → build_batch → run_forward → sample → update.
-  bool step();
-  SchedulerOutput schedule(std::vector<Request*>& touched);
-  void build_batch(const SchedulerOutput& plan);
-  void run_forward();
-  void sample(const SchedulerOutput& plan, std::vector<Request*>& touched);
-  void update(const SchedulerOutput& plan, std::vector<Request*>& touched);
-
-  void drain_inbox(std::vector<Request*>& touched);
-  void admit(std::unique_ptr<Request> req);
-  void finish_request(Request& req, FinishReason reason, const std::string& error);
-  void start_masks(const SchedulerOutput& plan);
-  void sample_seq(Sequence* seq, const float* row, const MaskJob* mask, std::vector<Request*>& touched);
-  // The first sequence of a request with n > 1 has sampled from `row`: its siblings start from
-  // the same logits and share its prompt's blocks.
-  void fork(Sequence* seq, const float* row, std::span<const uint32_t> allowed);
-  void append_token(Sequence* seq, const SampleResult& res);
-  // max_tokens 0: the prompt is computed (and scored), nothing is sampled; every sequence of the
-  // request ends with finish reason length.
-  void finish_unsampled(Sequence* seq);
-  // A prompt-logprobs row at `position` (it predicts prompt token position + 1).
-  void add_prompt_logprob(Sequence& seq, int position, const float* row);
-  void flush_finished();  // frees the sequences that finished this step
-  void emit(std::vector<Request*>& touched);
-  void update_counters();
-  void count_finish_reason(const Request& r);
-  void store_new_blocks();                     // the prefix cache's lower tiers: blocks the arena cached this step
-  void enqueue(std::unique_ptr<Request> req);  // any thread
-  void run_loop();
-
-  std::unique_ptr<ModelRunner> runner;
-  EngineConfig cfg;
-  std::shared_ptr<const TextDecoder> decoder;
-  int n_vocab;
-  std::unique_ptr<kv::TierStore> tiers;  // cfg.kv_tiers; null when off
-  kv::KvManager kv;
-  Scheduler sched;
-  Sampler sampler;
-  Speculator spec;  // speculative decoding (cfg.num_speculative_tokens > 0)
-  BatchMeta meta;
-  std::vector<ScheduledSeq> scheduled;
-  std::vector<float> logits;
-  // Grammar masks of the step's constrained sequences (see start_masks).
-  MaskWorker mask_worker;
-  std::vector<MaskJob> mask_jobs;
-  std::vector<uint32_t> mask_buf;  // mask_jobs.size() * token_mask_words(n_vocab)
-  std::vector<int> mask_of_item;   // per plan item: index into mask_jobs, or -1
-  std::unordered_map<std::string, std::unique_ptr<Request>> requests;
-  EngineCounters totals;                    // the cumulative part, engine thread
-  std::vector<Sequence*> finished_pending;  // finished in this step; their blocks are freed at its end
-
-  // Shared with other threads.
-  mutable std::mutex mu;
-  std::condition_variable wake;
-  std::vector<std::unique_ptr<Request>> inbox_add;
-  std::vector<std::string> inbox_abort;
-  std::unordered_set<std::string> active_ids;  // added and not yet finished
-  bool stop_requested = false;
-  std::thread loop;
-
-  mutable std::mutex counters_mu;
-  EngineCounters snapshot;
-};
-
 Engine::Impl::Impl(std::unique_ptr<ModelRunner> r, EngineConfig c, std::shared_ptr<const TextDecoder> d)
     : runner(std::move(r)),
       cfg(std::move(c)),
       decoder(std::move(d)),
       n_vocab(runner->n_vocab()),
-      kv(runner->cache().n_blocks(), runner->cache().block_size(), cfg.enable_prefix_caching),
+      kv(runner->kv_blocks(), runner->kv_block_size(), cfg.enable_prefix_caching),
       sched({.max_num_batched_tokens = cfg.max_num_batched_tokens,
              .max_num_seqs = cfg.max_num_seqs,
              .max_prompt_logits_rows = cfg.max_prompt_logits_rows,
@@ -114,7 +39,11 @@ Engine::Impl::Impl(std::unique_ptr<ModelRunner> r, EngineConfig c, std::shared_p
     fail("engine: max prompt logits rows must be >= 1, got {}", cfg.max_prompt_logits_rows);
   for (int32_t t : cfg.eos_token_ids)
     if (t < 0 || t >= n_vocab) fail("engine: EOS token {} out of range [0, {})", t, n_vocab);
-  const int64_t capacity = runner->cache().n_slots();
+  if (!runner->paged_cache() && cfg.enable_prefix_caching)
+    fail("engine: prefix caching needs a paged cache; this model keeps each sequence's cache state apart");
+  if (!runner->paged_cache() && cfg.kv_tiers.enabled())
+    fail("engine: the kv cache tiers need a paged cache; this model keeps each sequence's cache state apart");
+  const int64_t capacity = int64_t{kv.pool().n_blocks()} * kv.block_size();
   int64_t max_len = cfg.max_model_len > 0 ? cfg.max_model_len : runner->max_context();
   if (max_len > capacity) {
     log().info("max model length {} capped to the KV cache capacity of {} tokens", max_len, capacity);
@@ -137,10 +66,12 @@ Engine::Impl::Impl(std::unique_ptr<ModelRunner> r, EngineConfig c, std::shared_p
     log().warn("kv cache tiers: off, because prefix caching is off");
   }
   sched.configure_speculation(cfg.num_speculative_tokens, cfg.max_model_len);
-  if (cfg.path_policy == MlaPathPolicy::Auto && runner->rows_depend_on_phase())
+  // A model with a per-sequence state of its own (deepseek4) has no MLA paths to tell of.
+  const bool auto_paths = runner->paged_cache() && cfg.path_policy == MlaPathPolicy::Auto;
+  if (auto_paths && runner->rows_depend_on_phase())
     log().info("mla path auto: prompt tokens down {}, generated tokens down mqa (by phase, whatever the chunking)",
                mla_path_name(runner->auto_prefill_path()));
-  else if (cfg.path_policy == MlaPathPolicy::Auto)
+  else if (auto_paths)
     log().info("mla path auto: query length <= {} down mqa, longer (prefill chunks) down {}", cfg.decode_threshold,
                mla_path_name(runner->auto_prefill_path()));
   logits.resize(static_cast<size_t>(cfg.all_logits ? cfg.max_num_batched_tokens : cfg.max_num_seqs) * n_vocab);
@@ -151,7 +82,7 @@ void Engine::Impl::admit(std::unique_ptr<Request> req) {
   Request* r = req.get();
   // A request that queues behind others has its prefix's disk blocks read meanwhile.
   if (tiers && (sched.n_waiting() > 0 || sched.n_running() >= cfg.max_num_seqs)) kv.prefetch_prefix(r->prompt);
-  sched.add_waiting(&r->add_sequence(0, decoder.get()));
+  sched.add_waiting(&new_sequence(*r, 0));
   totals.n_prompt_tokens += static_cast<int64_t>(r->prompt.size());
   requests.emplace(r->id, std::move(req));
 }
@@ -180,13 +111,13 @@ void Engine::Impl::finish_request(Request& req, FinishReason reason, const std::
   for (auto& s : req.seqs) {
     if (s->status == SeqStatus::kFinished) continue;
     s->output.finish_external(reason);
-    sched.remove(s.get());
+    remove_sequence(s.get());
     ++req.n_finished;
   }
   // Before the fork the other n - 1 sequences do not exist yet; they end with it.
   if (!req.forked) {
     for (int i = 1; i < req.params.n; ++i) {
-      Sequence& s = req.add_sequence(i, decoder.get());
+      Sequence& s = new_sequence(req, i);
       s.status = SeqStatus::kFinished;
       s.output.finish_external(reason);
       ++req.n_finished;
@@ -228,8 +159,19 @@ void Engine::Impl::append_token(Sequence* seq, const SampleResult& res) {
 }
 
 void Engine::Impl::flush_finished() {
-  for (Sequence* s : finished_pending) sched.remove(s);
+  for (Sequence* s : finished_pending) remove_sequence(s);
   finished_pending.clear();
+}
+
+Sequence& Engine::Impl::new_sequence(Request& r, int index) {
+  Sequence& s = r.add_sequence(index, decoder.get());
+  s.id = ++last_seq_id;
+  return s;
+}
+
+void Engine::Impl::remove_sequence(Sequence* s) {
+  sched.remove(s);
+  runner->release_sequence(s->id);
 }
 
 // Fills the token masks of the constrained sequences that sample in this step on the mask
@@ -283,7 +225,7 @@ void Engine::Impl::finish_unsampled(Sequence* seq) {
   finished_pending.push_back(seq);  // its blocks stay until the step's end, for the prefix cache
   if (!r.forked) {
     r.forked = true;
-    for (int i = 1; i < r.params.n; ++i) end(r.add_sequence(i, decoder.get()));
+    for (int i = 1; i < r.params.n; ++i) end(new_sequence(r, i));
   }
 }
 
@@ -301,12 +243,24 @@ void Engine::Impl::fork(Sequence* seq, const float* row, std::span<const uint32_
   spec.on_fork(*seq);
   // Siblings share the prompt's blocks (copy-on-write of the partial last block happens when
   // one of them writes into it) and sample their first token from the same logits. A fresh
-  // grammar matcher is in the same state as seq's before its first token: same mask.
+  // grammar matcher is in the same state as seq's before its first token: same mask. A runner
+  // that keeps per-sequence state copies the parent's for each sibling, so a sibling takes blocks
+  // of its own (the pool accounts the copy) or, when none are free, waits to compute its tokens
+  // from position 0.
+  std::vector<kv::BlockCopy> no_copies;  // fresh blocks: nothing to copy
   for (int i = 1; i < r.params.n; ++i) {
-    Sequence& sib = r.add_sequence(i, decoder.get());
-    sib.n_computed = seq->n_computed;
-    kv.fork(seq->blocks, sib.blocks);
-    sched.add_running(&sib);
+    Sequence& sib = new_sequence(r, i);
+    if (runner->paged_cache()) {
+      sib.n_computed = seq->n_computed;
+      kv.fork(seq->blocks, sib.blocks);
+      sched.add_running(&sib);
+    } else if (kv.allocate(sib.blocks, 0, seq->n_computed, nullptr, no_copies)) {
+      sib.n_computed = seq->n_computed;
+      runner->fork_sequence(seq->id, sib.id);
+      sched.add_running(&sib);
+    } else {
+      sched.add_waiting(&sib);
+    }
     SampleResult sib_res = sampler.sample(row, r.params, sib.penalties, 0, cfg.eos_token_ids, sib.rng, allowed);
     append_token(&sib, sib_res);
   }
@@ -449,11 +403,12 @@ SchedulerOutput Engine::Impl::schedule(std::vector<Request*>& touched) {
     Request& r = *seq->req;
     finish_request(r, FinishReason::kError,
                    fmt::format("request {} needs {} tokens of KV cache but the cache holds {}", r.id,
-                               seq->tokens.size(), runner->cache().n_slots()));
+                               seq->tokens.size(), int64_t{kv.pool().n_blocks()} * kv.block_size()));
     log().error("{}", r.error);
     touched.push_back(&r);
   }
   totals.n_preemptions += plan.n_preempted;
+  for (Sequence* seq : plan.preempted) runner->release_sequence(seq->id);
   totals.n_prefix_queries += plan.n_prefix_query_tokens;
   totals.n_prefix_hits += plan.n_prefix_hit_tokens;
   return plan;
@@ -478,7 +433,7 @@ void Engine::Impl::build_batch(const SchedulerOutput& plan) {
     if (item.verify) Speculator::append_drafts(*s);
     scheduled.push_back({s->tokens, s->blocks.table, s->n_computed, item.n_new,
                          s->n_computed + item.n_new == static_cast<int>(s->tokens.size()), item.verify,
-                         s->wants_prompt_logits(), s->n_prompt});
+                         s->wants_prompt_logits(), s->n_prompt, s->id});
   }
   build_batch_meta(scheduled, kv.block_size(), cfg.path_policy, cfg.decode_threshold, cfg.all_logits, meta);
   const int n_rows = static_cast<int>(meta.logits_rows.size());

@@ -1,9 +1,11 @@
 #pragma once
 // What the engine needs from a model: one forward call per step over a BatchMeta, and the latent
-// cache it reads and writes. The real runner wraps the deepseek2 forward (engine/model_runner.cpp);
-// tests use a fake that follows the same contract.
+// cache it reads and writes. The real runners wrap the deepseek2 forward (engine/deepseek2_runner.h)
+// and the deepseek4 one (engine/deepseek4_runner.h, per-sequence state); tests use a fake that
+// follows the same contract.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kv/latent_cache.h"
 #include "model/batch.h"
@@ -11,6 +13,12 @@
 #include "util/error.h"
 
 namespace mla {
+
+class GgufFile;
+
+// tokenizer.ggml.eos_token_id, eot_token_id and eom_token_id where the file has them (below
+// n_vocab, each once): the tokens that end a sequence.
+std::vector<int32_t> gguf_eos_token_ids(const GgufFile& f, int64_t n_vocab);
 
 // Tokens the model sent down each MLA path, cumulative (PathCounters::tokens_*).
 struct PathTokens {
@@ -34,6 +42,22 @@ class ModelRunner {
   // What the cache rows depend on besides the tokens and the cache layout: the model file and the
   // options that change its rows (kv/tier_store.h's fingerprint). 0: unknown (a fake runner).
   virtual uint64_t cache_identity() const { return 0; }
+
+  // The engine's block pool (admission, block tables, preemption): by default the latent cache's
+  // blocks. A runner whose model keeps each sequence's cache state itself (paged_cache() false)
+  // sizes a pool whose blocks hold no rows and only account that state's memory.
+  virtual int32_t kv_blocks() { return cache().n_blocks(); }
+  virtual int kv_block_size() { return cache().block_size(); }
+  // False: the runner keeps each sequence's state itself, keyed by SeqMeta::seq_id, and a sequence
+  // whose step starts at position 0 (context_len == query_len) starts a fresh state. The engine then
+  // refuses prefix caching and its tiers (blocks hold nothing to share), gives forked siblings blocks
+  // of their own, and calls the two hooks below; other runners ignore them.
+  virtual bool paged_cache() const { return true; }
+  // The sequence finished, was aborted or was preempted (it recomputes from position 0): its state
+  // can go. Unknown ids are ignored.
+  virtual void release_sequence(uint64_t /*seq_id*/) {}
+  // n > 1: sibling `child` continues from a copy of `parent`'s state (its prompt, computed this step).
+  virtual void fork_sequence(uint64_t /*parent*/, uint64_t /*child*/) {}
 
   // Computes the step: writes the latent row of every batch token at its slot (every layer),
   // attends each sequence over its context rows, and stores the logits of each row in

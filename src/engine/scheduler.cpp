@@ -88,6 +88,7 @@ void Scheduler::schedule_running(SchedulerOutput& out, int& budget, int& logits_
         break;
       }
       preempt(victim);
+      out.preempted.push_back(victim);
       ++out.n_preempted;
       if (victim == seq) {
         fits = false;

@@ -47,6 +47,7 @@ struct SchedulerOutput {
   std::vector<Item> items;            // in batch order
   std::vector<kv::BlockCopy> copies;  // apply to the cache before the forward, in order
   std::vector<Sequence*> failed;      // cannot fit even alone (finish with an error)
+  std::vector<Sequence*> preempted;   // blocks freed, waiting again: recomputed from position 0
   int n_preempted = 0;
   int64_t n_prefix_query_tokens = 0;
   int64_t n_prefix_hit_tokens = 0;

@@ -22,6 +22,7 @@ enum class SeqStatus { kWaiting, kRunning, kFinished };
 struct Sequence {
   Request* req = nullptr;
   int index = 0;                // 0..n-1 within the request
+  uint64_t id = 0;              // the engine's identity (SeqMeta::seq_id): unique for the engine's life
   std::vector<int32_t> tokens;  // prompt + generated
   int n_prompt = 0;
   int n_computed = 0;  // tokens whose latent rows are in the cache

@@ -34,6 +34,9 @@ struct SeqMeta {
   // prompt tokens down the prefill path and generated ones down MQA whatever the chunking, so a
   // row's bits depend on its token's phase only (Deepseek2Model::plan_attention_calls).
   int32_t n_prompt = -1;
+  // The engine's identity of the sequence (Sequence::id), unique for the engine's life; 0 where no
+  // engine said (tools running one sequence). Runners that keep per-sequence state key it by this.
+  uint64_t seq_id = 0;
 };
 
 struct BatchMeta {

@@ -328,8 +328,8 @@ DeepseekConfig load_deepseek_config(const GgufFile& f) {
     c.arch = ModelArch::GlmDsa;
   else if (name == "deepseek4")
     fail(
-        "model: {}: general.architecture 'deepseek4' (DeepSeek-V4) loads and runs in the deepseek4 forward but "
-        "cannot be served yet (docs/DEEPSEEK-V4.md)",
+        "model: {}: general.architecture 'deepseek4' (DeepSeek-V4) is not a deepseek2-family file: mla run, serve "
+        "and bench run it; this command does not (docs/DEEPSEEK-V4.md)",
         f.path());
   else
     fail("model: {}: general.architecture is '{}', expected 'deepseek2', 'deepseek32' or 'glm-dsa'", f.path(), name);

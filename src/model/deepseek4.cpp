@@ -192,6 +192,13 @@ void Deepseek4Model::prefill(const std::vector<int32_t>& tokens, float* logits) 
 }
 
 void Deepseek4Model::forward(const std::vector<int32_t>& tokens, Deepseek4Cache& cache, float* logits) {
+  std::vector<int32_t> rows(tokens.size());
+  std::iota(rows.begin(), rows.end(), 0);
+  forward(tokens, cache, logits, rows);
+}
+
+void Deepseek4Model::forward(const std::vector<int32_t>& tokens, Deepseek4Cache& cache, float* logits,
+                             std::span<const int32_t> rows) {
   const int64_t n_tok = static_cast<int64_t>(tokens.size()), D = c_.n_embd, n = c_.hc_mult;
   if (n_tok == 0) return;
   for (int32_t id : tokens)
@@ -217,7 +224,43 @@ void Deepseek4Model::forward(const std::vector<int32_t>& tokens, Deepseek4Cache&
     hc_expand(mix, y.data(), n_tok, streams.data());
   }
   cache.n_past += n_tok;
-  head(streams.data(), n_tok, logits);
+  if (rows.empty()) return;
+  if (static_cast<int64_t>(rows.size()) < n_tok) {  // the wanted tokens' streams, packed
+    std::vector<float> picked(rows.size() * static_cast<size_t>(n * D));
+    for (size_t i = 0; i < rows.size(); ++i)
+      std::copy_n(streams.begin() + rows[i] * n * D, n * D, picked.begin() + static_cast<int64_t>(i) * n * D);
+    streams.swap(picked);
+  }
+  head(streams.data(), static_cast<int64_t>(rows.size()), logits);
+}
+
+Ds4StateBound deepseek4_state_bound(const Deepseek4Config& c) {
+  const int64_t d = c.head_dim, ci = c.indexer_head_dim;
+  int64_t fixed = 0;  // floats
+  double per_token = 0;
+  for (int64_t il = 0; il < c.n_layer; ++il) {
+    fixed += (c.n_window - 1) * d;
+    const int64_t m = c.compress_ratio[il];
+    if (m == 0) continue;
+    const bool csa = c.attn_kind(il) == Ds4Attn::Csa;
+    const int64_t n_series = csa ? 2 : 1;
+    fixed += 2 * m * n_series * d;  // open window: kv and gate
+    per_token += 2.0 * static_cast<double>(d) / static_cast<double>(m);
+    if (!csa) continue;
+    fixed += 2 * m * d + 2 * m * 2 * ci + 2 * m * ci;  // series A; the indexer's open window and series A
+    per_token += 2.0 * static_cast<double>(ci) / static_cast<double>(m);
+  }
+  return {fixed * static_cast<int64_t>(sizeof(float)), per_token * sizeof(float)};
+}
+
+int64_t deepseek4_state_bytes(const Deepseek4Cache& cache) {
+  auto comp = [](const Ds4CompressorState& s) {
+    return s.entries.capacity() + s.open_kv.capacity() + s.open_gate.capacity() + s.prev_kv.capacity() +
+           s.prev_gate.capacity();
+  };
+  size_t n = 0;
+  for (const Ds4LayerCache& l : cache.layers) n += l.window.capacity() + comp(l.attn) + comp(l.indexer);
+  return static_cast<int64_t>(n * sizeof(float));
 }
 
 }  // namespace mla

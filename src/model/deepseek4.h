@@ -8,8 +8,10 @@
 // → the same around the MoE (sqrtsoftplus scores, hash or top-k routing, clipped SwiGLU) → hyper
 // head → output norm → lm head.
 //
-// Not here yet: batching several sequences, the engine's BatchMeta interface, a paged cache.
+// The engine runs each sequence of a step through forward() alone, over the sequence's own cache
+// (engine/deepseek4_runner.h).
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "kernels/matmul.h"
@@ -20,6 +22,20 @@
 
 namespace mla {
 
+// What one sequence's cache holds at most, in bytes (the F32 rows' storage, not the vectors'
+// headers): a fixed part — the W - 1 window rows, each compressor's open window (m rows of kv and
+// gate) and CSA carry-over (the last window's series A) — plus a part that grows with its tokens,
+// the compressed entries (d / m floats per token and layer, indexer keys c^I / m more on CSA
+// layers), counted twice for the storage's growth by doubling. A cache of n tokens holds at most
+// fixed_bytes + n * bytes_per_token.
+struct Ds4StateBound {
+  int64_t fixed_bytes = 0;
+  double bytes_per_token = 0;
+};
+Ds4StateBound deepseek4_state_bound(const Deepseek4Config& c);
+// The bytes a cache's rows take now (their vectors' capacities).
+int64_t deepseek4_state_bytes(const Deepseek4Cache& cache);
+
 class Deepseek4Model {
  public:
   Deepseek4Model(const Deepseek4Config& c, const Deepseek4Weights& w, int n_threads);
@@ -29,6 +45,10 @@ class Deepseek4Model {
   // Runs tokens at positions cache.n_past.. and advances the cache; logits[t * n_vocab + v] for
   // every one of them. Token ids are checked against n_vocab (mla::Error).
   void forward(const std::vector<int32_t>& tokens, Deepseek4Cache& cache, float* logits);
+  // The same with logits only for the tokens at indices rows (ascending, into tokens):
+  // logits[i * n_vocab ...] for rows[i], each bit for bit what forward() gives that token (the
+  // head is per token); logits may be null when rows is empty.
+  void forward(const std::vector<int32_t>& tokens, Deepseek4Cache& cache, float* logits, std::span<const int32_t> rows);
 
   // forward() on a fresh cache: the full-sequence pass from position 0.
   void prefill(const std::vector<int32_t>& tokens, float* logits);

@@ -55,20 +55,23 @@ void Deepseek4Model::close_window(int64_t il, const Ds4Compressor& k, int64_t di
   st.n_open -= m;
 }
 
-// Projects the chunk's tokens (kv, gate + the position bias of their offset in the window),
-// appends them to the open window and closes every window that fills.
+// Projects the chunk's tokens (kv, gate + the position bias of their offset in the window) and
+// appends them to the open window one at a time, closing it as its m-th row arrives: the open
+// window never holds more than m rows (its storage is reserved once, so a sequence's state stays
+// within Deepseek4Model::state_bound whatever the chunking).
 void Deepseek4Model::compress(int64_t il, const Ds4Compressor& k, int64_t dim, int64_t n_series, const float* h,
                               const Chunk& ch, Ds4CompressorState& st) {
   const int64_t m = c_.compress_ratio[il], width = n_series * dim, D = c_.n_embd;
-  const size_t at = st.open_kv.size();
-  st.open_kv.resize(at + static_cast<size_t>(ch.n_tok * width));
-  st.open_gate.resize(st.open_kv.size());
-  matmul_multi({{&k.kv, st.open_kv.data() + at, width}, {&k.gate, st.open_gate.data() + at, width}}, h, D, ch.n_tok, D,
-               pool_, scratch_);
-  for (int64_t t = 0; t < ch.n_tok; ++t)
-    for (int64_t j = 0; j < width; ++j) st.open_gate[at + t * width + j] += k.ape[((ch.pos0 + t) % m) * width + j];
-  st.n_open += ch.n_tok;
-  while (st.n_open >= m) close_window(il, k, dim, n_series, st);
+  std::vector<float> kv(static_cast<size_t>(ch.n_tok * width)), gate(kv.size());
+  matmul_multi({{&k.kv, kv.data(), width}, {&k.gate, gate.data(), width}}, h, D, ch.n_tok, D, pool_, scratch_);
+  st.open_kv.reserve(static_cast<size_t>(m * width));
+  st.open_gate.reserve(static_cast<size_t>(m * width));
+  for (int64_t t = 0; t < ch.n_tok; ++t) {
+    const float* ape = k.ape.data() + ((ch.pos0 + t) % m) * width;
+    st.open_kv.insert(st.open_kv.end(), kv.begin() + t * width, kv.begin() + (t + 1) * width);
+    for (int64_t j = 0; j < width; ++j) st.open_gate.push_back(gate[t * width + j] + ape[j]);
+    if (++st.n_open == m) close_window(il, k, dim, n_series, st);
+  }
 }
 
 // selected[t * top_k + j] for j < n_selected[t]: the CSA entries query pos0 + t attends to, the

@@ -3,8 +3,9 @@
 // the last W - 1 raw K=V rows (the sliding window; older raw rows are never read again), and for
 // compressed layers the compressed entries so far plus the compressor's carry-over — the tokens of
 // the window still open, and for CSA the previous window's series A that the next entry pools.
-// CSA layers keep the same for the indexer's keys. One contiguous store per sequence: the engine's
-// paged form (blocks of entries and window rows) is not built yet.
+// CSA layers keep the same for the indexer's keys. One store per sequence, not paged: the engine's
+// runner (engine/deepseek4_runner.h) keeps one per running sequence, and its block pool only
+// accounts their memory (deepseek4_state_bound in model/deepseek4.h).
 #include <cstdint>
 #include <vector>
 

@@ -1,6 +1,7 @@
 #pragma once
-// Random-weight deepseek2 GGUF files for tests and demos, written as llama.cpp's converter
-// would write a real model of that shape (same keys, tensor names, shapes and layouts).
+// Random-weight deepseek2-family and deepseek4 GGUF files for tests and demos, written as llama.cpp's
+// converter would write a real model of that shape (same keys, tensor names, shapes and layouts;
+// deepseek4: docs/DEEPSEEK-V4.md §2-3, synth_deepseek4.cpp).
 //
 // Weight scales keep activations O(1): matrices are N(0, 1/fan_in), norms near 1, embeddings
 // N(0, 1), so attention and router softmaxes stay non-degenerate and nothing overflows.
@@ -16,8 +17,12 @@
 namespace mla {
 
 struct SynthSpec {
-  std::string arch = "deepseek2";  // deepseek2 | deepseek32 | glm-dsa (the last two carry the DSA indexer)
-  int64_t n_layer = 2;             // trunk layers
+  // deepseek2 | deepseek32 | glm-dsa (the last two carry the DSA indexer) | deepseek4 (DeepSeek-V4:
+  // the fields under "DeepSeek-V4" below, and n_layer, n_embd, n_head, q_lora_rank, qk_rope (the
+  // rotated dims of a head), the expert counts and widths, weights_scale, the indexer widths,
+  // rope_freq_base, rope_scaling none|yarn, n_vocab or vocab, chat_template, type and types)
+  std::string arch = "deepseek2";
+  int64_t n_layer = 2;  // trunk layers
   int64_t n_layer_dense_lead = 1;
   int64_t n_embd = 256;
   int64_t n_ff = 512;
@@ -70,6 +75,22 @@ struct SynthSpec {
   // and written as the file is: every block valid, the values not independent; for files of tens of
   // GB (larger than memory) in minutes. Not with merged_gate_up.
   bool tiled_experts = false;
+  // DeepSeek-V4 (arch deepseek4): n_head query heads of head_dim and one shared K=V head of it;
+  // compress_ratios one of 0 (sliding window only), 4 (CSA: compressor + lightning indexer) or 128
+  // (HCA) per layer, comma-separated ("": 4,128,0 repeated); the first n_hash_layers layers route
+  // by token id (ffn_gate_tid2eid); hc_mult residual streams; swiglu_limit the SwiGLU clamp. Roles
+  // for types: embd output attn_q attn_kv_a attn_output compressor indexer router ffn_exps
+  // ffn_shexp (hyper-connections, norms, biases and sinks are F32).
+  int64_t head_dim = 64;
+  int64_t n_window = 16;
+  int64_t o_groups = 2;
+  int64_t o_lora_rank = 32;
+  std::string compress_ratios;
+  double compress_rope_base = 160000;
+  int64_t n_hash_layers = 1;
+  int64_t hc_mult = 4;
+  int64_t hc_sinkhorn_iters = 20;
+  double swiglu_limit = 10;
   uint64_t seed = 1;
   std::string name = "synthetic deepseek2";
 };
@@ -81,7 +102,11 @@ struct SynthSpec {
 // Q4_K; "v2lite" (the `mla bench` model: DeepSeek-V2-Lite's hidden 2048, 16 heads, q_lora 1536,
 // kv_lora 512, nope 128, rope 64, v 128, 64 experts top-6 + 2 shared, expert ffn 1408, dense ffn
 // 10944, softmax gating, YaRN x40; 4 layers, 1 dense; F16, to be quantized by `mla gguf
-// quantize`). Throws on an unknown name.
+// quantize`); "v4flash" (DeepSeek-V4-Flash: deepseek4, hidden 4096, 64 heads of 512 with 64 rotated,
+// q_lora 1024, 8 output groups of rank 1024, window 128, 256 experts of 2048 (top 6, 1 shared),
+// indexer 64 x 128 top 512, YaRN x16 from 65536 on the compressed layers, vocabulary 129280 unless
+// vocab is given; 2 layers (CSA, HCA), the first hash-routed; Q8_0 with MXFP4 routed experts).
+// Throws on an unknown name.
 void apply_synth_preset(SynthSpec& s, const std::string& preset);
 
 // Applies a JSON object of SynthSpec fields (same names as above; "types" maps roles to type
@@ -91,8 +116,10 @@ void apply_synth_json(SynthSpec& s, const nlohmann::json& j);
 // The spec's field names, for CLI flags that mirror the JSON keys.
 const std::vector<std::string>& synth_spec_keys();
 
-// Writes the file (architecture s.arch). Throws mla::Error on an inconsistent spec.
+// Writes the file (architecture s.arch; deepseek4 through write_synth_deepseek4). Throws mla::Error
+// on an inconsistent spec.
 void write_synth_deepseek2(const SynthSpec& s, const std::string& path);
+void write_synth_deepseek4(const SynthSpec& s, const std::string& path);
 
 // Copy of a deepseek2 file with the MLA projections in the other layout: Fused writes
 // attn_kv_b from attn_k_b + attn_v_b, Split the reverse. The re-laid-out tensor is built from

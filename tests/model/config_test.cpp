@@ -138,8 +138,8 @@ TEST(DeepseekConfig, InvalidValuesGiveOneClearError) {
       {"wrong arch", [](GgufWriter& w) { w.set("general.architecture", GgufValue::str("llama")); },
        "general.architecture is 'llama', expected 'deepseek2', 'deepseek32' or 'glm-dsa'"},
       {"deepseek4", [](GgufWriter& w) { w.set("general.architecture", GgufValue::str("deepseek4")); },
-       "general.architecture 'deepseek4' (DeepSeek-V4) loads and runs in the deepseek4 forward but cannot be served "
-       "yet"},
+       "general.architecture 'deepseek4' (DeepSeek-V4) is not a deepseek2-family file: mla run, serve and bench run "
+       "it; this command does not"},
       {"wrong key type", [](GgufWriter& w) { w.set("deepseek2.block_count", GgufValue::str("3")); },
        "deepseek2.block_count"},
       {"groups", [&](GgufWriter& w) { w.set("deepseek2.expert_group_count", u(3)); },

@@ -59,24 +59,26 @@ def build_dir() -> Path:
     return Path(os.environ.get("MLA_BUILD_DIR") or REPO / "build")
 
 
-def synth_model() -> Path:
-    """The test model, generated on first use. Cached by the config, the template and the mla
-    binary (a rebuild regenerates it); a file lock keeps parallel test files from racing."""
+def synth_model(config: dict | None = None, stem: str = "server-synth") -> Path:
+    """The test model (SYNTH_CONFIG, or `config`: other `mla gguf synth` keys, e.g. a deepseek4
+    file), generated on first use. Cached by the config, the template and the mla binary (a
+    rebuild regenerates it); a file lock keeps parallel test files from racing."""
     if not VOCAB.exists():
         raise AssertionError(f"test vocabulary missing: {VOCAB}")
+    config = SYNTH_CONFIG if config is None else config
     binary = Path(mla_bin())
     key = hashlib.sha256(
-        json.dumps(SYNTH_CONFIG, sort_keys=True).encode()
+        json.dumps(config, sort_keys=True).encode()
         + CHAT_TEMPLATE.read_bytes()
         + str(binary.stat().st_mtime_ns).encode()
     ).hexdigest()[:16]
     out_dir = build_dir() / "test-models"
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"server-synth-{key}.gguf"
+    path = out_dir / f"{stem}-{key}.gguf"
     with open(out_dir / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not path.exists():
-            cfg = dict(SYNTH_CONFIG, vocab=str(VOCAB), chat_template=str(CHAT_TEMPLATE))
+            cfg = dict(config, vocab=str(VOCAB), chat_template=str(CHAT_TEMPLATE))
             with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
                 json.dump(cfg, f)
             tmp = path.with_suffix(".tmp")

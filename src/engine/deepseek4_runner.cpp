@@ -1,0 +1,120 @@
+#include "engine/deepseek4_runner.h"
+
+#include <climits>
+#include <cmath>
+
+#include "gguf/gguf.h"
+#include "util/error.h"
+#include "util/log.h"
+
+namespace mla {
+
+Deepseek4Runner::Deepseek4Runner(const std::string& path, const Deepseek4RunnerOptions& o)
+    : Deepseek4Runner(load_deepseek4(path), o) {}
+
+Deepseek4Runner::Deepseek4Runner(std::unique_ptr<Deepseek4Bundle> bundle, const Deepseek4RunnerOptions& o)
+    : bundle_(std::move(bundle)), max_num_seqs_(o.max_num_seqs) {
+  if (o.max_num_seqs < 1) fail("deepseek4: max-num-seqs must be >= 1, got {}", o.max_num_seqs);
+  model_ = std::make_unique<Deepseek4Model>(bundle_->config, bundle_->weights, o.n_threads);
+  bound_ = deepseek4_state_bound(bundle_->config);
+  size_pool(o.kv);
+  log().info("{}", describe_memory());
+}
+
+// Blocks from --kv-cache-tokens (rounded up), or from --kv-cache-memory less the fixed parts of
+// max_num_seqs states (rounded down), or the default token count.
+void Deepseek4Runner::size_pool(const KvCacheOptions& kv) {
+  if (kv.block_size < 1) fail("kv cache: block size must be >= 1, got {}", kv.block_size);
+  block_size_ = kv.block_size;
+  // At least one byte: a sliding-only model's states do not grow, but the pool still bounds tokens.
+  block_bytes_ = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(bound_.bytes_per_token * block_size_)));
+  int64_t n_blocks = 0;
+  if (kv.tokens > 0 || kv.memory_bytes <= 0) {
+    const int64_t tokens = kv.tokens > 0 ? kv.tokens : KvCacheOptions::kDefaultTokens;
+    n_blocks = (tokens + block_size_ - 1) / block_size_;
+  } else {
+    const int64_t fixed = bound_.fixed_bytes * max_num_seqs_;
+    n_blocks = (kv.memory_bytes - fixed) / block_bytes_;
+    if (n_blocks < 1)
+      fail(
+          "kv cache: {} bytes of memory is less than the deepseek4 states need: {} bytes fixed per running sequence "
+          "x max-num-seqs {} = {} bytes, plus {} bytes per block of {} tokens",
+          kv.memory_bytes, bound_.fixed_bytes, max_num_seqs_, fixed, block_bytes_, block_size_);
+  }
+  if (n_blocks > INT32_MAX / block_size_)
+    fail("kv cache: {} blocks of {} tokens is more than the {} slots a cache can address", n_blocks, block_size_,
+         INT32_MAX);
+  n_blocks_ = static_cast<int32_t>(n_blocks);
+}
+
+int Deepseek4Runner::max_context() const {
+  const int64_t n = bundle_->config.n_ctx_train;
+  return n > 0 ? static_cast<int>(std::min<int64_t>(n, INT_MAX)) : INT_MAX;
+}
+
+LatentCache& Deepseek4Runner::cache() {
+  fail("deepseek4: the model keeps a cache state per sequence, not a latent cache");
+}
+
+void Deepseek4Runner::load_block(int32_t, const uint8_t*) {
+  fail("deepseek4: the kv cache tiers are not supported (the cache state is per sequence, not per-token blocks)");
+}
+
+int64_t Deepseek4Runner::memory_bound() const {
+  return bound_.fixed_bytes * max_num_seqs_ + int64_t{n_blocks_} * block_bytes_;
+}
+
+int64_t Deepseek4Runner::state_bytes() const {
+  int64_t n = 0;
+  for (const auto& [id, st] : states_) n += deepseek4_state_bytes(st);
+  return n;
+}
+
+std::string Deepseek4Runner::describe_memory() const {
+  constexpr double kMiB = 1024.0 * 1024.0;
+  return fmt::format(
+      "deepseek4 cache: a state per sequence (F32): {:.2f} MiB fixed (window rows, open compressor windows) x "
+      "max-num-seqs {}, plus the compressed entries: a block of {} tokens stands for {} bytes of them; {} blocks = {} "
+      "tokens; at most {:.2f} MiB",
+      static_cast<double>(bound_.fixed_bytes) / kMiB, max_num_seqs_, block_size_, block_bytes_, n_blocks_,
+      int64_t{n_blocks_} * block_size_, static_cast<double>(memory_bound()) / kMiB);
+}
+
+void Deepseek4Runner::fork_sequence(uint64_t parent, uint64_t child) {
+  auto it = states_.find(parent);
+  if (it == states_.end()) fail("deepseek4 runner: fork of sequence {}, which has no state", parent);
+  states_[child] = it->second;
+}
+
+// A step starting at position 0 starts a fresh state (a new sequence, or a preempted one computing
+// again); any other must continue its state exactly where the last step left it.
+Deepseek4Cache& Deepseek4Runner::state_for(const SeqMeta& s) {
+  const int64_t n_past = s.context_len - s.query_len;
+  if (n_past == 0) return states_[s.seq_id] = model_->make_cache();
+  auto it = states_.find(s.seq_id);
+  if (it == states_.end())
+    fail("deepseek4 runner: sequence {} continues at position {} but has no state", s.seq_id, n_past);
+  if (it->second.n_past != n_past)
+    fail("deepseek4 runner: sequence {} continues at position {} but its state holds {} tokens", s.seq_id, n_past,
+         it->second.n_past);
+  return it->second;
+}
+
+// Each sequence alone, in batch order; its rows of meta.logits_rows (ascending, grouped by
+// sequence) are the chunk-relative rows its forward returns logits for.
+void Deepseek4Runner::forward(const BatchMeta& meta, float* logits) {
+  const auto V = static_cast<size_t>(n_vocab());
+  std::vector<int32_t> tokens, rows;
+  size_t k = 0;
+  for (const SeqMeta& s : meta.seqs) {
+    Deepseek4Cache& state = state_for(s);
+    tokens.assign(meta.token_ids.begin() + s.query_start, meta.token_ids.begin() + s.query_start + s.query_len);
+    rows.clear();
+    const size_t k0 = k;
+    for (; k < meta.logits_rows.size() && meta.logits_rows[k] < s.query_start + s.query_len; ++k)
+      rows.push_back(meta.logits_rows[k] - s.query_start);
+    model_->forward(tokens, state, rows.empty() ? nullptr : logits + k0 * V, rows);
+  }
+}
+
+}  // namespace mla

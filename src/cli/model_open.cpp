@@ -13,8 +13,14 @@
 namespace mla::cli {
 
 bool is_deepseek4_file(const std::string& path) {
-  const auto f = GgufFile::open(path, /*prefault=*/false);
-  return f->opt_string("general.architecture") == std::optional<std::string>("deepseek4");
+  // A file that does not open is not deepseek4 here: the deepseek2 open that follows names the
+  // error (under mpirun collectively, with the rank that failed).
+  try {
+    const auto f = GgufFile::open(path, /*prefault=*/false);
+    return f->opt_string("general.architecture") == std::optional<std::string>("deepseek4");
+  } catch (const Error&) {
+    return false;
+  }
 }
 
 void adapt_setup_for_deepseek4(EngineSetup& setup, const EngineArgs& args, std::string_view command) {

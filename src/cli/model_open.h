@@ -20,7 +20,8 @@ class GgufFile;
 
 namespace mla::cli {
 
-// general.architecture == "deepseek4". Throws mla::Error for a file that does not open.
+// general.architecture == "deepseek4"; false for a file that does not open (the caller's open
+// names that error).
 bool is_deepseek4_file(const std::string& path);
 
 struct OpenedModel {

@@ -312,8 +312,10 @@ void serve(ServeArgs& a) {
   apply_common_options(a.common);
   EngineSetup setup = build_engine_setup(a.engine, a.common, "serve");
   check_serve_args(a, setup);
-  // Before the workers part ways: deepseek4's refusals (mpirun among them) reach every rank.
-  if (a.scripted_output.empty() && is_deepseek4_file(a.model)) adapt_setup_for_deepseek4(setup, a.engine, "serve");
+  // Under mpirun, before the workers part ways: deepseek4's refusal of mpirun reaches every rank.
+  // (A single process opens the file only after it listens: /health answers 503 while it loads.)
+  if (world().size() > 1 && a.scripted_output.empty() && is_deepseek4_file(a.model))
+    adapt_setup_for_deepseek4(setup, a.engine, "serve");
   const std::string name =
       a.served_model_name.empty() ? std::filesystem::path(a.model).filename().string() : a.served_model_name;
   // Under mpirun: rank 0 serves HTTP; a worker computes its share of rank 0's steps until rank 0

@@ -403,7 +403,6 @@ TEST(Engine, ThreadSafeAddAbortAndStreamsWithTheLoopOnItsOwnThread) {
 // running set) sees its reason counted.
 TEST(Engine, FinishReasonsAreCountedBeforeTheLastOutput) {
   Engine engine(std::make_unique<FakeRunner>(kVocab, 16, 8), config(MlaPathPolicy::Auto, 64, true));
-  engine.start();
   std::mutex mu;
   std::condition_variable cv;
   std::vector<EngineCounters> at_end;
@@ -417,6 +416,7 @@ TEST(Engine, FinishReasonsAreCountedBeforeTheLastOutput) {
   };
   engine.add_request("long", make_prompt(12, 3), greedy(100), on_output);
   engine.add_request("short", make_prompt(12, 4), greedy(3), on_output);
+  engine.start();  // after both are queued: they are admitted in the same step
   std::unique_lock lk(mu);
   cv.wait(lk, [&] { return at_end.size() == 2; });
   EXPECT_EQ(at_end[0].n_finished_length, 1);

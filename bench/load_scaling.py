@@ -50,34 +50,36 @@ def measure(mla: str, path: str, serve_args: list, timeout: float) -> dict:
     port = free_port()
     cmd = [mla, "serve", "-m", path, "--host", "127.0.0.1", "--port", str(port), *serve_args]
     # The server's log goes to a file: a pipe nobody reads would fill and stop it.
-    log = tempfile.TemporaryFile(mode="w+")
-    t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, text=True)  # noqa: S603
-    try:
-        while True:
-            if proc.poll() is not None:
-                log.seek(0)
-                raise SystemExit(f"mla serve exited with {proc.returncode} on {path}:\n{log.read()[-2000:]}")
-            if time.monotonic() - t0 > timeout:
-                raise SystemExit(f"{path}: /health did not answer 200 within {timeout} s")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as r:  # noqa: S310
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            time.sleep(0.05)
-        seconds = time.monotonic() - t0
-        mem = status_kib(proc.pid)
-    finally:
-        proc.send_signal(signal.SIGTERM)
+    with tempfile.TemporaryFile(mode="w+") as log:
+        t0 = time.monotonic()
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, text=True)
         try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+            seconds = wait_healthy(proc, port, t0, timeout, log, path)
+            mem = status_kib(proc.pid)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
     return {"seconds": seconds, "cold": cold, **mem}
+
+
+def wait_healthy(proc, port: int, t0: float, timeout: float, log, path: str) -> float:
+    while True:
+        if proc.poll() is not None:
+            log.seek(0)
+            raise SystemExit(f"mla serve exited with {proc.returncode} on {path}:\n{log.read()[-2000:]}")
+        if time.monotonic() - t0 > timeout:
+            raise SystemExit(f"{path}: /health did not answer 200 within {timeout} s")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as r:
+                if r.status == 200:
+                    return time.monotonic() - t0
+        except OSError:
+            pass
+        time.sleep(0.05)
 
 
 def main():

@@ -322,14 +322,7 @@ void write_synth_keys(const SynthSpec& s, GgufWriter& w, int64_t& n_vocab) {
       if (s.yarn_mscale_all_dim != 0) w.set(a + "rope.scaling.yarn_log_multiplier", f32(0.1 * s.yarn_mscale_all_dim));
     }
   }
-  if (!s.vocab_path.empty()) copy_vocab(s.vocab_path, w, n_vocab);
-  if (!s.chat_template_path.empty()) {
-    std::ifstream in(s.chat_template_path, std::ios::binary);
-    if (!in) fail("synth: cannot read chat template '{}'", s.chat_template_path);
-    std::ostringstream text;
-    text << in.rdbuf();
-    w.set("tokenizer.chat_template", GgufValue::str(text.str()));
-  }
+  copy_vocab_and_template(s, w, n_vocab);
   w.set(a + "vocab_size", u32(n_vocab));
 }
 

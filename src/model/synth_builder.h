@@ -9,7 +9,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -169,6 +171,19 @@ inline void copy_vocab(const std::string& path, GgufWriter& w, int64_t& n_vocab)
   }
   if (n_tokens < 1) fail("synth: {}: no tokenizer.ggml.tokens list to take the vocabulary from", path);
   n_vocab = n_tokens;
+}
+
+// The spec's vocabulary (vocab_path: tokenizer.* keys and the vocabulary size) and chat template
+// file (chat_template_path), where given.
+inline void copy_vocab_and_template(const SynthSpec& s, GgufWriter& w, int64_t& n_vocab) {
+  if (!s.vocab_path.empty()) copy_vocab(s.vocab_path, w, n_vocab);
+  if (!s.chat_template_path.empty()) {
+    std::ifstream in(s.chat_template_path, std::ios::binary);
+    if (!in) fail("synth: cannot read chat template '{}'", s.chat_template_path);
+    std::ostringstream text;
+    text << in.rdbuf();
+    w.set("tokenizer.chat_template", GgufValue::str(text.str()));
+  }
 }
 
 }  // namespace mla::synth

@@ -120,14 +120,7 @@ void write_keys4(const SynthSpec& s, const std::vector<int64_t>& ratios, GgufWri
   w.set(a + "hyper_connection.count", u32(s.hc_mult));
   w.set(a + "hyper_connection.sinkhorn_iterations", u32(s.hc_sinkhorn_iters));
   w.set(a + "hyper_connection.epsilon", f32(1e-6));
-  if (!s.vocab_path.empty()) copy_vocab(s.vocab_path, w, n_vocab);
-  if (!s.chat_template_path.empty()) {
-    std::ifstream in(s.chat_template_path, std::ios::binary);
-    if (!in) fail("synth: cannot read chat template '{}'", s.chat_template_path);
-    std::ostringstream text;
-    text << in.rdbuf();
-    w.set("tokenizer.chat_template", GgufValue::str(text.str()));
-  }
+  copy_vocab_and_template(s, w, n_vocab);
   w.set(a + "vocab_size", u32(n_vocab));
 }
 

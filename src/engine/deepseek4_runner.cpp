@@ -10,7 +10,7 @@
 namespace mla {
 
 Deepseek4Runner::Deepseek4Runner(const std::string& path, const Deepseek4RunnerOptions& o)
-    : Deepseek4Runner(load_deepseek4(path), o) {}
+    : Deepseek4Runner(load_deepseek4(path, /*repack=*/true), o) {}
 
 Deepseek4Runner::Deepseek4Runner(std::unique_ptr<Deepseek4Bundle> bundle, const Deepseek4RunnerOptions& o)
     : bundle_(std::move(bundle)), max_num_seqs_(o.max_num_seqs) {

@@ -35,7 +35,7 @@ struct Deepseek4RunnerOptions {
 
 class Deepseek4Runner : public ModelRunner {
  public:
-  // Loads path (load_deepseek4) and sizes the block pool. Throws mla::Error.
+  // Loads path (load_deepseek4, weights repacked for the packed GEMM) and sizes the block pool. Throws mla::Error.
   Deepseek4Runner(const std::string& path, const Deepseek4RunnerOptions& o);
   Deepseek4Runner(std::unique_ptr<Deepseek4Bundle> bundle, const Deepseek4RunnerOptions& o);
 

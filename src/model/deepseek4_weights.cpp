@@ -6,6 +6,7 @@
 
 #include "gguf/gguf.h"
 #include "model/tensor_binder.h"
+#include "model/weights.h"
 #include "util/error.h"
 
 namespace mla {
@@ -108,11 +109,38 @@ Deepseek4Weights bind_deepseek4_weights(const GgufFile& f, const Deepseek4Config
   return w;
 }
 
-std::unique_ptr<Deepseek4Bundle> load_deepseek4(const std::string& path) {
+namespace {
+
+// Every matrix a forward multiplies by, with the rows of one slice (an expert's, for the 3-D
+// expert tensors; the compressors' and the grouped output's slices are whole 16-row groups when
+// their widths are).
+void repack_deepseek4(Deepseek4Weights& w, const Deepseek4Config& c) {
+  std::vector<std::pair<WeightMatrix*, int64_t>> todo;
+  auto whole = [&](WeightMatrix& m) { todo.emplace_back(&m, m.n_rows); };
+  whole(w.output);
+  whole(w.hc_head.fn);
+  for (Ds4LayerWeights& L : w.layers) {
+    for (WeightMatrix* m :
+         {&L.attn_q_a, &L.attn_q_b, &L.attn_kv, &L.attn_output_b, &L.hc_attn.fn, &L.hc_ffn.fn, &L.compressor.kv,
+          &L.compressor.gate, &L.idx_compressor.kv, &L.idx_compressor.gate, &L.idx_q_b, &L.idx_proj, &L.ffn_gate_inp,
+          &L.ffn_gate_shexp, &L.ffn_up_shexp, &L.ffn_down_shexp})
+      whole(*m);
+    todo.emplace_back(&L.attn_output_a, c.o_lora_rank);
+    todo.emplace_back(&L.ffn_gate_exps, c.n_ff_exp);
+    todo.emplace_back(&L.ffn_up_exps, c.n_ff_exp);
+    todo.emplace_back(&L.ffn_down_exps, c.n_embd);
+  }
+  w.packed = repack_matrix_set(todo);
+}
+
+}  // namespace
+
+std::unique_ptr<Deepseek4Bundle> load_deepseek4(const std::string& path, bool repack) {
   auto b = std::make_unique<Deepseek4Bundle>();
   b->file = GgufFile::open(path, /*prefault=*/false);
   b->config = load_deepseek4_config(*b->file);
   b->weights = bind_deepseek4_weights(*b->file, b->config);
+  if (repack) repack_deepseek4(b->weights, b->config);
   return b;
 }
 

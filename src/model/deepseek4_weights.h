@@ -63,6 +63,7 @@ struct Deepseek4Weights {
   WeightMatrix output;             // {D, n_vocab}
   Ds4HyperConn hc_head;            // output_hc_* (or hc_head_*): fn {hc_mult * D, hc_mult}, scale [1]
   std::vector<Ds4LayerWeights> layers;
+  std::shared_ptr<PackedWeightStore> packed;  // repacked copies of the matrices (WeightMatrix::packed), or nullptr
 };
 
 // Binds the trunk layers. The matrices point into f's mapping: keep f alive. Throws mla::Error
@@ -74,7 +75,10 @@ struct Deepseek4Bundle {
   Deepseek4Config config;
   Deepseek4Weights weights;
 };
-// Opens, validates and binds a deepseek4 file. Throws mla::Error naming what is wrong.
-std::unique_ptr<Deepseek4Bundle> load_deepseek4(const std::string& path);
+// Opens, validates and binds a deepseek4 file; with repack, every matmul weight but the embedding
+// table is repacked into 16-row groups for the packed GEMM where this CPU's family has a kernel
+// for its type (the process's --no-repack / --simd choice applies). Throws mla::Error naming what
+// is wrong.
+std::unique_ptr<Deepseek4Bundle> load_deepseek4(const std::string& path, bool repack = false);
 
 }  // namespace mla

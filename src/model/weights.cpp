@@ -117,9 +117,9 @@ void bind_layer(Binder& b, const DeepseekConfig& c, int64_t il, const WeightLoad
 }
 
 // Every matmul weight but the embedding table (read a row at a time) repacked where possible;
-// expert tensors are packed per expert slice. The copy lives in anonymous memory, so it is made
-// only when it takes at most half the machine's RAM (a model larger than memory keeps relying on
-// the file mapping's paging); each source range is then dropped from the mapping (MADV_DONTNEED
+// expert tensors are packed per expert slice (repack_matrix_set: the copy is made only when it fits
+// in the available memory; a model larger than memory keeps relying on the file mapping's paging).
+// Each source range is then dropped from the mapping (MADV_DONTNEED
 // on a read-only private file mapping: a later read faults the file back in), so resident memory
 // stays about what it was. stream_experts: the routed experts are left to the expert cache, which
 // packs each as it enters.
@@ -145,14 +145,48 @@ void repack_matrices(DeepseekWeights& w, const DeepseekConfig& c, bool stream_ex
     todo.emplace_back(&L.ffn_gate_up_exps, 2 * c.n_ff_exp);
     todo.emplace_back(&L.ffn_down_exps, c.n_embd);
   }
+  w.packed = repack_matrix_set(todo);
+}
+
+}  // namespace
+
+std::vector<float> dequantize_tensor(const GgufFile& f, const std::string& name) {
+  Binder b(f, "gguf");
+  const GgufTensorInfo* t = b.find(name);
+  if (!t) fail("gguf: {}: missing tensor '{}'", f.path(), name);
+  return b.to_f32(*t);
+}
+
+namespace {
+
+// MemAvailable from /proc/meminfo; half the physical memory where that cannot be read.
+double available_memory_bytes() {
+  if (FILE* f = std::fopen("/proc/meminfo", "r")) {
+    char line[256];
+    long long kb = -1;
+    while (std::fgets(line, sizeof line, f))
+      if (std::sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
+    std::fclose(f);
+    if (kb > 0) return static_cast<double>(kb) * 1024.0;
+  }
+  return static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE)) / 2;
+}
+
+}  // namespace
+
+std::shared_ptr<PackedWeightStore> repack_matrix_set(const std::vector<std::pair<WeightMatrix*, int64_t>>& todo) {
   int64_t total = 0;
   for (auto [m, slice] : todo) total += m->data ? repacked_bytes(*m, slice) : 0;
-  if (total == 0) return;
-  const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
-  if (static_cast<double>(total) > ram / 2) {
-    log().info("weights not repacked: the copy would take {:.1f} GiB of {:.1f} GiB RAM (row-major kernels used)",
-               static_cast<double>(total) / (1 << 30), ram / (1 << 30));
-    return;
+  if (total == 0) return nullptr;
+  // The copy is anonymous memory (the file pages it replaces are dropped below and are page cache
+  // anyway): it must fit in what the kernel says is available, with room left for the caches.
+  const double avail = available_memory_bytes();
+  if (static_cast<double>(total) > 0.85 * avail) {
+    log().info(
+        "weights not repacked: the copy would take {:.1f} GiB of {:.1f} GiB available memory (row-major kernels "
+        "used)",
+        static_cast<double>(total) / (1 << 30), avail / (1 << 30));
+    return nullptr;
   }
   auto store = std::make_shared<PackedWeightStore>();
   // One huge-page arena for all the copies (decode streams them all every step).
@@ -169,16 +203,7 @@ void repack_matrices(DeepseekWeights& w, const DeepseekConfig& c, bool stream_ex
   }
   log().info("weights repacked into 16-row groups for the {} packed GEMM: {:.1f} MiB (--no-repack: off)",
              packed_gemm_family(), static_cast<double>(store->bytes()) / (1 << 20));
-  w.packed = std::move(store);
-}
-
-}  // namespace
-
-std::vector<float> dequantize_tensor(const GgufFile& f, const std::string& name) {
-  Binder b(f, "gguf");
-  const GgufTensorInfo* t = b.find(name);
-  if (!t) fail("gguf: {}: missing tensor '{}'", f.path(), name);
-  return b.to_f32(*t);
+  return store;
 }
 
 DeepseekWeights bind_deepseek_weights(const GgufFile& f, const DeepseekConfig& c, const WeightLoadOptions& opt) {

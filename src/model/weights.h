@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/attention.h"
@@ -105,6 +106,11 @@ struct WeightLoadOptions {
 // blocks, and all of them without load_mtp, are left untouched in the mapping). The
 // returned matrices point into f's mapping: keep f alive.
 DeepseekWeights bind_deepseek_weights(const GgufFile& f, const DeepseekConfig& c, const WeightLoadOptions& opt = {});
+
+// Repacks each (matrix, rows per slice) of todo that repack_weight accepts into one store (a
+// huge-page arena), dropping the file pages it copied from the mapping; nullptr when none was
+// repacked or the copies would take more than 85% of the available memory (said in a log line).
+std::shared_ptr<PackedWeightStore> repack_matrix_set(const std::vector<std::pair<WeightMatrix*, int64_t>>& todo);
 
 // Dequantizes a whole tensor (any dequantizable type) to F32, row by row.
 std::vector<float> dequantize_tensor(const GgufFile& f, const std::string& name);

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "kernels/vec.h"
 #include "model/deepseek4.h"
 #include "model/deepseek4_internal.h"
 
@@ -76,38 +77,60 @@ void Deepseek4Model::compress(int64_t il, const Ds4Compressor& k, int64_t dim, i
 
 // selected[t * top_k + j] for j < n_selected[t]: the CSA entries query pos0 + t attends to, the
 // top_k highest indexer scores among the entries w < (pos + 1) / m (all of them when fewer).
+// score(t, w) = Σ_h relu(q_th · k_w) · weight_th / sqrt(Di · nI): the head dots in F32 tiles
+// (kernels/vec.h: each the same whatever the tile), summed over heads in order in double, so a
+// score does not depend on how the chunk's (token, block of entries) items are split.
 void Deepseek4Model::indexer_topk(int64_t il, const float* h, const float* qr, const Chunk& ch, Ds4CompressorState& st,
                                   std::vector<int32_t>& selected, std::vector<int32_t>& n_selected) {
   const Ds4LayerWeights& L = w_.layers[il];
   const int64_t m = c_.compress_ratio[il], nI = c_.n_indexer_head, Di = c_.indexer_head_dim, top_k = c_.indexer_top_k;
   compress(il, L.idx_compressor, Di, 2, h, ch, st);
-  const std::vector<float>& keys = st.entries;
+  const float* keys = st.entries.data();
   std::vector<float> q(static_cast<size_t>(ch.n_tok * nI * Di)), wts(static_cast<size_t>(ch.n_tok * nI));
   matmul(L.idx_q_b, qr, c_.q_lora_rank, ch.n_tok, q.data(), nI * Di, pool_, scratch_);
   matmul(L.idx_proj, h, c_.n_embd, ch.n_tok, wts.data(), nI, pool_, scratch_);
+  // Token t's scores at score[first[t] ..]; work items of up to kBlock entries of one token.
+  constexpr int64_t kBlock = 256;
+  std::vector<int64_t> first(static_cast<size_t>(ch.n_tok + 1), 0);
+  std::vector<std::pair<int64_t, int64_t>> items;  // (token, first entry)
+  for (int64_t t = 0; t < ch.n_tok; ++t) {
+    const int64_t n_vis = std::min((ch.pos0 + t + 1) / m, st.n_entries);
+    first[t + 1] = first[t] + n_vis;
+    for (int64_t w0 = 0; w0 < n_vis; w0 += kBlock) items.emplace_back(t, w0);
+  }
+  pool_.parallel_for(ch.n_tok, [&](int64_t t0, int64_t t1, int) {
+    for (int64_t t = t0; t < t1; ++t) ds4::rope_tail(c_.rope_compress, ch.pos0 + t, q.data() + t * nI * Di, nI, Di);
+  });
+  std::vector<float> score(static_cast<size_t>(first[ch.n_tok]));
+  const double scale = 1.0 / std::sqrt(static_cast<double>(Di)) / std::sqrt(static_cast<double>(nI));
+  pool_.parallel_for(static_cast<int64_t>(items.size()), [&](int64_t i0, int64_t i1, int) {
+    std::vector<float> dots(static_cast<size_t>(nI * kBlock));
+    for (int64_t i = i0; i < i1; ++i) {
+      const auto [t, w0] = items[i];
+      const int64_t nb = std::min(kBlock, first[t + 1] - first[t] - w0);
+      const float* qt = q.data() + t * nI * Di;
+      dot_block_f32(
+          nI, nb, Di, [&](int64_t r) { return qt + r * Di; }, [&](int64_t s) { return keys + (w0 + s) * Di; },
+          dots.data(), nb);
+      const float* wt = wts.data() + t * nI;
+      for (int64_t s = 0; s < nb; ++s) {
+        double acc = 0;
+        for (int64_t hh = 0; hh < nI; ++hh) acc += static_cast<double>(std::max(dots[hh * nb + s], 0.0f)) * wt[hh];
+        score[first[t] + w0 + s] = static_cast<float>(acc * scale);
+      }
+    }
+  });
   selected.assign(static_cast<size_t>(ch.n_tok * top_k), -1);
   n_selected.assign(static_cast<size_t>(ch.n_tok), 0);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(Di)) / std::sqrt(static_cast<double>(nI));
   pool_.parallel_for(ch.n_tok, [&](int64_t t0, int64_t t1, int) {
-    std::vector<double> score;
     std::vector<int32_t> order;
     for (int64_t t = t0; t < t1; ++t) {
-      float* qt = q.data() + t * nI * Di;
-      const int64_t pos = ch.pos0 + t;
-      ds4::rope_tail(c_.rope_compress, pos, qt, nI, Di);
-      const int64_t n_vis = std::min((pos + 1) / m, st.n_entries);
-      score.assign(static_cast<size_t>(n_vis), 0.0);
-      for (int64_t w = 0; w < n_vis; ++w)
-        for (int64_t hh = 0; hh < nI; ++hh) {
-          double dot = 0;
-          for (int64_t i = 0; i < Di; ++i) dot += static_cast<double>(qt[hh * Di + i]) * keys[w * Di + i];
-          score[w] += std::max(dot, 0.0) * wts[t * nI + hh] * scale;
-        }
-      const int64_t keep = std::min(top_k, n_vis);
+      const float* sc = score.data() + first[t];
+      const int64_t n_vis = first[t + 1] - first[t], keep = std::min(top_k, n_vis);
       order.resize(static_cast<size_t>(n_vis));
       std::iota(order.begin(), order.end(), 0);
       std::partial_sort(order.begin(), order.begin() + keep, order.end(),
-                        [&](int32_t a, int32_t b) { return score[a] > score[b] || (score[a] == score[b] && a < b); });
+                        [&](int32_t a, int32_t b) { return sc[a] > sc[b] || (sc[a] == sc[b] && a < b); });
       std::copy(order.begin(), order.begin() + keep, selected.begin() + t * top_k);
       n_selected[t] = static_cast<int32_t>(keep);
     }
@@ -116,46 +139,53 @@ void Deepseek4Model::indexer_topk(int64_t il, const float* h, const float* qr, c
 
 // o[t][h] = Σ p · v over the window rows (pos - W, pos] (rows[s - rows_pos0]) and the query's
 // compressed entries, with p = softmax([q·k / sqrt(d) ..., sink_h]) without the sink's share.
+// Work items are (token, block of kHeads heads): the q·k dots in F32 tiles (kernels/vec.h), the
+// softmax with a double sum, then Σ p · v in key order, so an output is the same bits whatever
+// the split, the chunking or the thread count.
 void Deepseek4Model::attend(int64_t il, const float* q, const std::vector<float>& rows, int64_t rows_pos0,
                             const Chunk& ch, const Ds4CompressorState& comp, const std::vector<int32_t>& selected,
                             const std::vector<int32_t>& n_selected, float* o) {
   const Ds4LayerWeights& L = w_.layers[il];
   const int64_t H = c_.n_head, d = c_.head_dim, m = c_.compress_ratio[il], W = c_.n_window;
   const bool csa = c_.attn_kind(il) == Ds4Attn::Csa;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-  pool_.parallel_for(ch.n_tok, [&](int64_t t0, int64_t t1, int) {
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+  constexpr int64_t kHeads = 8;
+  const int64_t n_hb = (H + kHeads - 1) / kHeads;
+  pool_.parallel_for(ch.n_tok * n_hb, [&](int64_t i0, int64_t i1, int) {
     std::vector<const float*> keys;
-    std::vector<double> logit;
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t pos = ch.pos0 + t;
-      keys.clear();
-      for (int64_t s = std::max(rows_pos0, pos - W + 1); s <= pos; ++s)
-        keys.push_back(rows.data() + (s - rows_pos0) * d);
-      if (csa) {
-        for (int32_t j = 0; j < n_selected[t]; ++j)
-          keys.push_back(comp.entries.data() + selected[t * c_.indexer_top_k + j] * d);
-      } else if (m > 0) {
-        for (int64_t w = 0; w < std::min((pos + 1) / m, comp.n_entries); ++w)
-          keys.push_back(comp.entries.data() + w * d);
+    std::vector<float> logit;
+    int64_t keys_of = -1;  // the token `keys` was gathered for
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t t = i / n_hb, h0 = i % n_hb * kHeads, nh = std::min(kHeads, H - h0), pos = ch.pos0 + t;
+      if (keys_of != t) {
+        keys.clear();
+        for (int64_t s = std::max(rows_pos0, pos - W + 1); s <= pos; ++s)
+          keys.push_back(rows.data() + (s - rows_pos0) * d);
+        if (csa) {
+          for (int32_t j = 0; j < n_selected[t]; ++j)
+            keys.push_back(comp.entries.data() + selected[t * c_.indexer_top_k + j] * d);
+        } else if (m > 0) {
+          for (int64_t w = 0; w < std::min((pos + 1) / m, comp.n_entries); ++w)
+            keys.push_back(comp.entries.data() + w * d);
+        }
+        keys_of = t;
       }
-      logit.resize(keys.size());
-      for (int64_t hh = 0; hh < H; ++hh) {
-        const float* qh = q + (t * H + hh) * d;
-        double mx = L.attn_sinks[hh];
-        for (size_t r = 0; r < keys.size(); ++r) {
-          double dot = 0;
-          for (int64_t i = 0; i < d; ++i) dot += static_cast<double>(qh[i]) * keys[r][i];
-          logit[r] = dot * scale;
-          mx = std::max(mx, logit[r]);
-        }
-        double den = std::exp(L.attn_sinks[hh] - mx);
-        for (double& l : logit) den += (l = std::exp(l - mx));
-        float* oh = o + (t * H + hh) * d;
+      const int64_t nk = static_cast<int64_t>(keys.size());
+      logit.resize(static_cast<size_t>(nh * nk));
+      const float* qt = q + (t * H + h0) * d;
+      dot_block_f32(
+          nh, nk, d, [&](int64_t r) { return qt + r * d; }, [&](int64_t s) { return keys[s]; }, logit.data(), nk);
+      for (int64_t r = 0; r < nh; ++r) {
+        float* p = logit.data() + r * nk;
+        const float sink = L.attn_sinks[h0 + r];
+        float mx = sink;
+        for (int64_t s = 0; s < nk; ++s) mx = std::max(mx, p[s] *= scale);
+        double den = std::exp(static_cast<double>(sink - mx));
+        for (int64_t s = 0; s < nk; ++s) den += (p[s] = std::exp(p[s] - mx));
+        const float inv = static_cast<float>(1.0 / den);
+        float* oh = o + (t * H + h0 + r) * d;
         std::fill(oh, oh + d, 0.0f);
-        for (size_t r = 0; r < keys.size(); ++r) {
-          const float p = static_cast<float>(logit[r] / den);
-          for (int64_t i = 0; i < d; ++i) oh[i] += p * keys[r][i];
-        }
+        for (int64_t s = 0; s < nk; ++s) axpy_f32(p[s] * inv, keys[s], oh, d);
       }
     }
   });

@@ -4,7 +4,7 @@
 //   ppP        a P-token prompt, one prefill (the engine's chunking), timed until its first token;
 //   tgN@dD     a D-token prompt prefilled untimed (D = 0: one token), then N tokens decoded one
 //              at a time, timed from the first token to the last.
-// Each test runs one untimed warm-up repetition first, then -r timed ones on fresh requests
+// Each test runs one untimed warm-up repetition first (not with --no-warmup), then -r timed ones on fresh requests
 // (prompt ids drawn from a seeded generator, prefix cache off), and prints mean ± sd of t/s.
 // Decode tests also show the weight bytes read per token (every matrix but the embedding table
 // and the routed experts, plus the routed experts' rows the forward counted) and the GB/s that
@@ -54,6 +54,7 @@ struct BenchArgs {
   std::vector<int> n_gen{128};
   std::vector<int> depth{0};
   int reps = 5;
+  bool warmup = true;  // --no-warmup: no untimed repetition first
   bool json = false;
   bool membw = false;
   bool profile = false;
@@ -383,8 +384,8 @@ struct TestResult {
   std::vector<RankStats> ranks;   // every rank's memory and communication after the test
 };
 
-TestResult measure(Bencher& bencher, const Test& t, int reps) {
-  bencher.run(t);  // warm-up: cold caches, first-touch faults, scratch growth
+TestResult measure(Bencher& bencher, const Test& t, int reps, bool warmup) {
+  if (warmup) bencher.run(t);  // cold caches, first-touch faults, scratch growth
   TestResult r;
   std::vector<double> bpt, cpt;
   for (int i = 0; i < reps; ++i) {
@@ -510,7 +511,7 @@ void run_tests(const BenchContext& ctx, Bencher& bencher, const std::vector<Test
   std::vector<RankStats> last_ranks;
   std::vector<StageProfileRow> profiles;
   for (const Test& t : tests) {
-    TestResult r = measure(bencher, t, a.reps);
+    TestResult r = measure(bencher, t, a.reps, a.warmup);
     r.ranks = rank_stats();
     if (a.json) {
       out.push_back(result_json(ctx, t, r));
@@ -646,6 +647,10 @@ void register_bench(CLI::App& app) {
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("-r,--repetitions", a.reps, "Timed repetitions per test (after one warm-up)")->capture_default_str();
+  cmd->add_flag(
+      "!--no-warmup", a.warmup,
+      "No untimed warm-up repetition (for long depth tests, whose prefill would run twice; the --speculative-config "
+      "comparison always warms up)");
   cmd->add_flag("--json", a.json, "Print a JSON array (llama-bench's field names where they exist)");
   cmd->add_flag("--membw", a.membw, "Without -m: only measure the read bandwidth with all threads");
   cmd->add_flag("--profile", a.profile,

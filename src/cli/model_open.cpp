@@ -34,7 +34,8 @@ void adapt_setup_for_deepseek4(EngineSetup& setup, const EngineArgs& args, std::
   if (setup.model.verify_paths) fail("{}: --verify-paths: deepseek4 has no MLA paths to compare", command);
   if (args.mla_path != "auto") fail("{}: --mla-path {}: deepseek4 has no MLA paths", command, args.mla_path);
   if (setup.model.exact_attention)
-    fail("{}: --attention-precision exact: deepseek4 has one attention kernel (double accumulation)", command);
+    fail("{}: --attention-precision exact: deepseek4 has one attention kernel (F32 dot tiles, double softmax sums)",
+         command);
   if (!setup.model.dsa)
     fail("{}: --dsa off: deepseek4's compressed sparse attention is part of the model, not an option", command);
   if (setup.engine.kv_tiers.enabled())

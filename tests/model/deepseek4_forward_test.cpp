@@ -12,6 +12,8 @@
 #include "gguf/gguf.h"
 #include "model/deepseek4.h"
 #include "model_test_util.h"
+#include "quant/kernel_choice.h"
+#include "quant/packed.h"
 #include "quant/quant.h"
 #include "util/error.h"
 
@@ -39,9 +41,10 @@ std::vector<float> reference_logits(const std::string& model, size_t n) {
 // |logit|, and the greedy token at every position. The prompt runs as consecutive chunks of
 // chunk_sizes (cycled; empty: one chunk) through one cache.
 void check_logits(const std::string& model, const std::vector<int64_t>& chunk_sizes, const char* label,
-                  double tolerance = 1e-4, const std::string& gguf_path = "") {
+                  double tolerance = 1e-4, const std::string& gguf_path = "", bool repack = false) {
   const nlohmann::json ref = reference(model);
-  auto b = load_deepseek4(gguf_path.empty() ? fixture(model, ref["gguf"].get<std::string>()) : gguf_path);
+  auto b = load_deepseek4(gguf_path.empty() ? fixture(model, ref["gguf"].get<std::string>()) : gguf_path, repack);
+  if (repack) ASSERT_NE(b->weights.packed, nullptr) << model << ": nothing was repacked";
   const std::vector<int32_t> tokens = ref["token_ids"].get<std::vector<int32_t>>();
   const int64_t V = b->config.n_vocab, T = static_cast<int64_t>(tokens.size());
   ASSERT_EQ(V, ref["n_vocab"].get<int64_t>());
@@ -117,6 +120,16 @@ TEST(Deepseek4Forward, Mxfp4ExpertsMatchTransformers) {
   check_logits("mxfp4", {}, "dequantized to f32", 1e-4, f32);
   check_logits("mxfp4", {}, "prefill", kMxfp4Tolerance);
   check_logits("mxfp4", {1}, "decode", kMxfp4Tolerance);
+}
+
+// The same file with its matrices repacked into 16-row groups (what `mla serve` loads): the packed
+// GEMM reads the MXFP4 experts (and any other packable matrix) from the copies.
+TEST(Deepseek4Forward, Mxfp4ExpertsRepackedMatchTransformers) {
+  if (packed_gemm_family() == std::string("none"))
+    GTEST_SKIP() << "SKIPPED LOUDLY: this kernel family has no packed GEMM (" << simd_level_name(simd_level())
+                 << "), so there is nothing to repack";
+  check_logits("mxfp4", {}, "repacked prefill", kMxfp4Tolerance, "", /*repack=*/true);
+  check_logits("mxfp4", {1, 5}, "repacked decode and chunks", kMxfp4Tolerance, "", /*repack=*/true);
 }
 
 TEST(Deepseek4Forward, RefusesATokenOutsideTheVocabulary) {

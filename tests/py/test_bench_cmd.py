@@ -171,3 +171,15 @@ def test_v2lite_preset_keys(tmp_path):
     assert field(rd, a + "rope.scaling.original_context_length") == 4096
     assert field(rd, a + "rope.scaling.yarn_log_multiplier") == pytest.approx(0.0707, rel=1e-6)
     assert "deepseek2.expert_weights_norm" not in rd.fields or field(rd, a + "expert_weights_norm") is False
+
+
+def test_bench_no_warmup_runs_each_test_once_per_repetition(model):
+    """The dispatch trace logs every forward's first layer: a pp16 test is one prefill, so -r 2
+    gives three (the untimed warm-up, then two) and, with --no-warmup, two."""
+    def prefills(*extra):
+        r = mla("bench", "-m", model, "-p", "16", "-n", "0", "-r", "2", "-t", "1", "--membw-size", "8M",
+                "--trace", "dispatch:1000", *extra)
+        return sum("dispatch layer=blk.0 " in line and "total_toks=16" in line for line in r.stderr.splitlines())
+
+    assert prefills() == 3
+    assert prefills("--no-warmup") == 2

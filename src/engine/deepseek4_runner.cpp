@@ -100,21 +100,22 @@ Deepseek4Cache& Deepseek4Runner::state_for(const SeqMeta& s) {
   return it->second;
 }
 
-// Each sequence alone, in batch order; its rows of meta.logits_rows (ascending, grouped by
-// sequence) are the chunk-relative rows its forward returns logits for.
+// All the step's sequences in one forward_batch (the matmuls and the MoE over every row at once,
+// attention per sequence over its own state); a sequence's rows of meta.logits_rows (ascending,
+// grouped by sequence) are the chunk-relative rows its logits are returned for.
 void Deepseek4Runner::forward(const BatchMeta& meta, float* logits) {
-  const auto V = static_cast<size_t>(n_vocab());
-  std::vector<int32_t> tokens, rows;
+  std::vector<Deepseek4Model::Seq> seqs;
+  std::vector<std::vector<int32_t>> rows(meta.seqs.size());
   size_t k = 0;
-  for (const SeqMeta& s : meta.seqs) {
-    Deepseek4Cache& state = state_for(s);
-    tokens.assign(meta.token_ids.begin() + s.query_start, meta.token_ids.begin() + s.query_start + s.query_len);
-    rows.clear();
-    const size_t k0 = k;
+  for (size_t i = 0; i < meta.seqs.size(); ++i) {
+    const SeqMeta& s = meta.seqs[i];
     for (; k < meta.logits_rows.size() && meta.logits_rows[k] < s.query_start + s.query_len; ++k)
-      rows.push_back(meta.logits_rows[k] - s.query_start);
-    model_->forward(tokens, state, rows.empty() ? nullptr : logits + k0 * V, rows);
+      rows[i].push_back(meta.logits_rows[k] - s.query_start);
+    seqs.push_back({std::span<const int32_t>(meta.token_ids)
+                        .subspan(static_cast<size_t>(s.query_start), static_cast<size_t>(s.query_len)),
+                    &state_for(s), rows[i]});
   }
+  model_->forward_batch(seqs, meta.logits_rows.empty() ? nullptr : logits);
 }
 
 }  // namespace mla

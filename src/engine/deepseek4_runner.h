@@ -1,9 +1,10 @@
 #pragma once
 // The ModelRunner of a DeepSeek-V4 (`deepseek4`) GGUF (model/deepseek4.h). Its cache is not one
 // latent row per token: each sequence keeps a Deepseek4Cache (window rows, compressed entries, the
-// compressors' carry-over) keyed by the engine's sequence id (SeqMeta::seq_id). Every sequence of a
-// step runs alone through Deepseek4Model::forward over its own state, so its logits cannot depend
-// on the other sequences in the batch: batch invariance by construction.
+// compressors' carry-over) keyed by the engine's sequence id (SeqMeta::seq_id). A step's sequences
+// run together through Deepseek4Model::forward_batch: the weights are read once for all their rows,
+// and every row is computed as it would be with its sequence alone (row-independent matmuls and
+// MoE, attention per sequence over its own state), so batch invariance holds bit for bit.
 //
 // Memory: the engine's block pool still decides admission, and its blocks stand for the growing
 // part of a state (compressed entries, deepseek4_state_bound): a block of block_size tokens is

@@ -199,10 +199,27 @@ void Deepseek4Model::forward(const std::vector<int32_t>& tokens, Deepseek4Cache&
 
 void Deepseek4Model::forward(const std::vector<int32_t>& tokens, Deepseek4Cache& cache, float* logits,
                              std::span<const int32_t> rows) {
-  const int64_t n_tok = static_cast<int64_t>(tokens.size()), D = c_.n_embd, n = c_.hc_mult;
+  const Seq seq{tokens, &cache, rows};
+  forward_batch({&seq, 1}, logits);
+}
+
+void Deepseek4Model::forward_batch(std::span<const Seq> seqs, float* logits) {
+  const int64_t D = c_.n_embd, n = c_.hc_mult;
+  std::vector<Chunk> chunks;
+  std::vector<Deepseek4Cache*> caches;
+  std::vector<int32_t> tokens, wanted;  // every row's token; the batch rows the head runs on
+  for (const Seq& s : seqs) {
+    if (s.tokens.empty()) continue;
+    for (int32_t id : s.tokens)
+      if (id < 0 || id >= c_.n_vocab) fail("deepseek4: token id {} outside the vocabulary (0..{})", id, c_.n_vocab - 1);
+    const auto row0 = static_cast<int64_t>(tokens.size());
+    chunks.push_back({s.cache->n_past, static_cast<int64_t>(s.tokens.size()), row0});
+    caches.push_back(s.cache);
+    tokens.insert(tokens.end(), s.tokens.begin(), s.tokens.end());
+    for (int32_t r : s.rows) wanted.push_back(static_cast<int32_t>(row0 + r));
+  }
+  const auto n_tok = static_cast<int64_t>(tokens.size());
   if (n_tok == 0) return;
-  for (int32_t id : tokens)
-    if (id < 0 || id >= c_.n_vocab) fail("deepseek4: token id {} outside the vocabulary (0..{})", id, c_.n_vocab - 1);
   std::vector<float> streams(static_cast<size_t>(n_tok * n * D)), x(static_cast<size_t>(n_tok * D)),
       h(static_cast<size_t>(n_tok * D)), y(static_cast<size_t>(n_tok * D));
   for (int64_t t = 0; t < n_tok; ++t) {  // the embedding, copied into every stream
@@ -210,28 +227,27 @@ void Deepseek4Model::forward(const std::vector<int32_t>& tokens, Deepseek4Cache&
     for (int64_t i = 0; i < n; ++i) std::copy(x.begin(), x.begin() + D, streams.begin() + (t * n + i) * D);
   }
   const float eps = static_cast<float>(c_.rms_eps);
-  const Chunk ch{cache.n_past, n_tok};
   Mix mix;
   for (int64_t il = 0; il < c_.n_layer; ++il) {
     const Ds4LayerWeights& L = w_.layers[il];
     hc_collapse(L.hc_attn, streams.data(), n_tok, mix, x.data());
     for (int64_t t = 0; t < n_tok; ++t) ds4::rms(x.data() + t * D, L.attn_norm.data(), h.data() + t * D, D, eps);
-    attention(il, h.data(), ch, cache.layers[il], y.data());
+    attention(il, h.data(), chunks, caches, n_tok, y.data());
     hc_expand(mix, y.data(), n_tok, streams.data());
     hc_collapse(L.hc_ffn, streams.data(), n_tok, mix, x.data());
     for (int64_t t = 0; t < n_tok; ++t) ds4::rms(x.data() + t * D, L.ffn_norm.data(), h.data() + t * D, D, eps);
     moe(il, h.data(), tokens, y.data());
     hc_expand(mix, y.data(), n_tok, streams.data());
   }
-  cache.n_past += n_tok;
-  if (rows.empty()) return;
-  if (static_cast<int64_t>(rows.size()) < n_tok) {  // the wanted tokens' streams, packed
-    std::vector<float> picked(rows.size() * static_cast<size_t>(n * D));
-    for (size_t i = 0; i < rows.size(); ++i)
-      std::copy_n(streams.begin() + rows[i] * n * D, n * D, picked.begin() + static_cast<int64_t>(i) * n * D);
+  for (size_t i = 0; i < chunks.size(); ++i) caches[i]->n_past += chunks[i].n_tok;
+  if (wanted.empty()) return;
+  if (static_cast<int64_t>(wanted.size()) < n_tok) {  // the wanted tokens' streams, packed
+    std::vector<float> picked(wanted.size() * static_cast<size_t>(n * D));
+    for (size_t i = 0; i < wanted.size(); ++i)
+      std::copy_n(streams.begin() + wanted[i] * n * D, n * D, picked.begin() + static_cast<int64_t>(i) * n * D);
     streams.swap(picked);
   }
-  head(streams.data(), static_cast<int64_t>(rows.size()), logits);
+  head(streams.data(), static_cast<int64_t>(wanted.size()), logits);
 }
 
 Ds4StateBound deepseek4_state_bound(const Deepseek4Config& c) {

@@ -8,7 +8,7 @@
 // → the same around the MoE (sqrtsoftplus scores, hash or top-k routing, clipped SwiGLU) → hyper
 // head → output norm → lm head.
 //
-// The engine runs each sequence of a step through forward() alone, over the sequence's own cache
+// The engine runs the sequences of a step through forward_batch(), each over its own cache
 // (engine/deepseek4_runner.h).
 #include <cstdint>
 #include <span>
@@ -53,19 +53,34 @@ class Deepseek4Model {
   // forward() on a fresh cache: the full-sequence pass from position 0.
   void prefill(const std::vector<int32_t>& tokens, float* logits);
 
+  // Several sequences in one pass (the engine's step): each seq's tokens run at positions
+  // cache->n_past.. over its own cache, as forward(tokens, *cache, .., rows) would run them alone,
+  // bit for bit — the matmuls and the MoE take every row of the batch at once (each output row
+  // is computed the same whatever the other rows), the compressors, the indexer and the attention
+  // run per sequence. logits: the rows of every seq in order, n_vocab floats each (may be null
+  // when no seq asks for one). The caches must be distinct.
+  struct Seq {
+    std::span<const int32_t> tokens;
+    Deepseek4Cache* cache = nullptr;
+    std::span<const int32_t> rows;  // indices into tokens, ascending
+  };
+  void forward_batch(std::span<const Seq> seqs, float* logits);
+
  private:
   struct Mix;  // one hyper-connection's per-token coefficients
   void hc_collapse(const Ds4HyperConn& hc, const float* streams, int64_t n_tok, Mix& mix, float* x);
   void hc_expand(const Mix& mix, const float* y, int64_t n_tok, float* streams);
-  struct Chunk {  // the positions of one forward call: pos0 .. pos0 + n_tok - 1
+  struct Chunk {  // one sequence's tokens in a pass: positions pos0 .. pos0 + n_tok - 1, batch rows row0..
     int64_t pos0 = 0;
     int64_t n_tok = 0;
+    int64_t row0 = 0;
   };
-  void attention(int64_t il, const float* h, const Chunk& ch, Ds4LayerCache& lc, float* out);
-  void compress(int64_t il, const Ds4Compressor& k, int64_t dim, int64_t n_series, const float* h, const Chunk& ch,
-                Ds4CompressorState& st);
+  void attention(int64_t il, const float* h, std::span<const Chunk> seqs, std::span<Deepseek4Cache* const> caches,
+                 int64_t n_all, float* out);
+  void compress(int64_t il, const Ds4Compressor& k, int64_t dim, int64_t n_series, const float* kv, const float* gate,
+                const Chunk& ch, Ds4CompressorState& st);
   void close_window(int64_t il, const Ds4Compressor& k, int64_t dim, int64_t n_series, Ds4CompressorState& st);
-  void indexer_topk(int64_t il, const float* h, const float* qr, const Chunk& ch, Ds4CompressorState& st,
+  void indexer_topk(int64_t il, float* q, const float* wts, const Chunk& ch, const Ds4CompressorState& st,
                     std::vector<int32_t>& selected, std::vector<int32_t>& n_selected);
   void attend(int64_t il, const float* q, const std::vector<float>& rows, int64_t rows_pos0, const Chunk& ch,
               const Ds4CompressorState& comp, const std::vector<int32_t>& selected,

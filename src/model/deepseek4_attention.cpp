@@ -56,39 +56,33 @@ void Deepseek4Model::close_window(int64_t il, const Ds4Compressor& k, int64_t di
   st.n_open -= m;
 }
 
-// Projects the chunk's tokens (kv, gate + the position bias of their offset in the window) and
-// appends them to the open window one at a time, closing it as its m-th row arrives: the open
-// window never holds more than m rows (its storage is reserved once, so a sequence's state stays
-// within Deepseek4Model::state_bound whatever the chunking).
-void Deepseek4Model::compress(int64_t il, const Ds4Compressor& k, int64_t dim, int64_t n_series, const float* h,
-                              const Chunk& ch, Ds4CompressorState& st) {
-  const int64_t m = c_.compress_ratio[il], width = n_series * dim, D = c_.n_embd;
-  std::vector<float> kv(static_cast<size_t>(ch.n_tok * width)), gate(kv.size());
-  matmul_multi({{&k.kv, kv.data(), width}, {&k.gate, gate.data(), width}}, h, D, ch.n_tok, D, pool_, scratch_);
+// Appends the chunk's projected rows (kv, gate: n_tok rows of width n_series * dim) to the open
+// window one at a time, the gate with the position bias of the row's offset in the window, closing
+// the window as its m-th row arrives: the open window never holds more than m rows (its storage is
+// reserved once, so a sequence's state stays within deepseek4_state_bound whatever the chunking).
+void Deepseek4Model::compress(int64_t il, const Ds4Compressor& k, int64_t dim, int64_t n_series, const float* kv,
+                              const float* gate, const Chunk& ch, Ds4CompressorState& st) {
+  const int64_t m = c_.compress_ratio[il], width = n_series * dim;
   st.open_kv.reserve(static_cast<size_t>(m * width));
   st.open_gate.reserve(static_cast<size_t>(m * width));
   for (int64_t t = 0; t < ch.n_tok; ++t) {
     const float* ape = k.ape.data() + ((ch.pos0 + t) % m) * width;
-    st.open_kv.insert(st.open_kv.end(), kv.begin() + t * width, kv.begin() + (t + 1) * width);
+    st.open_kv.insert(st.open_kv.end(), kv + t * width, kv + (t + 1) * width);
     for (int64_t j = 0; j < width; ++j) st.open_gate.push_back(gate[t * width + j] + ape[j]);
     if (++st.n_open == m) close_window(il, k, dim, n_series, st);
   }
 }
 
 // selected[t * top_k + j] for j < n_selected[t]: the CSA entries query pos0 + t attends to, the
-// top_k highest indexer scores among the entries w < (pos + 1) / m (all of them when fewer).
+// top_k highest indexer scores among the entries w < (pos + 1) / m (all of them when fewer); q:
+// the chunk's indexer queries [n_tok][nI][Di] (rotated here, in place), wts: their head weights.
 // score(t, w) = Σ_h relu(q_th · k_w) · weight_th / sqrt(Di · nI): the head dots in F32 tiles
 // (kernels/vec.h: each the same whatever the tile), summed over heads in order in double, so a
 // score does not depend on how the chunk's (token, block of entries) items are split.
-void Deepseek4Model::indexer_topk(int64_t il, const float* h, const float* qr, const Chunk& ch, Ds4CompressorState& st,
+void Deepseek4Model::indexer_topk(int64_t il, float* q, const float* wts, const Chunk& ch, const Ds4CompressorState& st,
                                   std::vector<int32_t>& selected, std::vector<int32_t>& n_selected) {
-  const Ds4LayerWeights& L = w_.layers[il];
   const int64_t m = c_.compress_ratio[il], nI = c_.n_indexer_head, Di = c_.indexer_head_dim, top_k = c_.indexer_top_k;
-  compress(il, L.idx_compressor, Di, 2, h, ch, st);
   const float* keys = st.entries.data();
-  std::vector<float> q(static_cast<size_t>(ch.n_tok * nI * Di)), wts(static_cast<size_t>(ch.n_tok * nI));
-  matmul(L.idx_q_b, qr, c_.q_lora_rank, ch.n_tok, q.data(), nI * Di, pool_, scratch_);
-  matmul(L.idx_proj, h, c_.n_embd, ch.n_tok, wts.data(), nI, pool_, scratch_);
   // Token t's scores at score[first[t] ..]; work items of up to kBlock entries of one token.
   constexpr int64_t kBlock = 256;
   std::vector<int64_t> first(static_cast<size_t>(ch.n_tok + 1), 0);
@@ -99,7 +93,7 @@ void Deepseek4Model::indexer_topk(int64_t il, const float* h, const float* qr, c
     for (int64_t w0 = 0; w0 < n_vis; w0 += kBlock) items.emplace_back(t, w0);
   }
   pool_.parallel_for(ch.n_tok, [&](int64_t t0, int64_t t1, int) {
-    for (int64_t t = t0; t < t1; ++t) ds4::rope_tail(c_.rope_compress, ch.pos0 + t, q.data() + t * nI * Di, nI, Di);
+    for (int64_t t = t0; t < t1; ++t) ds4::rope_tail(c_.rope_compress, ch.pos0 + t, q + t * nI * Di, nI, Di);
   });
   std::vector<float> score(static_cast<size_t>(first[ch.n_tok]));
   const double scale = 1.0 / std::sqrt(static_cast<double>(Di)) / std::sqrt(static_cast<double>(nI));
@@ -108,11 +102,11 @@ void Deepseek4Model::indexer_topk(int64_t il, const float* h, const float* qr, c
     for (int64_t i = i0; i < i1; ++i) {
       const auto [t, w0] = items[i];
       const int64_t nb = std::min(kBlock, first[t + 1] - first[t] - w0);
-      const float* qt = q.data() + t * nI * Di;
+      const float* qt = q + t * nI * Di;
       dot_block_f32(
           nI, nb, Di, [&](int64_t r) { return qt + r * Di; }, [&](int64_t s) { return keys + (w0 + s) * Di; },
           dots.data(), nb);
-      const float* wt = wts.data() + t * nI;
+      const float* wt = wts + t * nI;
       for (int64_t s = 0; s < nb; ++s) {
         double acc = 0;
         for (int64_t hh = 0; hh < nI; ++hh) acc += static_cast<double>(std::max(dots[hh * nb + s], 0.0f)) * wt[hh];
@@ -191,49 +185,86 @@ void Deepseek4Model::attend(int64_t il, const float* q, const std::vector<float>
   });
 }
 
-void Deepseek4Model::attention(int64_t il, const float* h, const Chunk& ch, Ds4LayerCache& lc, float* out) {
+// One layer's attention for a batch of sequences (seqs[i]: its rows row0.. of h and out, its
+// positions, its cache): every projection runs once over all the rows; the compressors' windows,
+// the indexer's selection and the attention itself run per sequence over its own state. Each row's
+// result is the same bits as in a batch of its sequence alone (the matmuls and the per-row steps
+// do not depend on the other rows).
+void Deepseek4Model::attention(int64_t il, const float* h, std::span<const Chunk> seqs,
+                               std::span<Deepseek4Cache* const> caches, int64_t n_all, float* out) {
   const Ds4LayerWeights& L = w_.layers[il];
-  const int64_t D = c_.n_embd, H = c_.n_head, d = c_.head_dim, R = c_.q_lora_rank, n_tok = ch.n_tok;
+  const int64_t D = c_.n_embd, H = c_.n_head, d = c_.head_dim, R = c_.q_lora_rank;
   const float eps = static_cast<float>(c_.rms_eps);
   const RopeParams& rope = c_.rope_for(il);
-  // rows: the cached window rows, then this chunk's K=V rows, by position from rows_pos0.
-  const int64_t rows_pos0 = lc.window.empty() ? ch.pos0 : lc.first_window_pos;
-  std::vector<float> rows = lc.window;
-  const size_t at = rows.size();
-  rows.resize(at + static_cast<size_t>(n_tok * d));
-  float* kv = rows.data() + at;
-  std::vector<float> qr(static_cast<size_t>(n_tok * R)), q(static_cast<size_t>(n_tok * H * d));
-  matmul_multi({{&L.attn_q_a, qr.data(), R}, {&L.attn_kv, kv, d}}, h, D, n_tok, D, pool_, scratch_);
-  for (int64_t t = 0; t < n_tok; ++t) {
+  const Ds4Attn kind = c_.attn_kind(il);
+  const bool csa = kind == Ds4Attn::Csa;
+  const int64_t n_series = csa ? 2 : 1, width = n_series * d, nI = c_.n_indexer_head, Di = c_.indexer_head_dim;
+  std::vector<int64_t> pos(static_cast<size_t>(n_all));
+  for (const Chunk& ch : seqs)
+    for (int64_t t = 0; t < ch.n_tok; ++t) pos[ch.row0 + t] = ch.pos0 + t;
+  std::vector<float> qr(static_cast<size_t>(n_all * R)), kv(static_cast<size_t>(n_all * d)),
+      q(static_cast<size_t>(n_all * H * d));
+  matmul_multi({{&L.attn_q_a, qr.data(), R}, {&L.attn_kv, kv.data(), d}}, h, D, n_all, D, pool_, scratch_);
+  for (int64_t t = 0; t < n_all; ++t) {
     ds4::rms(qr.data() + t * R, L.attn_q_a_norm.data(), qr.data() + t * R, R, eps);
-    ds4::rms(kv + t * d, L.attn_kv_norm.data(), kv + t * d, d, eps);
-    ds4::rope_tail(rope, ch.pos0 + t, kv + t * d, 1, d);
+    ds4::rms(kv.data() + t * d, L.attn_kv_norm.data(), kv.data() + t * d, d, eps);
+    ds4::rope_tail(rope, pos[t], kv.data() + t * d, 1, d);
   }
-  matmul(L.attn_q_b, qr.data(), R, n_tok, q.data(), H * d, pool_, scratch_);
-  for (int64_t t = 0; t < n_tok; ++t) {
+  matmul(L.attn_q_b, qr.data(), R, n_all, q.data(), H * d, pool_, scratch_);
+  for (int64_t t = 0; t < n_all; ++t) {
     for (int64_t hh = 0; hh < H; ++hh)
       ds4::rms(q.data() + (t * H + hh) * d, nullptr, q.data() + (t * H + hh) * d, d, eps);
-    ds4::rope_tail(rope, ch.pos0 + t, q.data() + t * H * d, H, d);
+    ds4::rope_tail(rope, pos[t], q.data() + t * H * d, H, d);
   }
+  // The compressors' projections, and the indexer's queries and head weights, for every row.
+  std::vector<float> ckv, cgate, ikv, igate, iq, iw;
+  if (kind != Ds4Attn::Sliding) {
+    ckv.resize(static_cast<size_t>(n_all * width)), cgate.resize(ckv.size());
+    matmul_multi({{&L.compressor.kv, ckv.data(), width}, {&L.compressor.gate, cgate.data(), width}}, h, D, n_all, D,
+                 pool_, scratch_);
+  }
+  if (csa) {
+    ikv.resize(static_cast<size_t>(n_all * 2 * Di)), igate.resize(ikv.size());
+    iq.resize(static_cast<size_t>(n_all * nI * Di)), iw.resize(static_cast<size_t>(n_all * nI));
+    matmul_multi({{&L.idx_compressor.kv, ikv.data(), 2 * Di},
+                  {&L.idx_compressor.gate, igate.data(), 2 * Di},
+                  {&L.idx_proj, iw.data(), nI}},
+                 h, D, n_all, D, pool_, scratch_);
+    matmul(L.idx_q_b, qr.data(), R, n_all, iq.data(), nI * Di, pool_, scratch_);
+  }
+  std::vector<float> o(static_cast<size_t>(n_all * H * d));
   std::vector<int32_t> selected, n_selected;
-  const Ds4Attn kind = c_.attn_kind(il);
-  if (kind != Ds4Attn::Sliding) compress(il, L.compressor, d, kind == Ds4Attn::Csa ? 2 : 1, h, ch, lc.attn);
-  if (kind == Ds4Attn::Csa) indexer_topk(il, h, qr.data(), ch, lc.indexer, selected, n_selected);
-  std::vector<float> o(static_cast<size_t>(n_tok * H * d));
-  attend(il, q.data(), rows, rows_pos0, ch, lc.attn, selected, n_selected, o.data());
-  // The next query reads the last W - 1 rows.
-  const int64_t n_rows = static_cast<int64_t>(rows.size()) / d, keep = std::min(n_rows, c_.n_window - 1);
-  lc.window.assign(rows.end() - keep * d, rows.end());
-  lc.first_window_pos = ch.pos0 + n_tok - keep;
-  for (int64_t t = 0; t < n_tok; ++t) ds4::rope_tail(rope, ch.pos0 + t, o.data() + t * H * d, H, d, /*inverse=*/true);
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    const Chunk& ch = seqs[s];
+    Ds4LayerCache& lc = caches[s]->layers[il];
+    // rows: the cached window rows, then this chunk's K=V rows, by position from rows_pos0.
+    const int64_t rows_pos0 = lc.window.empty() ? ch.pos0 : lc.first_window_pos;
+    std::vector<float> rows = lc.window;
+    rows.insert(rows.end(), kv.begin() + ch.row0 * d, kv.begin() + (ch.row0 + ch.n_tok) * d);
+    if (kind != Ds4Attn::Sliding)
+      compress(il, L.compressor, d, n_series, ckv.data() + ch.row0 * width, cgate.data() + ch.row0 * width, ch,
+               lc.attn);
+    if (csa) {
+      compress(il, L.idx_compressor, Di, 2, ikv.data() + ch.row0 * 2 * Di, igate.data() + ch.row0 * 2 * Di, ch,
+               lc.indexer);
+      indexer_topk(il, iq.data() + ch.row0 * nI * Di, iw.data() + ch.row0 * nI, ch, lc.indexer, selected, n_selected);
+    }
+    attend(il, q.data() + ch.row0 * H * d, rows, rows_pos0, ch, lc.attn, selected, n_selected,
+           o.data() + ch.row0 * H * d);
+    // The next query reads the last W - 1 rows.
+    const int64_t n_rows = static_cast<int64_t>(rows.size()) / d, keep = std::min(n_rows, c_.n_window - 1);
+    lc.window.assign(rows.end() - keep * d, rows.end());
+    lc.first_window_pos = ch.pos0 + ch.n_tok - keep;
+  }
+  for (int64_t t = 0; t < n_all; ++t) ds4::rope_tail(rope, pos[t], o.data() + t * H * d, H, d, /*inverse=*/true);
   // Grouped output projection: group g's H*d/G inputs through its own o_lora_rank rows of
   // attn_output_a, the G results side by side through attn_output_b.
   const int64_t G = c_.o_groups, OR = c_.o_lora_rank, gin = c_.o_group_in;
-  std::vector<float> mid(static_cast<size_t>(n_tok * G * OR));
+  std::vector<float> mid(static_cast<size_t>(n_all * G * OR));
   for (int64_t g = 0; g < G; ++g)
-    matmul(L.attn_output_a.rows(g * OR, OR), o.data() + g * gin, H * d, n_tok, mid.data() + g * OR, G * OR, pool_,
+    matmul(L.attn_output_a.rows(g * OR, OR), o.data() + g * gin, H * d, n_all, mid.data() + g * OR, G * OR, pool_,
            scratch_);
-  matmul(L.attn_output_b, mid.data(), G * OR, n_tok, out, D, pool_, scratch_);
+  matmul(L.attn_output_b, mid.data(), G * OR, n_all, out, D, pool_, scratch_);
 }
 
 }  // namespace mla

@@ -146,3 +146,45 @@ TEST(Deepseek4Forward, RefusesATokenOutsideTheVocabulary) {
 
 }  // namespace
 }  // namespace mla
+
+namespace mla {
+namespace {
+
+// forward_batch: three sequences at different positions, each step mixing a prefill chunk with
+// decode tokens, give every sequence's rows the bits of its lone forward calls (the batched
+// matmuls and MoE compute each row as a batch of one would; attention stays per sequence).
+TEST(Deepseek4Forward, BatchOfSequencesGivesEachItsLoneBits) {
+  const nlohmann::json ref = reference("mixed");
+  auto b = load_deepseek4(fixture("mixed", ref["gguf"].get<std::string>()));
+  const std::vector<int32_t> all = ref["token_ids"].get<std::vector<int32_t>>();
+  const int64_t V = b->config.n_vocab;
+  Deepseek4Model m(b->config, b->weights, 2);
+  // Sequence i reads all[offset_i ..]; its steps are the chunk sizes listed for it.
+  const std::vector<int64_t> offsets = {0, 17, 60};
+  const std::vector<std::vector<int64_t>> steps = {{40, 1, 1, 90, 1}, {1, 1, 1, 1, 1}, {131, 7, 1, 1, 3}};
+  std::vector<Deepseek4Cache> lone(3, m.make_cache()), batched(3, m.make_cache());
+  std::vector<int64_t> at(3, 0);
+  for (size_t step = 0; step < steps[0].size(); ++step) {
+    std::vector<std::vector<int32_t>> toks(3), rows(3);
+    std::vector<Deepseek4Model::Seq> seqs;
+    std::vector<float> want;
+    for (size_t i = 0; i < 3; ++i) {
+      const int64_t n = steps[i][step];
+      toks[i].assign(all.begin() + offsets[i] + at[i], all.begin() + offsets[i] + at[i] + n);
+      rows[i] = {0, static_cast<int32_t>(n - 1)};
+      if (n == 1) rows[i].pop_back();
+      std::vector<float> lg(rows[i].size() * static_cast<size_t>(V));
+      m.forward(toks[i], lone[i], lg.data(), rows[i]);
+      want.insert(want.end(), lg.begin(), lg.end());
+      seqs.push_back({toks[i], &batched[i], rows[i]});
+      at[i] += n;
+    }
+    std::vector<float> got(want.size());
+    m.forward_batch(seqs, got.data());
+    ASSERT_EQ(got, want) << "step " << step;
+    for (size_t i = 0; i < 3; ++i) ASSERT_EQ(batched[i].n_past, at[i]);
+  }
+}
+
+}  // namespace
+}  // namespace mla

@@ -131,6 +131,14 @@ std::string describe_engine_setup(const EngineSetup& s) {
   const std::string capacity = s.kv.tokens > 0         ? fmt::format("{} tokens", s.kv.tokens)
                                : s.kv.memory_bytes > 0 ? fmt::format("{} bytes", s.kv.memory_bytes)
                                                        : fmt::format("{} tokens", KvCacheOptions::kDefaultTokens);
+  if (s.deepseek4)  // no latent cache, MLA paths, DSA switch or prefault: its own per-sequence states
+    return fmt::format(
+        "max_num_batched_tokens {}, max_num_seqs {}, max_model_len {}, prefix caching off, deepseek4 cache states "
+        "F32 ({}, block {}), attention CSA/HCA + sliding window (F32), speculative tokens {}, threads {}, simd {}, "
+        "repack {}",
+        ec.max_num_batched_tokens, ec.max_num_seqs, ec.max_model_len > 0 ? std::to_string(ec.max_model_len) : "auto",
+        capacity, s.kv.block_size, ec.num_speculative_tokens, s.model.n_threads,
+        simd_level_name(std::min(s.kernels.max_simd, cpu_simd_level())), s.kernels.repack ? "on" : "off");
   return fmt::format(
       "max_num_batched_tokens {}, max_num_seqs {}, max_model_len {}, prefix caching {}, kv cache {} ({}, block {}), "
       "mla_path {}, attention {}, dsa {}, speculative tokens {}, threads {}, prefault {}, simd {}, repack {}{}{}",

@@ -82,7 +82,8 @@ struct EngineSetup {
   ModelOptions model;
   KvCacheOptions kv;
   EngineConfig engine;
-  KernelChoice kernels;  // set for the process by build_engine_setup
+  KernelChoice kernels;    // set for the process by build_engine_setup
+  bool deepseek4 = false;  // the model is deepseek4 (adapt_setup_for_deepseek4): its own cache and attention
 };
 
 // The one builder: logs a warning for each deprecated spelling used (rank 0 only under mpirun),

@@ -25,6 +25,7 @@ bool is_deepseek4_file(const std::string& path) {
 
 void adapt_setup_for_deepseek4(EngineSetup& setup, const EngineArgs& args, std::string_view command) {
   const std::string_view why = "unavailable for deepseek4 in mla.cpp";
+  setup.deepseek4 = true;
   if (world().size() > 1)
     fail("{}: deepseek4 runs in a single process; this run has {} ranks (mpirun)", command, world().size());
   if (setup.engine.num_speculative_tokens > 0)

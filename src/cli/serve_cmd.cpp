@@ -28,6 +28,7 @@
 #include "engine/text_decoder.h"
 #include "gguf/gguf.h"
 #include "grammar/grammar.h"
+#include "jinja/builtin_templates.h"
 #include "jinja/chat_template.h"
 #include "parallel/dist_runner.h"
 #include "parallel/world.h"
@@ -257,9 +258,15 @@ ServedRunner load_runner(const ServeArgs& a, EngineSetup& setup, bool distribute
 }
 
 // The chat template's source (--chat-template, else the model's), "" when there is none.
-std::string chat_template_source(const ServeArgs& a, const Tokenizer& tok) {
+std::string chat_template_source(const ServeArgs& a, const Tokenizer& tok, bool deepseek4) {
   std::string src =
       a.chat_template.empty() ? tok.vocab().chat_template : read_text_file(a.chat_template, "--chat-template");
+  if (src.empty() && deepseek4) {
+    log().info(
+        "the model has no chat template (tokenizer.chat_template): using mla's DeepSeek-V4 template "
+        "(models/templates/deepseek-v4.jinja; --chat-template FILE overrides it)");
+    return std::string(jinja::builtin::kDeepseekV4Template);
+  }
   if (src.empty())
     log().warn(
         "the model has no chat template (tokenizer.chat_template): /v1/chat/completions will answer 400; "
@@ -352,7 +359,7 @@ void serve(ServeArgs& a) {
   log_engine_setup(setup);
   const std::shared_ptr<Tokenizer>& tokenizer = loaded.tokenizer;
   const std::vector<int32_t>& eos_ids = loaded.eos_ids;
-  const std::string tmpl_src = chat_template_source(a, *tokenizer);
+  const std::string tmpl_src = chat_template_source(a, *tokenizer, setup.deepseek4);
   std::shared_ptr<ChatTemplate> tmpl;
   if (!tmpl_src.empty()) tmpl = std::make_shared<ChatTemplate>(tmpl_src);
   setup.engine.eos_token_ids = eos_ids;

@@ -14,7 +14,7 @@ import openai
 import pytest
 import requests
 
-from server_util import MODEL_NAME, Server, metric, mla_bin, sse_events, synth_model, wait_idle
+from server_util import MODEL_NAME, VOCAB, Server, metric, mla_bin, sse_events, synth_model, wait_idle
 
 DS4_CONFIG = {
     "arch": "deepseek4",
@@ -77,6 +77,10 @@ def test_start_up_says_what_a_block_is_and_that_prefix_caching_is_off(server):
     assert "deepseek4 cache: a state per sequence" in log and "a block of 16 tokens stands for" in log
     assert "prefix caching off for deepseek4" in log
     assert "--self-check: skipped for deepseek4" in log
+    # The engine line describes deepseek4's states and attention, not a latent cache's dtype or MLA paths.
+    engine = next(line for line in log.splitlines() if "engine: max_num_batched_tokens" in line)
+    assert "deepseek4 cache states F32" in engine and "attention CSA/HCA + sliding window" in engine, engine
+    assert "mla_path" not in engine and "kv cache F16" not in engine and "dsa " not in engine, engine
 
 
 def test_completions_streamed_equals_whole(server):
@@ -171,3 +175,27 @@ def test_run_and_bench_open_the_file(server):
     rows = json.loads(b.stdout)
     assert [x["test"] for x in rows] == ["pp16", "tg4"]
     assert all(x["avg_ts"] > 0 for x in rows) and rows[0]["model_type"].startswith("deepseek4")
+
+
+def test_a_file_without_a_chat_template_gets_the_built_in_v4_one(tmp_path):
+    """DeepSeek ships no Jinja template for V4: a deepseek4 file without tokenizer.chat_template is
+    served with mla's (models/templates/deepseek-v4.jinja, compiled in), and its DSML chooses the
+    deepseek_v4 tool-call and reasoning parsers. A file of another architecture without a template
+    keeps answering 400 to chat requests (not tested here: test_server_faults.py)."""
+    path = tmp_path / "ds4-no-template.gguf"
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text(json.dumps(dict(DS4_CONFIG, vocab=str(VOCAB))))
+    subprocess.run([mla_bin(), "gguf", "synth", "--config", str(cfg), "-o", str(path)], check=True,
+                   capture_output=True, timeout=120)
+    srv = Server(path)
+    try:
+        log = srv.log
+        assert "the model has no chat template (tokenizer.chat_template): using mla's DeepSeek-V4 template" in log
+        assert "tool-call parser: deepseek_v4; reasoning parser: deepseek_v4" in log, log
+        client = openai.OpenAI(base_url=srv.url + "/v1", api_key="none")
+        messages = [{"role": "user", "content": "What is the capital of France?"}]
+        chat = client.chat.completions.create(model=MODEL_NAME, messages=messages, temperature=0, max_tokens=4,
+                                              extra_body={"chat_template_kwargs": {"thinking": False}})
+        assert chat.usage.prompt_tokens > 0 and chat.usage.completion_tokens > 0
+    finally:
+        assert srv.stop() == 0

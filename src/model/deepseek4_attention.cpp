@@ -147,7 +147,7 @@ void Deepseek4Model::attend(int64_t il, const float* q, const std::vector<float>
                             const std::vector<int32_t>& n_selected, float* o) {
   const Ds4LayerWeights& L = w_.layers[il];
   const int64_t H = c_.n_head, d = c_.head_dim, m = c_.compress_ratio[il], W = c_.n_window;
-  const bool csa = c_.attn_kind(il) == Ds4Attn::Csa;
+  const bool csa = !n_selected.empty();  // the indexer's choice; empty: every visible entry (HCA, dense CSA)
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
   constexpr int64_t kHeads = 8;
   const int64_t n_hb = (H + kHeads - 1) / kHeads;
@@ -218,7 +218,11 @@ void Deepseek4Model::attention(int64_t il, const float* h, const Chunk& ch, Ds4L
   std::vector<int32_t> selected, n_selected;
   const Ds4Attn kind = c_.attn_kind(il);
   if (kind != Ds4Attn::Sliding) compress(il, L.compressor, d, kind == Ds4Attn::Csa ? 2 : 1, h, ch, lc.attn);
-  if (kind == Ds4Attn::Csa) indexer_topk(il, h, qr.data(), ch, lc.indexer, selected, n_selected);
+  if (kind == Ds4Attn::Csa && csa_dense_)  // the indexer's keys still advance; no scoring, every entry
+    compress(il, L.idx_compressor, c_.indexer_head_dim, 2, h, ch, lc.indexer);
+  else if (kind == Ds4Attn::Csa)
+    indexer_topk(il, h, qr.data(), ch, lc.indexer, selected, n_selected);
+  ds4::trace_attention(c_, il, ch.pos0, n_tok, static_cast<int64_t>(rows.size()) / d, lc.attn.n_entries, n_selected);
   std::vector<float> o(static_cast<size_t>(n_tok * H * d));
   attend(il, q.data(), rows, rows_pos0, ch, lc.attn, selected, n_selected, o.data());
   // The next query reads the last W - 1 rows.

@@ -1,0 +1,71 @@
+"""`mla doctor` on DeepSeek-V4 (`deepseek4`) files: the committed transformers fixture and a
+synthetic file with a tokenizer pass; copies of the fixture broken on purpose with gguf-py
+(tests/py/broken_models.py) fail the check their break must reach: a NaN weight in a layer's K=V
+projection makes every later logit NaN (finite, and the agreement checks cannot pass on NaN); a
+tensor the CSA schedule needs under another name is a load error naming it."""
+import subprocess
+
+import broken_models as bm
+import numpy as np
+from conftest import REPO
+from test_server_deepseek4 import DS4_CONFIG
+
+from server_util import synth_model
+
+MIXED = REPO / "tests" / "fixtures" / "deepseek4" / "mixed" / "model-f32.gguf"
+
+
+def doctor(mla_bin, path, *args):
+    p = subprocess.run([mla_bin, "doctor", str(path), "-t", "2", *args],  # noqa: PLW1510 (the caller checks it)
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode in (0, 1), p.stderr
+    return p
+
+
+def check_line(text, name):
+    lines = [ln.split() for ln in text.splitlines() if ln.strip().startswith(f"check {name} ")]
+    assert len(lines) == 1, text
+    return lines[0][2]  # ok | warn | FAIL | n/a
+
+
+def test_fixture_is_ok(mla_bin):
+    p = doctor(mla_bin, MIXED)
+    assert p.returncode == 0, p.stdout
+    for name in ("load", "layout", "finite", "paths", "sparse"):
+        assert check_line(p.stdout, name) == "ok", p.stdout
+    assert check_line(p.stdout, "absorbed") == "n/a"
+    assert "no absorbed vs decompressed pair" in p.stdout
+    assert p.stdout.rstrip().endswith("verdict: ok")
+
+
+def test_synthetic_file_with_a_tokenizer_is_ok(mla_bin):
+    p = doctor(mla_bin, synth_model(DS4_CONFIG, "server-deepseek4"), "--prompt", "The quick brown fox jumps over")
+    assert p.returncode == 0, p.stdout
+    assert "fixed token ids" not in p.stdout  # the canary went through the file's tokenizer
+    # indexer_top_k 4, CSA ratio 4: 4 * (4 + 1) - 1 tokens keep every entry for every query.
+    assert "sparse vs dense        ok    " in p.stdout and "(19 tokens: up to 4 CSA entries" in p.stdout, p.stdout
+
+
+def test_nan_weight_fails_finite(mla_bin, tmp_path):
+    def edit(name, t):
+        if name != "blk.1.attn_kv.weight":
+            return None
+        data = np.array(t.data, dtype=np.float32)
+        data.flat[5] = np.nan
+        return data, None
+    broken = bm.copy_gguf(MIXED, tmp_path / "nan.gguf", edit=edit)
+    p = doctor(mla_bin, broken)
+    assert p.returncode == 1
+    assert check_line(p.stdout, "finite") == "FAIL", p.stdout
+    assert check_line(p.stdout, "paths") == "FAIL", p.stdout  # NaN agrees with nothing
+    assert check_line(p.stdout, "load") == "ok"
+    assert "verdict: FAIL: finite: canary 1: logit 0 at position 0" in p.stdout, p.stdout
+
+
+def test_missing_csa_tensor_fails_load(mla_bin, tmp_path):
+    broken = bm.copy_gguf(MIXED, tmp_path / "renamed.gguf",
+                          rename={"blk.3.indexer.proj.weight": "blk.3.indexer.projection.weight"})
+    p = doctor(mla_bin, broken)
+    assert p.returncode == 1
+    assert check_line(p.stdout, "load") == "FAIL", p.stdout
+    assert "missing tensor 'blk.3.indexer.proj.weight'" in p.stdout, p.stdout

@@ -134,7 +134,7 @@ std::vector<int32_t> sparse_prompt(const std::vector<std::vector<int32_t>>& cana
 // that no query sees more than top_k entries (m * (top_k + 1) - 1 tokens, at most 256; or
 // opt.ds4_sparse_tokens): both attend to the same entries, only the order of the sums differs.
 void sparse_check(Deepseek4Model& model, const Deepseek4Config& c, const DoctorOptions& opt, DoctorReport& r) {
-  constexpr double kTol = 1e-4;
+  constexpr double kTol = kDoctorSparseDenseTol;
   if (!c.has_csa()) {
     add_check(r, "sparse", CheckStatus::NotApplicable, "no CSA layer in the schedule: no indexer to compare");
     return;

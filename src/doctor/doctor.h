@@ -66,6 +66,10 @@ struct DoctorOptions {
   int64_t ds4_sparse_tokens = 0;
 };
 
+// deepseek4: how far CSA through the indexer may differ from CSA over every entry (relative, the
+// logits) where top-k keeps every entry (the doctor's "sparse" check, `mla run --verify-paths`).
+inline constexpr double kDoctorSparseDenseTol = 1e-4;
+
 struct TensorTypeCount {
   std::string role;  // attention, experts, shared experts, dense ffn, router, embeddings, norms, other
   std::string type;

@@ -1,8 +1,10 @@
-"""`mla doctor` on DeepSeek-V4 (`deepseek4`) files: the committed transformers fixture and a
+"""`mla doctor` and `mla run --verify-paths` on DeepSeek-V4 (`deepseek4`) files: the committed transformers fixture and a
 synthetic file with a tokenizer pass; copies of the fixture broken on purpose with gguf-py
 (tests/py/broken_models.py) fail the check their break must reach: a NaN weight in a layer's K=V
 projection makes every later logit NaN (finite, and the agreement checks cannot pass on NaN); a
-tensor the CSA schedule needs under another name is a load error naming it."""
+tensor the CSA schedule needs under another name is a load error naming it. `mla run
+--verify-paths` reruns each chunk with CSA over every entry and says how far the two were apart."""
+import json
 import subprocess
 
 import broken_models as bm
@@ -69,3 +71,18 @@ def test_missing_csa_tensor_fails_load(mla_bin, tmp_path):
     assert p.returncode == 1
     assert check_line(p.stdout, "load") == "FAIL", p.stdout
     assert "missing tensor 'blk.3.indexer.proj.weight'" in p.stdout, p.stdout
+
+
+def test_run_verify_paths(mla_bin):
+    model = synth_model(DS4_CONFIG, "server-deepseek4")
+    p = subprocess.run([mla_bin, "run", "-m", str(model), "--tokens", ",".join(map(str, range(100, 130))), "-n", "8",
+                        "--ignore-eos", "--verify-paths", "--json", "-t", "2", "--max-num-batched-tokens", "7"],
+                       capture_output=True, text=True, timeout=300, check=False)
+    assert p.returncode == 0, p.stderr
+    v = json.loads(p.stdout)["verify_paths"]
+    assert v["ok"] and v["greedy_agree"] and v["max_logits_rel"] <= 1e-4, v
+    # indexer_top_k 4, CSA ratio 4: a chunk is compared while its last position + 1 <= 4 * 4 + 3 = 19:
+    # the prompt's chunks ending at 7 and 14; not those ending at 21, 28 and 30, nor the 7 decode steps.
+    assert v["chunks_compared"] == 2 and v["chunks_beyond_top_k"] == 3 + 7, v
+    assert "verify-paths seq=" in p.stderr and "(CSA rerun over every entry)" in p.stderr
+    assert "verify-paths: ok (sparse vs dense CSA: logits <=" in p.stderr

@@ -59,10 +59,11 @@ void output_checks(const DeepseekConfig& c, const Deepseek2Bundle& b, const Toke
 void scheduling_section(const Deepseek2Bundle& b, const DoctorOptions& opt, DoctorReport& r);
 
 // deepseek4 (deepseek4_checks.cpp). Opens and binds the file (describe_file first), the tokenizer
-// when usable; throws mla::Error naming what did not load.
+// when usable; adds the "load" and "layout" checks (the schedule, the tensors nothing reads).
+// Throws mla::Error naming what did not load.
 std::unique_ptr<Deepseek4Bundle> load_deepseek4_for_doctor(const std::string& path, DoctorReport& r,
                                                            std::unique_ptr<Tokenizer>& tok);
-// The "layout", "finite", "paths" (chunked prefill, decode, the runner's batched steps against the
+// The "finite", "paths" (chunked prefill, decode, the runner's batched steps against the
 // whole prefill), "sparse" (CSA through the indexer vs every entry, where top-k keeps them all) and
 // "absorbed" (n/a: one shared K=V head) checks on r.canary_tokens.
 void deepseek4_checks(const std::string& path, const Deepseek4Bundle& b, const DoctorOptions& opt, DoctorReport& r);

@@ -157,6 +157,29 @@ void sparse_check(Deepseek4Model& model, const Deepseek4Config& c, const DoctorO
                         c.indexer_top_k, n, most, p.logits_rel, kTol));
 }
 
+// The schedule and what the binding read: ok when every tensor of the file is read (the MTP
+// blocks' aside, which the forward does not run); a tensor nothing reads is a warning (a name the
+// loader does not know: in a file that loads, an extra one beside those it needs).
+void layout_check(const Deepseek4Config& c, const Ds4BindSummary& bound, DoctorReport& r) {
+  int64_t n_kind[3] = {0, 0, 0};
+  for (int64_t il = 0; il < c.n_layer; ++il) ++n_kind[static_cast<int>(c.attn_kind(il))];
+  const std::string schedule = fmt::format(
+      "{} layers ({} sliding, {} CSA, {} HCA; {} hash-routed), window {}: the schedule's {} tensors bound with their "
+      "shapes and types{}",
+      c.n_layer, n_kind[static_cast<int>(Ds4Attn::Sliding)], n_kind[static_cast<int>(Ds4Attn::Csa)],
+      n_kind[static_cast<int>(Ds4Attn::Hca)], c.n_hash_layers, c.n_window, bound.n_bound,
+      bound.n_mtp_unread > 0 ? fmt::format(", {} of the MTP block(s) unread", bound.n_mtp_unread) : "");
+  if (bound.unread.empty()) {
+    add_check(r, "layout", CheckStatus::Ok, schedule);
+    return;
+  }
+  std::string names;
+  for (size_t i = 0; i < bound.unread.size() && i < 4; ++i) names += (i ? ", " : "") + bound.unread[i];
+  add_check(r, "layout", CheckStatus::Warn,
+            fmt::format("{}; {} other tensor(s) nothing reads: {}{}", schedule, bound.unread.size(), names,
+                        bound.unread.size() > 4 ? ", ..." : ""));
+}
+
 }  // namespace
 
 std::unique_ptr<Deepseek4Bundle> load_deepseek4_for_doctor(const std::string& path, DoctorReport& r,
@@ -166,8 +189,11 @@ std::unique_ptr<Deepseek4Bundle> load_deepseek4_for_doctor(const std::string& pa
   describe_file(*b->file, r);
   r.mla_layout = "n/a (deepseek4: one shared K=V head, no latent projection)";
   b->config = load_deepseek4_config(*b->file);
-  b->weights = bind_deepseek4_weights(*b->file, b->config);
+  Ds4BindSummary bound;
+  b->weights = bind_deepseek4_weights(*b->file, b->config, &bound);
   r.config_summary = describe_deepseek4_config(b->config);
+  add_check(r, "load", CheckStatus::Ok, "config and every tensor's shape and type as expected");
+  layout_check(b->config, bound, r);
   try {
     tok = Tokenizer::from_gguf(*b->file);
   } catch (const Error& e) {
@@ -178,13 +204,6 @@ std::unique_ptr<Deepseek4Bundle> load_deepseek4_for_doctor(const std::string& pa
 
 void deepseek4_checks(const std::string& path, const Deepseek4Bundle& b, const DoctorOptions& opt, DoctorReport& r) {
   const Deepseek4Config& c = b.config;
-  int64_t n_kind[3] = {0, 0, 0};
-  for (int64_t il = 0; il < c.n_layer; ++il) ++n_kind[static_cast<int>(c.attn_kind(il))];
-  add_check(r, "layout", CheckStatus::Ok,
-            fmt::format("{} layers ({} sliding, {} CSA, {} HCA; {} hash-routed), window {}: every tensor of the "
-                        "schedule bound with its shape and type",
-                        c.n_layer, n_kind[static_cast<int>(Ds4Attn::Sliding)], n_kind[static_cast<int>(Ds4Attn::Csa)],
-                        n_kind[static_cast<int>(Ds4Attn::Hca)], c.n_hash_layers, c.n_window));
   r.n_vocab = c.n_vocab;
   r.reference = "whole prefill";
   Deepseek4Model model(c, b.weights, opt.n_threads);

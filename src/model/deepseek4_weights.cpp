@@ -91,7 +91,7 @@ void bind_moe(Binder& b, const GgufFile& f, const Deepseek4Config& c, int64_t il
 
 }  // namespace
 
-Deepseek4Weights bind_deepseek4_weights(const GgufFile& f, const Deepseek4Config& c) {
+Deepseek4Weights bind_deepseek4_weights(const GgufFile& f, const Deepseek4Config& c, Ds4BindSummary* summary) {
   Binder b(f, kArch);
   Deepseek4Weights w;
   w.token_embd = b.matrix("token_embd.weight", {c.n_embd, c.n_vocab});
@@ -105,7 +105,8 @@ Deepseek4Weights bind_deepseek4_weights(const GgufFile& f, const Deepseek4Config
     bind_attention(b, c, il, w.layers[il]);
     bind_moe(b, f, c, il, w.layers[il]);
   }
-  b.report_unbound(c.n_layer);
+  Binder::Unbound unbound = b.report_unbound(c.n_layer);
+  if (summary) *summary = {static_cast<int64_t>(b.n_bound()), unbound.n_mtp, std::move(unbound.extra)};
   return w;
 }
 

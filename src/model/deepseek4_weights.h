@@ -66,9 +66,17 @@ struct Deepseek4Weights {
   std::shared_ptr<PackedWeightStore> packed;  // repacked copies of the matrices (WeightMatrix::packed), or nullptr
 };
 
+// What a binding read of the file (`mla doctor`'s layout check): the tensors bound, the MTP
+// blocks' left unread, and any other tensor nothing read (by name).
+struct Ds4BindSummary {
+  int64_t n_bound = 0;
+  int64_t n_mtp_unread = 0;
+  std::vector<std::string> unread;
+};
+
 // Binds the trunk layers. The matrices point into f's mapping: keep f alive. Throws mla::Error
-// naming the first missing or misshapen tensor.
-Deepseek4Weights bind_deepseek4_weights(const GgufFile& f, const Deepseek4Config& c);
+// naming the first missing or misshapen tensor. summary, when given, receives what was read.
+Deepseek4Weights bind_deepseek4_weights(const GgufFile& f, const Deepseek4Config& c, Ds4BindSummary* summary = nullptr);
 
 struct Deepseek4Bundle {
   std::unique_ptr<GgufFile> file;

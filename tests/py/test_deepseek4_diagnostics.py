@@ -1,9 +1,10 @@
-"""`mla doctor` and `mla run --verify-paths` on DeepSeek-V4 (`deepseek4`) files: the committed transformers fixture and a
-synthetic file with a tokenizer pass; copies of the fixture broken on purpose with gguf-py
-(tests/py/broken_models.py) fail the check their break must reach: a NaN weight in a layer's K=V
-projection makes every later logit NaN (finite, and the agreement checks cannot pass on NaN); a
-tensor the CSA schedule needs under another name is a load error naming it. `mla run
---verify-paths` reruns each chunk with CSA over every entry and says how far the two were apart."""
+"""`mla doctor` and `mla run --verify-paths` on DeepSeek-V4 (`deepseek4`) files: the committed
+transformers fixture and a synthetic file with a tokenizer pass; copies of the fixture broken on
+purpose with gguf-py (tests/py/broken_models.py) reach the check their break must reach: a tensor
+nothing reads is a layout warning; a NaN weight in a layer's K=V projection makes every later logit
+NaN (finite, and the agreement checks cannot pass on NaN); a tensor the CSA schedule needs under
+another name is a load error naming it. `mla run --verify-paths` reruns each chunk with CSA over
+every entry and says how far the two were apart."""
 import json
 import subprocess
 
@@ -11,6 +12,8 @@ import broken_models as bm
 import numpy as np
 from conftest import REPO
 from test_server_deepseek4 import DS4_CONFIG
+
+import gguf
 
 from server_util import synth_model
 
@@ -33,6 +36,8 @@ def check_line(text, name):
 def test_fixture_is_ok(mla_bin):
     p = doctor(mla_bin, MIXED)
     assert p.returncode == 0, p.stdout
+    # Every tensor of the file (as gguf-py counts them) is one the schedule binds.
+    assert f"the schedule's {len(gguf.GGUFReader(MIXED).tensors)} tensors bound" in p.stdout, p.stdout
     for name in ("load", "layout", "finite", "paths", "sparse"):
         assert check_line(p.stdout, name) == "ok", p.stdout
     assert check_line(p.stdout, "absorbed") == "n/a"
@@ -62,6 +67,14 @@ def test_nan_weight_fails_finite(mla_bin, tmp_path):
     assert check_line(p.stdout, "paths") == "FAIL", p.stdout  # NaN agrees with nothing
     assert check_line(p.stdout, "load") == "ok"
     assert "verdict: FAIL: finite: canary 1: logit 0 at position 0" in p.stdout, p.stdout
+
+
+def test_tensor_nothing_reads_is_a_layout_warning(mla_bin, tmp_path):
+    broken = bm.copy_gguf(MIXED, tmp_path / "extra.gguf", add={"blk.1.attn_kv_b.weight": np.zeros((32, 16))})
+    p = doctor(mla_bin, broken)
+    assert p.returncode == 0, p.stdout  # a warning, not a failure: the model still computes
+    assert check_line(p.stdout, "layout") == "warn", p.stdout
+    assert "1 other tensor(s) nothing reads: blk.1.attn_kv_b.weight" in p.stdout, p.stdout
 
 
 def test_missing_csa_tensor_fails_load(mla_bin, tmp_path):

@@ -16,7 +16,7 @@
 namespace mla {
 class GgufFile;
 class Tokenizer;
-struct Deepseek4Bundle;
+class Deepseek4Runner;
 }  // namespace mla
 
 namespace mla::doctor {
@@ -58,14 +58,15 @@ void output_checks(const DeepseekConfig& c, const Deepseek2Bundle& b, const Toke
 // How the engine's scheduler dispatches each canary: r.dispatch, a block of lines per canary.
 void scheduling_section(const Deepseek2Bundle& b, const DoctorOptions& opt, DoctorReport& r);
 
-// deepseek4 (deepseek4_checks.cpp). Opens and binds the file (describe_file first), the tokenizer
-// when usable; adds the "load" and "layout" checks (the schedule, the tensors nothing reads).
-// Throws mla::Error naming what did not load.
-std::unique_ptr<Deepseek4Bundle> load_deepseek4_for_doctor(const std::string& path, DoctorReport& r,
-                                                           std::unique_ptr<Tokenizer>& tok);
-// The "finite", "paths" (chunked prefill, decode, the runner's batched steps against the
-// whole prefill), "sparse" (CSA through the indexer vs every entry, where top-k keeps them all) and
-// "absorbed" (n/a: one shared K=V head) checks on r.canary_tokens.
-void deepseek4_checks(const std::string& path, const Deepseek4Bundle& b, const DoctorOptions& opt, DoctorReport& r);
+// deepseek4 (deepseek4_checks.cpp). Opens the file (describe_file first), loads it once into the
+// Deepseek4Runner the checks drive (weights repacked as `mla serve` runs them; max_num_seqs: one
+// per canary), the tokenizer when usable; adds the "load" and "layout" checks (the schedule, the
+// tensors nothing reads). Throws mla::Error naming what did not load.
+std::unique_ptr<Deepseek4Runner> load_deepseek4_for_doctor(const std::string& path, const DoctorOptions& opt,
+                                                           DoctorReport& r, std::unique_ptr<Tokenizer>& tok);
+// The "finite", "paths" (chunked prefill, decode, the runner's batched steps against the whole
+// prefill), "sparse" (CSA through the indexer vs every entry, where top-k keeps them all) and
+// "absorbed" (n/a: one shared K=V head) checks on r.canary_tokens, over the runner's weights.
+void deepseek4_checks(Deepseek4Runner& runner, const DoctorOptions& opt, DoctorReport& r);
 
 }  // namespace mla::doctor

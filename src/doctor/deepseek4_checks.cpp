@@ -55,12 +55,8 @@ Logits run_chunked(Deepseek4Model& model, const std::vector<int32_t>& tokens, in
 
 // The canaries together through a Deepseek4Runner, as engine steps: every step gives each canary
 // not yet done its next 2 + 3i tokens (canary i), all logits wanted.
-std::vector<Logits> run_runner(const std::string& path, const std::vector<std::vector<int32_t>>& canaries,
-                               const DoctorOptions& opt, int64_t n_vocab) {
-  Deepseek4RunnerOptions o;
-  o.n_threads = opt.n_threads;
-  o.max_num_seqs = static_cast<int>(canaries.size());
-  Deepseek4Runner runner(path, o);
+std::vector<Logits> run_runner(Deepseek4Runner& runner, const std::vector<std::vector<int32_t>>& canaries,
+                               int64_t n_vocab) {
   std::vector<Logits> out(canaries.size());
   std::vector<int32_t> done(canaries.size(), 0);
   for (size_t i = 0; i < canaries.size(); ++i) out[i].resize(canaries[i].size() * static_cast<size_t>(n_vocab));
@@ -182,31 +178,31 @@ void layout_check(const Deepseek4Config& c, const Ds4BindSummary& bound, DoctorR
 
 }  // namespace
 
-std::unique_ptr<Deepseek4Bundle> load_deepseek4_for_doctor(const std::string& path, DoctorReport& r,
-                                                           std::unique_ptr<Tokenizer>& tok) {
-  auto b = std::make_unique<Deepseek4Bundle>();
-  b->file = GgufFile::open(path, /*prefault=*/false);
-  describe_file(*b->file, r);
+std::unique_ptr<Deepseek4Runner> load_deepseek4_for_doctor(const std::string& path, const DoctorOptions& opt,
+                                                           DoctorReport& r, std::unique_ptr<Tokenizer>& tok) {
+  describe_file(*GgufFile::open(path, /*prefault=*/false), r);
   r.mla_layout = "n/a (deepseek4: one shared K=V head, no latent projection)";
-  b->config = load_deepseek4_config(*b->file);
   Ds4BindSummary bound;
-  b->weights = bind_deepseek4_weights(*b->file, b->config, &bound);
-  r.config_summary = describe_deepseek4_config(b->config);
+  auto bundle = load_deepseek4(path, /*repack=*/true, &bound);
   add_check(r, "load", CheckStatus::Ok, "config and every tensor's shape and type as expected");
-  layout_check(b->config, bound, r);
+  r.config_summary = describe_deepseek4_config(bundle->config);
+  layout_check(bundle->config, bound, r);
   try {
-    tok = Tokenizer::from_gguf(*b->file);
+    tok = Tokenizer::from_gguf(*bundle->file);
   } catch (const Error& e) {
     log().warn("doctor: no usable tokenizer ({}); canaries become fixed token ids", e.what());
   }
-  return b;
+  Deepseek4RunnerOptions o;
+  o.n_threads = opt.n_threads;
+  o.max_num_seqs = static_cast<int>(std::max<size_t>(opt.prompts.size(), 1));
+  return std::make_unique<Deepseek4Runner>(std::move(bundle), o);
 }
 
-void deepseek4_checks(const std::string& path, const Deepseek4Bundle& b, const DoctorOptions& opt, DoctorReport& r) {
-  const Deepseek4Config& c = b.config;
+void deepseek4_checks(Deepseek4Runner& runner, const DoctorOptions& opt, DoctorReport& r) {
+  const Deepseek4Config& c = runner.config();
   r.n_vocab = c.n_vocab;
   r.reference = "whole prefill";
-  Deepseek4Model model(c, b.weights, opt.n_threads);
+  Deepseek4Model model(c, runner.bundle().weights, opt.n_threads);
   std::vector<Logits> refs, chunked, decode;
   for (const auto& tokens : r.canary_tokens) {
     refs.push_back(run_chunked(model, tokens, 0, c.n_vocab));
@@ -216,7 +212,7 @@ void deepseek4_checks(const std::string& path, const Deepseek4Bundle& b, const D
   finite_check(refs, r);
   r.paths.push_back(compare("chunked prefill (3)", chunked, refs, c.n_vocab, opt.tol_logits));
   r.paths.push_back(compare("decode (1 token)", decode, refs, c.n_vocab, opt.tol_logits));
-  r.paths.push_back(compare("runner steps, batched", run_runner(path, r.canary_tokens, opt, c.n_vocab), refs, c.n_vocab,
+  r.paths.push_back(compare("runner steps, batched", run_runner(runner, r.canary_tokens, c.n_vocab), refs, c.n_vocab,
                             opt.tol_logits));
   r.paths.back().note = "the canaries in one batch, chunks of 2, 5, ... tokens";
   std::string failed;

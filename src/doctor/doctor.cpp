@@ -7,8 +7,8 @@
 #include <chrono>
 
 #include "doctor/checks.h"
+#include "engine/deepseek4_runner.h"
 #include "gguf/gguf.h"
-#include "model/deepseek4_weights.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -122,15 +122,15 @@ bool is_deepseek4(const std::string& path) {
 // run_doctor for a deepseek4 file (doctor::deepseek4_checks).
 void run_deepseek4_doctor(const std::string& path, const DoctorOptions& opt, DoctorReport& r) {
   std::unique_ptr<Tokenizer> tok;
-  std::unique_ptr<Deepseek4Bundle> b;
+  std::unique_ptr<Deepseek4Runner> runner;
   try {
-    b = doctor::load_deepseek4_for_doctor(path, r, tok);
+    runner = doctor::load_deepseek4_for_doctor(path, opt, r, tok);
   } catch (const Error& e) {
     add_check(r, "load", CheckStatus::Fail, e.what());
     return;
   }
-  set_canaries(opt, tok.get(), b->config.n_vocab, r);
-  doctor::deepseek4_checks(path, *b, opt, r);
+  set_canaries(opt, tok.get(), runner->n_vocab(), r);
+  doctor::deepseek4_checks(*runner, opt, r);
 }
 
 }  // namespace

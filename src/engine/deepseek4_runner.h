@@ -69,6 +69,7 @@ class Deepseek4Runner : public ModelRunner {
   void fork_sequence(uint64_t parent, uint64_t child) override;
 
   const Deepseek4Config& config() const { return bundle_->config; }
+  const Deepseek4Bundle& bundle() const { return *bundle_; }  // the weights it runs (mla doctor's too)
   const GgufFile& file() const { return *bundle_->file; }
   // tokenizer.ggml.eos_token_id (and eot, eom) when the file has them.
   std::vector<int32_t> eos_token_ids() const { return gguf_eos_token_ids(*bundle_->file, n_vocab()); }

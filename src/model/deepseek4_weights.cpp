@@ -136,11 +136,11 @@ void repack_deepseek4(Deepseek4Weights& w, const Deepseek4Config& c) {
 
 }  // namespace
 
-std::unique_ptr<Deepseek4Bundle> load_deepseek4(const std::string& path, bool repack) {
+std::unique_ptr<Deepseek4Bundle> load_deepseek4(const std::string& path, bool repack, Ds4BindSummary* summary) {
   auto b = std::make_unique<Deepseek4Bundle>();
   b->file = GgufFile::open(path, /*prefault=*/false);
   b->config = load_deepseek4_config(*b->file);
-  b->weights = bind_deepseek4_weights(*b->file, b->config);
+  b->weights = bind_deepseek4_weights(*b->file, b->config, summary);
   if (repack) repack_deepseek4(b->weights, b->config);
   return b;
 }

@@ -86,7 +86,8 @@ struct Deepseek4Bundle {
 // Opens, validates and binds a deepseek4 file; with repack, every matmul weight but the embedding
 // table is repacked into 16-row groups for the packed GEMM where this CPU's family has a kernel
 // for its type (the process's --no-repack / --simd choice applies). Throws mla::Error naming what
-// is wrong.
-std::unique_ptr<Deepseek4Bundle> load_deepseek4(const std::string& path, bool repack = false);
+// is wrong. summary, when given, receives what the binding read (bind_deepseek4_weights).
+std::unique_ptr<Deepseek4Bundle> load_deepseek4(const std::string& path, bool repack = false,
+                                                Ds4BindSummary* summary = nullptr);
 
 }  // namespace mla

@@ -32,7 +32,6 @@ void adapt_setup_for_deepseek4(EngineSetup& setup, const EngineArgs& args, std::
     fail("{}: --speculative-config: speculative decoding (the MTP layer) is {}", command, why);
   if (setup.model.mtp) fail("{}: --mtp-logits: the MTP layer is {}", command, why);
   if (setup.model.weights_memory > 0) fail("{}: --weights-memory: the routed-expert cache is {}", command, why);
-  if (setup.model.verify_paths) fail("{}: --verify-paths: deepseek4 has no MLA paths to compare", command);
   if (args.mla_path != "auto") fail("{}: --mla-path {}: deepseek4 has no MLA paths", command, args.mla_path);
   if (setup.model.exact_attention)
     fail("{}: --attention-precision exact: deepseek4 has one attention kernel (F32 dot tiles, double softmax sums)",
@@ -63,6 +62,7 @@ OpenedModel open_deepseek4(const std::string& path, const EngineSetup& setup) {
   o.n_threads = setup.model.n_threads;
   o.max_num_seqs = setup.engine.max_num_seqs;
   o.kv = setup.kv;
+  o.verify_dense = setup.model.verify_paths;  // sparse vs dense CSA (deepseek4 has no MLA paths)
   auto rn = std::make_unique<Deepseek4Runner>(path, o);
   OpenedModel m;
   m.deepseek4 = rn.get();

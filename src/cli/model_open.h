@@ -38,8 +38,9 @@ struct OpenedModel {
 OpenedModel open_model(const std::string& path, EngineSetup& setup, const EngineArgs& args, std::string_view command);
 
 // The deepseek4 checks alone: refuses --speculative-config, the MTP layer (--mtp-logits),
-// --weights-memory, --verify-paths, mpirun, --mla-path other than auto, --attention-precision
+// --weights-memory, mpirun, --mla-path other than auto, --attention-precision
 // exact, --dsa off and the kv cache tiers, each by name; turns prefix caching off (logged).
+// (--verify-paths is taken: the runner reruns each chunk with dense CSA, Deepseek4RunnerOptions.)
 void adapt_setup_for_deepseek4(EngineSetup& setup, const EngineArgs& args, std::string_view command);
 
 }  // namespace mla::cli

@@ -18,6 +18,7 @@
 #include "cli/model_open.h"
 #include "doctor/doctor.h"
 #include "engine/deepseek2_runner.h"
+#include "engine/deepseek4_runner.h"
 #include "engine/engine.h"
 #include "engine/speculative.h"
 #include "engine/text_decoder.h"
@@ -176,7 +177,8 @@ struct RunOutcome {
 
 // --verify-paths' judgement of the whole run: the model's log of the reruns and what it was held to.
 struct VerifyVerdict {
-  const PathVerifyLog* log = nullptr;
+  const PathVerifyLog* log = nullptr;  // null for deepseek4 (its verdict's JSON is ds4_json)
+  nlohmann::json ds4_json;
   PathTolerances tol{};
   int64_t worst = 0;  // the layer whose attention output differed most
   double worst_rel = 0;
@@ -331,8 +333,37 @@ VerifyVerdict judge_verify_paths(const Deepseek2Runner& runner, GgmlType kv_dtyp
   return r;
 }
 
+// deepseek4's --verify-paths: each chunk rerun with dense CSA where top-k keeps every entry
+// (Deepseek4Runner::verify_log), held to the doctor's sparse-vs-dense tolerance and greedy rule.
+VerifyVerdict judge_verify_dense(const Deepseek4Runner& runner) {
+  VerifyVerdict r;
+  const Ds4VerifyLog& v = runner.verify_log();
+  r.tol.logits = kDoctorSparseDenseTol;
+  const std::string counts = fmt::format("{} chunks compared, {} past top_k {} not compared", v.n_compared,
+                                         v.n_beyond_top_k, runner.config().indexer_top_k);
+  if (!runner.verifies())
+    r.line = "ok (n/a: no CSA layer, so no sparse vs dense selection to compare)";
+  else if (!v.greedy_agree)
+    r.ok = false, r.line = fmt::format("FAIL: sparse vs dense CSA: greedy tokens differ ({})", counts);
+  else if (!(v.max_logits_rel <= r.tol.logits))
+    r.ok = false, r.line = fmt::format("FAIL: sparse vs dense CSA: logits differ by {:.2e} (tolerance {:.0e}; {})",
+                                       v.max_logits_rel, r.tol.logits, counts);
+  else
+    r.line = fmt::format("ok (sparse vs dense CSA: logits <= {:.2e}, tolerance {:.0e}; {})", v.max_logits_rel,
+                         r.tol.logits, counts);
+  r.ds4_json = {{"ok", r.ok},
+                {"verdict", r.line},
+                {"max_logits_rel", std::isfinite(v.max_logits_rel) ? nlohmann::json(v.max_logits_rel) : "inf"},
+                {"greedy_agree", v.greedy_agree},
+                {"chunks_compared", v.n_compared},
+                {"chunks_beyond_top_k", v.n_beyond_top_k},
+                {"tol_logits", r.tol.logits}};
+  return r;
+}
+
 // The verdict as `verify_paths` in --json: per-step values, per-layer maxima, tolerances.
 nlohmann::json verify_json(const VerifyVerdict& r) {
+  if (!r.log) return r.ds4_json;
   const PathVerifyLog& v = *r.log;
   auto finite = [](double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json("inf"); };
   nlohmann::json steps = nlohmann::json::array();
@@ -522,8 +553,8 @@ void run(const RunArgs& a) {
   generate(engine, r.jobs, r.outcome);
   r.counters = engine.counters() - base;
   r.n_spec = setup.engine.num_speculative_tokens;
-  if (a.verify_paths) {  // (refused for deepseek4)
-    r.verify = judge_verify_paths(*m.deepseek2, setup.kv.dtype);
+  if (a.verify_paths) {
+    r.verify = m.deepseek4 ? judge_verify_dense(*m.deepseek4) : judge_verify_paths(*m.deepseek2, setup.kv.dtype);
     log().info("verify-paths: {}", r.verify->line);
     if (!r.verify->ok) exit_code() = 1;  // a FAIL makes the exit status 1
   }
@@ -554,7 +585,8 @@ void register_run(CLI::App& app) {
   cmd->add_flag("--verify-paths", a.verify_paths,
                 "Rerun every step end to end with each sequence down the other MLA path (same weights, kernels and "
                 "inputs) and compare each layer's attention output and the logits; exits 1 where `mla doctor`'s "
-                "path check would fail");
+                "path check would fail. deepseek4: each chunk rerun with CSA over every entry, compared where the "
+                "indexer's top-k keeps them all");
   cmd->add_option("--dump-logits", a.dump_logits,
                   "Write the F32 logits of every processed position (prompt, then each fed-back token) to FILE");
   cmd->add_flag("--json", a.json, "Print the result as one JSON object");

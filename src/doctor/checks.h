@@ -1,7 +1,8 @@
 #pragma once
 // The checks of `mla doctor` (internal to src/doctor/), one file each: the file (file_checks.cpp),
 // the other MLA layout (layout_variant.cpp), the path agreement (path_checks.cpp), numerics and
-// output (numerics_checks.cpp), the scheduler's dispatch (scheduling.cpp); doctor.cpp runs them
+// output (numerics_checks.cpp), the scheduler's dispatch (scheduling.cpp), a deepseek4 file's own
+// set (deepseek4_checks.cpp); doctor.cpp runs them
 // and gives the verdict. Each appends to the report: its facts and one DoctorCheck line or more.
 #include <cstdint>
 #include <memory>
@@ -15,6 +16,7 @@
 namespace mla {
 class GgufFile;
 class Tokenizer;
+class Deepseek4Runner;
 }  // namespace mla
 
 namespace mla::doctor {
@@ -55,5 +57,16 @@ void output_checks(const DeepseekConfig& c, const Deepseek2Bundle& b, const Toke
 
 // How the engine's scheduler dispatches each canary: r.dispatch, a block of lines per canary.
 void scheduling_section(const Deepseek2Bundle& b, const DoctorOptions& opt, DoctorReport& r);
+
+// deepseek4 (deepseek4_checks.cpp). Opens the file (describe_file first), loads it once into the
+// Deepseek4Runner the checks drive (weights repacked as `mla serve` runs them; max_num_seqs: one
+// per canary), the tokenizer when usable; adds the "load" and "layout" checks (the schedule, the
+// tensors nothing reads). Throws mla::Error naming what did not load.
+std::unique_ptr<Deepseek4Runner> load_deepseek4_for_doctor(const std::string& path, const DoctorOptions& opt,
+                                                           DoctorReport& r, std::unique_ptr<Tokenizer>& tok);
+// The "finite", "paths" (chunked prefill, decode, the runner's batched steps against the whole
+// prefill), "sparse" (CSA through the indexer vs every entry, where top-k keeps them all) and
+// "absorbed" (n/a: one shared K=V head) checks on r.canary_tokens, over the runner's weights.
+void deepseek4_checks(Deepseek4Runner& runner, const DoctorOptions& opt, DoctorReport& r);
 
 }  // namespace mla::doctor

@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "doctor/checks.h"
+#include "engine/deepseek4_runner.h"
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
@@ -109,6 +110,29 @@ void finish_verdict(DoctorReport& r) {
   }
 }
 
+bool is_deepseek4(const std::string& path) {
+  try {
+    return GgufFile::open(path, /*prefault=*/false)->opt_string("general.architecture") ==
+           std::optional<std::string>("deepseek4");
+  } catch (const Error&) {
+    return false;  // the load check names the error
+  }
+}
+
+// run_doctor for a deepseek4 file (doctor::deepseek4_checks).
+void run_deepseek4_doctor(const std::string& path, const DoctorOptions& opt, DoctorReport& r) {
+  std::unique_ptr<Tokenizer> tok;
+  std::unique_ptr<Deepseek4Runner> runner;
+  try {
+    runner = doctor::load_deepseek4_for_doctor(path, opt, r, tok);
+  } catch (const Error& e) {
+    add_check(r, "load", CheckStatus::Fail, e.what());
+    return;
+  }
+  set_canaries(opt, tok.get(), runner->n_vocab(), r);
+  doctor::deepseek4_checks(*runner, opt, r);
+}
+
 }  // namespace
 
 DoctorReport run_doctor(const std::string& path, const DoctorOptions& opt) {
@@ -116,6 +140,12 @@ DoctorReport run_doctor(const std::string& path, const DoctorOptions& opt) {
   DoctorReport r;
   r.path = path;
   r.kv_dtype = ggml_type_name(opt.kv_dtype);
+  if (is_deepseek4(path)) {
+    run_deepseek4_doctor(path, opt, r);
+    finish_verdict(r);
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return r;
+  }
   std::unique_ptr<Tokenizer> tok;
   std::unique_ptr<Deepseek2Bundle> b;
   try {

@@ -15,6 +15,9 @@
 //   output      greedy tokens with probabilities, first-distribution entropy, perplexity of a
 //               built-in English text; near-uniform / repeating / perplexity near the
 //               vocabulary size are flagged
+// A deepseek4 file gets its own set (there are no MLA paths): file, layout (the schedule's
+// tensors bound), finite logits, chunked prefill / decode / the runner's batched steps against the
+// whole prefill, sparse (indexer top-k) vs dense CSA where top-k keeps every entry.
 // Each check ends ok / warn / fail / n/a; the verdict names every failed check.
 #include <cstdint>
 #include <string>
@@ -57,7 +60,15 @@ struct DoctorOptions {
   // grow to (doctor.cpp, path_tolerances).
   double tol_layer = 1e-4;   // a layer's attention output
   double tol_logits = 1e-4;  // the logits after the prompt and at each greedy step
+  // deepseek4: the length of the sparse-vs-dense prompt; 0: the longest at which no CSA query sees
+  // more than indexer_top_k entries (at most 256 tokens). Longer makes the indexer drop entries, so
+  // the check can fail (tests).
+  int64_t ds4_sparse_tokens = 0;
 };
+
+// deepseek4: how far CSA through the indexer may differ from CSA over every entry (relative, the
+// logits) where top-k keeps every entry (the doctor's "sparse" check, `mla run --verify-paths`).
+inline constexpr double kDoctorSparseDenseTol = 1e-4;
 
 struct TensorTypeCount {
   std::string role;  // attention, experts, shared experts, dense ffn, router, embeddings, norms, other

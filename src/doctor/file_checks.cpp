@@ -18,6 +18,10 @@ std::string tensor_role(const std::string& n) {
   if (n == "token_embd.weight" || n == "output.weight") return "embeddings";
   if (n.find(".nextn.") != std::string::npos) return "mtp";
   if (n.find("indexer") != std::string::npos) return "indexer";
+  // deepseek4: hyper-connections (blk.N.hc_attn_*, output_hc_* or hc_head_*), the hash routing table
+  if (n.find(".hc_") != std::string::npos || n.rfind("output_hc_", 0) == 0 || n.rfind("hc_head_", 0) == 0)
+    return "hyper-conn";
+  if (n.find("tid2eid") != std::string::npos) return "router";
   if (n.find("norm") != std::string::npos) return "norms";
   if (n.find("_exps") != std::string::npos) return "experts";
   if (n.find("_shexp") != std::string::npos) return "shared experts";

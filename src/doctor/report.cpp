@@ -63,6 +63,7 @@ void file_section(ReportText& t) {
     for (const auto& k : r.absent_keys) t.line(fmt::format("    {} = {}", k.key, k.default_taken));
   }
   t.check("load");
+  t.check("layout");  // deepseek4
   t.check("keys");
 }
 
@@ -85,8 +86,11 @@ void numerics_section(ReportText& t) {
 void paths_section(ReportText& t) {
   const DoctorReport& r = t.r;
   t.line("");
-  t.line(fmt::format("Path agreement (reference: {}, whole prompt; the others teacher-forced on its greedy tokens)",
-                     r.reference));
+  if (r.architecture == "deepseek4")
+    t.line("Agreement with the whole prefill (every position's logits)");
+  else
+    t.line(fmt::format("Path agreement (reference: {}, whole prompt; the others teacher-forced on its greedy tokens)",
+                       r.reference));
   for (size_t i = 0; i < r.canary_texts.size(); ++i)
     t.line(
         fmt::format("  canary {}: \"{}\" ({} tokens)", i + 1, printable(r.canary_texts[i]), r.canary_tokens[i].size()));
@@ -95,13 +99,21 @@ void paths_section(ReportText& t) {
       t.line(fmt::format("  {:<22} n/a   {}", p.name, p.note));
       continue;
     }
+    const std::string note = p.note.empty() ? "" : "  (" + p.note + ")";
+    if (r.architecture == "deepseek4") {  // no layers, no MLA paths
+      t.line(fmt::format("  {:<22} {:<4}  logits {:.1e}{}", p.name, check_status_name(p.status), p.logits_rel, note));
+      continue;
+    }
     std::string layers;
     for (size_t l = 0; l < p.layer_rel.size(); ++l) layers += (l ? " " : "") + fmt::format("{:.1e}", p.layer_rel[l]);
     t.line(fmt::format("  {:<22} {:<4}  logits {:.1e}  greedy {}  layers [{}]  ran mqa {} / mha {} tokens{}", p.name,
                        check_status_name(p.status), p.logits_rel, p.greedy_agree ? "same" : "DIFFER", layers,
-                       p.tokens_mqa, p.tokens_mha, p.note.empty() ? "" : "  (" + p.note + ")"));
+                       p.tokens_mqa, p.tokens_mha, note));
   }
+  t.check("finite");  // deepseek4
   t.check("paths");
+  t.check("sparse");    // deepseek4
+  t.check("absorbed");  // deepseek4
 }
 
 void output_section(ReportText& t) {

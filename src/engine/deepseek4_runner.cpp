@@ -1,9 +1,11 @@
 #include "engine/deepseek4_runner.h"
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 
 #include "gguf/gguf.h"
+#include "model/path_verify.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -13,7 +15,10 @@ Deepseek4Runner::Deepseek4Runner(const std::string& path, const Deepseek4RunnerO
     : Deepseek4Runner(load_deepseek4(path, /*repack=*/true), o) {}
 
 Deepseek4Runner::Deepseek4Runner(std::unique_ptr<Deepseek4Bundle> bundle, const Deepseek4RunnerOptions& o)
-    : bundle_(std::move(bundle)), max_num_seqs_(o.max_num_seqs) {
+    : bundle_(std::move(bundle)),
+      max_num_seqs_(o.max_num_seqs),
+      verify_(o.verify_dense && bundle_->config.has_csa()),
+      verify_beyond_top_k_(o.verify_beyond_top_k) {
   if (o.max_num_seqs < 1) fail("deepseek4: max-num-seqs must be >= 1, got {}", o.max_num_seqs);
   model_ = std::make_unique<Deepseek4Model>(bundle_->config, bundle_->weights, o.n_threads);
   bound_ = deepseek4_state_bound(bundle_->config);
@@ -102,20 +107,62 @@ Deepseek4Cache& Deepseek4Runner::state_for(const SeqMeta& s) {
 
 // All the step's sequences in one forward_batch (the matmuls and the MoE over every row at once,
 // attention per sequence over its own state); a sequence's rows of meta.logits_rows (ascending,
-// grouped by sequence) are the chunk-relative rows its logits are returned for.
+// grouped by sequence) are the chunk-relative rows its logits are returned for. Under
+// --verify-paths each sequence runs alone, twice (forward_verified): the same bits, since a row's
+// result does not depend on the rest of the batch.
 void Deepseek4Runner::forward(const BatchMeta& meta, float* logits) {
+  const auto V = static_cast<size_t>(n_vocab());
   std::vector<Deepseek4Model::Seq> seqs;
   std::vector<std::vector<int32_t>> rows(meta.seqs.size());
   size_t k = 0;
   for (size_t i = 0; i < meta.seqs.size(); ++i) {
     const SeqMeta& s = meta.seqs[i];
+    const size_t k0 = k;
     for (; k < meta.logits_rows.size() && meta.logits_rows[k] < s.query_start + s.query_len; ++k)
       rows[i].push_back(meta.logits_rows[k] - s.query_start);
-    seqs.push_back({std::span<const int32_t>(meta.token_ids)
-                        .subspan(static_cast<size_t>(s.query_start), static_cast<size_t>(s.query_len)),
-                    &state_for(s), rows[i]});
+    const auto tokens = std::span<const int32_t>(meta.token_ids)
+                            .subspan(static_cast<size_t>(s.query_start), static_cast<size_t>(s.query_len));
+    if (verify_)
+      forward_verified(s.seq_id, std::vector<int32_t>(tokens.begin(), tokens.end()), state_for(s), rows[i],
+                       logits + k0 * V);
+    else
+      seqs.push_back({tokens, &state_for(s), rows[i]});
   }
-  model_->forward_batch(seqs, meta.logits_rows.empty() ? nullptr : logits);
+  if (!verify_) model_->forward_batch(seqs, meta.logits_rows.empty() ? nullptr : logits);
+}
+
+// The chunk through the indexer (kept: state and the wanted rows) and, from a copy of the state
+// before it, dense; every row's logits compared. A row's logits are the same bits whichever rows
+// are asked for (Deepseek4Model::forward), so the kept ones are what forward() alone gives.
+void Deepseek4Runner::forward_verified(uint64_t seq_id, const std::vector<int32_t>& tokens, Deepseek4Cache& state,
+                                       const std::vector<int32_t>& rows, float* logits) {
+  const Deepseek4Config& c = bundle_->config;
+  const auto V = static_cast<size_t>(n_vocab());
+  const int64_t pos0 = state.n_past, n_tok = static_cast<int64_t>(tokens.size());
+  if ((pos0 + n_tok) / kDs4CsaRatio > c.indexer_top_k && !verify_beyond_top_k_) {
+    ++verify_log_.n_beyond_top_k;
+    model_->forward(tokens, state, rows.empty() ? nullptr : logits, rows);
+    return;
+  }
+  Deepseek4Cache other = state;
+  std::vector<float> sparse(static_cast<size_t>(n_tok) * V), dense(sparse.size());
+  model_->forward(tokens, state, sparse.data());
+  model_->set_csa_dense(true);
+  model_->forward(tokens, other, dense.data());
+  model_->set_csa_dense(false);
+  for (size_t i = 0; i < rows.size(); ++i)
+    std::copy_n(sparse.begin() + static_cast<size_t>(rows[i]) * V, V, logits + i * V);
+  double rel = 0;
+  bool greedy = true;
+  for (int64_t t = 0; t < n_tok; ++t) {
+    rel = std::max(rel, path_rel_diff(sparse.data() + t * V, dense.data() + t * V, static_cast<int64_t>(V)));
+    greedy = greedy && path_greedy_agrees(sparse.data() + t * V, dense.data() + t * V, static_cast<int64_t>(V));
+  }
+  ++verify_log_.n_compared;
+  verify_log_.max_logits_rel = std::max(verify_log_.max_logits_rel, rel);
+  verify_log_.greedy_agree = verify_log_.greedy_agree && greedy;
+  log().info("verify-paths seq={} pos0={} tokens={} (CSA rerun over every entry) logits_rel={:.3e} greedy={}", seq_id,
+             pos0, n_tok, rel, greedy ? "same" : "DIFFER");
 }
 
 }  // namespace mla

@@ -32,6 +32,21 @@ struct Deepseek4RunnerOptions {
   // block_size, and the capacity as tokens or as bytes for the states together (fixed parts
   // included); dtype is not read (the states are F32).
   KvCacheOptions kv;
+  // --verify-paths: each sequence's chunk runs twice from the same state, CSA through the indexer
+  // (the result kept) and over every visible entry (Deepseek4Model::set_csa_dense), and their
+  // logits are compared at every row wherever no query of the chunk sees more than indexer_top_k
+  // entries, where both attend to the same entries (verify_log). verify_beyond_top_k compares the
+  // chunks past that too, where the indexer drops entries and the two may differ (tests).
+  bool verify_dense = false;
+  bool verify_beyond_top_k = false;
+};
+
+// What --verify-paths found (Deepseek4RunnerOptions::verify_dense), over the run.
+struct Ds4VerifyLog {
+  int64_t n_compared = 0;      // sequence chunks compared
+  int64_t n_beyond_top_k = 0;  // chunks not compared: a query saw more than top_k entries
+  double max_logits_rel = 0;   // the largest over the compared rows of max |s - d| / max |s| (path_rel_diff)
+  bool greedy_agree = true;    // each compared row's argmax is the dense run's too (or a near tie)
 };
 
 class Deepseek4Runner : public ModelRunner {
@@ -55,6 +70,7 @@ class Deepseek4Runner : public ModelRunner {
   void fork_sequence(uint64_t parent, uint64_t child) override;
 
   const Deepseek4Config& config() const { return bundle_->config; }
+  const Deepseek4Bundle& bundle() const { return *bundle_; }  // the weights it runs (mla doctor's too)
   const GgufFile& file() const { return *bundle_->file; }
   // tokenizer.ggml.eos_token_id (and eot, eom) when the file has them.
   std::vector<int32_t> eos_token_ids() const { return gguf_eos_token_ids(*bundle_->file, n_vocab()); }
@@ -62,6 +78,8 @@ class Deepseek4Runner : public ModelRunner {
   size_t n_states() const { return states_.size(); }
   int64_t state_bytes() const;
   const Ds4StateBound& state_bound() const { return bound_; }
+  bool verifies() const { return verify_; }
+  const Ds4VerifyLog& verify_log() const { return verify_log_; }
   int64_t block_bytes() const { return block_bytes_; }  // the growing part one block stands for
   // The most bytes the states may take together (see the header comment).
   int64_t memory_bound() const;
@@ -71,6 +89,8 @@ class Deepseek4Runner : public ModelRunner {
  private:
   void size_pool(const KvCacheOptions& kv);
   Deepseek4Cache& state_for(const SeqMeta& s);
+  void forward_verified(uint64_t seq_id, const std::vector<int32_t>& tokens, Deepseek4Cache& state,
+                        const std::vector<int32_t>& rows, float* logits);
 
   std::unique_ptr<Deepseek4Bundle> bundle_;
   std::unique_ptr<Deepseek4Model> model_;
@@ -80,6 +100,8 @@ class Deepseek4Runner : public ModelRunner {
   int block_size_ = 16;
   int32_t n_blocks_ = 0;
   int64_t block_bytes_ = 0;  // the growing part one block stands for
+  bool verify_ = false, verify_beyond_top_k_ = false;
+  Ds4VerifyLog verify_log_;
 };
 
 }  // namespace mla

@@ -66,6 +66,13 @@ class Deepseek4Model {
   };
   void forward_batch(std::span<const Seq> seqs, float* logits);
 
+  // Dense CSA (a diagnostic, off by default): CSA layers attend to every visible compressed entry
+  // in index order instead of the lightning indexer's top-k (the indexer's keys are still kept, so
+  // a cache may be continued either way). Where a query sees at most indexer_top_k entries the
+  // two select the same set and agree to rounding: `mla doctor`'s sparse-vs-dense check.
+  void set_csa_dense(bool on) { csa_dense_ = on; }
+  bool csa_dense() const { return csa_dense_; }
+
  private:
   struct Mix;  // one hyper-connection's per-token coefficients
   void hc_collapse(const Ds4HyperConn& hc, const float* streams, int64_t n_tok, Mix& mix, float* x);
@@ -94,6 +101,7 @@ class Deepseek4Model {
   const Deepseek4Weights& w_;
   ThreadPool pool_;
   MatmulScratch scratch_;
+  bool csa_dense_ = false;
 };
 
 }  // namespace mla

@@ -141,7 +141,7 @@ void Deepseek4Model::attend(int64_t il, const float* q, const std::vector<float>
                             const std::vector<int32_t>& n_selected, float* o) {
   const Ds4LayerWeights& L = w_.layers[il];
   const int64_t H = c_.n_head, d = c_.head_dim, m = c_.compress_ratio[il], W = c_.n_window;
-  const bool csa = c_.attn_kind(il) == Ds4Attn::Csa;
+  const bool csa = !n_selected.empty();  // the indexer's choice; empty: every visible entry (HCA, dense CSA)
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
   constexpr int64_t kHeads = 8;
   const int64_t n_hb = (H + kHeads - 1) / kHeads;
@@ -247,8 +247,15 @@ void Deepseek4Model::attention(int64_t il, const float* h, std::span<const Chunk
     if (csa) {
       compress(il, L.idx_compressor, Di, 2, ikv.data() + ch.row0 * 2 * Di, igate.data() + ch.row0 * 2 * Di, ch,
                lc.indexer);
-      indexer_topk(il, iq.data() + ch.row0 * nI * Di, iw.data() + ch.row0 * nI, ch, lc.indexer, selected, n_selected);
+      if (csa_dense_) {  // the indexer's keys still advance; no scoring, every entry
+        selected.clear();
+        n_selected.clear();
+      } else {
+        indexer_topk(il, iq.data() + ch.row0 * nI * Di, iw.data() + ch.row0 * nI, ch, lc.indexer, selected, n_selected);
+      }
     }
+    ds4::trace_attention(c_, il, ch.pos0, ch.n_tok, static_cast<int64_t>(rows.size()) / d, lc.attn.n_entries,
+                         n_selected);
     attend(il, q.data() + ch.row0 * H * d, rows, rows_pos0, ch, lc.attn, selected, n_selected,
            o.data() + ch.row0 * H * d);
     // The next query reads the last W - 1 rows.

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kernels/rope.h"
+#include "model/deepseek4_config.h"
 
 namespace mla::ds4 {
 
@@ -27,5 +28,12 @@ inline void rope_tail(const RopeParams& p, int64_t pos, float* x, int64_t n_rows
     for (int i = 0; i < p.n_dims / 2; ++i) sin_v[i] = -sin_v[i];
   rope_apply(x + (dim - p.n_dims), n_rows, dim, p.n_dims, cos_v, sin_v);
 }
+
+// `--trace dispatch:N` at layer il's attention branch (util/trace.h, trace_ds4_dispatch): the chunk
+// pos0 .. pos0 + n_tok - 1 read window_rows window rows and sees n_entries compressed entries;
+// n_selected[t] (CSA through the indexer) the entries query t attends to, empty when every
+// visible entry is attended (HCA, dense CSA). Returns at once when tracing is off.
+void trace_attention(const Deepseek4Config& c, int64_t il, int64_t pos0, int64_t n_tok, int64_t window_rows,
+                     int64_t n_entries, const std::vector<int32_t>& n_selected);
 
 }  // namespace mla::ds4

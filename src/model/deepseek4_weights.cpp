@@ -91,7 +91,7 @@ void bind_moe(Binder& b, const GgufFile& f, const Deepseek4Config& c, int64_t il
 
 }  // namespace
 
-Deepseek4Weights bind_deepseek4_weights(const GgufFile& f, const Deepseek4Config& c) {
+Deepseek4Weights bind_deepseek4_weights(const GgufFile& f, const Deepseek4Config& c, Ds4BindSummary* summary) {
   Binder b(f, kArch);
   Deepseek4Weights w;
   w.token_embd = b.matrix("token_embd.weight", {c.n_embd, c.n_vocab});
@@ -105,7 +105,8 @@ Deepseek4Weights bind_deepseek4_weights(const GgufFile& f, const Deepseek4Config
     bind_attention(b, c, il, w.layers[il]);
     bind_moe(b, f, c, il, w.layers[il]);
   }
-  b.report_unbound(c.n_layer);
+  Binder::Unbound unbound = b.report_unbound(c.n_layer);
+  if (summary) *summary = {static_cast<int64_t>(b.n_bound()), unbound.n_mtp, std::move(unbound.extra)};
   return w;
 }
 
@@ -135,11 +136,11 @@ void repack_deepseek4(Deepseek4Weights& w, const Deepseek4Config& c) {
 
 }  // namespace
 
-std::unique_ptr<Deepseek4Bundle> load_deepseek4(const std::string& path, bool repack) {
+std::unique_ptr<Deepseek4Bundle> load_deepseek4(const std::string& path, bool repack, Ds4BindSummary* summary) {
   auto b = std::make_unique<Deepseek4Bundle>();
   b->file = GgufFile::open(path, /*prefault=*/false);
   b->config = load_deepseek4_config(*b->file);
-  b->weights = bind_deepseek4_weights(*b->file, b->config);
+  b->weights = bind_deepseek4_weights(*b->file, b->config, summary);
   if (repack) repack_deepseek4(b->weights, b->config);
   return b;
 }

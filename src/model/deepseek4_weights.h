@@ -66,9 +66,17 @@ struct Deepseek4Weights {
   std::shared_ptr<PackedWeightStore> packed;  // repacked copies of the matrices (WeightMatrix::packed), or nullptr
 };
 
+// What a binding read of the file (`mla doctor`'s layout check): the tensors bound, the MTP
+// blocks' left unread, and any other tensor nothing read (by name).
+struct Ds4BindSummary {
+  int64_t n_bound = 0;
+  int64_t n_mtp_unread = 0;
+  std::vector<std::string> unread;
+};
+
 // Binds the trunk layers. The matrices point into f's mapping: keep f alive. Throws mla::Error
-// naming the first missing or misshapen tensor.
-Deepseek4Weights bind_deepseek4_weights(const GgufFile& f, const Deepseek4Config& c);
+// naming the first missing or misshapen tensor. summary, when given, receives what was read.
+Deepseek4Weights bind_deepseek4_weights(const GgufFile& f, const Deepseek4Config& c, Ds4BindSummary* summary = nullptr);
 
 struct Deepseek4Bundle {
   std::unique_ptr<GgufFile> file;
@@ -78,7 +86,8 @@ struct Deepseek4Bundle {
 // Opens, validates and binds a deepseek4 file; with repack, every matmul weight but the embedding
 // table is repacked into 16-row groups for the packed GEMM where this CPU's family has a kernel
 // for its type (the process's --no-repack / --simd choice applies). Throws mla::Error naming what
-// is wrong.
-std::unique_ptr<Deepseek4Bundle> load_deepseek4(const std::string& path, bool repack = false);
+// is wrong. summary, when given, receives what the binding read (bind_deepseek4_weights).
+std::unique_ptr<Deepseek4Bundle> load_deepseek4(const std::string& path, bool repack = false,
+                                                Ds4BindSummary* summary = nullptr);
 
 }  // namespace mla

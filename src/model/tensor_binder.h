@@ -112,8 +112,17 @@ class Binder {
     return out;
   }
 
-  // Tensors of blocks >= n_layer are the MTP (nextn) blocks: kept in the mapping, never read here.
-  void report_unbound(int64_t n_layer) const {
+  // The file's tensors nothing bound: the MTP (nextn) blocks' (blocks >= n_layer: kept in the
+  // mapping, never read here) and any other (by name, in file order).
+  struct Unbound {
+    int64_t n_mtp = 0;
+    std::vector<std::string> extra;
+  };
+  size_t n_bound() const { return bound_.size(); }
+
+  // Logs the tensors nothing bound (a line for the MTP blocks', a warning for the others) and
+  // returns them.
+  Unbound report_unbound(int64_t n_layer) const {
     std::vector<std::string> extra;
     int64_t n_mtp = 0;
     for (const auto& t : f_.tensors()) {
@@ -129,10 +138,12 @@ class Binder {
           "{}: {}: {} tensor(s) of the MTP block(s) from blk.{} left unread (speculation off, or not used by the "
           "draft)",
           arch_, f_.path(), n_mtp, n_layer);
-    if (extra.empty()) return;
-    std::string names;
-    for (size_t i = 0; i < extra.size() && i < 4; ++i) names += (i ? ", " : "") + extra[i];
-    log().warn("{}: {}: {} tensor(s) not used by the forward pass (e.g. {})", arch_, f_.path(), extra.size(), names);
+    if (!extra.empty()) {
+      std::string names;
+      for (size_t i = 0; i < extra.size() && i < 4; ++i) names += (i ? ", " : "") + extra[i];
+      log().warn("{}: {}: {} tensor(s) not used by the forward pass (e.g. {})", arch_, f_.path(), extra.size(), names);
+    }
+    return {n_mtp, std::move(extra)};
   }
 
  private:

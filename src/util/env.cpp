@@ -16,9 +16,9 @@ constexpr EnvVarInfo kEnvVars[] = {
     {"MLA_LOG_LEVEL", "trace|debug|info|warn|error|critical|off",
      "level of the single log sink (overridden by --log-level); default info"},
     {"MLA_TRACE", "dispatch:N,tiers:N",
-     "trace switches (overridden by --trace): dispatch:N logs each layer's MLA path decision for "
-     "its first N forward calls; tiers:N the first N prefix lookups that reached the prefix cache's "
-     "RAM or disk tier"},
+     "trace switches (overridden by --trace): dispatch:N logs each layer's MLA path decision (deepseek4: "
+     "its attention branch) for its first N forward calls; tiers:N the first N prefix lookups that "
+     "reached the prefix cache's RAM or disk tier"},
     {"MLA_API_KEY", "KEY", "mla serve: require 'Authorization: Bearer KEY' (overridden by --api-key)"},
     {"MLA_PREFAULT", "0|1",
      "deprecated (logs a warning when set): use --no-prefault; 0 still leaves the model file's pages to "

@@ -82,17 +82,25 @@ void trace_tiers(int n_full, int n_arena, int n_host, int n_disk, int n_reused) 
   log().info("tiers lookup blocks={} arena={} host={} disk={} reused={}", n_full, n_arena, n_host, n_disk, n_reused);
 }
 
+namespace {
+
+// Whether this call of layer is within the dispatch limit (and counts it).
+bool take_dispatch_call(int layer) {
+  auto& s = state();
+  const int limit = s.dispatch_limit.load(std::memory_order_relaxed);
+  if (limit <= 0) return false;
+  std::lock_guard lock(s.mu);
+  int& calls = s.dispatch_calls[layer];
+  if (calls >= limit) return false;
+  ++calls;
+  return true;
+}
+
+}  // namespace
+
 void trace_dispatch(int layer, bool is_sparse, int num_mqa, int num_mha, int total_toks, std::string_view policy,
                     int64_t index_topk, int64_t selected, int verify_mqa, int verify_mha) {
-  auto& s = state();
-  int limit = s.dispatch_limit.load(std::memory_order_relaxed);
-  if (limit <= 0) return;
-  {
-    std::lock_guard lock(s.mu);
-    int& calls = s.dispatch_calls[layer];
-    if (calls >= limit) return;
-    ++calls;
-  }
+  if (!take_dispatch_call(layer)) return;
   const std::string verify =
       verify_mqa + verify_mha > 0 ? fmt::format(" verify_mqa={} verify_mha={}", verify_mqa, verify_mha) : "";
   if (is_sparse)
@@ -102,6 +110,17 @@ void trace_dispatch(int layer, bool is_sparse, int num_mqa, int num_mha, int tot
   else
     log().info("dispatch layer=blk.{} is_sparse=0 num_mqa={} num_mha={} total_toks={} policy={}{}", layer, num_mqa,
                num_mha, total_toks, policy, verify);
+}
+
+void trace_ds4_dispatch(const Ds4DispatchTrace& t) {
+  if (!take_dispatch_call(t.layer)) return;
+  std::string line = fmt::format("dispatch layer=blk.{} kind={} pos0={} n_tok={} window={}", t.layer, t.kind, t.pos0,
+                                 t.n_tok, t.window_rows);
+  if (t.n_entries >= 0) line += fmt::format(" entries={}", t.n_entries);
+  if (t.selected_min >= 0)
+    line += fmt::format(" selected={}..{} top_k={} select={}", t.selected_min, t.selected_max, t.top_k,
+                        t.select_all ? "all" : "indexer");
+  log().info("{}", line);
 }
 
 }  // namespace mla

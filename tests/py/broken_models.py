@@ -25,7 +25,8 @@ def _as_f32(t) -> np.ndarray:
 
 
 def copy_gguf(src: Path, dst: Path, *, drop_keys=(), set_keys: dict | None = None,
-              edit: TensorEdit | None = None, rename: dict | None = None) -> Path:
+              edit: TensorEdit | None = None, rename: dict | None = None, add: dict | None = None) -> Path:
+    """add: extra tensors (name -> float32 array) written after the copied ones."""
     r = gguf.GGUFReader(src)
     arch = r.fields["general.architecture"].contents()
     w = gguf.GGUFWriter(dst, arch)
@@ -49,6 +50,8 @@ def copy_gguf(src: Path, dst: Path, *, drop_keys=(), set_keys: dict | None = Non
         else:
             data, raw = changed
             w.add_tensor(out_name, data, raw_dtype=raw)
+    for name, data in (add or {}).items():
+        w.add_tensor(name, np.asarray(data, dtype=np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

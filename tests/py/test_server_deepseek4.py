@@ -4,8 +4,10 @@ DeepSeek-LLM vocabulary and the test chat template. Greedy answers through /v1/c
 /v1/chat/completions and /v1/messages, streamed and not, agree with each other; four concurrent
 streams give what the same requests give one at a time (the engine runs each sequence alone over
 its own state); /metrics counts the requests and tokens; prefix caching is off with the reason
-logged, and what deepseek4 cannot do is refused at start with the option named."""
+logged, and what deepseek4 cannot do is refused at start with the option named. `--trace
+dispatch:4` puts each layer's attention branch in the server log."""
 import json
+import re
 import subprocess
 import threading
 
@@ -53,7 +55,8 @@ IGNORE_EOS = {"ignore_eos": True}
 
 @pytest.fixture(scope="module")
 def server():
-    srv = Server(synth_model(DS4_CONFIG, "server-deepseek4"), "--max-num-batched-tokens", "16")
+    srv = Server(synth_model(DS4_CONFIG, "server-deepseek4"), "--max-num-batched-tokens", "16", "--trace",
+                 "dispatch:4")
     yield srv
     assert srv.stop() == 0
 
@@ -81,6 +84,29 @@ def test_start_up_says_what_a_block_is_and_that_prefix_caching_is_off(server):
     engine = next(line for line in log.splitlines() if "engine: max_num_batched_tokens" in line)
     assert "deepseek4 cache states F32" in engine and "attention CSA/HCA + sliding window" in engine, engine
     assert "mla_path" not in engine and "kv cache F16" not in engine and "dsa " not in engine, engine
+
+
+def test_dispatch_trace_names_each_layer_branch(server):
+    """The first four forward calls of each layer, each naming the layer's kind from the file's
+    schedule (compress_ratios 4,128,0,4), the window rows read (at most n_window - 1 cached ones
+    beside the chunk's) and, for CSA, at most indexer_top_k selected entries."""
+    complete(server, PROMPTS[2])  # a prompt of several 16-token chunks, then 12 decode steps
+    kinds = {4: "csa", 128: "hca", 0: "sliding"}
+    schedule = [kinds[int(r)] for r in DS4_CONFIG["compress_ratios"].split(",")]
+    pattern = re.compile(r"dispatch layer=blk\.(\d+) kind=(\w+) pos0=(\d+) n_tok=(\d+) window=(\d+)"
+                         r"(?: entries=(\d+))?(?: selected=(\d+)\.\.(\d+) top_k=(\d+) select=indexer)?\n")
+    lines = pattern.findall(server.log)
+    assert len(lines) == 4 * len(schedule), server.log
+    for layer, kind, pos0, n_tok, window, entries, _, sel_max, top_k in lines:
+        assert kind == schedule[int(layer)], (layer, kind)
+        assert int(window) == min(int(pos0), DS4_CONFIG["n_window"] - 1) + int(n_tok)
+        assert (entries == "") == (kind == "sliding")
+        if kind == "csa":
+            assert int(top_k) == DS4_CONFIG["indexer_top_k"]
+            assert int(sel_max) == min(int(entries), DS4_CONFIG["indexer_top_k"])
+        else:
+            assert top_k == ""
+    assert sorted({int(x[0]) for x in lines}) == list(range(len(schedule)))
 
 
 def test_completions_streamed_equals_whole(server):

@@ -131,11 +131,43 @@ void Deepseek4Model::indexer_topk(int64_t il, float* q, const float* wts, const 
   });
 }
 
+namespace {
+
+// o[r * d + i] = Σ_s p[r * nk + s] · keys[s][i] for r < NH (NH = 1 or 2 heads), the sum in key
+// order with each output element its own accumulator (so the same bits whatever block computes
+// it), 32 columns at a time: each key's floats are loaded once for both heads.
+template <int NH>
+void weighted_rows(int64_t nk, int64_t d, const float* p, const float* const* keys, float* o) {
+  int64_t c = 0;
+  for (; c + 32 <= d; c += 32) {
+    f32x8 acc[NH][4] = {};
+    for (int64_t s = 0; s < nk; ++s) {
+      const float* k = keys[s] + c;
+      f32x8 pb[NH];
+      for (int r = 0; r < NH; ++r) pb[r] = f32x8{} + p[r * nk + s];
+      for (int j = 0; j < 4; ++j) {
+        const f32x8 kv = load_f32x8(k + 8 * j);
+        for (int r = 0; r < NH; ++r) acc[r][j] = fma_f32x8(pb[r], kv, acc[r][j]);
+      }
+    }
+    for (int r = 0; r < NH; ++r)
+      for (int j = 0; j < 4; ++j) __builtin_memcpy(o + r * d + c + 8 * j, &acc[r][j], sizeof(f32x8));
+  }
+  for (; c < d; ++c)
+    for (int r = 0; r < NH; ++r) {
+      float acc = 0;
+      for (int64_t s = 0; s < nk; ++s) acc = fma_f32(p[r * nk + s], keys[s][c], acc);
+      o[r * d + c] = acc;
+    }
+}
+
+}  // namespace
+
 // o[t][h] = Σ p · v over the window rows (pos - W, pos] (rows[s - rows_pos0]) and the query's
 // compressed entries, with p = softmax([q·k / sqrt(d) ..., sink_h]) without the sink's share.
 // Work items are (token, block of kHeads heads): the q·k dots in F32 tiles (kernels/vec.h), the
-// softmax with a double sum, then Σ p · v in key order, so an output is the same bits whatever
-// the split, the chunking or the thread count.
+// softmax with a double sum, then Σ p · v in key order (weighted_rows), so an output is the same
+// bits whatever the split, the chunking or the thread count.
 void Deepseek4Model::attend(int64_t il, const float* q, const std::vector<float>& rows, int64_t rows_pos0,
                             const Chunk& ch, const Ds4CompressorState& comp, const std::vector<int32_t>& selected,
                             const std::vector<int32_t>& n_selected, float* o) {
@@ -177,10 +209,12 @@ void Deepseek4Model::attend(int64_t il, const float* q, const std::vector<float>
         double den = std::exp(static_cast<double>(sink - mx));
         for (int64_t s = 0; s < nk; ++s) den += (p[s] = std::exp(p[s] - mx));
         const float inv = static_cast<float>(1.0 / den);
-        float* oh = o + (t * H + h0 + r) * d;
-        std::fill(oh, oh + d, 0.0f);
-        for (int64_t s = 0; s < nk; ++s) axpy_f32(p[s] * inv, keys[s], oh, d);
+        for (int64_t s = 0; s < nk; ++s) p[s] *= inv;
       }
+      float* oh = o + (t * H + h0) * d;
+      int64_t r = 0;
+      for (; r + 2 <= nh; r += 2) weighted_rows<2>(nk, d, logit.data() + r * nk, keys.data(), oh + r * d);
+      if (r < nh) weighted_rows<1>(nk, d, logit.data() + r * nk, keys.data(), oh + r * d);
     }
   });
 }

@@ -177,8 +177,8 @@ struct RunOutcome {
 
 // --verify-paths' judgement of the whole run: the model's log of the reruns and what it was held to.
 struct VerifyVerdict {
-  const PathVerifyLog* log = nullptr;  // null for deepseek4 (its verdict's JSON is ds4_json)
-  nlohmann::json ds4_json;
+  const PathVerifyLog* log = nullptr;  // null for deepseek4
+  const Ds4VerifyLog* ds4 = nullptr;   // deepseek4's log (its JSON: verify_json)
   PathTolerances tol{};
   int64_t worst = 0;  // the layer whose attention output differed most
   double worst_rel = 0;
@@ -351,19 +351,22 @@ VerifyVerdict judge_verify_dense(const Deepseek4Runner& runner) {
   else
     r.line = fmt::format("ok (sparse vs dense CSA: logits <= {:.2e}, tolerance {:.0e}; {})", v.max_logits_rel,
                          r.tol.logits, counts);
-  r.ds4_json = {{"ok", r.ok},
-                {"verdict", r.line},
-                {"max_logits_rel", std::isfinite(v.max_logits_rel) ? nlohmann::json(v.max_logits_rel) : "inf"},
-                {"greedy_agree", v.greedy_agree},
-                {"chunks_compared", v.n_compared},
-                {"chunks_beyond_top_k", v.n_beyond_top_k},
-                {"tol_logits", r.tol.logits}};
+  r.ds4 = &v;
   return r;
 }
 
 // The verdict as `verify_paths` in --json: per-step values, per-layer maxima, tolerances.
 nlohmann::json verify_json(const VerifyVerdict& r) {
-  if (!r.log) return r.ds4_json;
+  if (r.ds4) {
+    const Ds4VerifyLog& v = *r.ds4;
+    return {{"ok", r.ok},
+            {"verdict", r.line},
+            {"max_logits_rel", std::isfinite(v.max_logits_rel) ? nlohmann::json(v.max_logits_rel) : "inf"},
+            {"greedy_agree", v.greedy_agree},
+            {"chunks_compared", v.n_compared},
+            {"chunks_beyond_top_k", v.n_beyond_top_k},
+            {"tol_logits", r.tol.logits}};
+  }
   const PathVerifyLog& v = *r.log;
   auto finite = [](double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json("inf"); };
   nlohmann::json steps = nlohmann::json::array();

@@ -100,7 +100,7 @@ void Deepseek4Model::indexer_topk(int64_t il, float* q, const float* wts, const 
   pool_.parallel_for(static_cast<int64_t>(items.size()), [&](int64_t i0, int64_t i1, int) {
     std::vector<float> dots(static_cast<size_t>(nI * kBlock));
     for (int64_t i = i0; i < i1; ++i) {
-      const auto [t, w0] = items[i];
+      const int64_t t = items[i].first, w0 = items[i].second;
       const int64_t nb = std::min(kBlock, first[t + 1] - first[t] - w0);
       const float* qt = q + t * nI * Di;
       dot_block_f32(

@@ -8,10 +8,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <span>
 
 #include "doctor/checks.h"
 #include "engine/deepseek4_runner.h"
 #include "gguf/gguf.h"
+#include "model/batch.h"
 #include "model/deepseek4.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
@@ -67,17 +69,8 @@ std::vector<Logits> run_runner(Deepseek4Runner& runner, const std::vector<std::v
       const auto n =
           std::min<int32_t>(static_cast<int32_t>(2 + 3 * i), static_cast<int32_t>(canaries[i].size()) - done[i]);
       if (n <= 0) continue;
-      SeqMeta s;
-      s.query_start = static_cast<int32_t>(meta.token_ids.size());
-      s.query_len = n;
-      s.context_len = done[i] + n;
-      s.seq_id = i + 1;
-      meta.seqs.push_back(s);
-      for (int32_t t = done[i]; t < done[i] + n; ++t) {
-        meta.logits_rows.push_back(static_cast<int32_t>(meta.token_ids.size()));
-        meta.token_ids.push_back(canaries[i][t]);
-        rows.emplace_back(i, t);
-      }
+      append_sequence_chunk(meta, i + 1, std::span<const int32_t>(canaries[i]).subspan(done[i], n), done[i]);
+      for (int32_t t = done[i]; t < done[i] + n; ++t) rows.emplace_back(i, t);
       done[i] += n;
     }
     more = !meta.seqs.empty();

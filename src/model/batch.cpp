@@ -49,4 +49,15 @@ BatchMeta single_sequence_batch(const std::vector<int32_t>& tokens, int32_t n_pa
   return b;
 }
 
+void append_sequence_chunk(BatchMeta& b, uint64_t seq_id, std::span<const int32_t> tokens, int32_t n_past) {
+  SeqMeta s;
+  s.query_start = static_cast<int32_t>(b.token_ids.size());
+  s.query_len = static_cast<int32_t>(tokens.size());
+  s.context_len = n_past + s.query_len;
+  s.seq_id = seq_id;
+  b.seqs.push_back(s);
+  for (int32_t i = 0; i < s.query_len; ++i) b.logits_rows.push_back(s.query_start + i);
+  b.token_ids.insert(b.token_ids.end(), tokens.begin(), tokens.end());
+}
+
 }  // namespace mla

@@ -2,6 +2,7 @@
 // The batch description the forward pass consumes. Built once per step by the caller (the
 // engine, `mla run`, tests); layers read only this, never a request object.
 #include <cstdint>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -60,5 +61,11 @@ struct BatchMeta {
 // policy is the batch's; the model picks the path from it, as for an engine step.
 BatchMeta single_sequence_batch(const std::vector<int32_t>& tokens, int32_t n_past, bool all_logits,
                                 MlaPathPolicy policy);
+
+// Appends one sequence's chunk to b, as an engine step carries it to a runner that keeps its own
+// state per sequence (deepseek4): `tokens` at positions n_past.. of sequence seq_id, the logits of
+// every new row wanted. Sets the token ids, the SeqMeta's query range, context length and id, and
+// the logits rows; no cache slots.
+void append_sequence_chunk(BatchMeta& b, uint64_t seq_id, std::span<const int32_t> tokens, int32_t n_past);
 
 }  // namespace mla

@@ -33,16 +33,9 @@ std::vector<std::vector<float>> run(Deepseek4Runner& runner, const std::vector<i
       const int32_t n = std::min<int32_t>(chunk, static_cast<int32_t>(lengths[i]) - done[i]);
       if (n <= 0) continue;
       more = true;
-      SeqMeta s;
-      s.query_start = static_cast<int32_t>(meta.token_ids.size());
-      s.query_len = n;
-      s.context_len = done[i] + n;
-      s.seq_id = i + 1;
-      meta.seqs.push_back(s);
-      for (int32_t t = done[i]; t < done[i] + n; ++t) {
-        meta.logits_rows.push_back(static_cast<int32_t>(meta.token_ids.size()));
-        meta.token_ids.push_back(static_cast<int32_t>((7 * t + 3 * i + 1) % V));
-      }
+      std::vector<int32_t> ids;
+      for (int32_t t = done[i]; t < done[i] + n; ++t) ids.push_back(static_cast<int32_t>((7 * t + 3 * i + 1) % V));
+      append_sequence_chunk(meta, i + 1, ids, done[i]);
       done[i] += n;
     }
     if (!more) break;
